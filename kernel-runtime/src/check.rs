@@ -1,0 +1,256 @@
+//! Trace-time checks against Mosaic's rules: grid, block shapes (tiling), index maps (rank, bounds,
+//! coverage), kernel parameters, and the VMEM budget. Each returns a [`KernelError`] the caller locates.
+
+use crate::dtype::DType;
+use crate::error::{kerr, Result};
+use crate::ir::{BinaryOp, Func, Kernel, MemSpace, Op, OpKind, Operand, OperandRole};
+use crate::trace::ParamKind;
+
+/// Lane and sublane tile of the TPU vector registers: the last two block dims must be multiples of these
+/// (or equal to the whole array's dims).
+pub const LANES: usize = 128;
+pub const SUBLANES: usize = 8;
+
+/// Scoped VMEM limit used when the launch sets none (the smallest default among v4/v5e/v6e).
+pub const DEFAULT_VMEM_LIMIT: u64 = 16 * 1024 * 1024;
+
+/// Grid points beyond which coverage is checked on a sample only (keeps `build()` fast).
+const MAX_GRID_POINTS_CHECKED: usize = 1 << 16;
+
+pub fn grid(grid: &[usize]) -> Result<()> {
+    if let Some(axis) = grid.iter().position(|&g| g == 0) {
+        return Err(kerr!(Grid, "grid {grid:?} has an empty axis {axis}; every axis needs at least one step"));
+    }
+    if grid.iter().any(|&g| g > i32::MAX as usize) {
+        return Err(kerr!(Grid, "grid {grid:?} does not fit in i32 indices"));
+    }
+    Ok(())
+}
+
+/// Shape, tiling and dtype rules for one operand.
+pub fn operand(op: &Operand, grid: &[usize]) -> Result<()> {
+    if op.shape.is_empty() {
+        return Err(kerr!(Shape, "rank-0 arrays are not supported; reshape to [1]"));
+    }
+    if op.shape.contains(&0) {
+        return Err(kerr!(Shape, "array shape {:?} has a zero dimension", op.shape));
+    }
+    if op.dtype == DType::Bool && op.role != OperandRole::Scratch {
+        return Err(kerr!(DType, "bool arrays cannot cross the kernel boundary; pass them as i32 (or u8) and compare"));
+    }
+    let Some(block) = &op.block else { return Ok(()) };
+    let (bs, arr) = (&block.block_shape, &op.shape);
+    for (d, (&b, &a)) in bs.iter().zip(arr).enumerate() {
+        if b == 0 {
+            return Err(kerr!(Tiling, "block shape {bs:?} has a zero dimension {d}"));
+        }
+        if block.squeezed[d] && b != 1 {
+            return Err(kerr!(Tiling, "squeezed dimension {d} of block shape {bs:?} must have size 1"));
+        }
+        if b > a {
+            return Err(kerr!(Tiling, "block shape {bs:?} is larger than the array {arr:?} along dimension {d} ({b} > {a})"));
+        }
+    }
+    let rank = bs.len();
+    let rules = [(rank.wrapping_sub(1), LANES, "last"), (rank.wrapping_sub(2), SUBLANES, "second-to-last")];
+    for (d, tile, which) in rules {
+        if d >= rank {
+            continue;
+        }
+        let (b, a) = (bs[d], arr[d]);
+        if b % tile != 0 && b != a {
+            return Err(kerr!(
+                Tiling,
+                "block shape {bs:?}: the {which} dimension ({b}) must be divisible by {tile} or equal the array dimension ({a}); try {} or {a}",
+                (b.div_ceil(tile) * tile).min(a)
+            ));
+        }
+    }
+    check_index_map(op, grid)
+}
+
+/// Evaluate the index map on every grid point (or a sample of a huge grid): block indices in bounds,
+/// and every block of an output written.
+fn check_index_map(op: &Operand, grid: &[usize]) -> Result<()> {
+    let Some(block) = &op.block else { return Ok(()) };
+    let nblocks: Vec<usize> = op.shape.iter().zip(&block.block_shape).map(|(a, b)| a.div_ceil(*b)).collect();
+    let total: usize = grid.iter().product();
+    let mut covered = vec![false; if op.role == OperandRole::Output { nblocks.iter().product() } else { 0 }];
+    let stride = total.div_ceil(MAX_GRID_POINTS_CHECKED).max(1);
+    let mut point = vec![0usize; grid.len()];
+    for flat in (0..total).step_by(stride) {
+        let mut rem = flat;
+        for ax in (0..grid.len()).rev() {
+            point[ax] = rem % grid[ax];
+            rem /= grid[ax];
+        }
+        let args: Vec<i64> = point.iter().map(|&p| p as i64).collect();
+        let idx = eval_index_map(&block.index_map, &args)?;
+        let mut lin = 0usize;
+        for (d, &i) in idx.iter().enumerate() {
+            if i < 0 || i as usize >= nblocks[d] {
+                return Err(kerr!(
+                    OutOfBounds,
+                    "at grid point {point:?} the index map returns block {idx:?}, but dimension {d} has only {} blocks of {} (array {:?})",
+                    nblocks[d],
+                    block.block_shape[d],
+                    op.shape
+                ));
+            }
+            lin = lin * nblocks[d] + i as usize;
+        }
+        if let Some(c) = covered.get_mut(lin) {
+            *c = true;
+        }
+    }
+    if stride == 1 {
+        if let Some(missing) = covered.iter().position(|c| !c) {
+            let mut idx = vec![0; nblocks.len()];
+            let mut rem = missing;
+            for d in (0..nblocks.len()).rev() {
+                idx[d] = rem % nblocks[d];
+                rem /= nblocks[d];
+            }
+            return Err(kerr!(
+                Grid,
+                "the grid {grid:?} never writes output block {idx:?} of the array {:?} (block {:?}); the grid times the block must cover the array",
+                op.shape,
+                block.block_shape
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Evaluate a scalar `i32` function (an index map) on concrete grid indices.
+pub fn eval_index_map(f: &Func, args: &[i64]) -> Result<Vec<i64>> {
+    let mut env = vec![0i64; f.values.len()];
+    for (a, v) in f.body.args.iter().zip(args) {
+        env[a.0 as usize] = *v;
+    }
+    let wrap = |x: i64| x as i32 as i64;
+    for op in &f.body.ops {
+        let get = |i: usize| env[op.operands[i].0 as usize];
+        let r = match &op.kind {
+            OpKind::Const(l) => l.as_i64(),
+            OpKind::MultipleOf(_) => get(0),
+            OpKind::Binary(b) => {
+                let (x, y) = (get(0), get(1));
+                match b {
+                    BinaryOp::Add => wrap(x + y),
+                    BinaryOp::Sub => wrap(x - y),
+                    BinaryOp::Mul => wrap(x * y),
+                    BinaryOp::Div | BinaryOp::Rem if y == 0 => {
+                        return Err(kerr!(Grid, "the index map divides by zero"));
+                    }
+                    BinaryOp::Div => x / y,
+                    BinaryOp::Rem => x % y,
+                    BinaryOp::Max => x.max(y),
+                    BinaryOp::Min => x.min(y),
+                    _ => return Err(unsupported_in_index_map(op)),
+                }
+            }
+            OpKind::Return => return Ok(op.operands.iter().map(|v| env[v.0 as usize]).collect()),
+            _ => return Err(unsupported_in_index_map(op)),
+        };
+        if let Some(res) = op.results.first() {
+            env[res.0 as usize] = r;
+        }
+    }
+    Err(kerr!(Grid, "index map has no return (internal error)"))
+}
+
+fn unsupported_in_index_map(op: &Op) -> crate::error::KernelError {
+    kerr!(Unsupported, "index maps may only use integer + - * / % min max on grid indices; found {:?}", op.kind).at(op.loc)
+}
+
+/// The kernel's parameters must be the operands, in order, with matching kinds and dtypes.
+pub fn params(params: &[(ParamKind, DType)], operands: &[Operand]) -> Result<()> {
+    if params.len() != operands.len() {
+        let (ni, no, ns) = (
+            operands.iter().filter(|o| o.role == OperandRole::Input).count(),
+            operands.iter().filter(|o| o.role == OperandRole::Output).count(),
+            operands.iter().filter(|o| o.role == OperandRole::Scratch).count(),
+        );
+        return Err(kerr!(
+            Signature,
+            "the kernel takes {} parameters but the launch declares {} ({ni} inputs + {no} outputs + {ns} scratch)",
+            params.len(),
+            operands.len()
+        ));
+    }
+    for (i, ((kind, dtype), op)) in params.iter().zip(operands).enumerate() {
+        let want = if op.role == OperandRole::Input { ParamKind::Ref } else { ParamKind::RefMut };
+        if *kind != want {
+            let (got, need) = (kind_name(*kind, *dtype), kind_name(want, op.dtype));
+            return Err(kerr!(Signature, "kernel parameter {i} is `{got}` but it receives {}: declare it `{need}`", op.label())
+                .for_argument(op.label())
+                .at(op.loc));
+        }
+        if *dtype != op.dtype {
+            return Err(kerr!(
+                DType,
+                "kernel parameter {i} has element type {dtype} but {} is {}: make them agree",
+                op.label(),
+                op.dtype
+            )
+            .for_argument(op.label())
+            .at(op.loc));
+        }
+    }
+    Ok(())
+}
+
+fn kind_name(k: ParamKind, d: DType) -> String {
+    match k {
+        ParamKind::Ref => format!("Ref<{d}>"),
+        ParamKind::RefMut => format!("RefMut<{d}>"),
+    }
+}
+
+/// Checks that need the traced body.
+pub fn kernel(k: &Kernel) -> Result<()> {
+    let used = vmem_estimate(k);
+    let limit = vmem_limit(k);
+    if used > limit {
+        return Err(kerr!(
+            Vmem,
+            "kernel `{}` needs an estimated {:.2} MiB of VMEM (blocks double-buffered + scratch) but the limit is {:.2} MiB; use smaller blocks or raise `.vmem_limit_bytes(..)`",
+            k.name,
+            used as f64 / (1 << 20) as f64,
+            limit as f64 / (1 << 20) as f64
+        ));
+    }
+    Ok(())
+}
+
+pub fn vmem_limit(k: &Kernel) -> u64 {
+    k.vmem_limit_bytes.unwrap_or(DEFAULT_VMEM_LIMIT)
+}
+
+/// Bytes of VMEM a buffer occupies once padded to the native (sublane, lane) tile of its dtype.
+pub fn padded_bytes(shape: &[usize], dtype: DType) -> u64 {
+    let packing = (4 / dtype.size_bytes().max(1)).max(1);
+    let mut dims: Vec<usize> = shape.to_vec();
+    let r = dims.len();
+    if r >= 1 {
+        dims[r - 1] = dims[r - 1].div_ceil(LANES) * LANES;
+    }
+    if r >= 2 {
+        let sub = SUBLANES * packing;
+        dims[r - 2] = dims[r - 2].div_ceil(sub) * sub;
+    }
+    dims.iter().map(|&d| d as u64).product::<u64>() * dtype.size_bytes() as u64
+}
+
+/// Estimated VMEM use: pipelined blocks are double-buffered; scratch is single.
+pub fn vmem_estimate(k: &Kernel) -> u64 {
+    k.operands
+        .iter()
+        .map(|o| match (&o.block, o.space) {
+            (Some(b), _) => 2 * padded_bytes(&b.kernel_shape(), o.dtype),
+            (None, MemSpace::Vmem) => padded_bytes(&o.shape, o.dtype),
+            (None, _) => 0,
+        })
+        .sum()
+}

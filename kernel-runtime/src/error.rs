@@ -1,0 +1,111 @@
+//! Errors are values: every user mistake found while tracing, checking or lowering becomes a [`KernelError`]
+//! that names the Rust source location and, where there is one, the offending argument.
+
+use std::fmt;
+use std::panic::Location;
+
+/// A Rust source position (`file:line:col`), captured with `#[track_caller]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SourceLoc {
+    pub file: &'static str,
+    pub line: u32,
+    pub col: u32,
+}
+
+impl SourceLoc {
+    #[track_caller]
+    pub fn caller() -> Self {
+        Self::from(Location::caller())
+    }
+}
+
+impl From<&'static Location<'static>> for SourceLoc {
+    fn from(l: &'static Location<'static>) -> Self {
+        SourceLoc { file: l.file(), line: l.line(), col: l.column() }
+    }
+}
+
+impl fmt::Display for SourceLoc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.col)
+    }
+}
+
+/// What kind of mistake, so callers (and tests) can match on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Shapes of operands do not agree (elementwise, dot, store, ...).
+    Shape,
+    /// Element types do not agree or are not supported by the op.
+    DType,
+    /// A BlockSpec breaks a Mosaic tiling rule.
+    Tiling,
+    /// The grid, a block shape or an index map is inconsistent with the arrays.
+    Grid,
+    /// Kernel parameters do not match the launch (count, kind, dtype).
+    Signature,
+    /// Blocks and scratch do not fit in the VMEM budget.
+    Vmem,
+    /// An index or slice is out of bounds.
+    OutOfBounds,
+    /// A traced value was used where it is not valid (outside a kernel, from another trace, ...).
+    Trace,
+    /// MLIR construction or verification failed (a bug in tpu-kernel, reported rather than panicking).
+    Lowering,
+    /// Something the DSL does not support yet.
+    Unsupported,
+}
+
+/// A user-facing error with its source location.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelError {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub location: Option<SourceLoc>,
+    /// The launch argument the error is about, e.g. "input 1" or "scratch 0".
+    pub argument: Option<String>,
+}
+
+impl KernelError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        KernelError { kind, message: message.into(), location: None, argument: None }
+    }
+    pub fn at(mut self, loc: SourceLoc) -> Self {
+        self.location.get_or_insert(loc);
+        self
+    }
+    pub fn at_opt(mut self, loc: Option<SourceLoc>) -> Self {
+        if self.location.is_none() {
+            self.location = loc;
+        }
+        self
+    }
+    pub fn for_argument(mut self, arg: impl Into<String>) -> Self {
+        self.argument.get_or_insert(arg.into());
+        self
+    }
+}
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(loc) = &self.location {
+            write!(f, "{loc}: ")?;
+        }
+        if let Some(arg) = &self.argument {
+            write!(f, "{arg}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+pub type Result<T, E = KernelError> = std::result::Result<T, E>;
+
+/// Shorthand for building an error of a kind with `format!` arguments.
+macro_rules! kerr {
+    ($kind:ident, $($fmt:tt)+) => {
+        $crate::error::KernelError::new($crate::error::ErrorKind::$kind, format!($($fmt)+))
+    };
+}
+pub(crate) use kerr;

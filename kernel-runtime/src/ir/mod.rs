@@ -1,0 +1,346 @@
+//! The kernel IR: one typed, printable representation of a traced kernel, read by the checks, the Mosaic
+//! lowering and the CPU interpreter alike.
+//!
+//! A [`Func`] owns a value table (every SSA value's [`Type`]) and a body [`Region`] of [`Op`]s; ops may own
+//! nested regions (`if`, `for`, `while`). A [`Kernel`] is the kernel body plus the launch configuration
+//! (grid, operands with their BlockSpecs, whose index maps are `Func`s too).
+
+mod print;
+
+use crate::dtype::{DType, Literal};
+use crate::error::SourceLoc;
+
+/// An SSA value, an index into its function's value table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueId(pub u32);
+
+/// Where a ref lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemSpace {
+    Vmem,
+    Smem,
+    Any,
+}
+
+impl MemSpace {
+    pub fn mosaic(self) -> &'static str {
+        match self {
+            MemSpace::Vmem => "vmem",
+            MemSpace::Smem => "smem",
+            MemSpace::Any => "any",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Type {
+    /// A scalar (`i32` grid index, loop counter, condition, ...).
+    Scalar(DType),
+    /// A vector value of a static shape.
+    Vector(Vec<usize>, DType),
+    /// A memory ref (kernel operand or scratch).
+    Ref(Vec<usize>, DType, MemSpace),
+}
+
+impl Type {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Type::Scalar(d) | Type::Vector(_, d) | Type::Ref(_, d, _) => *d,
+        }
+    }
+    /// The shape; scalars have shape `[]`.
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Type::Scalar(_) => &[],
+            Type::Vector(s, _) | Type::Ref(s, _, _) => s,
+        }
+    }
+    pub fn with_dtype(&self, d: DType) -> Type {
+        match self {
+            Type::Scalar(_) => Type::Scalar(d),
+            Type::Vector(s, _) => Type::Vector(s.clone(), d),
+            Type::Ref(s, _, m) => Type::Ref(s.clone(), d, *m),
+        }
+    }
+    pub fn is_ref(&self) -> bool {
+        matches!(self, Type::Ref(..))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnaryOp {
+    Neg,
+    Not,
+    Exp,
+    Log,
+    Tanh,
+    Rsqrt,
+    Sqrt,
+    Abs,
+    Sin,
+    Cos,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    Max,
+    Min,
+    Pow,
+    And,
+    Or,
+    Xor,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceKind {
+    Sum,
+    Max,
+    Min,
+}
+
+/// Where a load/store window starts along one dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    Static(usize),
+    /// The next dynamic index operand (an `i32` scalar).
+    Dynamic,
+}
+
+/// The window of a ref that a load or store touches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub starts: Vec<Start>,
+    pub sizes: Vec<usize>,
+    /// Dimensions indexed by a single integer: present in the ref, dropped from the value.
+    pub squeezed: Vec<bool>,
+}
+
+impl Window {
+    pub fn full(shape: &[usize]) -> Self {
+        Window {
+            starts: vec![Start::Static(0); shape.len()],
+            sizes: shape.to_vec(),
+            squeezed: vec![false; shape.len()],
+        }
+    }
+    /// Shape of the value loaded or stored (squeezed dims removed).
+    pub fn value_shape(&self) -> Vec<usize> {
+        self.sizes.iter().zip(&self.squeezed).filter(|(_, s)| !**s).map(|(n, _)| *n).collect()
+    }
+    pub fn n_dynamic(&self) -> usize {
+        self.starts.iter().filter(|s| matches!(s, Start::Dynamic)).count()
+    }
+    pub fn is_full(&self, shape: &[usize]) -> bool {
+        self.starts.iter().all(|s| *s == Start::Static(0))
+            && self.sizes == shape
+            && !self.squeezed.iter().any(|s| *s)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpKind {
+    /// A scalar constant, or a vector splat of one value.
+    Const(Literal),
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Compare(CmpOp),
+    /// `select(cond, on_true, on_false)`.
+    Select,
+    Cast(DType),
+    /// Broadcast a scalar or a vector (numpy rules) to the result shape.
+    Broadcast,
+    Iota { dim: usize },
+    Reshape,
+    Transpose { perm: Vec<usize> },
+    Reduce { kind: ReduceKind, axes: Vec<usize>, keepdims: bool },
+    /// `lhs @ rhs` (+ `acc` when a third operand is present), accumulating in the result dtype.
+    Dot { transpose_lhs: bool, transpose_rhs: bool },
+    /// Operands: ref, dynamic starts...
+    Load(Window),
+    /// Operands: ref, value, dynamic starts..., [mask].
+    Store { window: Window, masked: bool },
+    /// Hint that an i32 scalar is a multiple of the given value.
+    MultipleOf(u32),
+    /// Operands: condition. Regions: then, else. Results: the yielded values.
+    If,
+    /// Operands: lower, upper, step, inits... Region: body (args: induction var, carried...).
+    For,
+    /// Operands: inits... Regions: before (args: carried; ends with Condition), after (args: carried).
+    While,
+    /// Terminator of `if`/`for` bodies and the `while` after-region.
+    Yield,
+    /// Terminator of the `while` before-region: operands cond, carried...
+    Condition,
+    /// Terminator of a function.
+    Return,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Op {
+    pub kind: OpKind,
+    pub operands: Vec<ValueId>,
+    pub results: Vec<ValueId>,
+    pub regions: Vec<Region>,
+    pub loc: SourceLoc,
+}
+
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Region {
+    pub args: Vec<ValueId>,
+    pub ops: Vec<Op>,
+}
+
+/// A function: the kernel body or an index map (`transform_k`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Func {
+    pub name: String,
+    /// Every value's type, indexed by `ValueId`.
+    pub values: Vec<Type>,
+    /// The body; its args are the function's parameters.
+    pub body: Region,
+    pub result_types: Vec<Type>,
+    pub loc: SourceLoc,
+}
+
+impl Func {
+    pub fn ty(&self, v: ValueId) -> &Type {
+        &self.values[v.0 as usize]
+    }
+    /// Visit every op (pre-order, nested regions included).
+    pub fn walk<'a>(&'a self, f: &mut impl FnMut(&'a Op)) {
+        fn go<'a>(r: &'a Region, f: &mut impl FnMut(&'a Op)) {
+            for op in &r.ops {
+                f(op);
+                for reg in &op.regions {
+                    go(reg, f);
+                }
+            }
+        }
+        go(&self.body, f);
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DimensionSemantics {
+    Parallel,
+    Arbitrary,
+}
+
+impl DimensionSemantics {
+    pub fn mosaic(self) -> &'static str {
+        match self {
+            DimensionSemantics::Parallel => "parallel",
+            DimensionSemantics::Arbitrary => "arbitrary",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperandRole {
+    Input,
+    Output,
+    Scratch,
+}
+
+impl OperandRole {
+    pub fn name(self) -> &'static str {
+        match self {
+            OperandRole::Input => "input",
+            OperandRole::Output => "output",
+            OperandRole::Scratch => "scratch",
+        }
+    }
+}
+
+/// How a whole array is windowed into blocks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockIr {
+    /// Block shape as written (squeezed dims have size 1 here).
+    pub block_shape: Vec<usize>,
+    pub squeezed: Vec<bool>,
+    /// `transform_k(grid indices...) -> block indices...`
+    pub index_map: Func,
+}
+
+impl BlockIr {
+    /// The shape the kernel sees (squeezed dims removed).
+    pub fn kernel_shape(&self) -> Vec<usize> {
+        self.block_shape.iter().zip(&self.squeezed).filter(|(_, s)| !**s).map(|(n, _)| *n).collect()
+    }
+}
+
+/// One kernel operand: an input/output array with its BlockSpec, or a scratch buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Operand {
+    pub role: OperandRole,
+    /// Index among operands of the same role.
+    pub index: usize,
+    /// The whole array (inputs/outputs) or the buffer shape (scratch).
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    pub space: MemSpace,
+    /// `None` for scratch and for whole-array (`ANY`) operands.
+    pub block: Option<BlockIr>,
+    /// Where the launch code declared this operand.
+    pub loc: SourceLoc,
+}
+
+impl Operand {
+    pub fn label(&self) -> String {
+        format!("{} {}", self.role.name(), self.index)
+    }
+    /// The ref shape the kernel body sees.
+    pub fn ref_shape(&self) -> Vec<usize> {
+        match &self.block {
+            Some(b) => b.kernel_shape(),
+            None => self.shape.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct CostEstimate {
+    pub flops: u64,
+    pub transcendentals: u64,
+    pub bytes_accessed: u64,
+}
+
+/// A traced, checked kernel with its launch configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub name: String,
+    pub grid: Vec<usize>,
+    pub dimension_semantics: Vec<DimensionSemantics>,
+    /// Inputs, then outputs, then scratch — the kernel's parameter order after the grid indices.
+    pub operands: Vec<Operand>,
+    pub body: Func,
+    pub vmem_limit_bytes: Option<u64>,
+    pub cost_estimate: Option<CostEstimate>,
+}
+
+impl Kernel {
+    pub fn inputs(&self) -> impl Iterator<Item = &Operand> {
+        self.operands.iter().filter(|o| o.role == OperandRole::Input)
+    }
+    pub fn outputs(&self) -> impl Iterator<Item = &Operand> {
+        self.operands.iter().filter(|o| o.role == OperandRole::Output)
+    }
+    pub fn scratch(&self) -> impl Iterator<Item = &Operand> {
+        self.operands.iter().filter(|o| o.role == OperandRole::Scratch)
+    }
+}

@@ -1,0 +1,485 @@
+//! The launch side (Pallas's `pallas_call`): grid, BlockSpecs with index maps, outputs, scratch, compiler
+//! parameters. `build()` traces the index maps and the kernel body, runs the checks and returns a
+//! [`PallasCall`] ready to lower or run.
+
+use crate::check;
+use crate::dtype::DType;
+use crate::error::{kerr, Result, SourceLoc};
+use crate::ir::{self, BlockIr, CostEstimate, DimensionSemantics, Kernel, MemSpace, Operand, OperandRole, Type};
+use crate::opt;
+use crate::trace::{self, KernelParam, ParamKind, Scalar, Val};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// A whole array's shape and element type (an input or an output of the kernel).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ArrayType {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+impl ArrayType {
+    pub fn new(shape: impl AsRef<[usize]>, dtype: DType) -> Self {
+        ArrayType { shape: shape.as_ref().to_vec(), dtype }
+    }
+}
+
+/// A VMEM scratch buffer (`pltpu.VMEM(shape, dtype)`), persisting across grid steps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Vmem {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+impl Vmem {
+    pub fn new(shape: impl AsRef<[usize]>, dtype: DType) -> Self {
+        Vmem { shape: shape.as_ref().to_vec(), dtype }
+    }
+}
+
+/// One block index returned by an index map: a traced `Scalar<i32>` or a constant.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a block index",
+    note = "index maps return block indices: grid indices, arithmetic on them, or integer constants"
+)]
+pub trait IndexArg {
+    #[doc(hidden)]
+    fn index_val(self) -> IndexVal;
+}
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub enum IndexVal {
+    Traced(Val),
+    Const(i64),
+}
+impl IndexArg for Scalar<i32> {
+    fn index_val(self) -> IndexVal {
+        IndexVal::Traced(self.val())
+    }
+}
+impl IndexArg for i32 {
+    fn index_val(self) -> IndexVal {
+        IndexVal::Const(self as i64)
+    }
+}
+impl IndexArg for usize {
+    fn index_val(self) -> IndexVal {
+        IndexVal::Const(self as i64)
+    }
+}
+
+/// What an index map returns: an array or a tuple of block indices, one per array dimension.
+#[diagnostic::on_unimplemented(
+    message = "an index map must return block indices, got `{Self}`",
+    note = "return an array `[i, k]` or a tuple `(i, 0)` with one block index per array dimension"
+)]
+pub trait IndexTuple {
+    #[doc(hidden)]
+    fn indices(self) -> Vec<IndexVal>;
+}
+impl<A: IndexArg, const N: usize> IndexTuple for [A; N] {
+    fn indices(self) -> Vec<IndexVal> {
+        self.into_iter().map(IndexArg::index_val).collect()
+    }
+}
+macro_rules! index_tuple {
+    ($($n:ident),*) => {
+        impl<$($n: IndexArg),*> IndexTuple for ($($n,)*) {
+            #[allow(non_snake_case)]
+            fn indices(self) -> Vec<IndexVal> {
+                let ($($n,)*) = self;
+                vec![$($n.index_val()),*]
+            }
+        }
+    };
+}
+index_tuple!(A);
+index_tuple!(A, B);
+index_tuple!(A, B, C);
+index_tuple!(A, B, C, D);
+index_tuple!(A, B, C, D, E);
+
+type IndexMapFn<'a> = Box<dyn Fn(&[Scalar<i32>]) -> Vec<IndexVal> + 'a>;
+
+/// Which block of an array each grid step sees: a block shape and an index map from grid indices to
+/// block indices (`pl.BlockSpec(block_shape, index_map)`).
+pub struct BlockSpec<'a> {
+    shape: Vec<usize>,
+    squeezed: Vec<bool>,
+    grid_rank: usize,
+    index_map: IndexMapFn<'a>,
+    loc: SourceLoc,
+}
+
+impl<'a> BlockSpec<'a> {
+    /// `BlockSpec::new([bm, bk], |[i, _, k]| [i, k])`: the closure takes one `Scalar<i32>` per grid axis.
+    #[track_caller]
+    pub fn new<const G: usize, const R: usize, F, O>(shape: [usize; R], index_map: F) -> Self
+    where
+        F: Fn([Scalar<i32>; G]) -> O + 'a,
+        O: IndexTuple,
+    {
+        let f = move |grid: &[Scalar<i32>]| -> Vec<IndexVal> {
+            match <[Scalar<i32>; G]>::try_from(grid) {
+                Ok(arr) => index_map(arr).indices(),
+                Err(_) => Vec::new(),
+            }
+        };
+        BlockSpec { shape: shape.to_vec(), squeezed: vec![false; R], grid_rank: G, index_map: Box::new(f), loc: SourceLoc::caller() }
+    }
+
+    /// Squeeze dimension `dim` (its block size must be 1): the kernel sees the block without it
+    /// (`None` / `pl.Squeezed()` in a Pallas block shape).
+    pub fn squeeze(mut self, dim: usize) -> Self {
+        if dim < self.squeezed.len() {
+            self.squeezed[dim] = true;
+        } else {
+            // Reported by `build()` as a rank error.
+            self.squeezed.push(true);
+        }
+        self
+    }
+}
+
+struct OperandDecl<'a> {
+    role: OperandRole,
+    array: ArrayType,
+    block: Option<BlockSpec<'a>>,
+    loc: SourceLoc,
+}
+
+/// A kernel function usable with [`pallas_call`]: any `Fn` whose parameters are all [`KernelParam`]s.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel function",
+    label = "expected a #[tpu_kernel] fn (or a closure) whose parameters are Ref<T>/RefMut<T>",
+    note = "kernel parameters are `Ref<T>` (inputs) then `RefMut<T>` (outputs, then scratch); bind other parameters with a closure: `pallas_call(|x: Ref<f32>, o: RefMut<f32>| my_kernel(x, o, eps))`"
+)]
+pub trait KernelFn<Args> {
+    #[doc(hidden)]
+    fn params(&self) -> Vec<(ParamKind, DType)>;
+    #[doc(hidden)]
+    fn call(&self, args: &[Val]);
+}
+
+macro_rules! kernel_fn {
+    ($($n:ident),*) => {
+        impl<Func, $($n: KernelParam),*> KernelFn<($($n,)*)> for Func
+        where
+            Func: Fn($($n),*),
+        {
+            fn params(&self) -> Vec<(ParamKind, DType)> {
+                vec![$(($n::KIND, $n::DTYPE)),*]
+            }
+            #[allow(non_snake_case, unused_variables, unused_mut)]
+            fn call(&self, args: &[Val]) {
+                let mut it = args.iter().copied();
+                $(let $n = $n::from_val(it.next().unwrap_or(Val::POISON));)*
+                self($($n),*)
+            }
+        }
+    };
+}
+kernel_fn!(A);
+kernel_fn!(A, B);
+kernel_fn!(A, B, C);
+kernel_fn!(A, B, C, D);
+kernel_fn!(A, B, C, D, E);
+kernel_fn!(A, B, C, D, E, F);
+kernel_fn!(A, B, C, D, E, F, G);
+kernel_fn!(A, B, C, D, E, F, G, H);
+kernel_fn!(A, B, C, D, E, F, G, H, I);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L);
+
+/// Start describing a kernel launch (`pl.pallas_call`).
+#[track_caller]
+pub fn pallas_call<'a, Args, K: KernelFn<Args> + 'a>(kernel: K) -> PallasCallBuilder<'a, K, Args> {
+    PallasCallBuilder {
+        kernel,
+        name: default_name::<K>(),
+        grid: Vec::new(),
+        grid_loc: None,
+        operands: Vec::new(),
+        semantics: None,
+        vmem_limit_bytes: None,
+        cost_estimate: None,
+        loc: SourceLoc::caller(),
+        _args: std::marker::PhantomData,
+    }
+}
+
+/// The Rust name of the kernel fn (`matmul_kernel`); closures fall back to "kernel" (use `.name(..)`).
+fn default_name<K>() -> String {
+    let full = std::any::type_name::<K>();
+    if full.contains("{{closure}}") {
+        return "kernel".to_string();
+    }
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base).to_string()
+}
+
+/// Builder returned by [`pallas_call`].
+pub struct PallasCallBuilder<'a, K, Args> {
+    kernel: K,
+    name: String,
+    grid: Vec<usize>,
+    grid_loc: Option<SourceLoc>,
+    operands: Vec<OperandDecl<'a>>,
+    semantics: Option<(Vec<DimensionSemantics>, SourceLoc)>,
+    vmem_limit_bytes: Option<u64>,
+    cost_estimate: Option<CostEstimate>,
+    loc: SourceLoc,
+    _args: std::marker::PhantomData<fn(Args)>,
+}
+
+impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
+    /// Kernel name (the MLIR module/func name and the custom call's `kernel_name`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+    /// The grid: how many steps along each axis (last axis iterates fastest).
+    #[track_caller]
+    pub fn grid(mut self, grid: impl AsRef<[usize]>) -> Self {
+        self.grid = grid.as_ref().to_vec();
+        self.grid_loc = Some(SourceLoc::caller());
+        self
+    }
+    /// An input array, windowed by `block`.
+    #[track_caller]
+    pub fn input(mut self, array: ArrayType, block: BlockSpec<'a>) -> Self {
+        let loc = SourceLoc::caller();
+        self.operands.push(OperandDecl { role: OperandRole::Input, array, block: Some(block), loc });
+        self
+    }
+    /// An input array passed whole, left in HBM (`memory_space=pl.ANY`).
+    #[track_caller]
+    pub fn input_any(mut self, array: ArrayType) -> Self {
+        let loc = SourceLoc::caller();
+        self.operands.push(OperandDecl { role: OperandRole::Input, array, block: None, loc });
+        self
+    }
+    /// An output array (`out_shape`), windowed by `block` (`out_specs`).
+    #[track_caller]
+    pub fn output(mut self, array: ArrayType, block: BlockSpec<'a>) -> Self {
+        let loc = SourceLoc::caller();
+        self.operands.push(OperandDecl { role: OperandRole::Output, array, block: Some(block), loc });
+        self
+    }
+    /// A VMEM scratch buffer (`scratch_shapes`).
+    #[track_caller]
+    pub fn scratch(mut self, buf: Vmem) -> Self {
+        let loc = SourceLoc::caller();
+        let array = ArrayType { shape: buf.shape, dtype: buf.dtype };
+        self.operands.push(OperandDecl { role: OperandRole::Scratch, array, block: None, loc });
+        self
+    }
+    /// Per grid axis: `Parallel` (steps independent) or `Arbitrary` (sequential, e.g. a reduction).
+    #[track_caller]
+    pub fn dimension_semantics(mut self, s: impl AsRef<[DimensionSemantics]>) -> Self {
+        self.semantics = Some((s.as_ref().to_vec(), SourceLoc::caller()));
+        self
+    }
+    /// The scoped VMEM limit for this kernel (`vmem_limit_bytes`).
+    pub fn vmem_limit_bytes(mut self, bytes: u64) -> Self {
+        self.vmem_limit_bytes = Some(bytes);
+        self
+    }
+    /// A cost estimate passed to XLA's scheduler.
+    pub fn cost_estimate(mut self, c: CostEstimate) -> Self {
+        self.cost_estimate = Some(c);
+        self
+    }
+
+    /// Trace the index maps and the kernel body, check everything against the TPU rules.
+    pub fn build(self) -> Result<PallasCall> {
+        let out = catch_unwind(AssertUnwindSafe(|| self.build_inner()));
+        match out {
+            Ok(r) => r,
+            Err(payload) => {
+                trace::abort();
+                let msg = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(kerr!(Trace, "the kernel body panicked while tracing: {msg}"))
+            }
+        }
+    }
+
+    fn build_inner(self) -> Result<PallasCall> {
+        let grid = self.grid.clone();
+        let grid_loc = self.grid_loc.unwrap_or(self.loc);
+        let semantics = match &self.semantics {
+            Some((s, loc)) => {
+                if s.len() != grid.len() {
+                    return Err(kerr!(
+                        Grid,
+                        "dimension_semantics has {} entries but the grid {grid:?} has {} axes",
+                        s.len(),
+                        grid.len()
+                    )
+                    .at(*loc));
+                }
+                s.clone()
+            }
+            None => vec![DimensionSemantics::Arbitrary; grid.len()],
+        };
+        check::grid(&grid).map_err(|e| e.at(grid_loc))?;
+
+        // Operands in kernel-parameter order: inputs, outputs, scratch.
+        let mut decls = self.operands;
+        decls.sort_by_key(|d| match d.role {
+            OperandRole::Input => 0,
+            OperandRole::Output => 1,
+            OperandRole::Scratch => 2,
+        });
+        let mut operands = Vec::new();
+        let mut counters = [0usize; 3];
+        let mut transform_no = 0;
+        for d in &decls {
+            let index = &mut counters[d.role as usize];
+            let label = format!("{} {}", d.role.name(), *index);
+            let block = match &d.block {
+                Some(spec) => {
+                    let b = trace_block(spec, &grid, &d.array, transform_no).map_err(|e| e.for_argument(&label).at(spec.loc))?;
+                    transform_no += 1;
+                    Some(b)
+                }
+                None => None,
+            };
+            let space = match (d.role, &d.block) {
+                (OperandRole::Scratch, _) | (_, Some(_)) => MemSpace::Vmem,
+                (_, None) => MemSpace::Any,
+            };
+            operands.push(Operand {
+                role: d.role,
+                index: *index,
+                shape: d.array.shape.clone(),
+                dtype: d.array.dtype,
+                space,
+                block,
+                loc: d.loc,
+            });
+            *index += 1;
+        }
+        for op in &operands {
+            check::operand(op, &grid).map_err(|e| e.for_argument(op.label()).at(op.loc))?;
+        }
+
+        // Kernel parameters must line up with the operands.
+        let params = self.kernel.params();
+        check::params(&params, &operands).map_err(|e| e.at(self.loc))?;
+
+        let mut param_types: Vec<Type> = vec![Type::Scalar(DType::I32); grid.len()];
+        param_types.extend(operands.iter().map(|o| Type::Ref(o.ref_shape(), o.dtype, o.space)));
+        let vals = trace::begin(&grid, &param_types, grid.len())?;
+        self.kernel.call(&vals[grid.len()..]);
+        let body = trace::finish(&self.name, vec![], self.loc)?;
+
+        let mut kernel = Kernel {
+            name: self.name,
+            grid,
+            dimension_semantics: semantics,
+            operands,
+            body,
+            vmem_limit_bytes: self.vmem_limit_bytes,
+            cost_estimate: self.cost_estimate,
+        };
+        check::kernel(&kernel)?;
+        opt::run(&mut kernel);
+        Ok(PallasCall { kernel })
+    }
+}
+
+fn trace_block(spec: &BlockSpec<'_>, grid: &[usize], array: &ArrayType, n: usize) -> Result<BlockIr> {
+    if spec.grid_rank != grid.len() {
+        return Err(kerr!(
+            Grid,
+            "the index map takes {} grid indices but the grid {grid:?} has {} axes",
+            spec.grid_rank,
+            grid.len()
+        ));
+    }
+    let params = vec![Type::Scalar(DType::I32); grid.len()];
+    let vals = trace::begin(grid, &params, grid.len())?;
+    let idx: Vec<Scalar<i32>> = vals.iter().map(|v| Scalar::from_val(*v)).collect();
+    let outs = (spec.index_map)(&idx);
+    // Constants become values of the transform function.
+    let mut results = Vec::new();
+    for o in &outs {
+        results.push(match o {
+            IndexVal::Traced(v) => *v,
+            IndexVal::Const(c) => {
+                let lit = crate::dtype::Literal::from_i64(DType::I32, *c);
+                trace::emit(spec.loc, |t| Ok(t.push1(ir::OpKind::Const(lit), vec![], Type::Scalar(DType::I32), spec.loc)))
+            }
+        });
+    }
+    let func = trace::finish(&format!("transform_{n}"), results, spec.loc)?;
+    if outs.len() != array.shape.len() {
+        return Err(kerr!(
+            Grid,
+            "the index map returns {} block indices but the array {:?} has rank {}",
+            outs.len(),
+            array.shape,
+            array.shape.len()
+        ));
+    }
+    if spec.shape.len() != array.shape.len() || spec.squeezed.len() != spec.shape.len() {
+        return Err(kerr!(
+            Grid,
+            "block shape {:?} has rank {} but the array {:?} has rank {}",
+            spec.shape,
+            spec.shape.len(),
+            array.shape,
+            array.shape.len()
+        ));
+    }
+    Ok(BlockIr { block_shape: spec.shape.clone(), squeezed: spec.squeezed.clone(), index_map: func })
+}
+
+/// A traced and checked kernel launch, ready to lower to Mosaic or to run on CPU.
+#[derive(Clone, Debug)]
+pub struct PallasCall {
+    pub kernel: Kernel,
+}
+
+impl PallasCall {
+    /// The Mosaic MLIR module text (verified).
+    pub fn mosaic_mlir(&self) -> Result<String> {
+        crate::lower::to_mosaic_text(&self.kernel)
+    }
+    /// The kernel IR.
+    pub fn ir(&self) -> &Kernel {
+        &self.kernel
+    }
+    pub fn name(&self) -> &str {
+        &self.kernel.name
+    }
+    /// Estimated VMEM use in bytes (blocks double-buffered, plus scratch).
+    pub fn vmem_estimate(&self) -> u64 {
+        check::vmem_estimate(&self.kernel)
+    }
+    /// A short human summary.
+    pub fn summary(&self) -> String {
+        let k = &self.kernel;
+        let mut s = format!("kernel `{}`: grid {:?} ({:?})\n", k.name, k.grid, k.dimension_semantics);
+        for o in &k.operands {
+            s += &format!("  {:<10} {:>12} {:<5}", o.label(), format!("{:?}", o.shape), o.dtype.name());
+            if let Some(b) = &o.block {
+                s += &format!(" block {:?}", b.block_shape);
+            }
+            s += "\n";
+        }
+        let mut n_ops = 0;
+        k.body.walk(&mut |_| n_ops += 1);
+        s += &format!(
+            "  body: {n_ops} IR ops; VMEM estimate {:.1} KiB (limit {:.1} KiB)",
+            self.vmem_estimate() as f64 / 1024.0,
+            check::vmem_limit(k) as f64 / 1024.0
+        );
+        s
+    }
+}

@@ -1,0 +1,17 @@
+//! tpu-kernel runtime: the kernel IR, the tracing API that `#[tpu_kernel]` bodies call, the launch builder
+//! (`pallas_call`), the TPU checks, and the lowering to Mosaic MLIR through melior.
+//!
+//! See `ARCHITECTURE.md` at the repository root for the code map and invariants.
+
+pub mod check;
+pub mod dtype;
+pub mod error;
+pub mod ir;
+pub mod launch;
+pub mod lower;
+pub mod opt;
+pub mod trace;
+
+pub use dtype::{DType, Element};
+pub use error::{ErrorKind, KernelError, SourceLoc};
+pub use launch::{pallas_call, ArrayType, BlockSpec, PallasCall, PallasCallBuilder, Vmem};

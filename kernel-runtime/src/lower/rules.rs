@@ -1,0 +1,439 @@
+//! One lowering rule per op family. Each appends Mosaic ops to `block` and binds the IR op's results.
+
+use super::{parse_attr, vector_type_text, Lowerer};
+use crate::dtype::{DType, Literal};
+use crate::error::{kerr, Result};
+use crate::ir::{BinaryOp, CmpOp, Op, OpKind, ReduceKind, Start, Type, UnaryOp, ValueId, Window};
+use melior::ir::block::BlockLike;
+use melior::ir::operation::{OperationBuilder, OperationLike};
+use melior::ir::{Block, Identifier, RegionLike, Type as MType, Value};
+
+/// Dispatch an op to its rule.
+pub(crate) fn lower_op<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op) -> Result<()> {
+    match &op.kind {
+        OpKind::Const(l) => constant(lw, block, op, *l),
+        OpKind::Unary(u) => unary(lw, block, op, *u),
+        OpKind::Binary(b) => binary(lw, block, op, *b),
+        OpKind::Compare(c) => compare(lw, block, op, *c),
+        OpKind::Select => simple(lw, block, op, "arith.select", &[]),
+        OpKind::Cast(to) => cast(lw, block, op, *to),
+        OpKind::Broadcast => simple(lw, block, op, "vector.broadcast", &[]),
+        OpKind::Iota { dim } => simple(lw, block, op, "tpu.iota", &[("dimensions", format!("array<i32: {dim}>"))]),
+        OpKind::Reshape => simple(lw, block, op, "vector.shape_cast", &[]),
+        OpKind::Transpose { perm } => {
+            let p = join(perm);
+            simple(lw, block, op, "tpu.transpose", &[("permutation", format!("array<i64: {p}>"))])
+        }
+        OpKind::Reduce { kind, axes, keepdims } => reduce(lw, block, op, *kind, axes, *keepdims),
+        OpKind::Dot { transpose_lhs, transpose_rhs } => dot(lw, block, op, *transpose_lhs, *transpose_rhs),
+        OpKind::Load(w) => load(lw, block, op, w),
+        OpKind::Store { window, masked } => store(lw, block, op, window, *masked),
+        OpKind::MultipleOf(m) => simple(lw, block, op, "tpu.assume_multiple", &[("multiple", format!("{m} : i32"))]),
+        OpKind::If => if_(lw, block, op),
+        OpKind::For => for_(lw, block, op),
+        OpKind::While => while_(lw, block, op),
+        OpKind::Yield => terminator(lw, block, op, "scf.yield"),
+        OpKind::Condition => terminator(lw, block, op, "scf.condition"),
+        OpKind::Return => terminator(lw, block, op, "func.return"),
+    }
+}
+
+fn join(v: &[usize]) -> String {
+    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// Build `name(operands) {attrs} -> results` in `block`, returning its results.
+fn emit<'c>(
+    lw: &Lowerer<'c, '_>,
+    block: &Block<'c>,
+    op: &Op,
+    name: &str,
+    operands: &[Value<'c, '_>],
+    results: &[MType<'c>],
+    attrs: &[(&str, String)],
+) -> Result<Vec<Value<'c, 'static>>> {
+    let ctx = lw.ctx;
+    let mut parsed = Vec::new();
+    for (k, text) in attrs {
+        parsed.push((Identifier::new(ctx, k), parse_attr(ctx, text)?));
+    }
+    let built = OperationBuilder::new(name, super::location(ctx, &op.loc))
+        .add_operands(operands)
+        .add_results(results)
+        .add_attributes(&parsed)
+        .build()
+        .map_err(|e| kerr!(Lowering, "building {name}: {e}"))?;
+    let r = block.append_operation(built);
+    let mut out = Vec::new();
+    for i in 0..r.result_count() {
+        let v = r.result(i).map_err(|e| kerr!(Lowering, "{name} result {i}: {e}"))?;
+        // SAFETY: see `Lowerer::v`; the value lives as long as the module.
+        out.push(unsafe { Value::from_raw(melior::ir::ValueLike::to_raw(&v)) });
+    }
+    Ok(out)
+}
+
+fn operands<'c, 'a>(lw: &'a Lowerer<'c, '_>, ids: &[ValueId]) -> Result<Vec<Value<'c, 'a>>> {
+    ids.iter().map(|id| lw.v(*id)).collect()
+}
+
+fn result_type<'c>(lw: &Lowerer<'c, '_>, op: &Op, i: usize) -> Result<MType<'c>> {
+    let id = op.results.get(i).ok_or_else(|| kerr!(Lowering, "op has no result {i}"))?;
+    lw.ty(lw.func.ty(*id))
+}
+
+/// An op whose operands and results map one to one.
+fn simple<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, name: &str, attrs: &[(&str, String)]) -> Result<()> {
+    let tys: Vec<MType> = (0..op.results.len()).map(|i| result_type(lw, op, i)).collect::<Result<_>>()?;
+    let args = operands(lw, &op.operands)?;
+    let res = emit(lw, block, op, name, &args, &tys, attrs)?;
+    for (id, v) in op.results.iter().zip(res) {
+        lw.bind(*id, v);
+    }
+    Ok(())
+}
+
+fn const_value<'c>(lw: &Lowerer<'c, '_>, block: &Block<'c>, op: &Op, ty: &Type, l: Literal) -> Result<Value<'c, 'static>> {
+    let elem = l.dtype.mlir();
+    let text = match ty {
+        Type::Scalar(_) => format!("{} : {elem}", l.mlir()),
+        Type::Vector(s, _) => format!("dense<{}> : {}", l.mlir(), vector_type_text(s, elem)),
+        Type::Ref(..) => return Err(kerr!(Lowering, "constant of ref type")),
+    };
+    let mty = lw.ty(ty)?;
+    Ok(emit(lw, block, op, "arith.constant", &[], &[mty], &[("value", text)])?[0])
+}
+
+fn index_const<'c>(lw: &Lowerer<'c, '_>, block: &Block<'c>, op: &Op, v: usize) -> Result<Value<'c, 'static>> {
+    let ity = lw.parse_type("index")?;
+    Ok(emit(lw, block, op, "arith.constant", &[], &[ity], &[("value", format!("{v} : index"))])?[0])
+}
+
+fn constant<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, l: Literal) -> Result<()> {
+    let ty = lw.func.ty(op.results[0]).clone();
+    let v = const_value(lw, block, op, &ty, l)?;
+    lw.bind(op.results[0], v);
+    Ok(())
+}
+
+fn unary<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, u: UnaryOp) -> Result<()> {
+    let ty = lw.func.ty(op.results[0]).clone();
+    let d = ty.dtype();
+    let name = match (u, d.is_float()) {
+        (UnaryOp::Neg, true) => "arith.negf",
+        (UnaryOp::Exp, _) => "math.exp",
+        (UnaryOp::Log, _) => "math.log",
+        (UnaryOp::Tanh, _) => "math.tanh",
+        (UnaryOp::Rsqrt, _) => "math.rsqrt",
+        (UnaryOp::Sqrt, _) => "math.sqrt",
+        (UnaryOp::Sin, _) => "math.sin",
+        (UnaryOp::Cos, _) => "math.cos",
+        (UnaryOp::Abs, true) => "math.absf",
+        (UnaryOp::Abs, false) => "math.absi",
+        (UnaryOp::Neg, false) | (UnaryOp::Not, _) => {
+            // -x = 0 - x; !x = x ^ all-ones.
+            let (lit, name) = if u == UnaryOp::Neg {
+                (Literal::zero(d), "arith.subi")
+            } else {
+                (Literal::from_i64(d, -1), "arith.xori")
+            };
+            let c = const_value(lw, block, op, &ty, lit)?;
+            let x = lw.v(op.operands[0])?;
+            let args = if u == UnaryOp::Neg { [c, x] } else { [x, c] };
+            let mty = lw.ty(&ty)?;
+            let r = emit(lw, block, op, name, &args, &[mty], &[])?[0];
+            lw.bind(op.results[0], r);
+            return Ok(());
+        }
+    };
+    simple(lw, block, op, name, &[])
+}
+
+fn binary<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, b: BinaryOp) -> Result<()> {
+    let d = lw.func.ty(op.results[0]).dtype();
+    let (f, u) = (d.is_float(), d.is_unsigned());
+    let name = match b {
+        BinaryOp::Add if f => "arith.addf",
+        BinaryOp::Add => "arith.addi",
+        BinaryOp::Sub if f => "arith.subf",
+        BinaryOp::Sub => "arith.subi",
+        BinaryOp::Mul if f => "arith.mulf",
+        BinaryOp::Mul => "arith.muli",
+        BinaryOp::Div if f => "arith.divf",
+        BinaryOp::Div if u => "arith.divui",
+        BinaryOp::Div => "arith.divsi",
+        BinaryOp::Rem if f => "arith.remf",
+        BinaryOp::Rem if u => "arith.remui",
+        BinaryOp::Rem => "arith.remsi",
+        BinaryOp::Max if f => "arith.maximumf",
+        BinaryOp::Max if u => "arith.maxui",
+        BinaryOp::Max => "arith.maxsi",
+        BinaryOp::Min if f => "arith.minimumf",
+        BinaryOp::Min if u => "arith.minui",
+        BinaryOp::Min => "arith.minsi",
+        BinaryOp::Pow => "math.powf",
+        BinaryOp::And => "arith.andi",
+        BinaryOp::Or => "arith.ori",
+        BinaryOp::Xor => "arith.xori",
+    };
+    simple(lw, block, op, name, &[])
+}
+
+fn compare<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, c: CmpOp) -> Result<()> {
+    let d = lw.func.ty(op.operands[0]).dtype();
+    // arith.cmpf / arith.cmpi predicate numbers (ordered float compares, like XLA; `!=` is unordered).
+    let (name, pred) = if d.is_float() {
+        let p = match c {
+            CmpOp::Eq => 1,
+            CmpOp::Gt => 2,
+            CmpOp::Ge => 3,
+            CmpOp::Lt => 4,
+            CmpOp::Le => 5,
+            CmpOp::Ne => 13,
+        };
+        ("arith.cmpf", p)
+    } else {
+        let u = d.is_unsigned() || d == DType::Bool;
+        let p = match c {
+            CmpOp::Eq => 0,
+            CmpOp::Ne => 1,
+            CmpOp::Lt if u => 6,
+            CmpOp::Le if u => 7,
+            CmpOp::Gt if u => 8,
+            CmpOp::Ge if u => 9,
+            CmpOp::Lt => 2,
+            CmpOp::Le => 3,
+            CmpOp::Gt => 4,
+            CmpOp::Ge => 5,
+        };
+        ("arith.cmpi", p)
+    };
+    simple(lw, block, op, name, &[("predicate", format!("{pred} : i64"))])
+}
+
+fn cast<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, to: DType) -> Result<()> {
+    let from_ty = lw.func.ty(op.operands[0]).clone();
+    let from = from_ty.dtype();
+    let name = match (from, to) {
+        _ if from.mlir() == to.mlir() => {
+            // Same bits, different signedness (i32 <-> u32): no op.
+            let v = lw.v(op.operands[0])?;
+            let v: Value<'c, 'static> = unsafe { Value::from_raw(melior::ir::ValueLike::to_raw(&v)) };
+            lw.bind(op.results[0], v);
+            return Ok(());
+        }
+        (DType::F32, DType::BF16) => "arith.truncf",
+        (DType::BF16, DType::F32) => "arith.extf",
+        (DType::Bool, t) if t.is_float() => "arith.uitofp",
+        (f, t) if f.is_int() && t.is_float() => {
+            if f.is_unsigned() {
+                "arith.uitofp"
+            } else {
+                "arith.sitofp"
+            }
+        }
+        (f, t) if f.is_float() && t.is_int() => {
+            if t.is_unsigned() {
+                "arith.fptoui"
+            } else {
+                "arith.fptosi"
+            }
+        }
+        (f, DType::Bool) => {
+            // x != 0
+            let zero = const_value(lw, block, op, &from_ty, Literal::zero(f))?;
+            let x = lw.v(op.operands[0])?;
+            let (name, pred) = if f.is_float() { ("arith.cmpf", 13) } else { ("arith.cmpi", 1) };
+            let rty = result_type(lw, op, 0)?;
+            let r = emit(lw, block, op, name, &[x, zero], &[rty], &[("predicate", format!("{pred} : i64"))])?[0];
+            lw.bind(op.results[0], r);
+            return Ok(());
+        }
+        (f, t) if f.bit_width() < t.bit_width() => {
+            if f.is_unsigned() || f == DType::Bool {
+                "arith.extui"
+            } else {
+                "arith.extsi"
+            }
+        }
+        _ => "arith.trunci",
+    };
+    simple(lw, block, op, name, &[])
+}
+
+fn reduce<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, kind: ReduceKind, axes: &[usize], keepdims: bool) -> Result<()> {
+    let src_ty = lw.func.ty(op.operands[0]).clone();
+    let d = src_ty.dtype();
+    let reduced: Vec<usize> =
+        src_ty.shape().iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, n)| *n).collect();
+    let acc_ty = if reduced.is_empty() { Type::Scalar(d) } else { Type::Vector(reduced.clone(), d) };
+    let (kind_name, init) = match (kind, d.is_float(), d.is_unsigned()) {
+        (ReduceKind::Sum, _, _) => ("add", Literal::zero(d)),
+        (ReduceKind::Max, true, _) => ("maximumf", Literal::from_f64(d, f64::NEG_INFINITY)),
+        (ReduceKind::Min, true, _) => ("minimumf", Literal::from_f64(d, f64::INFINITY)),
+        (ReduceKind::Max, false, true) => ("maxui", Literal::zero(d)),
+        (ReduceKind::Min, false, true) => ("minui", Literal::from_i64(d, -1)),
+        (ReduceKind::Max, false, false) => ("maxsi", Literal::from_i64(d, min_signed(d))),
+        (ReduceKind::Min, false, false) => ("minsi", Literal::from_i64(d, -min_signed(d) - 1)),
+    };
+    let acc = const_value(lw, block, op, &acc_ty, init)?;
+    let src = lw.v(op.operands[0])?;
+    let acc_mty = lw.ty(&acc_ty)?;
+    let attrs = [("kind", format!("#vector.kind<{kind_name}>")), ("reduction_dims", format!("array<i64: {}>", join(axes)))];
+    let r = emit(lw, block, op, "vector.multi_reduction", &[src, acc], &[acc_mty], &attrs)?[0];
+    let out_ty = lw.func.ty(op.results[0]).clone();
+    if !keepdims || out_ty == acc_ty {
+        lw.bind(op.results[0], r);
+        return Ok(());
+    }
+    let name = if reduced.is_empty() { "vector.broadcast" } else { "vector.shape_cast" };
+    let mty = lw.ty(&out_ty)?;
+    let v = emit(lw, block, op, name, &[r], &[mty], &[])?[0];
+    lw.bind(op.results[0], v);
+    Ok(())
+}
+
+fn min_signed(d: DType) -> i64 {
+    -(1i64 << (d.bit_width() - 1))
+}
+
+fn dot<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, tl: bool, tr: bool) -> Result<()> {
+    let out_ty = lw.func.ty(op.results[0]).clone();
+    let acc = match op.operands.get(2) {
+        Some(a) => lw.v(*a)?,
+        None => {
+            let z = const_value(lw, block, op, &out_ty, Literal::zero(out_ty.dtype()))?;
+            z
+        }
+    };
+    let (lc, lnc) = if tl { (0, 1) } else { (1, 0) };
+    let (rc, rnc) = if tr { (1, 0) } else { (0, 1) };
+    let dn = format!("#tpu.dot_dimension_numbers<[{lc}], [{rc}], [{lnc}], [{rnc}], [0, {lnc}, 1, {rnc}], [], []>");
+    let (x, y) = (lw.v(op.operands[0])?, lw.v(op.operands[1])?);
+    let mty = lw.ty(&out_ty)?;
+    let attrs = [("dimension_numbers", dn), ("transpose_lhs_hint", "false".to_string())];
+    let r = emit(lw, block, op, "tpu.matmul", &[x, y, acc], &[mty], &attrs)?[0];
+    lw.bind(op.results[0], r);
+    Ok(())
+}
+
+/// Index operands of a window: constants for static starts, `index_cast`s of the dynamic i32 starts.
+fn window_indices<'c>(lw: &Lowerer<'c, '_>, block: &Block<'c>, op: &Op, w: &Window, dynamic: &[ValueId]) -> Result<Vec<Value<'c, 'static>>> {
+    let mut dyn_it = dynamic.iter();
+    let mut out = Vec::new();
+    let ity = lw.parse_type("index")?;
+    for s in &w.starts {
+        out.push(match s {
+            Start::Static(v) => index_const(lw, block, op, *v)?,
+            Start::Dynamic => {
+                let id = dyn_it.next().ok_or_else(|| kerr!(Lowering, "missing dynamic index operand"))?;
+                let v = lw.v(*id)?;
+                emit(lw, block, op, "arith.index_cast", &[v], &[ity], &[])?[0]
+            }
+        });
+    }
+    Ok(out)
+}
+
+fn load<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, w: &Window) -> Result<()> {
+    let ref_ty = lw.func.ty(op.operands[0]).clone();
+    let out_ty = lw.func.ty(op.results[0]).clone();
+    if matches!(out_ty, Type::Scalar(_)) {
+        return Err(kerr!(Unsupported, "loading a single element from a VMEM ref is not supported yet; load a window with `ds(i, 1)`"));
+    }
+    let idx = window_indices(lw, block, op, w, &op.operands[1..])?;
+    let base = lw.v(op.operands[0])?;
+    let mut args = vec![base];
+    args.extend(idx);
+    let full_ty = lw.ty(&Type::Vector(w.sizes.clone(), ref_ty.dtype()))?;
+    let mut r = emit(lw, block, op, "vector.load", &args, &[full_ty], &[])?[0];
+    if w.squeezed.iter().any(|s| *s) {
+        let mty = lw.ty(&out_ty)?;
+        r = emit(lw, block, op, "vector.shape_cast", &[r], &[mty], &[])?[0];
+    }
+    lw.bind(op.results[0], r);
+    Ok(())
+}
+
+fn store<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, w: &Window, masked: bool) -> Result<()> {
+    let ref_ty = lw.func.ty(op.operands[0]).clone();
+    let n_dyn = w.n_dynamic();
+    let dynamic = &op.operands[2..2 + n_dyn];
+    let idx = window_indices(lw, block, op, w, dynamic)?;
+    let mut value = lw.v(op.operands[1])?;
+    let mut mask = match masked {
+        true => Some(lw.v(op.operands[2 + n_dyn])?),
+        false => None,
+    };
+    if w.squeezed.iter().any(|s| *s) {
+        let vty = lw.ty(&Type::Vector(w.sizes.clone(), ref_ty.dtype()))?;
+        value = emit(lw, block, op, "vector.shape_cast", &[value], &[vty], &[])?[0];
+        if let Some(m) = mask {
+            let mty = lw.ty(&Type::Vector(w.sizes.clone(), DType::Bool))?;
+            mask = Some(emit(lw, block, op, "vector.shape_cast", &[m], &[mty], &[])?[0]);
+        }
+    }
+    let base = lw.v(op.operands[0])?;
+    let mut args = vec![value, base];
+    let n_idx = idx.len();
+    args.extend(idx);
+    args.extend(mask);
+    let segments = format!("array<i32: 1, 1, {n_idx}, {}>", masked as u8);
+    emit(lw, block, op, "tpu.vector_store", &args, &[], &[("operandSegmentSizes", segments), ("strides", "array<i32>".into())])?;
+    Ok(())
+}
+
+fn terminator<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, name: &str) -> Result<()> {
+    let args = operands(lw, &op.operands)?;
+    emit(lw, block, op, name, &args, &[], &[])?;
+    Ok(())
+}
+
+/// Build an op with regions (scf.if / scf.for / scf.while).
+fn with_regions<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, name: &str, regions: Vec<melior::ir::Region<'c>>) -> Result<()> {
+    let tys: Vec<MType> = (0..op.results.len()).map(|i| result_type(lw, op, i)).collect::<Result<_>>()?;
+    let args = operands(lw, &op.operands)?;
+    let built = OperationBuilder::new(name, super::location(lw.ctx, &op.loc))
+        .add_operands(&args)
+        .add_results(&tys)
+        .add_regions_vec(regions)
+        .build()
+        .map_err(|e| kerr!(Lowering, "building {name}: {e}"))?;
+    let r = block.append_operation(built);
+    for (i, id) in op.results.iter().enumerate() {
+        let v = r.result(i).map_err(|e| kerr!(Lowering, "{name} result {i}: {e}"))?;
+        let v: Value<'c, 'static> = unsafe { Value::from_raw(melior::ir::ValueLike::to_raw(&v)) };
+        lw.bind(*id, v);
+    }
+    Ok(())
+}
+
+fn region_of<'c>(lw: &mut Lowerer<'c, '_>, r: &crate::ir::Region) -> Result<melior::ir::Region<'c>> {
+    let region = melior::ir::Region::new();
+    let b = lw.region(r)?;
+    region.append_block(b);
+    Ok(region)
+}
+
+fn if_<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op) -> Result<()> {
+    let then_r = region_of(lw, &op.regions[0])?;
+    // An else that only yields nothing is left empty (scf.if allows that without results).
+    let else_ir = &op.regions[1];
+    let else_r = if op.results.is_empty() && else_ir.ops.len() == 1 {
+        melior::ir::Region::new()
+    } else {
+        region_of(lw, else_ir)?
+    };
+    with_regions(lw, block, op, "scf.if", vec![then_r, else_r])
+}
+
+fn for_<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op) -> Result<()> {
+    let body = region_of(lw, &op.regions[0])?;
+    with_regions(lw, block, op, "scf.for", vec![body])
+}
+
+fn while_<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op) -> Result<()> {
+    let before = region_of(lw, &op.regions[0])?;
+    let after = region_of(lw, &op.regions[1])?;
+    with_regions(lw, block, op, "scf.while", vec![before, after])
+}

@@ -1,0 +1,186 @@
+//! Free functions of the kernel language: grid queries, constructors, `dot`, `select`, elementwise helpers.
+
+use super::array::{binary, IntoArg};
+use super::{emit, with, Arg, Array, Scalar};
+use crate::dtype::{DType, DotElement, Element, Float, Literal, Numeric};
+use crate::error::{kerr, SourceLoc};
+use crate::ir::{BinaryOp, OpKind, Type};
+
+/// The index of the current grid step along `axis` (`pl.program_id`).
+#[track_caller]
+pub fn program_id(axis: usize) -> Scalar<i32> {
+    Scalar::from_val(emit(SourceLoc::caller(), |t| {
+        match t.grid_args.get(axis) {
+            Some(id) => Ok(t.val(*id)),
+            None => Err(kerr!(Grid, "program_id({axis}) but the grid has {} axes ({:?})", t.grid.len(), t.grid)),
+        }
+    }))
+}
+
+/// The grid size along `axis` (`pl.num_programs`); a compile-time value since grids are static.
+#[track_caller]
+pub fn num_programs(axis: usize) -> i32 {
+    with(SourceLoc::caller(), |t| match t.grid.get(axis) {
+        Some(n) => Ok(*n as i32),
+        None => Err(kerr!(Grid, "num_programs({axis}) but the grid has {} axes ({:?})", t.grid.len(), t.grid)),
+    })
+    .unwrap_or(1)
+}
+
+/// A value to broadcast into whatever it is stored to: `acc.store(zeros())`.
+#[derive(Clone, Copy, Debug)]
+pub struct Fill(pub(crate) f64);
+
+/// Zeros shaped like the ref they are stored into (`jnp.zeros_like(acc_ref)`).
+pub fn zeros() -> Fill {
+    Fill(0.0)
+}
+
+/// An array of `shape` filled with `value`.
+#[track_caller]
+pub fn full<T: Element>(shape: impl AsRef<[usize]>, value: T) -> Array<T> {
+    let loc = SourceLoc::caller();
+    let shape = shape.as_ref().to_vec();
+    Array::from_val(emit(loc, |t| {
+        if shape.is_empty() || shape.contains(&0) {
+            return Err(kerr!(Shape, "`full` needs a non-empty shape without zero dimensions, got {shape:?}"));
+        }
+        Ok(t.push1(OpKind::Const(value.literal()), vec![], Type::Vector(shape, T::DTYPE), loc))
+    }))
+}
+
+/// `broadcasted_iota`: an integer array whose values count along `dim`.
+#[track_caller]
+pub fn iota<T: Numeric>(shape: impl AsRef<[usize]>, dim: usize) -> Array<T> {
+    let loc = SourceLoc::caller();
+    let shape = shape.as_ref().to_vec();
+    Array::from_val(emit(loc, |t| {
+        if T::DTYPE != DType::I32 {
+            return Err(kerr!(DType, "iota produces i32 values on TPU; write `iota::<i32>(..)` and cast"));
+        }
+        if dim >= shape.len() {
+            return Err(kerr!(Shape, "iota dimension {dim} is out of range for shape {shape:?}"));
+        }
+        Ok(t.push1(OpKind::Iota { dim }, vec![], Type::Vector(shape, T::DTYPE), loc))
+    }))
+}
+
+fn dot_impl<T: DotElement>(a: Array<T>, b: Array<T>, tl: bool, tr: bool, loc: SourceLoc) -> Array<T::Acc> {
+    Array::from_val(emit(loc, |t| {
+        let (sa, sb) = (t.ty(a.v)?.shape().to_vec(), t.ty(b.v)?.shape().to_vec());
+        if sa.len() != 2 || sb.len() != 2 {
+            return Err(kerr!(Shape, "dot multiplies 2-D blocks, got shapes {sa:?} and {sb:?}"));
+        }
+        let (m, ka) = if tl { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
+        let (kb, n) = if tr { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
+        if ka != kb {
+            return Err(kerr!(
+                Shape,
+                "dot contraction dimensions differ: lhs {sa:?}{} contracts {ka}, rhs {sb:?}{} contracts {kb}",
+                if tl { " (transposed)" } else { "" },
+                if tr { " (transposed)" } else { "" }
+            ));
+        }
+        let ids = vec![t.check(a.v)?, t.check(b.v)?];
+        let ty = Type::Vector(vec![m, n], <T::Acc as Element>::DTYPE);
+        Ok(t.push1(OpKind::Dot { transpose_lhs: tl, transpose_rhs: tr }, ids, ty, loc))
+    }))
+}
+
+/// Matrix product `a @ b` on the MXU, accumulating in f32 (i32 for i8): `jnp.dot(.., preferred_element_type=f32)`.
+#[track_caller]
+pub fn dot<T: DotElement>(a: Array<T>, b: Array<T>) -> Array<T::Acc> {
+    dot_impl(a, b, false, false, SourceLoc::caller())
+}
+
+/// `a @ b.T` without materializing the transpose.
+#[track_caller]
+pub fn dot_nt<T: DotElement>(a: Array<T>, b: Array<T>) -> Array<T::Acc> {
+    dot_impl(a, b, false, true, SourceLoc::caller())
+}
+
+/// `a.T @ b` without materializing the transpose.
+#[track_caller]
+pub fn dot_tn<T: DotElement>(a: Array<T>, b: Array<T>) -> Array<T::Acc> {
+    dot_impl(a, b, true, false, SourceLoc::caller())
+}
+
+/// Elementwise `cond ? on_true : on_false` (`jnp.where`); scalars and literals broadcast.
+#[track_caller]
+pub fn select<T: Element>(cond: Array<bool>, on_true: impl IntoArg<T>, on_false: impl IntoArg<T>) -> Array<T> {
+    let loc = SourceLoc::caller();
+    let (a, b) = (on_true.into_arg(), on_false.into_arg());
+    Array::from_val(emit(loc, |t| {
+        let ct = t.ty(cond.v)?.clone();
+        let shape = super::broadcast_shapes(ct.shape(), t.arg_type(a)?.shape())?;
+        let shape = super::broadcast_shapes(&shape, t.arg_type(b)?.shape())?;
+        for arg in [a, b] {
+            if let Arg::Val(v) = arg {
+                let d = t.ty(v)?.dtype();
+                if d != T::DTYPE {
+                    return Err(kerr!(DType, "select branches must both be {}, got {d}", T::DTYPE));
+                }
+            }
+        }
+        let to_lit = |a: Arg| match a {
+            Arg::Lit(l) if l.dtype != T::DTYPE => Arg::Lit(if l.dtype.is_float() {
+                Literal::from_f64(T::DTYPE, l.as_f64())
+            } else {
+                Literal::from_i64(T::DTYPE, l.as_i64())
+            }),
+            other => other,
+        };
+        let c = t.materialize(Arg::Val(cond.v), &Type::Vector(shape.clone(), DType::Bool), loc)?;
+        let x = t.materialize(to_lit(a), &Type::Vector(shape.clone(), T::DTYPE), loc)?;
+        let y = t.materialize(to_lit(b), &Type::Vector(shape.clone(), T::DTYPE), loc)?;
+        Ok(t.push1(OpKind::Select, vec![c, x, y], Type::Vector(shape, T::DTYPE), loc))
+    }))
+}
+
+/// `jnp.where`: an alias of [`select`].
+#[track_caller]
+pub fn where_<T: Element>(cond: Array<bool>, on_true: impl IntoArg<T>, on_false: impl IntoArg<T>) -> Array<T> {
+    select(cond, on_true, on_false)
+}
+
+/// Elementwise maximum (NaN-propagating for floats, like `jnp.maximum`).
+#[track_caller]
+pub fn maximum<T: Numeric>(a: Array<T>, b: impl IntoArg<T>) -> Array<T> {
+    Array::from_val(binary(BinaryOp::Max, a.v.into(), b.into_arg(), SourceLoc::caller()))
+}
+
+/// Elementwise minimum (NaN-propagating for floats, like `jnp.minimum`).
+#[track_caller]
+pub fn minimum<T: Numeric>(a: Array<T>, b: impl IntoArg<T>) -> Array<T> {
+    Array::from_val(binary(BinaryOp::Min, a.v.into(), b.into_arg(), SourceLoc::caller()))
+}
+
+/// Elementwise `a ** b` for floats.
+#[track_caller]
+pub fn pow<T: Float>(a: Array<T>, b: impl IntoArg<T>) -> Array<T> {
+    Array::from_val(binary(BinaryOp::Pow, a.v.into(), b.into_arg(), SourceLoc::caller()))
+}
+
+/// Tell the compiler an `i32` index is a multiple of `m` (`pl.multiple_of`), e.g. for aligned dynamic slices.
+#[track_caller]
+pub fn multiple_of(x: Scalar<i32>, m: u32) -> Scalar<i32> {
+    let loc = SourceLoc::caller();
+    Scalar::from_val(emit(loc, |t| {
+        if m == 0 {
+            return Err(kerr!(Shape, "multiple_of(.., 0): the multiple must be positive"));
+        }
+        let id = t.check(x.v)?;
+        Ok(t.push1(OpKind::MultipleOf(m), vec![id], Type::Scalar(DType::I32), loc))
+    }))
+}
+
+macro_rules! free_unary {
+    ($($name:ident),*) => {$(
+        #[doc = concat!("Elementwise `", stringify!($name), "` (same as the method `x.", stringify!($name), "()`).")]
+        #[track_caller]
+        pub fn $name<T: Float>(x: Array<T>) -> Array<T> {
+            x.$name()
+        }
+    )*};
+}
+free_unary!(exp, log, tanh, rsqrt, sqrt, sin, cos);

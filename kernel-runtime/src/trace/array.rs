@@ -1,0 +1,536 @@
+//! Traced values: [`Array`] (a vector block value) and [`Scalar`] (an `i32` index, a condition, ...), with
+//! operator overloading and the elementwise, reduction and shape methods.
+
+use super::{emit, join_types, Arg, Tracer, Val};
+use crate::dtype::{DType, Element, Float, Integer, Literal, Numeric, Signed};
+use crate::error::{kerr, Result, SourceLoc};
+use crate::ir::{BinaryOp, CmpOp, OpKind, ReduceKind, Type, UnaryOp};
+use half::bf16;
+use std::marker::PhantomData;
+use std::ops;
+
+/// A traced vector value with element type `T` (shape known at trace time).
+pub struct Array<T> {
+    pub(crate) v: Val,
+    _t: PhantomData<T>,
+}
+
+/// A traced scalar value (grid index, loop counter, condition, ...).
+pub struct Scalar<T> {
+    pub(crate) v: Val,
+    _t: PhantomData<T>,
+}
+
+macro_rules! handle_impls {
+    ($H:ident) => {
+        impl<T> Clone for $H<T> {
+            fn clone(&self) -> Self {
+                *self
+            }
+        }
+        impl<T> Copy for $H<T> {}
+        impl<T> std::fmt::Debug for $H<T> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}({:?})", stringify!($H), self.v)
+            }
+        }
+        impl<T> $H<T> {
+            #[doc(hidden)]
+            pub fn from_val(v: Val) -> Self {
+                $H { v, _t: PhantomData }
+            }
+            #[doc(hidden)]
+            pub fn val(self) -> Val {
+                self.v
+            }
+        }
+    };
+}
+handle_impls!(Array);
+handle_impls!(Scalar);
+
+// ---------------------------------------------------------------------------------------------- emission
+
+fn check_dtype_op(op: BinaryOp, d: DType) -> Result<()> {
+    let ok = match op {
+        BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => d.is_int() || d == DType::Bool,
+        BinaryOp::Pow => d.is_float(),
+        _ => d != DType::Bool,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(kerr!(DType, "`{op:?}` is not defined for {d} values"))
+    }
+}
+
+pub(crate) fn binary(op: BinaryOp, a: Arg, b: Arg, loc: SourceLoc) -> Val {
+    emit(loc, |t| {
+        let (ta, tb) = (t.arg_type(a)?, t.arg_type(b)?);
+        let dtype = value_dtype(&ta, &tb, a, b)?;
+        check_dtype_op(op, dtype)?;
+        let ty = join_types(&ta, &tb, dtype)?;
+        let x = t.materialize(a, &ty, loc)?;
+        let y = t.materialize(b, &ty, loc)?;
+        Ok(t.push1(OpKind::Binary(op), vec![x, y], ty, loc))
+    })
+}
+
+/// The dtype of an elementwise op: literals take the dtype of the traced side.
+fn value_dtype(ta: &Type, tb: &Type, a: Arg, b: Arg) -> Result<DType> {
+    match (a, b) {
+        (Arg::Lit(_), Arg::Val(_)) => Ok(tb.dtype()),
+        (Arg::Val(_), Arg::Lit(_)) => Ok(ta.dtype()),
+        _ if ta.dtype() == tb.dtype() => Ok(ta.dtype()),
+        _ => Err(kerr!(
+            DType,
+            "element types differ: {} vs {}; cast one side first, e.g. `.cast::<{}>()`",
+            ta.dtype(),
+            tb.dtype(),
+            ta.dtype()
+        )),
+    }
+}
+
+pub(crate) fn compare(op: CmpOp, a: Arg, b: Arg, loc: SourceLoc) -> Val {
+    emit(loc, |t| {
+        let (ta, tb) = (t.arg_type(a)?, t.arg_type(b)?);
+        let dtype = value_dtype(&ta, &tb, a, b)?;
+        let operand_ty = join_types(&ta, &tb, dtype)?;
+        let x = t.materialize(a, &operand_ty, loc)?;
+        let y = t.materialize(b, &operand_ty, loc)?;
+        Ok(t.push1(OpKind::Compare(op), vec![x, y], operand_ty.with_dtype(DType::Bool), loc))
+    })
+}
+
+pub(crate) fn unary(op: UnaryOp, a: Val, loc: SourceLoc) -> Val {
+    emit(loc, |t| {
+        let ty = t.ty(a)?.clone();
+        let id = t.check(a)?;
+        Ok(t.push1(OpKind::Unary(op), vec![id], ty, loc))
+    })
+}
+
+pub(crate) fn cast(a: Val, to: DType, loc: SourceLoc) -> Val {
+    emit(loc, |t| {
+        let ty = t.ty(a)?.clone();
+        let id = t.check(a)?;
+        if ty.dtype() == to {
+            return Ok(a);
+        }
+        Ok(t.push1(OpKind::Cast(to), vec![id], ty.with_dtype(to), loc))
+    })
+}
+
+fn vector_type(t: &Tracer, a: Val, what: &str) -> Result<(Vec<usize>, DType)> {
+    match t.ty(a)? {
+        Type::Vector(s, d) => Ok((s.clone(), *d)),
+        other => Err(kerr!(Shape, "{what} needs an array, got {other}")),
+    }
+}
+
+pub(crate) fn normalize_axis(axis: isize, rank: usize) -> Result<usize> {
+    let r = rank as isize;
+    if axis >= r || axis < -r {
+        return Err(kerr!(Shape, "axis {axis} is out of range for an array of rank {rank}"));
+    }
+    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+}
+
+fn reduce(a: Val, kind: ReduceKind, axis: isize, keepdims: bool, loc: SourceLoc) -> Val {
+    emit(loc, |t| {
+        let (shape, d) = vector_type(t, a, "a reduction")?;
+        if d == DType::Bool {
+            return Err(kerr!(DType, "cannot reduce bool values; cast to i32 first"));
+        }
+        let ax = normalize_axis(axis, shape.len())?;
+        let mut out: Vec<usize> = shape.clone();
+        if keepdims {
+            out[ax] = 1;
+        } else {
+            out.remove(ax);
+        }
+        let ty = if out.is_empty() { Type::Scalar(d) } else { Type::Vector(out, d) };
+        let id = t.check(a)?;
+        Ok(t.push1(OpKind::Reduce { kind, axes: vec![ax], keepdims }, vec![id], ty, loc))
+    })
+}
+
+// ---------------------------------------------------------------------------------------------- methods
+
+impl<T: Element> Array<T> {
+    /// The static shape of this value.
+    #[track_caller]
+    pub fn shape(self) -> Vec<usize> {
+        super::with(SourceLoc::caller(), |t| Ok(t.ty(self.v)?.shape().to_vec())).unwrap_or_default()
+    }
+    pub fn dtype(self) -> DType {
+        T::DTYPE
+    }
+    #[track_caller]
+    pub fn rank(self) -> usize {
+        self.shape().len()
+    }
+    /// Convert the element type (`bf16`↔`f32`, int↔float, widen/narrow ints, bool→int).
+    #[track_caller]
+    pub fn cast<U: Element>(self) -> Array<U> {
+        Array::from_val(cast(self.v, U::DTYPE, SourceLoc::caller()))
+    }
+    /// Broadcast (numpy rules) to a larger shape.
+    #[track_caller]
+    pub fn broadcast_to(self, shape: impl AsRef<[usize]>) -> Array<T> {
+        let loc = SourceLoc::caller();
+        let shape = shape.as_ref().to_vec();
+        Array::from_val(emit(loc, |t| {
+            let id = t.check(self.v)?;
+            t.materialize(self.v.into(), &Type::Vector(shape.clone(), T::DTYPE), loc).map(|x| {
+                if x == id {
+                    self.v
+                } else {
+                    t.val(x)
+                }
+            })
+        }))
+    }
+    /// Reshape to a shape with the same number of elements.
+    #[track_caller]
+    pub fn reshape(self, shape: impl AsRef<[usize]>) -> Array<T> {
+        let loc = SourceLoc::caller();
+        let shape = shape.as_ref().to_vec();
+        Array::from_val(emit(loc, |t| {
+            let (from, d) = vector_type(t, self.v, "reshape")?;
+            let (n0, n1) = (from.iter().product::<usize>(), shape.iter().product::<usize>());
+            if n0 != n1 || shape.is_empty() {
+                return Err(kerr!(Shape, "cannot reshape {from:?} ({n0} elements) to {shape:?} ({n1} elements)"));
+            }
+            let id = t.check(self.v)?;
+            Ok(t.push1(OpKind::Reshape, vec![id], Type::Vector(shape, d), loc))
+        }))
+    }
+    /// Permute dimensions.
+    #[track_caller]
+    pub fn transpose(self, perm: impl AsRef<[usize]>) -> Array<T> {
+        let loc = SourceLoc::caller();
+        let perm = perm.as_ref().to_vec();
+        Array::from_val(emit(loc, |t| {
+            let (from, d) = vector_type(t, self.v, "transpose")?;
+            let mut seen = vec![false; from.len()];
+            if perm.len() != from.len() || perm.iter().any(|&p| p >= from.len() || std::mem::replace(&mut seen[p], true)) {
+                return Err(kerr!(Shape, "{perm:?} is not a permutation of the {} dimensions of {from:?}", from.len()));
+            }
+            let shape = perm.iter().map(|&p| from[p]).collect();
+            let id = t.check(self.v)?;
+            Ok(t.push1(OpKind::Transpose { perm }, vec![id], Type::Vector(shape, d), loc))
+        }))
+    }
+    /// Swap the last two dimensions (`x.T` for a 2-D block).
+    #[track_caller]
+    pub fn t(self) -> Array<T> {
+        let rank = self.rank();
+        let mut perm: Vec<usize> = (0..rank).collect();
+        if rank >= 2 {
+            perm.swap(rank - 1, rank - 2);
+        }
+        self.transpose(perm)
+    }
+}
+
+macro_rules! reductions {
+    ($($name:ident, $keep:ident, $kind:ident, $doc:literal;)*) => {
+        impl<T: Numeric> Array<T> {
+            $(
+                #[doc = concat!($doc, " over `axis` (negative counts from the end), dropping that dimension.")]
+                #[track_caller]
+                pub fn $name(self, axis: isize) -> Array<T> {
+                    Array::from_val(reduce(self.v, ReduceKind::$kind, axis, false, SourceLoc::caller()))
+                }
+                #[doc = concat!($doc, " over `axis`, keeping it with size 1.")]
+                #[track_caller]
+                pub fn $keep(self, axis: isize) -> Array<T> {
+                    Array::from_val(reduce(self.v, ReduceKind::$kind, axis, true, SourceLoc::caller()))
+                }
+            )*
+        }
+    };
+}
+reductions! {
+    sum, sum_keepdims, Sum, "Sum";
+    max, max_keepdims, Max, "Maximum";
+    min, min_keepdims, Min, "Minimum";
+}
+
+impl<T: Float> Array<T> {
+    /// Mean over `axis`, dropping it.
+    #[track_caller]
+    pub fn mean(self, axis: isize) -> Array<T> {
+        let n = self.axis_len(axis);
+        self.sum(axis) / Array::<T>::lit_f(n as f64)
+    }
+    /// Mean over `axis`, keeping it with size 1.
+    #[track_caller]
+    pub fn mean_keepdims(self, axis: isize) -> Array<T> {
+        let n = self.axis_len(axis);
+        self.sum_keepdims(axis) / Array::<T>::lit_f(n as f64)
+    }
+    #[track_caller]
+    fn axis_len(self, axis: isize) -> usize {
+        let shape = self.shape();
+        normalize_axis(axis, shape.len()).map(|a| shape[a]).unwrap_or(1)
+    }
+    fn lit_f(v: f64) -> FloatLit<T> {
+        FloatLit(Literal::from_f64(T::DTYPE, v), PhantomData)
+    }
+}
+
+/// A float literal already converted to `T` (used by `mean`).
+#[doc(hidden)]
+pub struct FloatLit<T>(Literal, PhantomData<T>);
+
+impl<T: Numeric> ops::Div<FloatLit<T>> for Array<T> {
+    type Output = Array<T>;
+    #[track_caller]
+    fn div(self, r: FloatLit<T>) -> Array<T> {
+        Array::from_val(binary(BinaryOp::Div, self.v.into(), Arg::Lit(r.0), SourceLoc::caller()))
+    }
+}
+
+macro_rules! unary_methods {
+    ($bound:ident: $($name:ident => $op:ident, $doc:literal;)*) => {
+        impl<T: $bound> Array<T> {
+            $(
+                #[doc = $doc]
+                #[track_caller]
+                pub fn $name(self) -> Array<T> {
+                    Array::from_val(unary(UnaryOp::$op, self.v, SourceLoc::caller()))
+                }
+            )*
+        }
+        impl<T: $bound> Scalar<T> {
+            $(
+                #[doc = $doc]
+                #[track_caller]
+                pub fn $name(self) -> Scalar<T> {
+                    Scalar::from_val(unary(UnaryOp::$op, self.v, SourceLoc::caller()))
+                }
+            )*
+        }
+    };
+}
+unary_methods! { Float:
+    exp => Exp, "Elementwise `e^x`.";
+    log => Log, "Elementwise natural logarithm.";
+    tanh => Tanh, "Elementwise hyperbolic tangent.";
+    rsqrt => Rsqrt, "Elementwise `1/sqrt(x)`.";
+    sqrt => Sqrt, "Elementwise square root.";
+    sin => Sin, "Elementwise sine.";
+    cos => Cos, "Elementwise cosine.";
+}
+unary_methods! { Signed:
+    abs => Abs, "Elementwise absolute value.";
+}
+
+impl<T: Element> Scalar<T> {
+    #[track_caller]
+    pub fn cast<U: Element>(self) -> Scalar<U> {
+        Scalar::from_val(cast(self.v, U::DTYPE, SourceLoc::caller()))
+    }
+    pub fn dtype(self) -> DType {
+        T::DTYPE
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- operators
+
+/// Anything usable as an elementwise operand of element type `T`: arrays, scalars and Rust literals.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be used as a kernel value of element type `{T}`",
+    note = "use an Array<{T}>, a Scalar<{T}> or a literal; cast other element types with `.cast::<{T}>()`"
+)]
+pub trait IntoArg<T> {
+    #[doc(hidden)]
+    fn into_arg(self) -> Arg;
+}
+
+impl<T> IntoArg<T> for Array<T> {
+    fn into_arg(self) -> Arg {
+        Arg::Val(self.v)
+    }
+}
+impl<T> IntoArg<T> for Scalar<T> {
+    fn into_arg(self) -> Arg {
+        Arg::Val(self.v)
+    }
+}
+impl<T: Element> IntoArg<T> for T {
+    fn into_arg(self) -> Arg {
+        Arg::Lit(self.literal())
+    }
+}
+impl IntoArg<bf16> for f32 {
+    fn into_arg(self) -> Arg {
+        Arg::Lit(Literal::from_f64(DType::BF16, self as f64))
+    }
+}
+impl IntoArg<i32> for usize {
+    fn into_arg(self) -> Arg {
+        Arg::Lit(Literal::from_i64(DType::I32, self as i64))
+    }
+}
+
+macro_rules! arith_op {
+    ($Tr:ident, $m:ident, $ATr:ident, $am:ident, $op:ident, $bound:ident) => {
+        impl<T: $bound> ops::$Tr<Array<T>> for Array<T> {
+            type Output = Array<T>;
+            #[track_caller]
+            fn $m(self, r: Array<T>) -> Array<T> {
+                Array::from_val(binary(BinaryOp::$op, self.v.into(), r.v.into(), SourceLoc::caller()))
+            }
+        }
+        impl<T: $bound> ops::$Tr<Scalar<T>> for Array<T> {
+            type Output = Array<T>;
+            #[track_caller]
+            fn $m(self, r: Scalar<T>) -> Array<T> {
+                Array::from_val(binary(BinaryOp::$op, self.v.into(), r.v.into(), SourceLoc::caller()))
+            }
+        }
+        impl<T: $bound> ops::$Tr<Array<T>> for Scalar<T> {
+            type Output = Array<T>;
+            #[track_caller]
+            fn $m(self, r: Array<T>) -> Array<T> {
+                Array::from_val(binary(BinaryOp::$op, self.v.into(), r.v.into(), SourceLoc::caller()))
+            }
+        }
+        impl<T: $bound> ops::$Tr<Scalar<T>> for Scalar<T> {
+            type Output = Scalar<T>;
+            #[track_caller]
+            fn $m(self, r: Scalar<T>) -> Scalar<T> {
+                Scalar::from_val(binary(BinaryOp::$op, self.v.into(), r.v.into(), SourceLoc::caller()))
+            }
+        }
+        impl<T: $bound> ops::$Tr<T> for Array<T> {
+            type Output = Array<T>;
+            #[track_caller]
+            fn $m(self, r: T) -> Array<T> {
+                Array::from_val(binary(BinaryOp::$op, self.v.into(), Arg::Lit(r.literal()), SourceLoc::caller()))
+            }
+        }
+        impl<T: $bound> ops::$Tr<T> for Scalar<T> {
+            type Output = Scalar<T>;
+            #[track_caller]
+            fn $m(self, r: T) -> Scalar<T> {
+                Scalar::from_val(binary(BinaryOp::$op, self.v.into(), Arg::Lit(r.literal()), SourceLoc::caller()))
+            }
+        }
+        arith_op!(@lit $Tr, $m, $op, Array, bf16, f32);
+        arith_op!(@lit $Tr, $m, $op, Scalar, bf16, f32);
+        arith_op!(@lit $Tr, $m, $op, Array, i32, usize);
+        arith_op!(@lit $Tr, $m, $op, Scalar, i32, usize);
+        arith_op!(@rev $Tr, $m, $op, $bound; f32, bf16, i32, i8, u8, u32);
+        impl<T, R> ops::$ATr<R> for Array<T>
+        where
+            Array<T>: ops::$Tr<R, Output = Array<T>>,
+        {
+            #[track_caller]
+            fn $am(&mut self, r: R) {
+                *self = ops::$Tr::$m(*self, r);
+            }
+        }
+        impl<T, R> ops::$ATr<R> for Scalar<T>
+        where
+            Scalar<T>: ops::$Tr<R, Output = Scalar<T>>,
+        {
+            #[track_caller]
+            fn $am(&mut self, r: R) {
+                *self = ops::$Tr::$m(*self, r);
+            }
+        }
+    };
+    // `Array<bf16> * 2.0` (f32 literal), `Scalar<i32> * n` (usize compile-time value).
+    (@lit $Tr:ident, $m:ident, $op:ident, $H:ident, $elem:ty, $lit:ty) => {
+        impl ops::$Tr<$lit> for $H<$elem> {
+            type Output = $H<$elem>;
+            #[track_caller]
+            fn $m(self, r: $lit) -> $H<$elem> {
+                let lit = <$lit as IntoArg<$elem>>::into_arg(r);
+                $H::from_val(binary(BinaryOp::$op, self.v.into(), lit, SourceLoc::caller()))
+            }
+        }
+    };
+    // `2.0 * x`
+    (@rev $Tr:ident, $m:ident, $op:ident, $bound:ident; $($t:ty),*) => {$(
+        impl ops::$Tr<Array<$t>> for $t {
+            type Output = Array<$t>;
+            #[track_caller]
+            fn $m(self, r: Array<$t>) -> Array<$t> {
+                Array::from_val(binary(BinaryOp::$op, Arg::Lit(self.literal()), r.v.into(), SourceLoc::caller()))
+            }
+        }
+        impl ops::$Tr<Scalar<$t>> for $t {
+            type Output = Scalar<$t>;
+            #[track_caller]
+            fn $m(self, r: Scalar<$t>) -> Scalar<$t> {
+                Scalar::from_val(binary(BinaryOp::$op, Arg::Lit(self.literal()), r.v.into(), SourceLoc::caller()))
+            }
+        }
+    )*};
+}
+arith_op!(Add, add, AddAssign, add_assign, Add, Numeric);
+arith_op!(Sub, sub, SubAssign, sub_assign, Sub, Numeric);
+arith_op!(Mul, mul, MulAssign, mul_assign, Mul, Numeric);
+arith_op!(Div, div, DivAssign, div_assign, Div, Numeric);
+arith_op!(Rem, rem, RemAssign, rem_assign, Rem, Numeric);
+
+macro_rules! bit_op {
+    ($Tr:ident, $m:ident, $op:ident) => {
+        impl<T: Element> ops::$Tr<Array<T>> for Array<T> {
+            type Output = Array<T>;
+            #[track_caller]
+            fn $m(self, r: Array<T>) -> Array<T> {
+                Array::from_val(binary(BinaryOp::$op, self.v.into(), r.v.into(), SourceLoc::caller()))
+            }
+        }
+        impl<T: Element> ops::$Tr<Scalar<T>> for Scalar<T> {
+            type Output = Scalar<T>;
+            #[track_caller]
+            fn $m(self, r: Scalar<T>) -> Scalar<T> {
+                Scalar::from_val(binary(BinaryOp::$op, self.v.into(), r.v.into(), SourceLoc::caller()))
+            }
+        }
+    };
+}
+bit_op!(BitAnd, bitand, And);
+bit_op!(BitOr, bitor, Or);
+bit_op!(BitXor, bitxor, Xor);
+
+impl<T: Signed> ops::Neg for Array<T> {
+    type Output = Array<T>;
+    #[track_caller]
+    fn neg(self) -> Array<T> {
+        Array::from_val(unary(UnaryOp::Neg, self.v, SourceLoc::caller()))
+    }
+}
+impl<T: Signed> ops::Neg for Scalar<T> {
+    type Output = Scalar<T>;
+    #[track_caller]
+    fn neg(self) -> Scalar<T> {
+        Scalar::from_val(unary(UnaryOp::Neg, self.v, SourceLoc::caller()))
+    }
+}
+impl ops::Not for Array<bool> {
+    type Output = Array<bool>;
+    #[track_caller]
+    fn not(self) -> Array<bool> {
+        Array::from_val(unary(UnaryOp::Not, self.v, SourceLoc::caller()))
+    }
+}
+impl ops::Not for Scalar<bool> {
+    type Output = Scalar<bool>;
+    #[track_caller]
+    fn not(self) -> Scalar<bool> {
+        Scalar::from_val(unary(UnaryOp::Not, self.v, SourceLoc::caller()))
+    }
+}
+
+/// Marker so integer-only APIs can name the bound.
+#[doc(hidden)]
+pub fn _assert_integer<T: Integer>() {}

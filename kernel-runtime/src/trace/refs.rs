@@ -1,0 +1,403 @@
+//! Kernel refs: [`Ref`] (read-only input block), [`RefMut`] (output block or scratch), and windows into them
+//! (`r.at((ds(start, 8), ..))`).
+
+use super::array::{Array, IntoArg, Scalar};
+use super::{emit, with, Arg, Val};
+use crate::dtype::{DType, Element};
+use crate::error::{kerr, Result, SourceLoc};
+use crate::ir::{OpKind, Start, Type, Window};
+use std::marker::PhantomData;
+use std::ops::{Range, RangeFull};
+
+/// A read-only block ref (a kernel input).
+pub struct Ref<T> {
+    pub(crate) v: Val,
+    _t: PhantomData<T>,
+}
+
+/// A writable block ref (a kernel output or a scratch buffer).
+pub struct RefMut<T> {
+    pub(crate) v: Val,
+    _t: PhantomData<T>,
+}
+
+/// A window of a [`Ref`].
+pub struct View<T> {
+    r: Val,
+    spec: SliceSpec,
+    loc: SourceLoc,
+    _t: PhantomData<T>,
+}
+
+/// A window of a [`RefMut`].
+pub struct ViewMut<T> {
+    r: Val,
+    spec: SliceSpec,
+    loc: SourceLoc,
+    _t: PhantomData<T>,
+}
+
+macro_rules! copy_handle {
+    ($H:ident) => {
+        impl<T> Clone for $H<T> {
+            fn clone(&self) -> Self {
+                *self
+            }
+        }
+        impl<T> Copy for $H<T> {}
+        impl<T> std::fmt::Debug for $H<T> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}({:?})", stringify!($H), self.v)
+            }
+        }
+    };
+}
+copy_handle!(Ref);
+copy_handle!(RefMut);
+
+/// Whether a kernel parameter is read-only or writable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    Ref,
+    RefMut,
+}
+
+/// A type that can be a `#[tpu_kernel]` parameter.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a kernel parameter",
+    label = "kernel parameters are block refs",
+    note = "kernel parameters are `Ref<T>` (inputs) and `RefMut<T>` (outputs and scratch); bind compile-time parameters with a closure: `pallas_call(|x: Ref<f32>, o: RefMut<f32>| my_kernel(x, o, eps))`"
+)]
+pub trait KernelParam: Copy {
+    const KIND: ParamKind;
+    const DTYPE: DType;
+    #[doc(hidden)]
+    fn from_val(v: Val) -> Self;
+}
+
+impl<T: Element> KernelParam for Ref<T> {
+    const KIND: ParamKind = ParamKind::Ref;
+    const DTYPE: DType = T::DTYPE;
+    fn from_val(v: Val) -> Self {
+        Ref { v, _t: PhantomData }
+    }
+}
+impl<T: Element> KernelParam for RefMut<T> {
+    const KIND: ParamKind = ParamKind::RefMut;
+    const DTYPE: DType = T::DTYPE;
+    fn from_val(v: Val) -> Self {
+        RefMut { v, _t: PhantomData }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- slicing
+
+/// A dynamic slice `start..start + size` along one dimension (`pl.ds`).
+#[derive(Clone, Copy, Debug)]
+pub struct Ds {
+    start: Arg,
+    size: usize,
+}
+
+/// `ds(start, size)`: the window `start..start + size`; `start` may be traced (`Scalar<i32>`) or a constant.
+pub fn ds(start: impl IntoArg<i32>, size: usize) -> Ds {
+    Ds { start: start.into_arg(), size }
+}
+
+/// One dimension of a window.
+#[derive(Clone, Copy, Debug)]
+#[doc(hidden)]
+pub enum SliceDim {
+    Full,
+    Range { start: Arg, size: usize },
+    Index(Arg),
+}
+
+/// A window over all dimensions of a ref.
+#[derive(Clone, Debug)]
+pub struct SliceSpec(Vec<SliceDim>);
+
+/// One element of a window tuple: `ds(s, n)`, `a..b`, `..`, or an index (squeezes the dimension).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot index a kernel ref",
+    note = "each dimension takes `ds(start, size)`, a constant range `a..b`, `..` (whole dimension) or an integer index"
+)]
+pub trait SliceArg {
+    #[doc(hidden)]
+    fn slice_dim(self) -> SliceDim;
+}
+impl SliceArg for Ds {
+    fn slice_dim(self) -> SliceDim {
+        SliceDim::Range { start: self.start, size: self.size }
+    }
+}
+impl SliceArg for RangeFull {
+    fn slice_dim(self) -> SliceDim {
+        SliceDim::Full
+    }
+}
+impl SliceArg for Range<usize> {
+    fn slice_dim(self) -> SliceDim {
+        SliceDim::Range {
+            start: Arg::Lit(crate::dtype::Literal::from_i64(DType::I32, self.start as i64)),
+            size: self.end.saturating_sub(self.start),
+        }
+    }
+}
+impl SliceArg for usize {
+    fn slice_dim(self) -> SliceDim {
+        SliceDim::Index(IntoArg::<i32>::into_arg(self))
+    }
+}
+impl SliceArg for i32 {
+    fn slice_dim(self) -> SliceDim {
+        SliceDim::Index(IntoArg::<i32>::into_arg(self))
+    }
+}
+impl SliceArg for Scalar<i32> {
+    fn slice_dim(self) -> SliceDim {
+        SliceDim::Index(Arg::Val(self.v))
+    }
+}
+
+/// A tuple of [`SliceArg`]s, one per leading dimension (missing trailing dimensions are taken whole).
+pub trait IntoSliceSpec {
+    #[doc(hidden)]
+    fn into_spec(self) -> SliceSpec;
+}
+impl<A: SliceArg> IntoSliceSpec for A {
+    fn into_spec(self) -> SliceSpec {
+        SliceSpec(vec![self.slice_dim()])
+    }
+}
+macro_rules! tuple_spec {
+    ($($n:ident),*) => {
+        impl<$($n: SliceArg),*> IntoSliceSpec for ($($n,)*) {
+            #[allow(non_snake_case)]
+            fn into_spec(self) -> SliceSpec {
+                let ($($n,)*) = self;
+                SliceSpec(vec![$($n.slice_dim()),*])
+            }
+        }
+    };
+}
+tuple_spec!(A);
+tuple_spec!(A, B);
+tuple_spec!(A, B, C);
+tuple_spec!(A, B, C, D);
+tuple_spec!(A, B, C, D, E);
+
+/// Resolve a slice spec against a ref shape: the window plus the dynamic start operands to pass.
+fn resolve(t: &mut super::Tracer, shape: &[usize], spec: &SliceSpec, loc: SourceLoc) -> Result<(Window, Vec<crate::ir::ValueId>)> {
+    if spec.0.len() > shape.len() {
+        return Err(kerr!(
+            OutOfBounds,
+            "{} indices given for a ref of rank {} (shape {shape:?})",
+            spec.0.len(),
+            shape.len()
+        ));
+    }
+    let mut w = Window::full(shape);
+    let mut dynamic = Vec::new();
+    for (d, dim) in spec.0.iter().enumerate() {
+        let (start, size, squeeze) = match *dim {
+            SliceDim::Full => continue,
+            SliceDim::Range { start, size } => (start, size, false),
+            SliceDim::Index(start) => (start, 1, true),
+        };
+        if size == 0 || size > shape[d] {
+            return Err(kerr!(OutOfBounds, "slice of size {size} along dimension {d} does not fit the ref shape {shape:?}"));
+        }
+        w.sizes[d] = size;
+        w.squeezed[d] = squeeze;
+        match start {
+            Arg::Lit(l) => {
+                let s = l.as_i64();
+                if s < 0 || s as usize + size > shape[d] {
+                    return Err(kerr!(
+                        OutOfBounds,
+                        "slice {s}..{} along dimension {d} is out of bounds for the ref shape {shape:?}",
+                        s + size as i64
+                    ));
+                }
+                w.starts[d] = Start::Static(s as usize);
+            }
+            Arg::Val(v) => {
+                let ty = t.ty(v)?.clone();
+                if ty != Type::Scalar(DType::I32) {
+                    return Err(kerr!(DType, "a dynamic slice start must be an i32 scalar, got {ty}"));
+                }
+                w.starts[d] = Start::Dynamic;
+                dynamic.push(t.check(v)?);
+            }
+        }
+    }
+    let _ = loc;
+    Ok((w, dynamic))
+}
+
+fn load(r: Val, spec: Option<&SliceSpec>, loc: SourceLoc) -> Val {
+    emit(loc, |t| {
+        let (shape, d) = ref_type(t, r)?;
+        let (w, dynamic) = match spec {
+            Some(s) => resolve(t, &shape, s, loc)?,
+            None => (Window::full(&shape), vec![]),
+        };
+        let vshape = w.value_shape();
+        let ty = if vshape.is_empty() { Type::Scalar(d) } else { Type::Vector(vshape, d) };
+        let mut operands = vec![t.check(r)?];
+        operands.extend(dynamic);
+        Ok(t.push1(OpKind::Load(w), operands, ty, loc))
+    })
+}
+
+fn store(r: Val, spec: Option<&SliceSpec>, value: Stored, mask: Option<Val>, loc: SourceLoc) {
+    with(loc, |t| {
+        let (shape, d) = ref_type(t, r)?;
+        let (w, dynamic) = match spec {
+            Some(s) => resolve(t, &shape, s, loc)?,
+            None => (Window::full(&shape), vec![]),
+        };
+        let vshape = w.value_shape();
+        let target = Type::Vector(vshape.clone(), d);
+        let arg = match value {
+            Stored::Arg(a) => a,
+            Stored::Fill(f) => Arg::Lit(crate::dtype::Literal::from_f64(d, f)),
+        };
+        if let Arg::Val(v) = arg {
+            let vt = t.ty(v)?.clone();
+            if vt.dtype() != d {
+                return Err(kerr!(DType, "storing {} values into a {d} ref; cast with `.cast::<{d}>()` first", vt.dtype()));
+            }
+            if let Type::Vector(s, _) = &vt {
+                if *s != vshape {
+                    return Err(kerr!(Shape, "storing a value of shape {s:?} into a window of shape {vshape:?}"));
+                }
+            }
+        }
+        let value = t.materialize(arg, &target, loc)?;
+        let mut operands = vec![t.check(r)?, value];
+        operands.extend(dynamic);
+        if let Some(m) = mask {
+            let mt = t.ty(m)?.clone();
+            if mt != Type::Vector(vshape.clone(), DType::Bool) {
+                return Err(kerr!(Shape, "store mask must be a bool array of shape {vshape:?}, got {mt}"));
+            }
+            operands.push(t.check(m)?);
+        }
+        t.push(OpKind::Store { window: w, masked: mask.is_some() }, operands, vec![], vec![], loc);
+        Ok(())
+    });
+}
+
+fn ref_type(t: &super::Tracer, r: Val) -> Result<(Vec<usize>, DType)> {
+    match t.ty(r)? {
+        Type::Ref(s, d, _) => Ok((s.clone(), *d)),
+        other => Err(kerr!(Trace, "expected a ref, got {other}")),
+    }
+}
+
+fn ref_shape(r: Val, loc: SourceLoc) -> Vec<usize> {
+    with(loc, |t| Ok(ref_type(t, r)?.0)).unwrap_or_default()
+}
+
+/// What `store` accepts: arrays, scalars and literals of the ref's element type, or `zeros()`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be stored into a ref of `{T}`",
+    note = "store an Array<{T}> (cast with `.cast::<{T}>()`), a Scalar<{T}>, a literal, or `zeros()`"
+)]
+pub trait IntoStored<T> {
+    #[doc(hidden)]
+    fn into_stored(self) -> Stored;
+}
+#[doc(hidden)]
+pub enum Stored {
+    Arg(Arg),
+    Fill(f64),
+}
+impl<T> IntoStored<T> for Array<T> {
+    fn into_stored(self) -> Stored {
+        Stored::Arg(Arg::Val(self.v))
+    }
+}
+impl<T> IntoStored<T> for Scalar<T> {
+    fn into_stored(self) -> Stored {
+        Stored::Arg(Arg::Val(self.v))
+    }
+}
+impl<T: Element> IntoStored<T> for T {
+    fn into_stored(self) -> Stored {
+        Stored::Arg(Arg::Lit(self.literal()))
+    }
+}
+impl IntoStored<half::bf16> for f32 {
+    fn into_stored(self) -> Stored {
+        Stored::Arg(IntoArg::<half::bf16>::into_arg(self))
+    }
+}
+impl<T> IntoStored<T> for super::api::Fill {
+    fn into_stored(self) -> Stored {
+        Stored::Fill(self.0)
+    }
+}
+
+macro_rules! ref_read_api {
+    ($H:ident, $V:ident) => {
+        impl<T: Element> $H<T> {
+            /// Load the whole block.
+            #[track_caller]
+            pub fn load(self) -> Array<T> {
+                Array::from_val(load(self.v, None, SourceLoc::caller()))
+            }
+            /// The block shape the kernel sees.
+            #[track_caller]
+            pub fn shape(self) -> Vec<usize> {
+                ref_shape(self.v, SourceLoc::caller())
+            }
+            pub fn dtype(self) -> DType {
+                T::DTYPE
+            }
+            /// A window of this ref: `r.at((ds(start, 8), ..))`.
+            #[track_caller]
+            pub fn at(self, idx: impl IntoSliceSpec) -> $V<T> {
+                $V { r: self.v, spec: idx.into_spec(), loc: SourceLoc::caller(), _t: PhantomData }
+            }
+        }
+        impl<T: Element> $V<T> {
+            /// Load this window (integer-indexed dimensions are dropped).
+            #[track_caller]
+            pub fn load(&self) -> Array<T> {
+                let _ = self.loc;
+                Array::from_val(load(self.r, Some(&self.spec), SourceLoc::caller()))
+            }
+        }
+    };
+}
+ref_read_api!(Ref, View);
+ref_read_api!(RefMut, ViewMut);
+
+impl<T: Element> RefMut<T> {
+    /// Store a value into the whole block (`o_ref[...] = value`); scalars and literals are broadcast.
+    #[track_caller]
+    pub fn store(self, value: impl IntoStored<T>) {
+        store(self.v, None, value.into_stored(), None, SourceLoc::caller())
+    }
+    /// Store only where `mask` is true.
+    #[track_caller]
+    pub fn store_masked(self, value: impl IntoStored<T>, mask: Array<bool>) {
+        store(self.v, None, value.into_stored(), Some(mask.v), SourceLoc::caller())
+    }
+}
+
+impl<T: Element> ViewMut<T> {
+    /// Store into this window.
+    #[track_caller]
+    pub fn store(&self, value: impl IntoStored<T>) {
+        store(self.r, Some(&self.spec), value.into_stored(), None, SourceLoc::caller())
+    }
+    /// Store into this window where `mask` is true.
+    #[track_caller]
+    pub fn store_masked(&self, value: impl IntoStored<T>, mask: Array<bool>) {
+        store(self.r, Some(&self.spec), value.into_stored(), Some(mask.v), SourceLoc::caller())
+    }
+}

@@ -1,0 +1,55 @@
+//! # tpu-kernel
+//!
+//! Pallas-style TPU kernels written in Rust. Annotate a function with [`tpu_kernel`], describe the launch
+//! with [`pallas_call`](prelude::pallas_call) (grid, BlockSpecs, outputs, scratch), and `build()` traces it
+//! into the kernel IR, checks it against Mosaic's rules and lowers it to Mosaic MLIR.
+//!
+//! ```ignore
+//! use tpu_kernel::prelude::*;
+//!
+//! #[tpu_kernel]
+//! fn add_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
+//!     o.store(x.load() + y.load());
+//! }
+//!
+//! let call = pallas_call(add_kernel)
+//!     .grid([4, 4])
+//!     .input(ArrayType::new([1024, 1024], F32), BlockSpec::new([256, 256], |[i, j]| [i, j]))
+//!     .input(ArrayType::new([1024, 1024], F32), BlockSpec::new([256, 256], |[i, j]| [i, j]))
+//!     .output(ArrayType::new([1024, 1024], F32), BlockSpec::new([256, 256], |[i, j]| [i, j]))
+//!     .dimension_semantics([Parallel, Parallel])
+//!     .build()?;
+//! println!("{}", call.mosaic_mlir()?);
+//! ```
+//!
+//! Inside a kernel body, `if`/`for`/`while` on traced values become `scf.if`/`scf.for`/`scf.while`;
+//! comparisons on traced values give traced booleans; plain Rust values (shapes, constants) stay Rust and
+//! are folded at trace time.
+
+pub use kernel_macros::{kernel_fn, tpu_kernel};
+pub use kernel_runtime::{self as runtime, check, dtype, error, ir, launch, lower, trace};
+pub use kernel_runtime::{pallas_call, ArrayType, BlockSpec, DType, ErrorKind, KernelError, PallasCall, SourceLoc, Vmem};
+
+pub mod example;
+
+/// Everything a kernel file needs: `use tpu_kernel::prelude::*;`.
+pub mod prelude {
+    pub use crate::{kernel_fn, tpu_kernel};
+    pub use half::bf16;
+    pub use kernel_runtime::dtype::{BF16, BOOL, F32, I32, I8, U32, U8};
+    pub use kernel_runtime::ir::CostEstimate;
+    pub use kernel_runtime::ir::DimensionSemantics::{self, Arbitrary, Parallel};
+    pub use kernel_runtime::trace::{
+        cos, dot, dot_nt, dot_tn, ds, exp, full, iota, log, maximum, minimum, multiple_of, num_programs, pow,
+        program_id, rsqrt, select, sin, sqrt, tanh, where_, zeros, Array, Ref, RefMut, Scalar,
+    };
+    pub use kernel_runtime::{pallas_call, ArrayType, BlockSpec, DType, KernelError, PallasCall, Vmem};
+}
+
+/// What `#[tpu_kernel]`-generated code calls. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use kernel_runtime::trace::{
+        for_range, for_range_step, if_else, while_loop, Carry, Cond, TraceEq, TraceLogic, TraceOrd,
+    };
+}
