@@ -1,21 +1,43 @@
-//! Tiled matmul: bf16 inputs, an f32 VMEM accumulator across the `arbitrary` k axis, bf16 output
+//! Tiled matmul: bf16 inputs, an f32 VMEM accumulator carried across the `arbitrary` k axis, bf16 output
 //! (the Pallas reference `matmul`, 512³ with 128³ blocks).
+//!
+//! `acc.load() + dot(..)` is lowered as `tpu.matmul` accumulating into the loaded value (fewer LLO ops than
+//! Pallas's zero-accumulator matmul followed by an add).
 
 use tpu_kernel::prelude::*;
 
+#[tpu_kernel]
 fn matmul_kernel(x: Ref<bf16>, y: Ref<bf16>, o: RefMut<bf16>, acc: RefMut<f32>) {
-    tpu_kernel::__private::if_else(tpu_kernel::__private::TraceEq::trace_eq(program_id(2), 0), (), |()| { acc.store(zeros()); ((), ()) }, |()| ((), ()));
+    if program_id(2) == 0 {
+        acc.store(zeros());
+    }
     acc.store(acc.load() + dot(x.load(), y.load()));
-    tpu_kernel::__private::if_else(tpu_kernel::__private::TraceEq::trace_eq(program_id(2), num_programs(2) - 1), (), |()| { o.store(acc.load().cast::<bf16>()); ((), ()) }, |()| ((), ()));
+    if program_id(2) == num_programs(2) - 1 {
+        o.store(acc.load().cast::<bf16>());
+    }
 }
 
-/// `matmul(m, n, k, [bm, bn, bk])`: `o = x @ y` for bf16 `x: [m, k]`, `y: [k, n]`.
-pub fn matmul(m: usize, n: usize, k: usize, [bm, bn, bk]: [usize; 3]) -> Result<PallasCall, KernelError> {
+/// `o = x @ y` for bf16 `x: [m, k]`, `y: [k, n]`, in `[bm, bn, bk]` blocks.
+pub fn matmul(
+    m: usize,
+    n: usize,
+    k: usize,
+    [bm, bn, bk]: [usize; 3],
+) -> Result<PallasCall, KernelError> {
     pallas_call(matmul_kernel)
         .grid([m / bm, n / bn, k / bk])
-        .input(ArrayType::new([m, k], BF16), BlockSpec::new([bm, bk], |[i, _, k]| [i, k]))
-        .input(ArrayType::new([k, n], BF16), BlockSpec::new([bk, bn], |[_, j, k]| [k, j]))
-        .output(ArrayType::new([m, n], BF16), BlockSpec::new([bm, bn], |[i, j, _]| [i, j]))
+        .input(
+            ArrayType::new([m, k], BF16),
+            BlockSpec::new([bm, bk], |[i, _, k]| [i, k]),
+        )
+        .input(
+            ArrayType::new([k, n], BF16),
+            BlockSpec::new([bk, bn], |[_, j, k]| [k, j]),
+        )
+        .output(
+            ArrayType::new([m, n], BF16),
+            BlockSpec::new([bm, bn], |[i, j, _]| [i, j]),
+        )
         .scratch(Vmem::new([bm, bn], F32))
         .dimension_semantics([Parallel, Parallel, Arbitrary])
         .build()

@@ -57,14 +57,20 @@ pub fn main(build: impl FnOnce() -> Result<PallasCall, KernelError>) -> ExitCode
     }
 }
 
-fn run(build: impl FnOnce() -> Result<PallasCall, KernelError>, emit: Emit) -> Result<String, KernelError> {
+fn run(
+    build: impl FnOnce() -> Result<PallasCall, KernelError>,
+    emit: Emit,
+) -> Result<String, KernelError> {
     let call = build()?;
     Ok(match emit {
         Emit::Mlir => call.mosaic_mlir()?.trim_end().to_string(),
         Emit::Ir => call.ir().to_string().trim_end().to_string(),
         Emit::Summary => {
             let mlir = call.mosaic_mlir()?;
-            let ops = mlir.lines().filter(|l| l.contains(" = ") || l.trim_start().starts_with("\"tpu.")).count();
+            let ops = mlir
+                .lines()
+                .filter(|l| l.contains(" = ") || l.trim_start().starts_with("\"tpu."))
+                .count();
             format!(
                 "{}\n  Mosaic MLIR: {} lines, {ops} ops (verified); print it with `--emit mlir`",
                 call.summary(),

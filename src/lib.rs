@@ -28,7 +28,9 @@
 
 pub use kernel_macros::{kernel_fn, tpu_kernel};
 pub use kernel_runtime::{self as runtime, check, dtype, error, ir, launch, lower, trace};
-pub use kernel_runtime::{pallas_call, ArrayType, BlockSpec, DType, ErrorKind, KernelError, PallasCall, SourceLoc, Vmem};
+pub use kernel_runtime::{
+    pallas_call, ArrayType, BlockSpec, DType, ErrorKind, KernelError, PallasCall, SourceLoc, Vmem,
+};
 
 pub mod example;
 
@@ -40,10 +42,13 @@ pub mod prelude {
     pub use kernel_runtime::ir::CostEstimate;
     pub use kernel_runtime::ir::DimensionSemantics::{self, Arbitrary, Parallel};
     pub use kernel_runtime::trace::{
-        cos, dot, dot_nt, dot_tn, ds, exp, full, iota, log, maximum, minimum, multiple_of, num_programs, pow,
-        program_id, rsqrt, select, sin, sqrt, tanh, where_, zeros, Array, Ref, RefMut, Scalar,
+        cos, dot, dot_nt, dot_tn, ds, exp, full, iota, log, maximum, minimum, multiple_of,
+        num_programs, pow, program_id, rsqrt, select, sin, sqrt, tanh, where_, zeros, Array, Ref,
+        RefMut, Scalar,
     };
-    pub use kernel_runtime::{pallas_call, ArrayType, BlockSpec, DType, KernelError, PallasCall, Vmem};
+    pub use kernel_runtime::{
+        pallas_call, ArrayType, BlockSpec, DType, KernelError, PallasCall, Vmem,
+    };
 }
 
 /// What `#[tpu_kernel]`-generated code calls. Not a public API.

@@ -19,7 +19,10 @@ const MAX_GRID_POINTS_CHECKED: usize = 1 << 16;
 
 pub fn grid(grid: &[usize]) -> Result<()> {
     if let Some(axis) = grid.iter().position(|&g| g == 0) {
-        return Err(kerr!(Grid, "grid {grid:?} has an empty axis {axis}; every axis needs at least one step"));
+        return Err(kerr!(
+            Grid,
+            "grid {grid:?} has an empty axis {axis}; every axis needs at least one step"
+        ));
     }
     if grid.iter().any(|&g| g > i32::MAX as usize) {
         return Err(kerr!(Grid, "grid {grid:?} does not fit in i32 indices"));
@@ -30,29 +33,47 @@ pub fn grid(grid: &[usize]) -> Result<()> {
 /// Shape, tiling and dtype rules for one operand.
 pub fn operand(op: &Operand, grid: &[usize]) -> Result<()> {
     if op.shape.is_empty() {
-        return Err(kerr!(Shape, "rank-0 arrays are not supported; reshape to [1]"));
+        return Err(kerr!(
+            Shape,
+            "rank-0 arrays are not supported; reshape to [1]"
+        ));
     }
     if op.shape.contains(&0) {
-        return Err(kerr!(Shape, "array shape {:?} has a zero dimension", op.shape));
+        return Err(kerr!(
+            Shape,
+            "array shape {:?} has a zero dimension",
+            op.shape
+        ));
     }
     if op.dtype == DType::Bool && op.role != OperandRole::Scratch {
-        return Err(kerr!(DType, "bool arrays cannot cross the kernel boundary; pass them as i32 (or u8) and compare"));
+        return Err(kerr!(
+            DType,
+            "bool arrays cannot cross the kernel boundary; pass them as i32 (or u8) and compare"
+        ));
     }
-    let Some(block) = &op.block else { return Ok(()) };
+    let Some(block) = &op.block else {
+        return Ok(());
+    };
     let (bs, arr) = (&block.block_shape, &op.shape);
     for (d, (&b, &a)) in bs.iter().zip(arr).enumerate() {
         if b == 0 {
             return Err(kerr!(Tiling, "block shape {bs:?} has a zero dimension {d}"));
         }
         if block.squeezed[d] && b != 1 {
-            return Err(kerr!(Tiling, "squeezed dimension {d} of block shape {bs:?} must have size 1"));
+            return Err(kerr!(
+                Tiling,
+                "squeezed dimension {d} of block shape {bs:?} must have size 1"
+            ));
         }
         if b > a {
             return Err(kerr!(Tiling, "block shape {bs:?} is larger than the array {arr:?} along dimension {d} ({b} > {a})"));
         }
     }
     let rank = bs.len();
-    let rules = [(rank.wrapping_sub(1), LANES, "last"), (rank.wrapping_sub(2), SUBLANES, "second-to-last")];
+    let rules = [
+        (rank.wrapping_sub(1), LANES, "last"),
+        (rank.wrapping_sub(2), SUBLANES, "second-to-last"),
+    ];
     for (d, tile, which) in rules {
         if d >= rank {
             continue;
@@ -72,10 +93,24 @@ pub fn operand(op: &Operand, grid: &[usize]) -> Result<()> {
 /// Evaluate the index map on every grid point (or a sample of a huge grid): block indices in bounds,
 /// and every block of an output written.
 fn check_index_map(op: &Operand, grid: &[usize]) -> Result<()> {
-    let Some(block) = &op.block else { return Ok(()) };
-    let nblocks: Vec<usize> = op.shape.iter().zip(&block.block_shape).map(|(a, b)| a.div_ceil(*b)).collect();
+    let Some(block) = &op.block else {
+        return Ok(());
+    };
+    let nblocks: Vec<usize> = op
+        .shape
+        .iter()
+        .zip(&block.block_shape)
+        .map(|(a, b)| a.div_ceil(*b))
+        .collect();
     let total: usize = grid.iter().product();
-    let mut covered = vec![false; if op.role == OperandRole::Output { nblocks.iter().product() } else { 0 }];
+    let mut covered = vec![
+        false;
+        if op.role == OperandRole::Output {
+            nblocks.iter().product()
+        } else {
+            0
+        }
+    ];
     let stride = total.div_ceil(MAX_GRID_POINTS_CHECKED).max(1);
     let mut point = vec![0usize; grid.len()];
     for flat in (0..total).step_by(stride) {
@@ -161,16 +196,30 @@ pub fn eval_index_map(f: &Func, args: &[i64]) -> Result<Vec<i64>> {
 }
 
 fn unsupported_in_index_map(op: &Op) -> crate::error::KernelError {
-    kerr!(Unsupported, "index maps may only use integer + - * / % min max on grid indices; found {:?}", op.kind).at(op.loc)
+    kerr!(
+        Unsupported,
+        "index maps may only use integer + - * / % min max on grid indices; found {:?}",
+        op.kind
+    )
+    .at(op.loc)
 }
 
 /// The kernel's parameters must be the operands, in order, with matching kinds and dtypes.
 pub fn params(params: &[(ParamKind, DType)], operands: &[Operand]) -> Result<()> {
     if params.len() != operands.len() {
         let (ni, no, ns) = (
-            operands.iter().filter(|o| o.role == OperandRole::Input).count(),
-            operands.iter().filter(|o| o.role == OperandRole::Output).count(),
-            operands.iter().filter(|o| o.role == OperandRole::Scratch).count(),
+            operands
+                .iter()
+                .filter(|o| o.role == OperandRole::Input)
+                .count(),
+            operands
+                .iter()
+                .filter(|o| o.role == OperandRole::Output)
+                .count(),
+            operands
+                .iter()
+                .filter(|o| o.role == OperandRole::Scratch)
+                .count(),
         );
         return Err(kerr!(
             Signature,
@@ -180,12 +229,20 @@ pub fn params(params: &[(ParamKind, DType)], operands: &[Operand]) -> Result<()>
         ));
     }
     for (i, ((kind, dtype), op)) in params.iter().zip(operands).enumerate() {
-        let want = if op.role == OperandRole::Input { ParamKind::Ref } else { ParamKind::RefMut };
+        let want = if op.role == OperandRole::Input {
+            ParamKind::Ref
+        } else {
+            ParamKind::RefMut
+        };
         if *kind != want {
             let (got, need) = (kind_name(*kind, *dtype), kind_name(want, op.dtype));
-            return Err(kerr!(Signature, "kernel parameter {i} is `{got}` but it receives {}: declare it `{need}`", op.label())
-                .for_argument(op.label())
-                .at(op.loc));
+            return Err(kerr!(
+                Signature,
+                "kernel parameter {i} is `{got}` but it receives {}: declare it `{need}`",
+                op.label()
+            )
+            .for_argument(op.label())
+            .at(op.loc));
         }
         if *dtype != op.dtype {
             return Err(kerr!(
@@ -243,12 +300,21 @@ pub fn padded_bytes(shape: &[usize], dtype: DType) -> u64 {
     dims.iter().map(|&d| d as u64).product::<u64>() * dtype.size_bytes() as u64
 }
 
-/// Estimated VMEM use: pipelined blocks are double-buffered; scratch is single.
+/// Estimated VMEM use: pipelined blocks are double-buffered (single when the block never changes, as
+/// Pallas does for constant index maps); scratch is single.
 pub fn vmem_estimate(k: &Kernel) -> u64 {
+    let steps: usize = k.grid.iter().product();
     k.operands
         .iter()
         .map(|o| match (&o.block, o.space) {
-            (Some(b), _) => 2 * padded_bytes(&b.kernel_shape(), o.dtype),
+            (Some(b), _) => {
+                let buffers = if steps > 1 && b.index_map.is_constant_map() {
+                    1
+                } else {
+                    2
+                };
+                buffers * padded_bytes(&b.kernel_shape(), o.dtype)
+            }
             (None, MemSpace::Vmem) => padded_bytes(&o.shape, o.dtype),
             (None, _) => 0,
         })

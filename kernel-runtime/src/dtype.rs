@@ -98,8 +98,15 @@ impl Literal {
         if dtype.is_float() {
             return Self::from_f64(dtype, v as f64);
         }
-        let mask = if dtype.bit_width() >= 64 { u64::MAX } else { (1u64 << dtype.bit_width()) - 1 };
-        Literal { dtype, bits: (v as u64) & mask }
+        let mask = if dtype.bit_width() >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << dtype.bit_width()) - 1
+        };
+        Literal {
+            dtype,
+            bits: (v as u64) & mask,
+        }
     }
     /// The value as f64 (exact for every supported dtype).
     pub fn as_f64(self) -> f64 {
@@ -196,7 +203,10 @@ macro_rules! element {
             const DTYPE: DType = $d;
             fn literal(self) -> Literal {
                 let $v = self;
-                Literal { dtype: $d, bits: $bits }
+                Literal {
+                    dtype: $d,
+                    bits: $bits,
+                }
             }
         }
     };
@@ -242,7 +252,10 @@ mod tests {
     #[test]
     fn literal_round_trips() {
         assert_eq!(Literal::from_f64(F32, -1.5).as_f64(), -1.5);
-        assert_eq!(Literal::from_f64(F32, f64::NEG_INFINITY).mlir(), "0xFF800000");
+        assert_eq!(
+            Literal::from_f64(F32, f64::NEG_INFINITY).mlir(),
+            "0xFF800000"
+        );
         assert_eq!(Literal::from_i64(I8, -1).bits, 0xFF);
         assert_eq!(Literal::from_i64(I8, -1).as_i64(), -1);
         assert_eq!(Literal::from_f64(BF16, 1.0).mlir(), "0x3F80");

@@ -21,7 +21,11 @@ impl SourceLoc {
 
 impl From<&'static Location<'static>> for SourceLoc {
     fn from(l: &'static Location<'static>) -> Self {
-        SourceLoc { file: l.file(), line: l.line(), col: l.column() }
+        SourceLoc {
+            file: l.file(),
+            line: l.line(),
+            col: l.column(),
+        }
     }
 }
 
@@ -68,7 +72,12 @@ pub struct KernelError {
 
 impl KernelError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        KernelError { kind, message: message.into(), location: None, argument: None }
+        KernelError {
+            kind,
+            message: message.into(),
+            location: None,
+            argument: None,
+        }
     }
     pub fn at(mut self, loc: SourceLoc) -> Self {
         self.location.get_or_insert(loc);

@@ -5,7 +5,9 @@
 use crate::check;
 use crate::dtype::DType;
 use crate::error::{kerr, Result, SourceLoc};
-use crate::ir::{self, BlockIr, CostEstimate, DimensionSemantics, Kernel, MemSpace, Operand, OperandRole, Type};
+use crate::ir::{
+    self, BlockIr, CostEstimate, DimensionSemantics, Kernel, MemSpace, Operand, OperandRole, Type,
+};
 use crate::opt;
 use crate::trace::{self, KernelParam, ParamKind, Scalar, Val};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -19,7 +21,10 @@ pub struct ArrayType {
 
 impl ArrayType {
     pub fn new(shape: impl AsRef<[usize]>, dtype: DType) -> Self {
-        ArrayType { shape: shape.as_ref().to_vec(), dtype }
+        ArrayType {
+            shape: shape.as_ref().to_vec(),
+            dtype,
+        }
     }
 }
 
@@ -32,7 +37,10 @@ pub struct Vmem {
 
 impl Vmem {
     pub fn new(shape: impl AsRef<[usize]>, dtype: DType) -> Self {
-        Vmem { shape: shape.as_ref().to_vec(), dtype }
+        Vmem {
+            shape: shape.as_ref().to_vec(),
+            dtype,
+        }
     }
 }
 
@@ -124,7 +132,13 @@ impl<'a> BlockSpec<'a> {
                 Err(_) => Vec::new(),
             }
         };
-        BlockSpec { shape: shape.to_vec(), squeezed: vec![false; R], grid_rank: G, index_map: Box::new(f), loc: SourceLoc::caller() }
+        BlockSpec {
+            shape: shape.to_vec(),
+            squeezed: vec![false; R],
+            grid_rank: G,
+            index_map: Box::new(f),
+            loc: SourceLoc::caller(),
+        }
     }
 
     /// Squeeze dimension `dim` (its block size must be 1): the kernel sees the block without it
@@ -249,29 +263,52 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
     #[track_caller]
     pub fn input(mut self, array: ArrayType, block: BlockSpec<'a>) -> Self {
         let loc = SourceLoc::caller();
-        self.operands.push(OperandDecl { role: OperandRole::Input, array, block: Some(block), loc });
+        self.operands.push(OperandDecl {
+            role: OperandRole::Input,
+            array,
+            block: Some(block),
+            loc,
+        });
         self
     }
     /// An input array passed whole, left in HBM (`memory_space=pl.ANY`).
     #[track_caller]
     pub fn input_any(mut self, array: ArrayType) -> Self {
         let loc = SourceLoc::caller();
-        self.operands.push(OperandDecl { role: OperandRole::Input, array, block: None, loc });
+        self.operands.push(OperandDecl {
+            role: OperandRole::Input,
+            array,
+            block: None,
+            loc,
+        });
         self
     }
     /// An output array (`out_shape`), windowed by `block` (`out_specs`).
     #[track_caller]
     pub fn output(mut self, array: ArrayType, block: BlockSpec<'a>) -> Self {
         let loc = SourceLoc::caller();
-        self.operands.push(OperandDecl { role: OperandRole::Output, array, block: Some(block), loc });
+        self.operands.push(OperandDecl {
+            role: OperandRole::Output,
+            array,
+            block: Some(block),
+            loc,
+        });
         self
     }
     /// A VMEM scratch buffer (`scratch_shapes`).
     #[track_caller]
     pub fn scratch(mut self, buf: Vmem) -> Self {
         let loc = SourceLoc::caller();
-        let array = ArrayType { shape: buf.shape, dtype: buf.dtype };
-        self.operands.push(OperandDecl { role: OperandRole::Scratch, array, block: None, loc });
+        let array = ArrayType {
+            shape: buf.shape,
+            dtype: buf.dtype,
+        };
+        self.operands.push(OperandDecl {
+            role: OperandRole::Scratch,
+            array,
+            block: None,
+            loc,
+        });
         self
     }
     /// Per grid axis: `Parallel` (steps independent) or `Arbitrary` (sequential, e.g. a reduction).
@@ -303,7 +340,10 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
                     .map(|s| s.to_string())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".into());
-                Err(kerr!(Trace, "the kernel body panicked while tracing: {msg}"))
+                Err(kerr!(
+                    Trace,
+                    "the kernel body panicked while tracing: {msg}"
+                ))
             }
         }
     }
@@ -343,7 +383,8 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
             let label = format!("{} {}", d.role.name(), *index);
             let block = match &d.block {
                 Some(spec) => {
-                    let b = trace_block(spec, &grid, &d.array, transform_no).map_err(|e| e.for_argument(&label).at(spec.loc))?;
+                    let b = trace_block(spec, &grid, &d.array, transform_no)
+                        .map_err(|e| e.for_argument(&label).at(spec.loc))?;
                     transform_no += 1;
                     Some(b)
                 }
@@ -373,11 +414,16 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
         check::params(&params, &operands).map_err(|e| e.at(self.loc))?;
 
         let mut param_types: Vec<Type> = vec![Type::Scalar(DType::I32); grid.len()];
-        param_types.extend(operands.iter().map(|o| Type::Ref(o.ref_shape(), o.dtype, o.space)));
+        param_types.extend(
+            operands
+                .iter()
+                .map(|o| Type::Ref(o.ref_shape(), o.dtype, o.space)),
+        );
         let vals = trace::begin(&grid, &param_types, grid.len())?;
         self.kernel.call(&vals[grid.len()..]);
         let body = trace::finish(&self.name, vec![], self.loc)?;
 
+        let loc = self.loc;
         let mut kernel = Kernel {
             name: self.name,
             grid,
@@ -387,13 +433,18 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
             vmem_limit_bytes: self.vmem_limit_bytes,
             cost_estimate: self.cost_estimate,
         };
-        check::kernel(&kernel)?;
+        check::kernel(&kernel).map_err(|e| e.at(loc))?;
         opt::run(&mut kernel);
         Ok(PallasCall { kernel })
     }
 }
 
-fn trace_block(spec: &BlockSpec<'_>, grid: &[usize], array: &ArrayType, n: usize) -> Result<BlockIr> {
+fn trace_block(
+    spec: &BlockSpec<'_>,
+    grid: &[usize],
+    array: &ArrayType,
+    n: usize,
+) -> Result<BlockIr> {
     if spec.grid_rank != grid.len() {
         return Err(kerr!(
             Grid,
@@ -413,7 +464,14 @@ fn trace_block(spec: &BlockSpec<'_>, grid: &[usize], array: &ArrayType, n: usize
             IndexVal::Traced(v) => *v,
             IndexVal::Const(c) => {
                 let lit = crate::dtype::Literal::from_i64(DType::I32, *c);
-                trace::emit(spec.loc, |t| Ok(t.push1(ir::OpKind::Const(lit), vec![], Type::Scalar(DType::I32), spec.loc)))
+                trace::emit(spec.loc, |t| {
+                    Ok(t.push1(
+                        ir::OpKind::Const(lit),
+                        vec![],
+                        Type::Scalar(DType::I32),
+                        spec.loc,
+                    ))
+                })
             }
         });
     }
@@ -437,7 +495,11 @@ fn trace_block(spec: &BlockSpec<'_>, grid: &[usize], array: &ArrayType, n: usize
             array.shape.len()
         ));
     }
-    Ok(BlockIr { block_shape: spec.shape.clone(), squeezed: spec.squeezed.clone(), index_map: func })
+    Ok(BlockIr {
+        block_shape: spec.shape.clone(),
+        squeezed: spec.squeezed.clone(),
+        index_map: func,
+    })
 }
 
 /// A traced and checked kernel launch, ready to lower to Mosaic or to run on CPU.
@@ -465,9 +527,17 @@ impl PallasCall {
     /// A short human summary.
     pub fn summary(&self) -> String {
         let k = &self.kernel;
-        let mut s = format!("kernel `{}`: grid {:?} ({:?})\n", k.name, k.grid, k.dimension_semantics);
+        let mut s = format!(
+            "kernel `{}`: grid {:?} ({:?})\n",
+            k.name, k.grid, k.dimension_semantics
+        );
         for o in &k.operands {
-            s += &format!("  {:<10} {:>12} {:<5}", o.label(), format!("{:?}", o.shape), o.dtype.name());
+            s += &format!(
+                "  {:<10} {:>12} {:<5}",
+                o.label(),
+                format!("{:?}", o.shape),
+                o.dtype.name()
+            );
             if let Some(b) = &o.block {
                 s += &format!(" block {:?}", b.block_shape);
             }

@@ -140,10 +140,18 @@ impl Window {
     }
     /// Shape of the value loaded or stored (squeezed dims removed).
     pub fn value_shape(&self) -> Vec<usize> {
-        self.sizes.iter().zip(&self.squeezed).filter(|(_, s)| !**s).map(|(n, _)| *n).collect()
+        self.sizes
+            .iter()
+            .zip(&self.squeezed)
+            .filter(|(_, s)| !**s)
+            .map(|(n, _)| *n)
+            .collect()
     }
     pub fn n_dynamic(&self) -> usize {
-        self.starts.iter().filter(|s| matches!(s, Start::Dynamic)).count()
+        self.starts
+            .iter()
+            .filter(|s| matches!(s, Start::Dynamic))
+            .count()
     }
     pub fn is_full(&self, shape: &[usize]) -> bool {
         self.starts.iter().all(|s| *s == Start::Static(0))
@@ -164,16 +172,30 @@ pub enum OpKind {
     Cast(DType),
     /// Broadcast a scalar or a vector (numpy rules) to the result shape.
     Broadcast,
-    Iota { dim: usize },
+    Iota {
+        dim: usize,
+    },
     Reshape,
-    Transpose { perm: Vec<usize> },
-    Reduce { kind: ReduceKind, axes: Vec<usize>, keepdims: bool },
+    Transpose {
+        perm: Vec<usize>,
+    },
+    Reduce {
+        kind: ReduceKind,
+        axes: Vec<usize>,
+        keepdims: bool,
+    },
     /// `lhs @ rhs` (+ `acc` when a third operand is present), accumulating in the result dtype.
-    Dot { transpose_lhs: bool, transpose_rhs: bool },
+    Dot {
+        transpose_lhs: bool,
+        transpose_rhs: bool,
+    },
     /// Operands: ref, dynamic starts...
     Load(Window),
     /// Operands: ref, value, dynamic starts..., [mask].
-    Store { window: Window, masked: bool },
+    Store {
+        window: Window,
+        masked: bool,
+    },
     /// Hint that an i32 scalar is a multiple of the given value.
     MultipleOf(u32),
     /// Operands: condition. Regions: then, else. Results: the yielded values.
@@ -220,6 +242,21 @@ pub struct Func {
 impl Func {
     pub fn ty(&self, v: ValueId) -> &Type {
         &self.values[v.0 as usize]
+    }
+    /// True for an index map whose results are all constants: the block never changes across the grid,
+    /// so Pallas single-buffers it (`pipeline_mode = #tpu.pipeline_mode<synchronous>`).
+    pub fn is_constant_map(&self) -> bool {
+        let consts: Vec<ValueId> = self
+            .body
+            .ops
+            .iter()
+            .filter(|o| matches!(o.kind, OpKind::Const(_)))
+            .flat_map(|o| o.results.iter().copied())
+            .collect();
+        self.body
+            .ops
+            .last()
+            .is_some_and(|ret| ret.operands.iter().all(|v| consts.contains(v)))
     }
     /// Visit every op (pre-order, nested regions included).
     pub fn walk<'a>(&'a self, f: &mut impl FnMut(&'a Op)) {
@@ -280,7 +317,12 @@ pub struct BlockIr {
 impl BlockIr {
     /// The shape the kernel sees (squeezed dims removed).
     pub fn kernel_shape(&self) -> Vec<usize> {
-        self.block_shape.iter().zip(&self.squeezed).filter(|(_, s)| !**s).map(|(n, _)| *n).collect()
+        self.block_shape
+            .iter()
+            .zip(&self.squeezed)
+            .filter(|(_, s)| !**s)
+            .map(|(n, _)| *n)
+            .collect()
     }
 }
 
@@ -335,12 +377,18 @@ pub struct Kernel {
 
 impl Kernel {
     pub fn inputs(&self) -> impl Iterator<Item = &Operand> {
-        self.operands.iter().filter(|o| o.role == OperandRole::Input)
+        self.operands
+            .iter()
+            .filter(|o| o.role == OperandRole::Input)
     }
     pub fn outputs(&self) -> impl Iterator<Item = &Operand> {
-        self.operands.iter().filter(|o| o.role == OperandRole::Output)
+        self.operands
+            .iter()
+            .filter(|o| o.role == OperandRole::Output)
     }
     pub fn scratch(&self) -> impl Iterator<Item = &Operand> {
-        self.operands.iter().filter(|o| o.role == OperandRole::Scratch)
+        self.operands
+            .iter()
+            .filter(|o| o.role == OperandRole::Scratch)
     }
 }

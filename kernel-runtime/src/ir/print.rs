@@ -5,7 +5,12 @@ use std::fmt::{self, Display, Formatter, Write};
 
 impl Display for Type {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        let dims = |s: &[usize]| s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x");
+        let dims = |s: &[usize]| {
+            s.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join("x")
+        };
         match self {
             Type::Scalar(d) => write!(f, "{d}"),
             Type::Vector(s, d) => write!(f, "[{}]{d}", dims(s)),
@@ -26,15 +31,24 @@ fn op_name(kind: &OpKind) -> String {
         OpKind::Iota { dim } => format!("iota<dim={dim}>"),
         OpKind::Reshape => "reshape".into(),
         OpKind::Transpose { perm } => format!("transpose<{perm:?}>"),
-        OpKind::Reduce { kind, axes, keepdims } => {
-            format!("reduce.{kind:?}<axes={axes:?}, keepdims={keepdims}>").to_lowercase()
-        }
-        OpKind::Dot { transpose_lhs, transpose_rhs } => {
+        OpKind::Reduce {
+            kind,
+            axes,
+            keepdims,
+        } => format!("reduce.{kind:?}<axes={axes:?}, keepdims={keepdims}>").to_lowercase(),
+        OpKind::Dot {
+            transpose_lhs,
+            transpose_rhs,
+        } => {
             format!("dot<lhs_t={transpose_lhs}, rhs_t={transpose_rhs}>")
         }
         OpKind::Load(w) => format!("load<{}>", window(w)),
         OpKind::Store { window: w, masked } => {
-            format!("store<{}{}>", window(w), if *masked { ", masked" } else { "" })
+            format!(
+                "store<{}{}>",
+                window(w),
+                if *masked { ", masked" } else { "" }
+            )
         }
         OpKind::MultipleOf(m) => format!("multiple_of<{m}>"),
         OpKind::If => "if".into(),
@@ -68,7 +82,10 @@ fn window(w: &Window) -> String {
 }
 
 fn vals(vs: &[ValueId]) -> String {
-    vs.iter().map(|v| format!("%{}", v.0)).collect::<Vec<_>>().join(", ")
+    vs.iter()
+        .map(|v| format!("%{}", v.0))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn region(out: &mut String, func: &Func, r: &Region, indent: usize) -> fmt::Result {
@@ -97,22 +114,48 @@ fn region(out: &mut String, func: &Func, r: &Region, indent: usize) -> fmt::Resu
 
 impl Display for Func {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        let args: Vec<String> =
-            self.body.args.iter().map(|v| format!("%{}: {}", v.0, self.ty(*v))).collect();
+        let args: Vec<String> = self
+            .body
+            .args
+            .iter()
+            .map(|v| format!("%{}: {}", v.0, self.ty(*v)))
+            .collect();
         let res: Vec<String> = self.result_types.iter().map(|t| t.to_string()).collect();
         let mut body = String::new();
         region(&mut body, self, &self.body, 1)?;
-        write!(f, "fn {}({}) -> ({}) {{\n{body}}}", self.name, args.join(", "), res.join(", "))
+        write!(
+            f,
+            "fn {}({}) -> ({}) {{\n{body}}}",
+            self.name,
+            args.join(", "),
+            res.join(", ")
+        )
     }
 }
 
 impl Display for Kernel {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        writeln!(f, "kernel {} grid={:?} semantics={:?}", self.name, self.grid, self.dimension_semantics)?;
+        writeln!(
+            f,
+            "kernel {} grid={:?} semantics={:?}",
+            self.name, self.grid, self.dimension_semantics
+        )?;
         for o in &self.operands {
-            write!(f, "  {}: [{}]{} in {}", o.label(), join(&o.shape), o.dtype, o.space.mosaic())?;
+            write!(
+                f,
+                "  {}: [{}]{} in {}",
+                o.label(),
+                join(&o.shape),
+                o.dtype,
+                o.space.mosaic()
+            )?;
             if let Some(b) = &o.block {
-                write!(f, " block [{}] via {}", join(&b.block_shape), b.index_map.name)?;
+                write!(
+                    f,
+                    " block [{}] via {}",
+                    join(&b.block_shape),
+                    b.index_map.name
+                )?;
             }
             writeln!(f)?;
         }
@@ -127,5 +170,8 @@ impl Display for Kernel {
 }
 
 fn join(s: &[usize]) -> String {
-    s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")
+    s.iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join("x")
 }

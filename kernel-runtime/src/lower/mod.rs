@@ -10,13 +10,16 @@
 mod context;
 mod rules;
 
+pub use context::with_context;
 use crate::error::{kerr, Result};
 use crate::ir::{Func, Kernel, MemSpace, OperandRole, Region, Type, ValueId};
 use melior::ir::attribute::{StringAttribute, TypeAttribute};
 use melior::ir::block::BlockLike;
 use melior::ir::operation::{OperationBuilder, OperationLike, OperationMutLike};
 use melior::ir::r#type::{FunctionType, MemRefType};
-use melior::ir::{Attribute, Block, Identifier, Location, Module, RegionLike, Type as MType, Value, ValueLike};
+use melior::ir::{
+    Attribute, Block, Identifier, Location, Module, RegionLike, Type as MType, Value, ValueLike,
+};
 use melior::Context;
 use mlir_sys::MlirValue;
 
@@ -38,7 +41,10 @@ pub fn build_module<'c>(ctx: &'c Context, k: &Kernel) -> Result<Module<'c>> {
     {
         let mut op = module.as_operation_mut();
         op.set_attribute("sym_name", StringAttribute::new(ctx, &k.name).into());
-        op.set_attribute("stable_mosaic.version", parse_attr(ctx, &format!("{MOSAIC_VERSION} : i64"))?);
+        op.set_attribute(
+            "stable_mosaic.version",
+            parse_attr(ctx, &format!("{MOSAIC_VERSION} : i64"))?,
+        );
     }
     let kernel_fn = lower_kernel_fn(ctx, k)?;
     module.body().append_operation(kernel_fn);
@@ -60,7 +66,12 @@ pub fn build_module<'c>(ctx: &'c Context, k: &Kernel) -> Result<Module<'c>> {
 }
 
 fn lower_kernel_fn<'c>(ctx: &'c Context, k: &Kernel) -> Result<melior::ir::Operation<'c>> {
-    let grid = k.grid.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(", ");
+    let grid = k
+        .grid
+        .iter()
+        .map(|g| g.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     let sem = k
         .dimension_semantics
         .iter()
@@ -72,12 +83,18 @@ fn lower_kernel_fn<'c>(ctx: &'c Context, k: &Kernel) -> Result<melior::ir::Opera
     for o in k.operands.iter().filter(|o| o.role != OperandRole::Scratch) {
         match &o.block {
             Some(b) => {
-                let bounds = b.block_shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
-                let pipeline = if is_grid_invariant(&b.index_map) && k.grid.iter().product::<usize>() > 1 {
-                    "pipeline_mode = #tpu.pipeline_mode<synchronous>, "
-                } else {
-                    ""
-                };
+                let bounds = b
+                    .block_shape
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let pipeline =
+                    if b.index_map.is_constant_map() && k.grid.iter().product::<usize>() > 1 {
+                        "pipeline_mode = #tpu.pipeline_mode<synchronous>, "
+                    } else {
+                        ""
+                    };
                 windows.push(format!(
                     "{{{pipeline}transform_indices = @transform_{n_transform}, window_bounds = array<i64: {bounds}>}}"
                 ));
@@ -86,10 +103,21 @@ fn lower_kernel_fn<'c>(ctx: &'c Context, k: &Kernel) -> Result<melior::ir::Opera
             None => windows.push("{}".into()),
         }
     }
-    let n_scratch = k.operands.iter().filter(|o| o.role == OperandRole::Scratch).count();
+    let n_scratch = k
+        .operands
+        .iter()
+        .filter(|o| o.role == OperandRole::Scratch)
+        .count();
     let attrs = [
         ("dimension_semantics", format!("[{sem}]")),
-        ("iteration_bounds", if grid.is_empty() { "array<i64>".into() } else { format!("array<i64: {grid}>") }),
+        (
+            "iteration_bounds",
+            if grid.is_empty() {
+                "array<i64>".into()
+            } else {
+                format!("array<i64: {grid}>")
+            },
+        ),
         ("scalar_prefetch", "0 : i64".into()),
         ("scratch_operands", format!("{n_scratch} : i64")),
         ("tpu.core_type", "#tpu.core_type<tc>".into()),
@@ -102,33 +130,40 @@ fn lower_kernel_fn<'c>(ctx: &'c Context, k: &Kernel) -> Result<melior::ir::Opera
     lower_func(ctx, &k.body, parsed)
 }
 
-/// An index map whose results are all constants (the block never changes): Pallas single-buffers it.
-pub fn is_grid_invariant(f: &Func) -> bool {
-    let consts: Vec<ValueId> = f
-        .body
-        .ops
-        .iter()
-        .filter(|o| matches!(o.kind, crate::ir::OpKind::Const(_)))
-        .flat_map(|o| o.results.iter().copied())
-        .collect();
-    f.body.ops.last().is_some_and(|ret| ret.operands.iter().all(|v| consts.contains(v)))
-}
-
 fn lower_func<'c>(
     ctx: &'c Context,
     f: &Func,
     extra_attrs: Vec<(Identifier<'c>, Attribute<'c>)>,
 ) -> Result<melior::ir::Operation<'c>> {
-    let mut lw = Lowerer { ctx, func: f, values: vec![None; f.values.len()] };
-    let inputs: Vec<MType> = f.body.args.iter().map(|a| lw.ty(f.ty(*a))).collect::<Result<_>>()?;
-    let results: Vec<MType> = f.result_types.iter().map(|t| lw.ty(t)).collect::<Result<_>>()?;
+    let mut lw = Lowerer {
+        ctx,
+        func: f,
+        values: vec![None; f.values.len()],
+    };
+    let inputs: Vec<MType> = f
+        .body
+        .args
+        .iter()
+        .map(|a| lw.ty(f.ty(*a)))
+        .collect::<Result<_>>()?;
+    let results: Vec<MType> = f
+        .result_types
+        .iter()
+        .map(|t| lw.ty(t))
+        .collect::<Result<_>>()?;
     let fty = FunctionType::new(ctx, &inputs, &results);
     let body = lw.region(&f.body)?;
     let region = melior::ir::Region::new();
     region.append_block(body);
     let mut attrs = vec![
-        (Identifier::new(ctx, "sym_name"), StringAttribute::new(ctx, &f.name).into()),
-        (Identifier::new(ctx, "function_type"), TypeAttribute::new(fty.into()).into()),
+        (
+            Identifier::new(ctx, "sym_name"),
+            StringAttribute::new(ctx, &f.name).into(),
+        ),
+        (
+            Identifier::new(ctx, "function_type"),
+            TypeAttribute::new(fty.into()).into(),
+        ),
     ];
     attrs.extend(extra_attrs);
     OperationBuilder::new("func.func", location(ctx, &f.loc))
@@ -139,7 +174,8 @@ fn lower_func<'c>(
 }
 
 pub(crate) fn parse_attr<'c>(ctx: &'c Context, text: &str) -> Result<Attribute<'c>> {
-    Attribute::parse(ctx, text).ok_or_else(|| kerr!(Lowering, "MLIR could not parse the attribute `{text}`"))
+    Attribute::parse(ctx, text)
+        .ok_or_else(|| kerr!(Lowering, "MLIR could not parse the attribute `{text}`"))
 }
 
 pub(crate) fn location<'c>(ctx: &'c Context, loc: &crate::error::SourceLoc) -> Location<'c> {
@@ -173,13 +209,20 @@ impl<'c, 'f> Lowerer<'c, 'f> {
     }
 
     pub fn parse_type(&self, text: &str) -> Result<MType<'c>> {
-        MType::parse(self.ctx, text).ok_or_else(|| kerr!(Lowering, "MLIR could not parse the type `{text}`"))
+        MType::parse(self.ctx, text)
+            .ok_or_else(|| kerr!(Lowering, "MLIR could not parse the type `{text}`"))
     }
 
     /// The MLIR value for an IR value (must already be lowered).
     pub fn v(&self, id: ValueId) -> Result<Value<'c, '_>> {
         let raw = self.values.get(id.0 as usize).copied().flatten();
-        let raw = raw.ok_or_else(|| kerr!(Lowering, "value %{} used before it was lowered (internal error)", id.0))?;
+        let raw = raw.ok_or_else(|| {
+            kerr!(
+                Lowering,
+                "value %{} used before it was lowered (internal error)",
+                id.0
+            )
+        })?;
         // SAFETY: `raw` was produced by an operation or block argument of the module being built in
         // `self.ctx`; MLIR keeps those objects alive (at a fixed address) until the module is dropped, which
         // outlives this lowerer. Moving the Rust `Block` wrapper into its parent does not move the value.
@@ -197,11 +240,18 @@ impl<'c, 'f> Lowerer<'c, 'f> {
         let args: Vec<(MType<'c>, Location<'c>)> = r
             .args
             .iter()
-            .map(|a| Ok((self.ty(self.func.ty(*a))?, location(self.ctx, &self.func.loc))))
+            .map(|a| {
+                Ok((
+                    self.ty(self.func.ty(*a))?,
+                    location(self.ctx, &self.func.loc),
+                ))
+            })
             .collect::<Result<_>>()?;
         let block = Block::new(&args);
         for (i, a) in r.args.iter().enumerate() {
-            let arg = block.argument(i).map_err(|e| kerr!(Lowering, "block argument {i}: {e}"))?;
+            let arg = block
+                .argument(i)
+                .map_err(|e| kerr!(Lowering, "block argument {i}: {e}"))?;
             self.bind(*a, arg.into());
         }
         for op in &r.ops {
@@ -215,6 +265,10 @@ pub(crate) fn vector_type_text(shape: &[usize], elem: &str) -> String {
     if shape.is_empty() {
         return elem.to_string();
     }
-    let dims = shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x");
+    let dims = shape
+        .iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join("x");
     format!("vector<{dims}x{elem}>")
 }

@@ -18,17 +18,42 @@ pub(crate) fn lower_op<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op)
         OpKind::Select => simple(lw, block, op, "arith.select", &[]),
         OpKind::Cast(to) => cast(lw, block, op, *to),
         OpKind::Broadcast => simple(lw, block, op, "vector.broadcast", &[]),
-        OpKind::Iota { dim } => simple(lw, block, op, "tpu.iota", &[("dimensions", format!("array<i32: {dim}>"))]),
+        OpKind::Iota { dim } => simple(
+            lw,
+            block,
+            op,
+            "tpu.iota",
+            &[("dimensions", format!("array<i32: {dim}>"))],
+        ),
         OpKind::Reshape => simple(lw, block, op, "vector.shape_cast", &[]),
         OpKind::Transpose { perm } => {
             let p = join(perm);
-            simple(lw, block, op, "tpu.transpose", &[("permutation", format!("array<i64: {p}>"))])
+            simple(
+                lw,
+                block,
+                op,
+                "tpu.transpose",
+                &[("permutation", format!("array<i64: {p}>"))],
+            )
         }
-        OpKind::Reduce { kind, axes, keepdims } => reduce(lw, block, op, *kind, axes, *keepdims),
-        OpKind::Dot { transpose_lhs, transpose_rhs } => dot(lw, block, op, *transpose_lhs, *transpose_rhs),
+        OpKind::Reduce {
+            kind,
+            axes,
+            keepdims,
+        } => reduce(lw, block, op, *kind, axes, *keepdims),
+        OpKind::Dot {
+            transpose_lhs,
+            transpose_rhs,
+        } => dot(lw, block, op, *transpose_lhs, *transpose_rhs),
         OpKind::Load(w) => load(lw, block, op, w),
         OpKind::Store { window, masked } => store(lw, block, op, window, *masked),
-        OpKind::MultipleOf(m) => simple(lw, block, op, "tpu.assume_multiple", &[("multiple", format!("{m} : i32"))]),
+        OpKind::MultipleOf(m) => simple(
+            lw,
+            block,
+            op,
+            "tpu.assume_multiple",
+            &[("multiple", format!("{m} : i32"))],
+        ),
         OpKind::If => if_(lw, block, op),
         OpKind::For => for_(lw, block, op),
         OpKind::While => while_(lw, block, op),
@@ -39,7 +64,10 @@ pub(crate) fn lower_op<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op)
 }
 
 fn join(v: &[usize]) -> String {
-    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Build `name(operands) {attrs} -> results` in `block`, returning its results.
@@ -66,7 +94,9 @@ fn emit<'c>(
     let r = block.append_operation(built);
     let mut out = Vec::new();
     for i in 0..r.result_count() {
-        let v = r.result(i).map_err(|e| kerr!(Lowering, "{name} result {i}: {e}"))?;
+        let v = r
+            .result(i)
+            .map_err(|e| kerr!(Lowering, "{name} result {i}: {e}"))?;
         // SAFETY: see `Lowerer::v`; the value lives as long as the module.
         out.push(unsafe { Value::from_raw(melior::ir::ValueLike::to_raw(&v)) });
     }
@@ -78,13 +108,24 @@ fn operands<'c, 'a>(lw: &'a Lowerer<'c, '_>, ids: &[ValueId]) -> Result<Vec<Valu
 }
 
 fn result_type<'c>(lw: &Lowerer<'c, '_>, op: &Op, i: usize) -> Result<MType<'c>> {
-    let id = op.results.get(i).ok_or_else(|| kerr!(Lowering, "op has no result {i}"))?;
+    let id = op
+        .results
+        .get(i)
+        .ok_or_else(|| kerr!(Lowering, "op has no result {i}"))?;
     lw.ty(lw.func.ty(*id))
 }
 
 /// An op whose operands and results map one to one.
-fn simple<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, name: &str, attrs: &[(&str, String)]) -> Result<()> {
-    let tys: Vec<MType> = (0..op.results.len()).map(|i| result_type(lw, op, i)).collect::<Result<_>>()?;
+fn simple<'c>(
+    lw: &mut Lowerer<'c, '_>,
+    block: &Block<'c>,
+    op: &Op,
+    name: &str,
+    attrs: &[(&str, String)],
+) -> Result<()> {
+    let tys: Vec<MType> = (0..op.results.len())
+        .map(|i| result_type(lw, op, i))
+        .collect::<Result<_>>()?;
     let args = operands(lw, &op.operands)?;
     let res = emit(lw, block, op, name, &args, &tys, attrs)?;
     for (id, v) in op.results.iter().zip(res) {
@@ -93,7 +134,13 @@ fn simple<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, name: &str, 
     Ok(())
 }
 
-fn const_value<'c>(lw: &Lowerer<'c, '_>, block: &Block<'c>, op: &Op, ty: &Type, l: Literal) -> Result<Value<'c, 'static>> {
+fn const_value<'c>(
+    lw: &Lowerer<'c, '_>,
+    block: &Block<'c>,
+    op: &Op,
+    ty: &Type,
+    l: Literal,
+) -> Result<Value<'c, 'static>> {
     let elem = l.dtype.mlir();
     let text = match ty {
         Type::Scalar(_) => format!("{} : {elem}", l.mlir()),
@@ -101,12 +148,33 @@ fn const_value<'c>(lw: &Lowerer<'c, '_>, block: &Block<'c>, op: &Op, ty: &Type, 
         Type::Ref(..) => return Err(kerr!(Lowering, "constant of ref type")),
     };
     let mty = lw.ty(ty)?;
-    Ok(emit(lw, block, op, "arith.constant", &[], &[mty], &[("value", text)])?[0])
+    Ok(emit(
+        lw,
+        block,
+        op,
+        "arith.constant",
+        &[],
+        &[mty],
+        &[("value", text)],
+    )?[0])
 }
 
-fn index_const<'c>(lw: &Lowerer<'c, '_>, block: &Block<'c>, op: &Op, v: usize) -> Result<Value<'c, 'static>> {
+fn index_const<'c>(
+    lw: &Lowerer<'c, '_>,
+    block: &Block<'c>,
+    op: &Op,
+    v: usize,
+) -> Result<Value<'c, 'static>> {
     let ity = lw.parse_type("index")?;
-    Ok(emit(lw, block, op, "arith.constant", &[], &[ity], &[("value", format!("{v} : index"))])?[0])
+    Ok(emit(
+        lw,
+        block,
+        op,
+        "arith.constant",
+        &[],
+        &[ity],
+        &[("value", format!("{v} : index"))],
+    )?[0])
 }
 
 fn constant<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, l: Literal) -> Result<()> {
@@ -208,7 +276,13 @@ fn compare<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, c: CmpOp) -
         };
         ("arith.cmpi", p)
     };
-    simple(lw, block, op, name, &[("predicate", format!("{pred} : i64"))])
+    simple(
+        lw,
+        block,
+        op,
+        name,
+        &[("predicate", format!("{pred} : i64"))],
+    )
 }
 
 fn cast<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, to: DType) -> Result<()> {
@@ -218,7 +292,8 @@ fn cast<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, to: DType) -> 
         _ if from.mlir() == to.mlir() => {
             // Same bits, different signedness (i32 <-> u32): no op.
             let v = lw.v(op.operands[0])?;
-            let v: Value<'c, 'static> = unsafe { Value::from_raw(melior::ir::ValueLike::to_raw(&v)) };
+            let v: Value<'c, 'static> =
+                unsafe { Value::from_raw(melior::ir::ValueLike::to_raw(&v)) };
             lw.bind(op.results[0], v);
             return Ok(());
         }
@@ -243,9 +318,21 @@ fn cast<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, to: DType) -> 
             // x != 0
             let zero = const_value(lw, block, op, &from_ty, Literal::zero(f))?;
             let x = lw.v(op.operands[0])?;
-            let (name, pred) = if f.is_float() { ("arith.cmpf", 13) } else { ("arith.cmpi", 1) };
+            let (name, pred) = if f.is_float() {
+                ("arith.cmpf", 13)
+            } else {
+                ("arith.cmpi", 1)
+            };
             let rty = result_type(lw, op, 0)?;
-            let r = emit(lw, block, op, name, &[x, zero], &[rty], &[("predicate", format!("{pred} : i64"))])?[0];
+            let r = emit(
+                lw,
+                block,
+                op,
+                name,
+                &[x, zero],
+                &[rty],
+                &[("predicate", format!("{pred} : i64"))],
+            )?[0];
             lw.bind(op.results[0], r);
             return Ok(());
         }
@@ -261,12 +348,28 @@ fn cast<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, to: DType) -> 
     simple(lw, block, op, name, &[])
 }
 
-fn reduce<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, kind: ReduceKind, axes: &[usize], keepdims: bool) -> Result<()> {
+fn reduce<'c>(
+    lw: &mut Lowerer<'c, '_>,
+    block: &Block<'c>,
+    op: &Op,
+    kind: ReduceKind,
+    axes: &[usize],
+    keepdims: bool,
+) -> Result<()> {
     let src_ty = lw.func.ty(op.operands[0]).clone();
     let d = src_ty.dtype();
-    let reduced: Vec<usize> =
-        src_ty.shape().iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, n)| *n).collect();
-    let acc_ty = if reduced.is_empty() { Type::Scalar(d) } else { Type::Vector(reduced.clone(), d) };
+    let reduced: Vec<usize> = src_ty
+        .shape()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !axes.contains(i))
+        .map(|(_, n)| *n)
+        .collect();
+    let acc_ty = if reduced.is_empty() {
+        Type::Scalar(d)
+    } else {
+        Type::Vector(reduced.clone(), d)
+    };
     let (kind_name, init) = match (kind, d.is_float(), d.is_unsigned()) {
         (ReduceKind::Sum, _, _) => ("add", Literal::zero(d)),
         (ReduceKind::Max, true, _) => ("maximumf", Literal::from_f64(d, f64::NEG_INFINITY)),
@@ -279,14 +382,29 @@ fn reduce<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, kind: Reduce
     let acc = const_value(lw, block, op, &acc_ty, init)?;
     let src = lw.v(op.operands[0])?;
     let acc_mty = lw.ty(&acc_ty)?;
-    let attrs = [("kind", format!("#vector.kind<{kind_name}>")), ("reduction_dims", format!("array<i64: {}>", join(axes)))];
-    let r = emit(lw, block, op, "vector.multi_reduction", &[src, acc], &[acc_mty], &attrs)?[0];
+    let attrs = [
+        ("kind", format!("#vector.kind<{kind_name}>")),
+        ("reduction_dims", format!("array<i64: {}>", join(axes))),
+    ];
+    let r = emit(
+        lw,
+        block,
+        op,
+        "vector.multi_reduction",
+        &[src, acc],
+        &[acc_mty],
+        &attrs,
+    )?[0];
     let out_ty = lw.func.ty(op.results[0]).clone();
     if !keepdims || out_ty == acc_ty {
         lw.bind(op.results[0], r);
         return Ok(());
     }
-    let name = if reduced.is_empty() { "vector.broadcast" } else { "vector.shape_cast" };
+    let name = if reduced.is_empty() {
+        "vector.broadcast"
+    } else {
+        "vector.shape_cast"
+    };
     let mty = lw.ty(&out_ty)?;
     let v = emit(lw, block, op, name, &[r], &[mty], &[])?[0];
     lw.bind(op.results[0], v);
@@ -311,14 +429,23 @@ fn dot<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, tl: bool, tr: b
     let dn = format!("#tpu.dot_dimension_numbers<[{lc}], [{rc}], [{lnc}], [{rnc}], [0, {lnc}, 1, {rnc}], [], []>");
     let (x, y) = (lw.v(op.operands[0])?, lw.v(op.operands[1])?);
     let mty = lw.ty(&out_ty)?;
-    let attrs = [("dimension_numbers", dn), ("transpose_lhs_hint", "false".to_string())];
+    let attrs = [
+        ("dimension_numbers", dn),
+        ("transpose_lhs_hint", "false".to_string()),
+    ];
     let r = emit(lw, block, op, "tpu.matmul", &[x, y, acc], &[mty], &attrs)?[0];
     lw.bind(op.results[0], r);
     Ok(())
 }
 
 /// Index operands of a window: constants for static starts, `index_cast`s of the dynamic i32 starts.
-fn window_indices<'c>(lw: &Lowerer<'c, '_>, block: &Block<'c>, op: &Op, w: &Window, dynamic: &[ValueId]) -> Result<Vec<Value<'c, 'static>>> {
+fn window_indices<'c>(
+    lw: &Lowerer<'c, '_>,
+    block: &Block<'c>,
+    op: &Op,
+    w: &Window,
+    dynamic: &[ValueId],
+) -> Result<Vec<Value<'c, 'static>>> {
     let mut dyn_it = dynamic.iter();
     let mut out = Vec::new();
     let ity = lw.parse_type("index")?;
@@ -326,7 +453,9 @@ fn window_indices<'c>(lw: &Lowerer<'c, '_>, block: &Block<'c>, op: &Op, w: &Wind
         out.push(match s {
             Start::Static(v) => index_const(lw, block, op, *v)?,
             Start::Dynamic => {
-                let id = dyn_it.next().ok_or_else(|| kerr!(Lowering, "missing dynamic index operand"))?;
+                let id = dyn_it
+                    .next()
+                    .ok_or_else(|| kerr!(Lowering, "missing dynamic index operand"))?;
                 let v = lw.v(*id)?;
                 emit(lw, block, op, "arith.index_cast", &[v], &[ity], &[])?[0]
             }
@@ -355,7 +484,13 @@ fn load<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, w: &Window) ->
     Ok(())
 }
 
-fn store<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, w: &Window, masked: bool) -> Result<()> {
+fn store<'c>(
+    lw: &mut Lowerer<'c, '_>,
+    block: &Block<'c>,
+    op: &Op,
+    w: &Window,
+    masked: bool,
+) -> Result<()> {
     let ref_ty = lw.func.ty(op.operands[0]).clone();
     let n_dyn = w.n_dynamic();
     let dynamic = &op.operands[2..2 + n_dyn];
@@ -379,7 +514,18 @@ fn store<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, w: &Window, m
     args.extend(idx);
     args.extend(mask);
     let segments = format!("array<i32: 1, 1, {n_idx}, {}>", masked as u8);
-    emit(lw, block, op, "tpu.vector_store", &args, &[], &[("operandSegmentSizes", segments), ("strides", "array<i32>".into())])?;
+    emit(
+        lw,
+        block,
+        op,
+        "tpu.vector_store",
+        &args,
+        &[],
+        &[
+            ("operandSegmentSizes", segments),
+            ("strides", "array<i32>".into()),
+        ],
+    )?;
     Ok(())
 }
 
@@ -390,8 +536,16 @@ fn terminator<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, name: &s
 }
 
 /// Build an op with regions (scf.if / scf.for / scf.while).
-fn with_regions<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, name: &str, regions: Vec<melior::ir::Region<'c>>) -> Result<()> {
-    let tys: Vec<MType> = (0..op.results.len()).map(|i| result_type(lw, op, i)).collect::<Result<_>>()?;
+fn with_regions<'c>(
+    lw: &mut Lowerer<'c, '_>,
+    block: &Block<'c>,
+    op: &Op,
+    name: &str,
+    regions: Vec<melior::ir::Region<'c>>,
+) -> Result<()> {
+    let tys: Vec<MType> = (0..op.results.len())
+        .map(|i| result_type(lw, op, i))
+        .collect::<Result<_>>()?;
     let args = operands(lw, &op.operands)?;
     let built = OperationBuilder::new(name, super::location(lw.ctx, &op.loc))
         .add_operands(&args)
@@ -401,14 +555,19 @@ fn with_regions<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, name: 
         .map_err(|e| kerr!(Lowering, "building {name}: {e}"))?;
     let r = block.append_operation(built);
     for (i, id) in op.results.iter().enumerate() {
-        let v = r.result(i).map_err(|e| kerr!(Lowering, "{name} result {i}: {e}"))?;
+        let v = r
+            .result(i)
+            .map_err(|e| kerr!(Lowering, "{name} result {i}: {e}"))?;
         let v: Value<'c, 'static> = unsafe { Value::from_raw(melior::ir::ValueLike::to_raw(&v)) };
         lw.bind(*id, v);
     }
     Ok(())
 }
 
-fn region_of<'c>(lw: &mut Lowerer<'c, '_>, r: &crate::ir::Region) -> Result<melior::ir::Region<'c>> {
+fn region_of<'c>(
+    lw: &mut Lowerer<'c, '_>,
+    r: &crate::ir::Region,
+) -> Result<melior::ir::Region<'c>> {
     let region = melior::ir::Region::new();
     let b = lw.region(r)?;
     region.append_block(b);

@@ -9,11 +9,14 @@ use crate::ir::{BinaryOp, OpKind, Type};
 /// The index of the current grid step along `axis` (`pl.program_id`).
 #[track_caller]
 pub fn program_id(axis: usize) -> Scalar<i32> {
-    Scalar::from_val(emit(SourceLoc::caller(), |t| {
-        match t.grid_args.get(axis) {
-            Some(id) => Ok(t.val(*id)),
-            None => Err(kerr!(Grid, "program_id({axis}) but the grid has {} axes ({:?})", t.grid.len(), t.grid)),
-        }
+    Scalar::from_val(emit(SourceLoc::caller(), |t| match t.grid_args.get(axis) {
+        Some(id) => Ok(t.val(*id)),
+        None => Err(kerr!(
+            Grid,
+            "program_id({axis}) but the grid has {} axes ({:?})",
+            t.grid.len(),
+            t.grid
+        )),
     }))
 }
 
@@ -22,7 +25,12 @@ pub fn program_id(axis: usize) -> Scalar<i32> {
 pub fn num_programs(axis: usize) -> i32 {
     with(SourceLoc::caller(), |t| match t.grid.get(axis) {
         Some(n) => Ok(*n as i32),
-        None => Err(kerr!(Grid, "num_programs({axis}) but the grid has {} axes ({:?})", t.grid.len(), t.grid)),
+        None => Err(kerr!(
+            Grid,
+            "num_programs({axis}) but the grid has {} axes ({:?})",
+            t.grid.len(),
+            t.grid
+        )),
     })
     .unwrap_or(1)
 }
@@ -43,9 +51,17 @@ pub fn full<T: Element>(shape: impl AsRef<[usize]>, value: T) -> Array<T> {
     let shape = shape.as_ref().to_vec();
     Array::from_val(emit(loc, |t| {
         if shape.is_empty() || shape.contains(&0) {
-            return Err(kerr!(Shape, "`full` needs a non-empty shape without zero dimensions, got {shape:?}"));
+            return Err(kerr!(
+                Shape,
+                "`full` needs a non-empty shape without zero dimensions, got {shape:?}"
+            ));
         }
-        Ok(t.push1(OpKind::Const(value.literal()), vec![], Type::Vector(shape, T::DTYPE), loc))
+        Ok(t.push1(
+            OpKind::Const(value.literal()),
+            vec![],
+            Type::Vector(shape, T::DTYPE),
+            loc,
+        ))
     }))
 }
 
@@ -56,20 +72,40 @@ pub fn iota<T: Numeric>(shape: impl AsRef<[usize]>, dim: usize) -> Array<T> {
     let shape = shape.as_ref().to_vec();
     Array::from_val(emit(loc, |t| {
         if T::DTYPE != DType::I32 {
-            return Err(kerr!(DType, "iota produces i32 values on TPU; write `iota::<i32>(..)` and cast"));
+            return Err(kerr!(
+                DType,
+                "iota produces i32 values on TPU; write `iota::<i32>(..)` and cast"
+            ));
         }
         if dim >= shape.len() {
-            return Err(kerr!(Shape, "iota dimension {dim} is out of range for shape {shape:?}"));
+            return Err(kerr!(
+                Shape,
+                "iota dimension {dim} is out of range for shape {shape:?}"
+            ));
         }
-        Ok(t.push1(OpKind::Iota { dim }, vec![], Type::Vector(shape, T::DTYPE), loc))
+        Ok(t.push1(
+            OpKind::Iota { dim },
+            vec![],
+            Type::Vector(shape, T::DTYPE),
+            loc,
+        ))
     }))
 }
 
-fn dot_impl<T: DotElement>(a: Array<T>, b: Array<T>, tl: bool, tr: bool, loc: SourceLoc) -> Array<T::Acc> {
+fn dot_impl<T: DotElement>(
+    a: Array<T>,
+    b: Array<T>,
+    tl: bool,
+    tr: bool,
+    loc: SourceLoc,
+) -> Array<T::Acc> {
     Array::from_val(emit(loc, |t| {
         let (sa, sb) = (t.ty(a.v)?.shape().to_vec(), t.ty(b.v)?.shape().to_vec());
         if sa.len() != 2 || sb.len() != 2 {
-            return Err(kerr!(Shape, "dot multiplies 2-D blocks, got shapes {sa:?} and {sb:?}"));
+            return Err(kerr!(
+                Shape,
+                "dot multiplies 2-D blocks, got shapes {sa:?} and {sb:?}"
+            ));
         }
         let (m, ka) = if tl { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
         let (kb, n) = if tr { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
@@ -83,7 +119,15 @@ fn dot_impl<T: DotElement>(a: Array<T>, b: Array<T>, tl: bool, tr: bool, loc: So
         }
         let ids = vec![t.check(a.v)?, t.check(b.v)?];
         let ty = Type::Vector(vec![m, n], <T::Acc as Element>::DTYPE);
-        Ok(t.push1(OpKind::Dot { transpose_lhs: tl, transpose_rhs: tr }, ids, ty, loc))
+        Ok(t.push1(
+            OpKind::Dot {
+                transpose_lhs: tl,
+                transpose_rhs: tr,
+            },
+            ids,
+            ty,
+            loc,
+        ))
     }))
 }
 
@@ -107,7 +151,11 @@ pub fn dot_tn<T: DotElement>(a: Array<T>, b: Array<T>) -> Array<T::Acc> {
 
 /// Elementwise `cond ? on_true : on_false` (`jnp.where`); scalars and literals broadcast.
 #[track_caller]
-pub fn select<T: Element>(cond: Array<bool>, on_true: impl IntoArg<T>, on_false: impl IntoArg<T>) -> Array<T> {
+pub fn select<T: Element>(
+    cond: Array<bool>,
+    on_true: impl IntoArg<T>,
+    on_false: impl IntoArg<T>,
+) -> Array<T> {
     let loc = SourceLoc::caller();
     let (a, b) = (on_true.into_arg(), on_false.into_arg());
     Array::from_val(emit(loc, |t| {
@@ -118,7 +166,11 @@ pub fn select<T: Element>(cond: Array<bool>, on_true: impl IntoArg<T>, on_false:
             if let Arg::Val(v) = arg {
                 let d = t.ty(v)?.dtype();
                 if d != T::DTYPE {
-                    return Err(kerr!(DType, "select branches must both be {}, got {d}", T::DTYPE));
+                    return Err(kerr!(
+                        DType,
+                        "select branches must both be {}, got {d}",
+                        T::DTYPE
+                    ));
                 }
             }
         }
@@ -130,35 +182,63 @@ pub fn select<T: Element>(cond: Array<bool>, on_true: impl IntoArg<T>, on_false:
             }),
             other => other,
         };
-        let c = t.materialize(Arg::Val(cond.v), &Type::Vector(shape.clone(), DType::Bool), loc)?;
+        let c = t.materialize(
+            Arg::Val(cond.v),
+            &Type::Vector(shape.clone(), DType::Bool),
+            loc,
+        )?;
         let x = t.materialize(to_lit(a), &Type::Vector(shape.clone(), T::DTYPE), loc)?;
         let y = t.materialize(to_lit(b), &Type::Vector(shape.clone(), T::DTYPE), loc)?;
-        Ok(t.push1(OpKind::Select, vec![c, x, y], Type::Vector(shape, T::DTYPE), loc))
+        Ok(t.push1(
+            OpKind::Select,
+            vec![c, x, y],
+            Type::Vector(shape, T::DTYPE),
+            loc,
+        ))
     }))
 }
 
 /// `jnp.where`: an alias of [`select`].
 #[track_caller]
-pub fn where_<T: Element>(cond: Array<bool>, on_true: impl IntoArg<T>, on_false: impl IntoArg<T>) -> Array<T> {
+pub fn where_<T: Element>(
+    cond: Array<bool>,
+    on_true: impl IntoArg<T>,
+    on_false: impl IntoArg<T>,
+) -> Array<T> {
     select(cond, on_true, on_false)
 }
 
 /// Elementwise maximum (NaN-propagating for floats, like `jnp.maximum`).
 #[track_caller]
 pub fn maximum<T: Numeric>(a: Array<T>, b: impl IntoArg<T>) -> Array<T> {
-    Array::from_val(binary(BinaryOp::Max, a.v.into(), b.into_arg(), SourceLoc::caller()))
+    Array::from_val(binary(
+        BinaryOp::Max,
+        a.v.into(),
+        b.into_arg(),
+        SourceLoc::caller(),
+    ))
 }
 
 /// Elementwise minimum (NaN-propagating for floats, like `jnp.minimum`).
 #[track_caller]
 pub fn minimum<T: Numeric>(a: Array<T>, b: impl IntoArg<T>) -> Array<T> {
-    Array::from_val(binary(BinaryOp::Min, a.v.into(), b.into_arg(), SourceLoc::caller()))
+    Array::from_val(binary(
+        BinaryOp::Min,
+        a.v.into(),
+        b.into_arg(),
+        SourceLoc::caller(),
+    ))
 }
 
 /// Elementwise `a ** b` for floats.
 #[track_caller]
 pub fn pow<T: Float>(a: Array<T>, b: impl IntoArg<T>) -> Array<T> {
-    Array::from_val(binary(BinaryOp::Pow, a.v.into(), b.into_arg(), SourceLoc::caller()))
+    Array::from_val(binary(
+        BinaryOp::Pow,
+        a.v.into(),
+        b.into_arg(),
+        SourceLoc::caller(),
+    ))
 }
 
 /// Tell the compiler an `i32` index is a multiple of `m` (`pl.multiple_of`), e.g. for aligned dynamic slices.
@@ -167,10 +247,18 @@ pub fn multiple_of(x: Scalar<i32>, m: u32) -> Scalar<i32> {
     let loc = SourceLoc::caller();
     Scalar::from_val(emit(loc, |t| {
         if m == 0 {
-            return Err(kerr!(Shape, "multiple_of(.., 0): the multiple must be positive"));
+            return Err(kerr!(
+                Shape,
+                "multiple_of(.., 0): the multiple must be positive"
+            ));
         }
         let id = t.check(x.v)?;
-        Ok(t.push1(OpKind::MultipleOf(m), vec![id], Type::Scalar(DType::I32), loc))
+        Ok(t.push1(
+            OpKind::MultipleOf(m),
+            vec![id],
+            Type::Scalar(DType::I32),
+            loc,
+        ))
     }))
 }
 

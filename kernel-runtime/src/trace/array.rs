@@ -99,7 +99,12 @@ pub(crate) fn compare(op: CmpOp, a: Arg, b: Arg, loc: SourceLoc) -> Val {
         let operand_ty = join_types(&ta, &tb, dtype)?;
         let x = t.materialize(a, &operand_ty, loc)?;
         let y = t.materialize(b, &operand_ty, loc)?;
-        Ok(t.push1(OpKind::Compare(op), vec![x, y], operand_ty.with_dtype(DType::Bool), loc))
+        Ok(t.push1(
+            OpKind::Compare(op),
+            vec![x, y],
+            operand_ty.with_dtype(DType::Bool),
+            loc,
+        ))
     })
 }
 
@@ -132,9 +137,16 @@ fn vector_type(t: &Tracer, a: Val, what: &str) -> Result<(Vec<usize>, DType)> {
 pub(crate) fn normalize_axis(axis: isize, rank: usize) -> Result<usize> {
     let r = rank as isize;
     if axis >= r || axis < -r {
-        return Err(kerr!(Shape, "axis {axis} is out of range for an array of rank {rank}"));
+        return Err(kerr!(
+            Shape,
+            "axis {axis} is out of range for an array of rank {rank}"
+        ));
     }
-    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
 }
 
 fn reduce(a: Val, kind: ReduceKind, axis: isize, keepdims: bool, loc: SourceLoc) -> Val {
@@ -150,9 +162,22 @@ fn reduce(a: Val, kind: ReduceKind, axis: isize, keepdims: bool, loc: SourceLoc)
         } else {
             out.remove(ax);
         }
-        let ty = if out.is_empty() { Type::Scalar(d) } else { Type::Vector(out, d) };
+        let ty = if out.is_empty() {
+            Type::Scalar(d)
+        } else {
+            Type::Vector(out, d)
+        };
         let id = t.check(a)?;
-        Ok(t.push1(OpKind::Reduce { kind, axes: vec![ax], keepdims }, vec![id], ty, loc))
+        Ok(t.push1(
+            OpKind::Reduce {
+                kind,
+                axes: vec![ax],
+                keepdims,
+            },
+            vec![id],
+            ty,
+            loc,
+        ))
     })
 }
 
@@ -183,13 +208,8 @@ impl<T: Element> Array<T> {
         let shape = shape.as_ref().to_vec();
         Array::from_val(emit(loc, |t| {
             let id = t.check(self.v)?;
-            t.materialize(self.v.into(), &Type::Vector(shape.clone(), T::DTYPE), loc).map(|x| {
-                if x == id {
-                    self.v
-                } else {
-                    t.val(x)
-                }
-            })
+            t.materialize(self.v.into(), &Type::Vector(shape.clone(), T::DTYPE), loc)
+                .map(|x| if x == id { self.v } else { t.val(x) })
         }))
     }
     /// Reshape to a shape with the same number of elements.
@@ -199,9 +219,15 @@ impl<T: Element> Array<T> {
         let shape = shape.as_ref().to_vec();
         Array::from_val(emit(loc, |t| {
             let (from, d) = vector_type(t, self.v, "reshape")?;
-            let (n0, n1) = (from.iter().product::<usize>(), shape.iter().product::<usize>());
+            let (n0, n1) = (
+                from.iter().product::<usize>(),
+                shape.iter().product::<usize>(),
+            );
             if n0 != n1 || shape.is_empty() {
-                return Err(kerr!(Shape, "cannot reshape {from:?} ({n0} elements) to {shape:?} ({n1} elements)"));
+                return Err(kerr!(
+                    Shape,
+                    "cannot reshape {from:?} ({n0} elements) to {shape:?} ({n1} elements)"
+                ));
             }
             let id = t.check(self.v)?;
             Ok(t.push1(OpKind::Reshape, vec![id], Type::Vector(shape, d), loc))
@@ -215,12 +241,25 @@ impl<T: Element> Array<T> {
         Array::from_val(emit(loc, |t| {
             let (from, d) = vector_type(t, self.v, "transpose")?;
             let mut seen = vec![false; from.len()];
-            if perm.len() != from.len() || perm.iter().any(|&p| p >= from.len() || std::mem::replace(&mut seen[p], true)) {
-                return Err(kerr!(Shape, "{perm:?} is not a permutation of the {} dimensions of {from:?}", from.len()));
+            if perm.len() != from.len()
+                || perm
+                    .iter()
+                    .any(|&p| p >= from.len() || std::mem::replace(&mut seen[p], true))
+            {
+                return Err(kerr!(
+                    Shape,
+                    "{perm:?} is not a permutation of the {} dimensions of {from:?}",
+                    from.len()
+                ));
             }
             let shape = perm.iter().map(|&p| from[p]).collect();
             let id = t.check(self.v)?;
-            Ok(t.push1(OpKind::Transpose { perm }, vec![id], Type::Vector(shape, d), loc))
+            Ok(t.push1(
+                OpKind::Transpose { perm },
+                vec![id],
+                Type::Vector(shape, d),
+                loc,
+            ))
         }))
     }
     /// Swap the last two dimensions (`x.T` for a 2-D block).
@@ -275,7 +314,9 @@ impl<T: Float> Array<T> {
     #[track_caller]
     fn axis_len(self, axis: isize) -> usize {
         let shape = self.shape();
-        normalize_axis(axis, shape.len()).map(|a| shape[a]).unwrap_or(1)
+        normalize_axis(axis, shape.len())
+            .map(|a| shape[a])
+            .unwrap_or(1)
     }
     fn lit_f(v: f64) -> FloatLit<T> {
         FloatLit(Literal::from_f64(T::DTYPE, v), PhantomData)
@@ -290,7 +331,12 @@ impl<T: Numeric> ops::Div<FloatLit<T>> for Array<T> {
     type Output = Array<T>;
     #[track_caller]
     fn div(self, r: FloatLit<T>) -> Array<T> {
-        Array::from_val(binary(BinaryOp::Div, self.v.into(), Arg::Lit(r.0), SourceLoc::caller()))
+        Array::from_val(binary(
+            BinaryOp::Div,
+            self.v.into(),
+            Arg::Lit(r.0),
+            SourceLoc::caller(),
+        ))
     }
 }
 
@@ -486,14 +532,24 @@ macro_rules! bit_op {
             type Output = Array<T>;
             #[track_caller]
             fn $m(self, r: Array<T>) -> Array<T> {
-                Array::from_val(binary(BinaryOp::$op, self.v.into(), r.v.into(), SourceLoc::caller()))
+                Array::from_val(binary(
+                    BinaryOp::$op,
+                    self.v.into(),
+                    r.v.into(),
+                    SourceLoc::caller(),
+                ))
             }
         }
         impl<T: Element> ops::$Tr<Scalar<T>> for Scalar<T> {
             type Output = Scalar<T>;
             #[track_caller]
             fn $m(self, r: Scalar<T>) -> Scalar<T> {
-                Scalar::from_val(binary(BinaryOp::$op, self.v.into(), r.v.into(), SourceLoc::caller()))
+                Scalar::from_val(binary(
+                    BinaryOp::$op,
+                    self.v.into(),
+                    r.v.into(),
+                    SourceLoc::caller(),
+                ))
             }
         }
     };

@@ -15,8 +15,8 @@ mod refs;
 pub use api::*;
 pub use array::{Array, Scalar};
 pub use control::{
-    for_range, for_range_step, if_else, while_loop, Bound, Carry, Cond, TraceEq, TraceLogic, TraceOrd,
-    WhileCond,
+    for_range, for_range_step, if_else, while_loop, Bound, Carry, Cond, TraceEq, TraceLogic,
+    TraceOrd, WhileCond,
 };
 pub use refs::{ds, Ds, KernelParam, ParamKind, Ref, RefMut, SliceArg, SliceSpec, View, ViewMut};
 
@@ -37,7 +37,10 @@ pub struct Val {
 const POISON_GEN: u32 = 0;
 
 impl Val {
-    pub(crate) const POISON: Val = Val { id: 0, gen: POISON_GEN };
+    pub(crate) const POISON: Val = Val {
+        id: 0,
+        gen: POISON_GEN,
+    };
 }
 
 /// Something that becomes an operand: a traced value or a literal to materialize.
@@ -124,7 +127,10 @@ pub(crate) fn finish(name: &str, results: Vec<Val>, loc: SourceLoc) -> Result<Fu
         .at(stray));
     }
     if t.stack.len() != 1 {
-        return Err(kerr!(Trace, "unbalanced regions at the end of the trace (internal error)"));
+        return Err(kerr!(
+            Trace,
+            "unbalanced regions at the end of the trace (internal error)"
+        ));
     }
     let mut result_ids = Vec::new();
     let mut result_types = Vec::new();
@@ -134,8 +140,20 @@ pub(crate) fn finish(name: &str, results: Vec<Val>, loc: SourceLoc) -> Result<Fu
         result_ids.push(id);
     }
     let mut body = t.stack.pop().unwrap_or_default();
-    body.ops.push(Op { kind: OpKind::Return, operands: result_ids, results: vec![], regions: vec![], loc });
-    Ok(Func { name: name.to_string(), values: t.values, body, result_types, loc })
+    body.ops.push(Op {
+        kind: OpKind::Return,
+        operands: result_ids,
+        results: vec![],
+        regions: vec![],
+        loc,
+    });
+    Ok(Func {
+        name: name.to_string(),
+        values: t.values,
+        body,
+        result_types,
+        loc,
+    })
 }
 
 /// Abort a trace (after a panic or an early error), leaving the thread clean.
@@ -188,7 +206,10 @@ impl Tracer {
     }
 
     pub(crate) fn val(&self, id: ValueId) -> Val {
-        Val { id: id.0, gen: self.gen }
+        Val {
+            id: id.0,
+            gen: self.gen,
+        }
     }
 
     /// Validate a handle against this trace.
@@ -223,31 +244,60 @@ impl Tracer {
         regions: Vec<Region>,
         loc: SourceLoc,
     ) -> Vec<ValueId> {
-        let results: Vec<ValueId> = result_types.into_iter().map(|t| self.new_value(t)).collect();
-        let op = Op { kind, operands, results: results.clone(), regions, loc };
+        let results: Vec<ValueId> = result_types
+            .into_iter()
+            .map(|t| self.new_value(t))
+            .collect();
+        let op = Op {
+            kind,
+            operands,
+            results: results.clone(),
+            regions,
+            loc,
+        };
         if let Some(r) = self.stack.last_mut() {
             r.ops.push(op);
         }
         results
     }
 
-    pub(crate) fn push1(&mut self, kind: OpKind, operands: Vec<ValueId>, ty: Type, loc: SourceLoc) -> Val {
+    pub(crate) fn push1(
+        &mut self,
+        kind: OpKind,
+        operands: Vec<ValueId>,
+        ty: Type,
+        loc: SourceLoc,
+    ) -> Val {
         let ids = self.push(kind, operands, vec![ty], vec![], loc);
         self.val(ids[0])
     }
 
     /// Open a nested region with arguments of the given types.
     pub(crate) fn open_region(&mut self, arg_types: &[Type]) -> Vec<Val> {
-        let args: Vec<ValueId> = arg_types.iter().map(|t| self.new_value(t.clone())).collect();
+        let args: Vec<ValueId> = arg_types
+            .iter()
+            .map(|t| self.new_value(t.clone()))
+            .collect();
         let vals = args.iter().map(|a| self.val(*a)).collect();
         self.stack.push(Region { args, ops: vec![] });
         vals
     }
 
     /// Close the innermost nested region, terminating it with `terminator(operands)`.
-    pub(crate) fn close_region(&mut self, terminator: OpKind, operands: Vec<ValueId>, loc: SourceLoc) -> Region {
+    pub(crate) fn close_region(
+        &mut self,
+        terminator: OpKind,
+        operands: Vec<ValueId>,
+        loc: SourceLoc,
+    ) -> Region {
         let mut r = self.stack.pop().unwrap_or_default();
-        r.ops.push(Op { kind: terminator, operands, results: vec![], regions: vec![], loc });
+        r.ops.push(Op {
+            kind: terminator,
+            operands,
+            results: vec![],
+            regions: vec![],
+            loc,
+        });
         r
     }
 
@@ -286,7 +336,9 @@ impl Tracer {
                         target.dtype()
                     ));
                 }
-                if ty.shape() == target.shape() && matches!(ty, Type::Scalar(_)) == matches!(target, Type::Scalar(_)) {
+                if ty.shape() == target.shape()
+                    && matches!(ty, Type::Scalar(_)) == matches!(target, Type::Scalar(_))
+                {
                     return Ok(id);
                 }
                 broadcast_compatible(ty.shape(), target.shape())?;
@@ -310,14 +362,25 @@ pub(crate) fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
             db
         } else {
-            return Err(kerr!(Shape, "shapes {a:?} and {b:?} cannot be broadcast together (dimension {i}: {da} vs {db})"));
+            return Err(kerr!(
+                Shape,
+                "shapes {a:?} and {b:?} cannot be broadcast together (dimension {i}: {da} vs {db})"
+            ));
         };
     }
     Ok(out)

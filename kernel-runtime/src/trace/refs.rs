@@ -101,7 +101,10 @@ pub struct Ds {
 
 /// `ds(start, size)`: the window `start..start + size`; `start` may be traced (`Scalar<i32>`) or a constant.
 pub fn ds(start: impl IntoArg<i32>, size: usize) -> Ds {
-    Ds { start: start.into_arg(), size }
+    Ds {
+        start: start.into_arg(),
+        size,
+    }
 }
 
 /// One dimension of a window.
@@ -128,7 +131,10 @@ pub trait SliceArg {
 }
 impl SliceArg for Ds {
     fn slice_dim(self) -> SliceDim {
-        SliceDim::Range { start: self.start, size: self.size }
+        SliceDim::Range {
+            start: self.start,
+            size: self.size,
+        }
     }
 }
 impl SliceArg for RangeFull {
@@ -139,7 +145,10 @@ impl SliceArg for RangeFull {
 impl SliceArg for Range<usize> {
     fn slice_dim(self) -> SliceDim {
         SliceDim::Range {
-            start: Arg::Lit(crate::dtype::Literal::from_i64(DType::I32, self.start as i64)),
+            start: Arg::Lit(crate::dtype::Literal::from_i64(
+                DType::I32,
+                self.start as i64,
+            )),
             size: self.end.saturating_sub(self.start),
         }
     }
@@ -188,7 +197,12 @@ tuple_spec!(A, B, C, D);
 tuple_spec!(A, B, C, D, E);
 
 /// Resolve a slice spec against a ref shape: the window plus the dynamic start operands to pass.
-fn resolve(t: &mut super::Tracer, shape: &[usize], spec: &SliceSpec, loc: SourceLoc) -> Result<(Window, Vec<crate::ir::ValueId>)> {
+fn resolve(
+    t: &mut super::Tracer,
+    shape: &[usize],
+    spec: &SliceSpec,
+    loc: SourceLoc,
+) -> Result<(Window, Vec<crate::ir::ValueId>)> {
     if spec.0.len() > shape.len() {
         return Err(kerr!(
             OutOfBounds,
@@ -206,7 +220,10 @@ fn resolve(t: &mut super::Tracer, shape: &[usize], spec: &SliceSpec, loc: Source
             SliceDim::Index(start) => (start, 1, true),
         };
         if size == 0 || size > shape[d] {
-            return Err(kerr!(OutOfBounds, "slice of size {size} along dimension {d} does not fit the ref shape {shape:?}"));
+            return Err(kerr!(
+                OutOfBounds,
+                "slice of size {size} along dimension {d} does not fit the ref shape {shape:?}"
+            ));
         }
         w.sizes[d] = size;
         w.squeezed[d] = squeeze;
@@ -225,7 +242,10 @@ fn resolve(t: &mut super::Tracer, shape: &[usize], spec: &SliceSpec, loc: Source
             Arg::Val(v) => {
                 let ty = t.ty(v)?.clone();
                 if ty != Type::Scalar(DType::I32) {
-                    return Err(kerr!(DType, "a dynamic slice start must be an i32 scalar, got {ty}"));
+                    return Err(kerr!(
+                        DType,
+                        "a dynamic slice start must be an i32 scalar, got {ty}"
+                    ));
                 }
                 w.starts[d] = Start::Dynamic;
                 dynamic.push(t.check(v)?);
@@ -244,7 +264,11 @@ fn load(r: Val, spec: Option<&SliceSpec>, loc: SourceLoc) -> Val {
             None => (Window::full(&shape), vec![]),
         };
         let vshape = w.value_shape();
-        let ty = if vshape.is_empty() { Type::Scalar(d) } else { Type::Vector(vshape, d) };
+        let ty = if vshape.is_empty() {
+            Type::Scalar(d)
+        } else {
+            Type::Vector(vshape, d)
+        };
         let mut operands = vec![t.check(r)?];
         operands.extend(dynamic);
         Ok(t.push1(OpKind::Load(w), operands, ty, loc))
@@ -267,11 +291,18 @@ fn store(r: Val, spec: Option<&SliceSpec>, value: Stored, mask: Option<Val>, loc
         if let Arg::Val(v) = arg {
             let vt = t.ty(v)?.clone();
             if vt.dtype() != d {
-                return Err(kerr!(DType, "storing {} values into a {d} ref; cast with `.cast::<{d}>()` first", vt.dtype()));
+                return Err(kerr!(
+                    DType,
+                    "storing {} values into a {d} ref; cast with `.cast::<{d}>()` first",
+                    vt.dtype()
+                ));
             }
             if let Type::Vector(s, _) = &vt {
                 if *s != vshape {
-                    return Err(kerr!(Shape, "storing a value of shape {s:?} into a window of shape {vshape:?}"));
+                    return Err(kerr!(
+                        Shape,
+                        "storing a value of shape {s:?} into a window of shape {vshape:?}"
+                    ));
                 }
             }
         }
@@ -281,11 +312,23 @@ fn store(r: Val, spec: Option<&SliceSpec>, value: Stored, mask: Option<Val>, loc
         if let Some(m) = mask {
             let mt = t.ty(m)?.clone();
             if mt != Type::Vector(vshape.clone(), DType::Bool) {
-                return Err(kerr!(Shape, "store mask must be a bool array of shape {vshape:?}, got {mt}"));
+                return Err(kerr!(
+                    Shape,
+                    "store mask must be a bool array of shape {vshape:?}, got {mt}"
+                ));
             }
             operands.push(t.check(m)?);
         }
-        t.push(OpKind::Store { window: w, masked: mask.is_some() }, operands, vec![], vec![], loc);
+        t.push(
+            OpKind::Store {
+                window: w,
+                masked: mask.is_some(),
+            },
+            operands,
+            vec![],
+            vec![],
+            loc,
+        );
         Ok(())
     });
 }
@@ -360,7 +403,12 @@ macro_rules! ref_read_api {
             /// A window of this ref: `r.at((ds(start, 8), ..))`.
             #[track_caller]
             pub fn at(self, idx: impl IntoSliceSpec) -> $V<T> {
-                $V { r: self.v, spec: idx.into_spec(), loc: SourceLoc::caller(), _t: PhantomData }
+                $V {
+                    r: self.v,
+                    spec: idx.into_spec(),
+                    loc: SourceLoc::caller(),
+                    _t: PhantomData,
+                }
             }
         }
         impl<T: Element> $V<T> {
@@ -385,7 +433,13 @@ impl<T: Element> RefMut<T> {
     /// Store only where `mask` is true.
     #[track_caller]
     pub fn store_masked(self, value: impl IntoStored<T>, mask: Array<bool>) {
-        store(self.v, None, value.into_stored(), Some(mask.v), SourceLoc::caller())
+        store(
+            self.v,
+            None,
+            value.into_stored(),
+            Some(mask.v),
+            SourceLoc::caller(),
+        )
     }
 }
 
@@ -393,11 +447,23 @@ impl<T: Element> ViewMut<T> {
     /// Store into this window.
     #[track_caller]
     pub fn store(&self, value: impl IntoStored<T>) {
-        store(self.r, Some(&self.spec), value.into_stored(), None, SourceLoc::caller())
+        store(
+            self.r,
+            Some(&self.spec),
+            value.into_stored(),
+            None,
+            SourceLoc::caller(),
+        )
     }
     /// Store into this window where `mask` is true.
     #[track_caller]
     pub fn store_masked(&self, value: impl IntoStored<T>, mask: Array<bool>) {
-        store(self.r, Some(&self.spec), value.into_stored(), Some(mask.v), SourceLoc::caller())
+        store(
+            self.r,
+            Some(&self.spec),
+            value.into_stored(),
+            Some(mask.v),
+            SourceLoc::caller(),
+        )
     }
 }

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Run every test: Rust (unit, snapshot, parity, trace-error, compile-fail, interpreter) and the Python
+# real-toolchain suite (jaxlib verify, libtpu compile for v5e/v6e, Pallas parity). Installs what it needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh --python
+
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== cargo test"
+cargo test --workspace --all-targets
+cargo test --workspace --doc --quiet
+
+if [ -d python/tests ] && ls python/tests/test_*.py >/dev/null 2>&1; then
+    echo "== pytest (real toolchain)"
+    cargo build --quiet --examples
+    .venv/bin/python -m pytest python/tests -q
+fi

@@ -1,0 +1,47 @@
+//! The example kernels, included as modules so tests use exactly what the examples build.
+#![allow(dead_code)]
+
+#[path = "../../examples/add.rs"]
+pub mod add;
+#[path = "../../examples/causal_mask.rs"]
+pub mod causal_mask;
+#[path = "../../examples/colsum.rs"]
+pub mod colsum;
+#[path = "../../examples/fori_rowsum.rs"]
+pub mod fori_rowsum;
+#[path = "../../examples/matmul.rs"]
+pub mod matmul;
+#[path = "../../examples/rmsnorm.rs"]
+pub mod rmsnorm;
+#[path = "../../examples/softmax.rs"]
+pub mod softmax;
+#[path = "../../examples/transpose.rs"]
+pub mod transpose;
+
+use tpu_kernel::{KernelError, PallasCall};
+
+/// An example's `build` function.
+pub type Build = fn() -> Result<PallasCall, KernelError>;
+
+/// Every example: (name, build).
+pub const EXAMPLES: &[(&str, Build)] = &[
+    ("add", add::build),
+    ("matmul", matmul::build),
+    ("softmax", softmax::build),
+    ("rmsnorm", rmsnorm::build),
+    ("causal_mask", causal_mask::build),
+    ("fori_rowsum", fori_rowsum::build),
+    ("transpose", transpose::build),
+    ("colsum", colsum::build),
+];
+
+/// The Mosaic text of an example (built, lowered, verified by melior).
+pub fn mosaic(name: &str) -> String {
+    let (_, build) = EXAMPLES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .expect("unknown example");
+    let call = build().unwrap_or_else(|e| panic!("{name}: build failed: {e}"));
+    call.mosaic_mlir()
+        .unwrap_or_else(|e| panic!("{name}: lowering failed: {e}"))
+}

@@ -1,0 +1,412 @@
+//! Trace-time errors: user mistakes that only concrete shapes reveal. Each must be a `KernelError` value of
+//! the right kind, with a message a user can act on, located at the offending Rust line (marked `// E:<tag>`
+//! in this file) — never a panic.
+
+use tpu_kernel::prelude::*;
+use tpu_kernel::{ErrorKind, KernelError};
+
+/// The line in this file carrying the marker comment `// E:<tag>`.
+fn marked_line(tag: &str) -> u32 {
+    let marker = format!("// E:{tag}");
+    let src = include_str!("trace_errors.rs");
+    let idx = src
+        .lines()
+        .position(|l| l.trim_end().ends_with(&marker))
+        .unwrap_or_else(|| panic!("no marker {marker}"));
+    idx as u32 + 1
+}
+
+#[track_caller]
+fn expect_err(
+    r: Result<PallasCall, KernelError>,
+    kind: ErrorKind,
+    tag: &str,
+    needles: &[&str],
+) -> KernelError {
+    let e = match r {
+        Ok(_) => panic!("expected a {kind:?} error for {tag}, but build() succeeded"),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind, kind, "{tag}: wrong kind: {e}");
+    for n in needles {
+        assert!(
+            e.message.contains(n),
+            "{tag}: message `{}` lacks `{n}`",
+            e.message
+        );
+    }
+    let loc = e
+        .location
+        .unwrap_or_else(|| panic!("{tag}: error has no location: {e}"));
+    assert!(
+        loc.file.ends_with("trace_errors.rs"),
+        "{tag}: located in {}",
+        loc.file
+    );
+    assert_eq!(loc.line, marked_line(tag), "{tag}: wrong line in `{e}`");
+    e
+}
+
+#[tpu_kernel]
+fn copy_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load());
+}
+
+fn f32s(shape: [usize; 2]) -> ArrayType {
+    ArrayType::new(shape, F32)
+}
+
+#[test]
+fn tiling_rule_names_the_block_and_a_fix() {
+    let r = pallas_call(copy_kernel)
+        .grid([8, 4])
+        .input(f32s([512, 512]), BlockSpec::new([64, 100], |[i, j]| [i, j])) // E:tiling
+        .output(f32s([512, 512]), BlockSpec::new([64, 128], |[i, j]| [i, j]))
+        .build();
+    let e = expect_err(
+        r,
+        ErrorKind::Tiling,
+        "tiling",
+        &["[64, 100]", "divisible by 128"],
+    );
+    assert_eq!(e.argument.as_deref(), Some("input 0"));
+}
+
+#[test]
+fn block_larger_than_array() {
+    let r = pallas_call(copy_kernel)
+        .grid([1])
+        .input(f32s([8, 128]), BlockSpec::new([16, 128], |[i]| (i, 0))) // E:too_big
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .build();
+    expect_err(r, ErrorKind::Tiling, "too_big", &["larger than the array"]);
+}
+
+#[test]
+fn index_map_returns_wrong_rank() {
+    let r = pallas_call(copy_kernel)
+        .grid([4])
+        .input(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| [i])) // E:rank
+        .output(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .build();
+    expect_err(
+        r,
+        ErrorKind::Grid,
+        "rank",
+        &["returns 1 block indices", "rank 2"],
+    );
+}
+
+#[test]
+fn index_map_arity_differs_from_grid() {
+    let r = pallas_call(copy_kernel)
+        .grid([4, 1])
+        .input(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0))) // E:arity
+        .output(f32s([32, 128]), BlockSpec::new([8, 128], |[i, j]| (i, j)))
+        .build();
+    expect_err(
+        r,
+        ErrorKind::Grid,
+        "arity",
+        &["takes 1 grid indices", "2 axes"],
+    );
+}
+
+#[test]
+fn dtype_of_parameter_and_array_differ() {
+    let r = pallas_call(copy_kernel)
+        .grid([4])
+        .input(
+            ArrayType::new([32, 128], BF16),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        ) // E:dtype
+        .output(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .build();
+    expect_err(r, ErrorKind::DType, "dtype", &["f32", "bf16"]);
+}
+
+#[test]
+fn output_not_covered_by_grid() {
+    let r = pallas_call(copy_kernel)
+        .grid([2])
+        .input(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .output(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0))) // E:cover
+        .build();
+    let e = expect_err(
+        r,
+        ErrorKind::Grid,
+        "cover",
+        &["never writes output block [2, 0]"],
+    );
+    assert_eq!(e.argument.as_deref(), Some("output 0"));
+}
+
+#[test]
+fn index_map_out_of_bounds() {
+    let r = pallas_call(copy_kernel)
+        .grid([4])
+        .input(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i + 1, 0))) // E:oob
+        .output(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .build();
+    expect_err(
+        r,
+        ErrorKind::OutOfBounds,
+        "oob",
+        &["grid point [3]", "block [4, 0]"],
+    );
+}
+
+#[test]
+fn dimension_semantics_length() {
+    let r = pallas_call(copy_kernel)
+        .grid([4])
+        .input(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .output(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .dimension_semantics([Parallel, Arbitrary]) // E:semantics
+        .build();
+    expect_err(r, ErrorKind::Grid, "semantics", &["2 entries", "1 axes"]);
+}
+
+#[test]
+fn vmem_budget() {
+    let r = pallas_call(copy_kernel) // E:vmem
+        .grid([1])
+        .input(
+            f32s([2048, 2048]),
+            BlockSpec::new([2048, 2048], |[i]| (i, 0)),
+        )
+        .output(
+            f32s([2048, 2048]),
+            BlockSpec::new([2048, 2048], |[i]| (i, 0)),
+        )
+        .build();
+    expect_err(
+        r,
+        ErrorKind::Vmem,
+        "vmem",
+        &["64.00 MiB", "limit is 16.00 MiB", "vmem_limit_bytes"],
+    );
+}
+
+#[test]
+fn raising_the_vmem_limit_accepts_the_same_kernel() {
+    let r = pallas_call(copy_kernel)
+        .grid([1])
+        .input(
+            f32s([2048, 2048]),
+            BlockSpec::new([2048, 2048], |[i]| (i, 0)),
+        )
+        .output(
+            f32s([2048, 2048]),
+            BlockSpec::new([2048, 2048], |[i]| (i, 0)),
+        )
+        .vmem_limit_bytes(64 << 20)
+        .build();
+    assert!(r.is_ok(), "{:?}", r.err());
+}
+
+#[test]
+fn kernel_takes_fewer_parameters_than_launch() {
+    let r = pallas_call(copy_kernel) // E:arity_params
+        .grid([4])
+        .input(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .input(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .output(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .build();
+    expect_err(
+        r,
+        ErrorKind::Signature,
+        "arity_params",
+        &["takes 2 parameters", "declares 3"],
+    );
+}
+
+#[tpu_kernel]
+fn shape_mismatch_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
+    let s = x.load() + y.load(); // E:body_shape
+    o.store(s);
+}
+
+#[test]
+fn elementwise_shape_mismatch_in_body() {
+    let r = pallas_call(shape_mismatch_kernel)
+        .grid([4])
+        .input(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .input(f32s([64, 128]), BlockSpec::new([16, 128], |[i]| (i, 0)))
+        .output(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .build();
+    expect_err(
+        r,
+        ErrorKind::Shape,
+        "body_shape",
+        &["[8, 128]", "[16, 128]", "cannot be broadcast"],
+    );
+}
+
+#[tpu_kernel]
+fn bad_dot_kernel(x: Ref<bf16>, y: Ref<bf16>, o: RefMut<f32>) {
+    o.store(dot(x.load(), y.load())); // E:dot
+}
+
+#[test]
+fn dot_contraction_mismatch() {
+    let r = pallas_call(bad_dot_kernel)
+        .grid([1])
+        .input(
+            ArrayType::new([128, 256], BF16),
+            BlockSpec::new([128, 256], |[_]| (0, 0)),
+        )
+        .input(
+            ArrayType::new([128, 128], BF16),
+            BlockSpec::new([128, 128], |[_]| (0, 0)),
+        )
+        .output(f32s([128, 128]), BlockSpec::new([128, 128], |[_]| (0, 0)))
+        .build();
+    expect_err(r, ErrorKind::Shape, "dot", &["contraction", "256", "128"]);
+}
+
+#[tpu_kernel]
+fn bad_axis_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let s = x.load().sum_keepdims(2); // E:axis
+    o.store(s.broadcast_to([8, 128]));
+}
+
+#[test]
+fn reduction_axis_out_of_range() {
+    let r = pallas_call(bad_axis_kernel)
+        .grid([1])
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .build();
+    expect_err(r, ErrorKind::Shape, "axis", &["axis 2", "rank 2"]);
+}
+
+#[tpu_kernel]
+fn bad_program_id_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let i = program_id(1); // E:program_id
+    o.store(x.load() + i.cast::<f32>());
+}
+
+#[test]
+fn program_id_axis_out_of_range() {
+    let r = pallas_call(bad_program_id_kernel)
+        .grid([4])
+        .input(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .output(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .build();
+    expect_err(
+        r,
+        ErrorKind::Grid,
+        "program_id",
+        &["program_id(1)", "1 axes"],
+    );
+}
+
+#[tpu_kernel]
+fn static_slice_oob_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.at((ds(4, 8), ..)).load()); // E:slice
+}
+
+#[test]
+fn static_slice_out_of_bounds() {
+    let r = pallas_call(static_slice_oob_kernel)
+        .grid([4])
+        .input(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .output(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .build();
+    expect_err(r, ErrorKind::OutOfBounds, "slice", &["4..12", "[8, 128]"]);
+}
+
+#[tpu_kernel]
+fn carried_shape_change_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let mut acc = x.load();
+    for _i in 0..4 {
+        // E:carry
+        acc = acc.sum_keepdims(0);
+    }
+    o.store(acc.broadcast_to([8, 128]));
+}
+
+#[test]
+fn loop_carried_value_changes_shape() {
+    let r = pallas_call(carried_shape_change_kernel)
+        .grid([1])
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .build();
+    expect_err(
+        r,
+        ErrorKind::Shape,
+        "carry",
+        &["[8x128]f32", "[1x128]f32", "keep its shape"],
+    );
+}
+
+#[tpu_kernel]
+fn store_shape_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load().sum_keepdims(0)); // E:store
+}
+
+#[test]
+fn store_of_wrong_shape() {
+    let r = pallas_call(store_shape_kernel)
+        .grid([1])
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .build();
+    expect_err(r, ErrorKind::Shape, "store", &["[1, 128]", "[8, 128]"]);
+}
+
+#[test]
+fn a_panicking_kernel_body_is_an_error_not_a_crash() {
+    #[tpu_kernel]
+    fn panicky(x: Ref<f32>, o: RefMut<f32>) {
+        let dims = x.shape();
+        let n = dims[5];
+        o.store(full([8, 128], n as f32));
+    }
+    let r = pallas_call(panicky)
+        .grid([1])
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .build();
+    let e = r.expect_err("must fail");
+    assert_eq!(e.kind, ErrorKind::Trace);
+    assert!(
+        e.message.contains("panicked") && e.message.contains("index out of bounds"),
+        "{e}"
+    );
+    // The thread is usable afterwards.
+    assert!(pallas_call(copy_kernel)
+        .grid([1])
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .build()
+        .is_ok());
+}
+
+#[test]
+fn traced_api_used_outside_a_kernel_is_reported_by_the_next_build() {
+    let _stray = program_id(0); // E:stray
+    let r = pallas_call(copy_kernel)
+        .grid([1])
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .build();
+    expect_err(r, ErrorKind::Trace, "stray", &["outside of a kernel trace"]);
+}
+
+#[test]
+fn error_display_names_file_line_and_argument() {
+    let r = pallas_call(copy_kernel)
+        .grid([8, 4])
+        .input(f32s([512, 512]), BlockSpec::new([64, 100], |[i, j]| [i, j]))
+        .output(f32s([512, 512]), BlockSpec::new([64, 128], |[i, j]| [i, j]))
+        .build();
+    let shown = r.expect_err("tiling").to_string();
+    assert!(shown.starts_with("tests/trace_errors.rs:"), "{shown}");
+    assert!(
+        shown.contains(": input 0: block shape [64, 100]"),
+        "{shown}"
+    );
+}
