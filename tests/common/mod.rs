@@ -11,6 +11,8 @@ pub mod colsum;
 pub mod fori_rowsum;
 #[path = "../../examples/matmul.rs"]
 pub mod matmul;
+#[path = "../../examples/ops_tour.rs"]
+pub mod ops_tour;
 #[path = "../../examples/rmsnorm.rs"]
 pub mod rmsnorm;
 #[path = "../../examples/softmax.rs"]
@@ -33,6 +35,7 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("fori_rowsum", fori_rowsum::build),
     ("transpose", transpose::build),
     ("colsum", colsum::build),
+    ("ops_tour", ops_tour::build),
 ];
 
 /// The Mosaic text of an example (built, lowered, verified by melior).

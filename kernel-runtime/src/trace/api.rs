@@ -65,6 +65,15 @@ pub fn full<T: Element>(shape: impl AsRef<[usize]>, value: T) -> Array<T> {
     }))
 }
 
+/// A traced scalar constant, e.g. the initial value of a `while` loop counter: `let mut n = scalar(0);`.
+#[track_caller]
+pub fn scalar<T: Element>(value: T) -> Scalar<T> {
+    let loc = SourceLoc::caller();
+    Scalar::from_val(emit(loc, |t| {
+        Ok(t.push1(OpKind::Const(value.literal()), vec![], Type::Scalar(T::DTYPE), loc))
+    }))
+}
+
 /// `broadcasted_iota`: an integer array whose values count along `dim`.
 #[track_caller]
 pub fn iota<T: Numeric>(shape: impl AsRef<[usize]>, dim: usize) -> Array<T> {
