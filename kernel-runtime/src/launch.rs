@@ -513,6 +513,10 @@ impl PallasCall {
     pub fn mosaic_mlir(&self) -> Result<String> {
         crate::lower::to_mosaic_text(&self.kernel)
     }
+    /// The Mosaic MLIR module text with each op's Rust `file:line:col` location printed.
+    pub fn mosaic_mlir_with_locations(&self) -> Result<String> {
+        crate::lower::to_mosaic_text_with_locations(&self.kernel)
+    }
     /// The kernel IR.
     pub fn ir(&self) -> &Kernel {
         &self.kernel

@@ -10,9 +10,9 @@
 mod context;
 mod rules;
 
-pub use context::with_context;
 use crate::error::{kerr, Result};
 use crate::ir::{Func, Kernel, MemSpace, OperandRole, Region, Type, ValueId};
+pub use context::with_context;
 use melior::ir::attribute::{StringAttribute, TypeAttribute};
 use melior::ir::block::BlockLike;
 use melior::ir::operation::{OperationBuilder, OperationLike, OperationMutLike};
@@ -31,6 +31,20 @@ pub fn to_mosaic_text(k: &Kernel) -> Result<String> {
     context::with_context(|ctx| {
         let module = build_module(ctx, k)?;
         Ok(module.as_operation().to_string())
+    })
+}
+
+/// Lower a kernel to verified Mosaic MLIR text with every op's Rust source location (`loc(...)`), e.g. to
+/// map a Mosaic diagnostic back to the kernel line that produced the op.
+pub fn to_mosaic_text_with_locations(k: &Kernel) -> Result<String> {
+    context::with_context(|ctx| {
+        let module = build_module(ctx, k)?;
+        let flags =
+            melior::ir::operation::OperationPrintingFlags::new().enable_debug_info(true, false);
+        module
+            .as_operation()
+            .to_string_with_flags(flags)
+            .map_err(|e| kerr!(Lowering, "printing the module: {e}"))
     })
 }
 

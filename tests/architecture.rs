@@ -1,0 +1,72 @@
+//! Invariants from ARCHITECTURE.md that a test can hold: source locations reach MLIR, and the macro crate
+//! stays free of MLIR.
+
+mod common;
+
+#[test]
+fn rust_source_locations_are_carried_into_mlir() {
+    let call = common::matmul::build().expect("matmul builds");
+    let text = call.mosaic_mlir_with_locations().expect("lowers");
+    let src = include_str!("../examples/matmul.rs");
+    // The tpu.matmul op is located at the `+` of `acc.load() + dot(..)` (the fused add) in the example.
+    let line = src
+        .lines()
+        .position(|l| l.contains("acc.store(acc.load() + dot("))
+        .expect("line")
+        + 1;
+    let matmul_line = text
+        .lines()
+        .find(|l| l.contains("\"tpu.matmul\""))
+        .expect("a tpu.matmul op");
+    let loc = resolve_loc(&text, matmul_line);
+    assert!(
+        loc.contains(&format!("examples/matmul.rs\":{line}:")),
+        "tpu.matmul is not located at examples/matmul.rs:{line}: {loc}"
+    );
+    // The scf.if comes from the user's `if` keyword line.
+    let if_line = src
+        .lines()
+        .position(|l| l.contains("if program_id(2) == 0"))
+        .expect("if")
+        + 1;
+    assert!(
+        text.contains(&format!("examples/matmul.rs\":{if_line}:")),
+        "no location for line {if_line}"
+    );
+}
+
+/// The location of an op line: inline `loc(...)` or an alias `loc(#locN)` resolved at the module's end.
+fn resolve_loc(module: &str, op_line: &str) -> String {
+    let loc = op_line
+        .rsplit(" loc(")
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches(')');
+    if let Some(alias) = loc.strip_prefix('#') {
+        let def = format!("#{alias} = loc(");
+        if let Some(l) = module.lines().find(|l| l.starts_with(&def)) {
+            return l.to_string();
+        }
+    }
+    loc.to_string()
+}
+
+#[test]
+fn kernel_macros_depends_only_on_syn_quote_proc_macro2() {
+    let manifest = include_str!("../kernel-macros/Cargo.toml");
+    let deps = manifest
+        .split("[dependencies]")
+        .nth(1)
+        .expect("[dependencies]");
+    let deps = deps.split("\n[").next().unwrap_or_default();
+    let names: Vec<&str> = deps
+        .lines()
+        .filter_map(|l| l.split('=').next().map(str::trim))
+        .filter(|n| !n.is_empty() && !n.starts_with('#'))
+        .collect();
+    assert_eq!(
+        names,
+        ["proc-macro2", "quote", "syn"],
+        "kernel-macros must not grow dependencies (no melior)"
+    );
+}
