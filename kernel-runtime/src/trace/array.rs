@@ -469,7 +469,6 @@ macro_rules! arith_op {
         }
         arith_op!(@lit $Tr, $m, $op, Array, bf16, f32);
         arith_op!(@lit $Tr, $m, $op, Scalar, bf16, f32);
-        arith_op!(@lit $Tr, $m, $op, Array, i32, usize);
         arith_op!(@lit $Tr, $m, $op, Scalar, i32, usize);
         arith_op!(@rev $Tr, $m, $op, $bound; f32, bf16, i32, i8, u8, u32);
         impl<T, R> ops::$ATr<R> for Array<T>
@@ -491,7 +490,8 @@ macro_rules! arith_op {
             }
         }
     };
-    // `Array<bf16> * 2.0` (f32 literal), `Scalar<i32> * n` (usize compile-time value).
+    // `Array<bf16> * 2.0` (f32 literal), `Scalar<i32> * n` (usize compile-time value, e.g. a block size).
+    // Arrays take no usize operand: a second integer impl would make `(a % 3).cast::<f32>()` ambiguous.
     (@lit $Tr:ident, $m:ident, $op:ident, $H:ident, $elem:ty, $lit:ty) => {
         impl ops::$Tr<$lit> for $H<$elem> {
             type Output = $H<$elem>;

@@ -100,7 +100,6 @@ traced_cmp!(Scalar, Scalar<T>, Scalar, [T: Numeric], T);
 traced_cmp!(Scalar, T, Scalar, [T: Numeric], T);
 traced_cmp!(Scalar, Array<T>, Array, [T: Numeric], T);
 traced_cmp!(Scalar, usize, Scalar, [], i32);
-traced_cmp!(Array, usize, Array, [], i32);
 traced_cmp!(Array, f32, Array, [], half::bf16);
 
 /// `&&` / `||` in kernels (both sides are evaluated; on traced values they become `arith.andi`/`ori`).
