@@ -56,6 +56,10 @@ fn f32s(shape: [usize; 2]) -> ArrayType {
     ArrayType::new(shape, F32)
 }
 
+fn bf16s(shape: [usize; 2]) -> ArrayType {
+    ArrayType::new(shape, BF16)
+}
+
 #[test]
 fn tiling_rule_names_the_block_and_a_fix() {
     let r = pallas_call(copy_kernel)
@@ -116,10 +120,7 @@ fn index_map_arity_differs_from_grid() {
 fn dtype_of_parameter_and_array_differ() {
     let r = pallas_call(copy_kernel)
         .grid([4])
-        .input(
-            ArrayType::new([32, 128], BF16),
-            BlockSpec::new([8, 128], |[i]| (i, 0)),
-        ) // E:dtype
+        .input(bf16s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0))) // E:dtype
         .output(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
         .build();
     expect_err(r, ErrorKind::DType, "dtype", &["f32", "bf16"]);
@@ -317,11 +318,11 @@ fn static_slice_out_of_bounds() {
     expect_err(r, ErrorKind::OutOfBounds, "slice", &["4..12", "[8, 128]"]);
 }
 
+#[rustfmt::skip] // keeps the marker comment on the `for` line
 #[tpu_kernel]
 fn carried_shape_change_kernel(x: Ref<f32>, o: RefMut<f32>) {
     let mut acc = x.load();
-    for _i in 0..4 {
-        // E:carry
+    for _i in 0..4 { // E:carry
         acc = acc.sum_keepdims(0);
     }
     o.store(acc.broadcast_to([8, 128]));
