@@ -48,10 +48,22 @@ fn ops_tour_kernel(x: Ref<f32>, w: Ref<f32>, o: RefMut<f32>, counts: RefMut<i32>
 pub fn ops_tour(m: usize, n: usize, bm: usize) -> Result<PallasCall, KernelError> {
     pallas_call(ops_tour_kernel)
         .grid([m / bm])
-        .input(ArrayType::new([m, n], F32), BlockSpec::new([bm, n], |[i]| (i, 0)))
-        .input(ArrayType::new([n, n], F32), BlockSpec::new([n, n], |[_]| (0, 0)))
-        .output(ArrayType::new([m, n], F32), BlockSpec::new([bm, n], |[i]| (i, 0)))
-        .output(ArrayType::new([8 * (m / bm), n], I32), BlockSpec::new([8, n], |[i]| (i, 0)))
+        .input(
+            ArrayType::new([m, n], F32),
+            BlockSpec::new([bm, n], |[i]| (i, 0)),
+        )
+        .input(
+            ArrayType::new([n, n], F32),
+            BlockSpec::new([n, n], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([m, n], F32),
+            BlockSpec::new([bm, n], |[i]| (i, 0)),
+        )
+        .output(
+            ArrayType::new([8 * (m / bm), n], I32),
+            BlockSpec::new([8, n], |[i]| (i, 0)),
+        )
         .dimension_semantics([Parallel])
         .build()
 }

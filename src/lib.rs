@@ -43,8 +43,8 @@ pub mod prelude {
     pub use kernel_runtime::ir::DimensionSemantics::{self, Arbitrary, Parallel};
     pub use kernel_runtime::trace::{
         cos, dot, dot_nt, dot_tn, ds, exp, full, iota, log, maximum, minimum, multiple_of,
-        num_programs, pow, program_id, rsqrt, scalar, select, sin, sqrt, tanh, where_, zeros, Array, Ref,
-        RefMut, Scalar,
+        num_programs, pow, program_id, rsqrt, scalar, select, sin, sqrt, tanh, where_, zeros,
+        Array, Ref, RefMut, Scalar,
     };
     pub use kernel_runtime::{
         pallas_call, ArrayType, BlockSpec, DType, KernelError, PallasCall, Vmem,

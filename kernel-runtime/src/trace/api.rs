@@ -70,7 +70,12 @@ pub fn full<T: Element>(shape: impl AsRef<[usize]>, value: T) -> Array<T> {
 pub fn scalar<T: Element>(value: T) -> Scalar<T> {
     let loc = SourceLoc::caller();
     Scalar::from_val(emit(loc, |t| {
-        Ok(t.push1(OpKind::Const(value.literal()), vec![], Type::Scalar(T::DTYPE), loc))
+        Ok(t.push1(
+            OpKind::Const(value.literal()),
+            vec![],
+            Type::Scalar(T::DTYPE),
+            loc,
+        ))
     }))
 }
 
