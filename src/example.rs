@@ -1,17 +1,29 @@
 //! The command line shared by the example binaries: a summary by default, `--emit mlir` for the Mosaic
-//! module only (the exact contract), `--emit ir` for the kernel IR.
+//! module only (the exact contract), `--emit ir` for the kernel IR, `--emit stablehlo` for the StableHLO
+//! program calling the kernel, `--emit config` for the `tpu_custom_call` backend_config JSON, `--emit body`
+//! for the serialized (stable_mosaic) body as generic text, and `--check <v5e|v6e|...>` to run the kernel
+//! through the real toolchain (jaxlib verify + libtpu compile, see [`check`]).
+
+mod check;
 
 use crate::{KernelError, PallasCall};
+use kernel_runtime::serialize::CustomCall;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: <example> [--emit mlir|ir]";
+const USAGE: &str =
+    "usage: <example> [--emit mlir|ir|stablehlo|config|body] [--check v5e|v6e|v5p|v4]";
 
 /// What to print.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Emit {
     Summary,
     Mlir,
     Ir,
+    StableHlo,
+    Config,
+    Body,
+    /// Check through jaxlib and libtpu for a TPU generation (`v5e`, `v6e`, ...).
+    Check(String),
 }
 
 /// Parse the example command line.
@@ -24,10 +36,23 @@ pub fn parse_args(args: &[String]) -> Result<Emit, String> {
                 emit = match it.next().map(String::as_str) {
                     Some("mlir") => Emit::Mlir,
                     Some("ir") => Emit::Ir,
+                    Some("stablehlo") => Emit::StableHlo,
+                    Some("config") => Emit::Config,
+                    Some("body") => Emit::Body,
                     Some(other) => return Err(format!("unknown --emit kind `{other}`; {USAGE}")),
                     None => return Err(format!("--emit needs a value; {USAGE}")),
                 }
             }
+            "--check" => match it.next() {
+                Some(generation) if !generation.starts_with('-') => {
+                    emit = Emit::Check(generation.clone())
+                }
+                _ => {
+                    return Err(format!(
+                        "--check needs a TPU generation (v5e, v6e, v5p, v4); {USAGE}"
+                    ))
+                }
+            },
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument `{other}`; {USAGE}")),
         }
@@ -65,6 +90,16 @@ fn run(
     Ok(match emit {
         Emit::Mlir => call.mosaic_mlir()?.trim_end().to_string(),
         Emit::Ir => call.ir().to_string().trim_end().to_string(),
+        Emit::StableHlo => CustomCall::new(call.ir())
+            .stablehlo()?
+            .trim_end()
+            .to_string(),
+        Emit::Config => CustomCall::new(call.ir()).backend_config()?,
+        Emit::Body => CustomCall::new(call.ir())
+            .body_text()?
+            .trim_end()
+            .to_string(),
+        Emit::Check(generation) => check::run(&call, &generation)?,
         Emit::Summary => {
             let mlir = call.mosaic_mlir()?;
             let ops = mlir

@@ -10,6 +10,7 @@ pub mod ir;
 pub mod launch;
 pub mod lower;
 pub mod opt;
+pub mod serialize;
 pub mod trace;
 
 pub use dtype::{DType, Element};

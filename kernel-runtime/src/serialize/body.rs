@@ -1,0 +1,271 @@
+//! The kernel body in the form libtpu reads: the verified Mosaic module rewritten to the mosaic-serde
+//! form, then MLIR bytecode.
+//!
+//! The rewrite is what jaxlib's `mosaic-serde{serialize=true target-version=V}` pass does, done here on
+//! our own module: every op except `builtin.module` is rebuilt under the name `stable_mosaic.<op name>`
+//! (so it becomes an unregistered op, printed and written in generic form) carrying all its attributes,
+//! the inherent ones included; ops newer than the target version are downgraded by the per-op rules in
+//! [`downgrade`]; the module gets `stable_mosaic.version = V`.
+//!
+//! One difference from jaxlib had to be made up for: our context does not register the `tpu` dialect, so
+//! `tpu.*` ops carry only the attributes the lowering set, while jaxlib's registered ops also carry their
+//! default-valued inherent attributes. [`TPU_DEFAULT_ATTRS`] adds those, so our body equals what jaxlib
+//! writes for the same module (the Python suite checks this for every example, at every version).
+
+use super::{MAX_VERSION, MIN_VERSION};
+use crate::error::{kerr, Result};
+use crate::ir::Kernel;
+use crate::lower;
+use melior::ir::attribute::AttributeLike;
+use melior::ir::attribute::IntegerAttribute;
+use melior::ir::bytecode_writer_config::BytecodeWriterConfig;
+use melior::ir::operation::{OperationLike, OperationMutLike};
+use melior::ir::r#type::IntegerType;
+use melior::ir::{Attribute, Module};
+use melior::Context;
+use mlir_sys::{
+    mlirBlockInsertOwnedOperationAfter, mlirIdentifierGet, mlirIdentifierStr,
+    mlirNamedAttributeGet, mlirOperationCreate, mlirOperationDestroy, mlirOperationGetAttribute,
+    mlirOperationGetBlock, mlirOperationGetLocation, mlirOperationGetName,
+    mlirOperationGetNumAttributes, mlirOperationGetNumOperands, mlirOperationGetNumRegions,
+    mlirOperationGetNumResults, mlirOperationGetNumSuccessors, mlirOperationGetOperand,
+    mlirOperationGetRegion, mlirOperationGetResult, mlirOperationStateAddAttributes,
+    mlirOperationStateAddOperands, mlirOperationStateAddOwnedRegions, mlirOperationStateAddResults,
+    mlirOperationStateGet, mlirOperationWalk, mlirRegionCreate, mlirRegionTakeBody,
+    mlirValueGetType, mlirValueReplaceAllUsesOfWith, MlirAttribute, MlirNamedAttribute,
+    MlirOperation, MlirStringRef, MlirWalkOrder_MlirWalkPostOrder, MlirWalkResult,
+    MlirWalkResult_MlirWalkResultAdvance,
+};
+use std::os::raw::c_void;
+
+/// The op-name prefix of the serialized form.
+pub const MANGLE_PREFIX: &str = "stable_mosaic.";
+
+/// Default-valued inherent attributes of the `tpu` ops we emit, as jaxlib's registered tpu dialect fills
+/// them in (our context leaves `tpu` unregistered and cannot know them). Measured with jaxlib 0.12.0.1's
+/// serializer; the Python suite fails if one is missing or wrong.
+pub const TPU_DEFAULT_ATTRS: &[(&str, &str, &str)] = &[
+    ("tpu.vector_store", "add", "false"),
+    ("tpu.matmul", "transpose_lhs", "false"),
+    ("tpu.matmul", "transpose_rhs", "false"),
+];
+
+/// Serialize a kernel: verified Mosaic module → mosaic-serde form at `version` → MLIR bytecode.
+pub fn body_bytecode(k: &Kernel, version: i64) -> Result<Vec<u8>> {
+    check_version(version)?;
+    lower::with_context(|ctx| {
+        let mut module = lower::build_module(ctx, k)?;
+        to_serialized_form(ctx, &mut module, version)?;
+        // Bytecode format version 0, as jax writes it (`write_bytecode(desired_version=0)`): the oldest
+        // format, readable by any libtpu. All ops but the module are unregistered, so nothing needs the
+        // newer properties encoding.
+        let config = BytecodeWriterConfig::new();
+        config.set_desired_emit_version(0);
+        module
+            .as_operation()
+            .write_bytecode_with_config(&config)
+            .map_err(|e| kerr!(Lowering, "writing the MLIR bytecode of `{}`: {e}", k.name))
+    })
+}
+
+/// The serialized module as generic MLIR text (what `--emit body` prints; for reading, not for libtpu).
+pub fn body_text(k: &Kernel, version: i64) -> Result<String> {
+    check_version(version)?;
+    lower::with_context(|ctx| {
+        let mut module = lower::build_module(ctx, k)?;
+        to_serialized_form(ctx, &mut module, version)?;
+        Ok(module.as_operation().to_string())
+    })
+}
+
+fn check_version(version: i64) -> Result<()> {
+    if !(MIN_VERSION..=MAX_VERSION).contains(&version) {
+        return Err(kerr!(
+            Unsupported,
+            "stable_mosaic version {version} is not supported; choose one in {MIN_VERSION}..={MAX_VERSION}"
+        ));
+    }
+    Ok(())
+}
+
+/// Rewrite `module` in place to the mosaic-serde form at `version`.
+pub fn to_serialized_form(ctx: &Context, module: &mut Module<'_>, version: i64) -> Result<()> {
+    let module_op = module.as_operation().to_raw();
+    // Post-order: children are rebuilt before their parents, whose regions (already rewritten) are then
+    // moved as a whole into the rebuilt parent.
+    let mut ops: Vec<MlirOperation> = Vec::new();
+    unsafe extern "C" fn collect(op: MlirOperation, data: *mut c_void) -> MlirWalkResult {
+        // SAFETY: `data` is the `&mut Vec` passed to `mlirOperationWalk` below, alive for the walk.
+        let ops = unsafe { &mut *(data as *mut Vec<MlirOperation>) };
+        ops.push(op);
+        MlirWalkResult_MlirWalkResultAdvance
+    }
+    // SAFETY: `module_op` is a valid operation owned by `module`; the callback only records handles.
+    unsafe {
+        mlirOperationWalk(
+            module_op,
+            Some(collect),
+            &mut ops as *mut _ as *mut c_void,
+            MlirWalkOrder_MlirWalkPostOrder,
+        )
+    };
+    for op in ops {
+        if op.ptr == module_op.ptr {
+            continue;
+        }
+        // SAFETY: each handle was collected from the live module and is rebuilt (and destroyed) exactly
+        // once; post-order guarantees no handle still in the list belongs to an op destroyed before it.
+        unsafe { mangle_op(ctx, op, version)? };
+    }
+    let i64_type = IntegerType::new(ctx, 64).into();
+    module.as_operation_mut().set_attribute(
+        "stable_mosaic.version",
+        IntegerAttribute::new(i64_type, version).into(),
+    );
+    Ok(())
+}
+
+fn string_ref(s: &str) -> MlirStringRef {
+    MlirStringRef {
+        data: s.as_ptr() as *const _,
+        length: s.len(),
+    }
+}
+
+fn str_of(r: MlirStringRef) -> String {
+    if r.data.is_null() {
+        return String::new();
+    }
+    // SAFETY: MLIR string refs point at `length` valid bytes owned by the context.
+    let bytes = unsafe { std::slice::from_raw_parts(r.data as *const u8, r.length) };
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The attributes of an op as (name, attribute), inherent ones included (`Operation::getAttrs`).
+unsafe fn attributes(op: MlirOperation) -> Vec<(String, MlirAttribute)> {
+    let n = unsafe { mlirOperationGetNumAttributes(op) };
+    (0..n)
+        .map(|i| {
+            let a = unsafe { mlirOperationGetAttribute(op, i) };
+            (str_of(unsafe { mlirIdentifierStr(a.name) }), a.attribute)
+        })
+        .collect()
+}
+
+/// Replace `op` by `stable_mosaic.<name>` with the same operands, results, attributes and regions.
+unsafe fn mangle_op(context: &Context, op: MlirOperation, version: i64) -> Result<()> {
+    let name = str_of(unsafe { mlirIdentifierStr(mlirOperationGetName(op)) });
+    if unsafe { mlirOperationGetNumSuccessors(op) } != 0 {
+        return Err(kerr!(
+            Lowering,
+            "cannot serialize `{name}`: ops with successors are not emitted by tpu-kernel"
+        ));
+    }
+    let ctx = context.to_raw();
+
+    let mut attrs = unsafe { attributes(op) };
+    for (op_name, attr, value) in TPU_DEFAULT_ATTRS {
+        if *op_name == name && !attrs.iter().any(|(n, _)| n == attr) {
+            let parsed = Attribute::parse(context, value).ok_or_else(|| {
+                kerr!(
+                    Lowering,
+                    "cannot parse default attribute `{attr} = {value}`"
+                )
+            })?;
+            attrs.push((attr.to_string(), parsed.to_raw()));
+        }
+    }
+    downgrade(&name, &mut attrs, version)?;
+
+    let new_name = format!("{MANGLE_PREFIX}{name}");
+    let operands: Vec<_> = (0..unsafe { mlirOperationGetNumOperands(op) })
+        .map(|i| unsafe { mlirOperationGetOperand(op, i) })
+        .collect();
+    let old_results: Vec<_> = (0..unsafe { mlirOperationGetNumResults(op) })
+        .map(|i| unsafe { mlirOperationGetResult(op, i) })
+        .collect();
+    let result_types: Vec<_> = old_results
+        .iter()
+        .map(|v| unsafe { mlirValueGetType(*v) })
+        .collect();
+    let named: Vec<MlirNamedAttribute> = attrs
+        .iter()
+        .map(|(n, a)| unsafe { mlirNamedAttributeGet(mlirIdentifierGet(ctx, string_ref(n)), *a) })
+        .collect();
+    let regions: Vec<_> = (0..unsafe { mlirOperationGetNumRegions(op) })
+        .map(|i| {
+            let fresh = unsafe { mlirRegionCreate() };
+            unsafe { mlirRegionTakeBody(fresh, mlirOperationGetRegion(op, i)) };
+            fresh
+        })
+        .collect();
+
+    // SAFETY: every handle added to the state is live; `new_name` outlives `mlirOperationCreate`; the
+    // fresh regions are owned by the state and then by the new op.
+    let new_op = unsafe {
+        let mut state = mlirOperationStateGet(string_ref(&new_name), mlirOperationGetLocation(op));
+        mlirOperationStateAddOperands(&mut state, operands.len() as isize, operands.as_ptr());
+        mlirOperationStateAddResults(
+            &mut state,
+            result_types.len() as isize,
+            result_types.as_ptr(),
+        );
+        mlirOperationStateAddAttributes(&mut state, named.len() as isize, named.as_ptr());
+        mlirOperationStateAddOwnedRegions(&mut state, regions.len() as isize, regions.as_ptr());
+        mlirOperationCreate(&mut state)
+    };
+    if new_op.ptr.is_null() {
+        return Err(kerr!(
+            Lowering,
+            "MLIR could not create `{new_name}` while serializing"
+        ));
+    }
+    // SAFETY: `op` is in a block (every op but the module is); the new op is inserted after it, takes over
+    // its uses, and `op` (now without regions or uses) is erased.
+    unsafe {
+        mlirBlockInsertOwnedOperationAfter(mlirOperationGetBlock(op), op, new_op);
+        for (i, old) in old_results.iter().enumerate() {
+            mlirValueReplaceAllUsesOfWith(*old, mlirOperationGetResult(new_op, i as isize));
+        }
+        mlirOperationDestroy(op);
+    }
+    Ok(())
+}
+
+/// The per-version downgrade rules of jaxlib's mosaic-serde, for the ops tpu-kernel emits. Our ops are
+/// built in the newest form ([`MAX_VERSION`]); older targets need these rewrites. Rules of older versions
+/// than [`MIN_VERSION`] (`tpu.iota` < 6, `vector.multi_reduction` < 3, i1 `arith.constant` < 10) are out
+/// of range and deliberately not implemented.
+pub fn downgrade(name: &str, attrs: &mut Vec<(String, MlirAttribute)>, version: i64) -> Result<()> {
+    let bool_value = |attrs: &[(String, MlirAttribute)], key: &str| -> Option<bool> {
+        attrs.iter().find(|(n, _)| n == key).map(|(_, a)| {
+            // SAFETY: the attribute handle is live (owned by the context).
+            let attr = unsafe { Attribute::from_raw(*a) };
+            attr.to_string() == "true"
+        })
+    };
+    match name {
+        // v11 added `add` (accumulating store).
+        "tpu.vector_store" if version < 11 => {
+            if bool_value(attrs, "add") == Some(true) {
+                return Err(kerr!(
+                    Unsupported,
+                    "an accumulating store needs stable_mosaic version >= 11"
+                ));
+            }
+            attrs.retain(|(n, _)| n != "add");
+        }
+        // v13 added `transpose_lhs_hint`.
+        "tpu.matmul" if version < 13 => {
+            if bool_value(attrs, "transpose_lhs_hint") == Some(true) {
+                return Err(kerr!(
+                    Unsupported,
+                    "`transpose_lhs_hint = true` needs stable_mosaic version >= 13"
+                ));
+            }
+            attrs.retain(|(n, _)| n != "transpose_lhs_hint");
+        }
+        _ => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! Serialization: what XLA and libtpu receive for a kernel.
+//!
+//! - [`body`]: the Mosaic module in the mosaic-serde form (`stable_mosaic.<dialect>.<op>` ops in generic
+//!   form, module attribute `stable_mosaic.version`, per-version downgrades), as MLIR bytecode;
+//! - [`config`]: the `tpu_custom_call` backend_config JSON (base64 body, `serialization_format`,
+//!   `needs_layout_passes`, and the optional fields — cost estimate, scoped VMEM limit, flags, input
+//!   fusion, memory-space colors, ... — only when set);
+//! - [`stablehlo`]: a complete StableHLO program calling the kernel through `stablehlo.custom_call
+//!   @tpu_custom_call`.
+//!
+//! ## Which `stable_mosaic.version`
+//! [`DEFAULT_VERSION`] is **15**: what JAX's Pallas writes when it lowers for TPU without a TPU backend
+//! at hand (its forward-compatible version), the same number our Mosaic text carries, and accepted by
+//! every libtpu from before 0.0.50 on (libtpu 0.0.51 reads 14..=18; 19 is refused). Our ops are built in
+//! the newest form; [`body::downgrade`] holds the rules that change the ops we emit between
+//! [`MIN_VERSION`] and [`MAX_VERSION`] (between 14 and 18 none of them does: the body at 15 and at 18
+//! differ only in the version attribute, measured with jaxlib 0.12.0.1). `CallOptions::version` picks
+//! another.
+//!
+//! Only `lower` and `serialize` touch melior.
+
+pub mod body;
+pub mod config;
+pub mod stablehlo;
+
+use crate::error::Result;
+use crate::ir::Kernel;
+
+/// The version written by default (see the module docs).
+pub const DEFAULT_VERSION: i64 = 15;
+/// The newest version our ops are built in (jaxlib 0.12.0.1 / libtpu 0.0.51).
+pub const MAX_VERSION: i64 = 18;
+/// The oldest version we can downgrade to (below it, rules we do not implement would apply).
+pub const MIN_VERSION: i64 = 10;
+
+/// Memory-space colors in the custom call's config (jax's `MemorySpace.color`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryColor {
+    Hbm = 0,
+    Vmem = 1,
+    Semaphore = 2,
+    Smem = 4,
+    Host = 5,
+}
+
+/// Whether XLA may deduplicate or remove the call (jax's `TpuSideEffectType`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SideEffects {
+    /// May be deduplicated and removed when unused.
+    #[default]
+    Pure,
+    /// Not deduplicated, but removed when unused.
+    Dataflow,
+    /// Neither deduplicated nor removed.
+    SideEffecting,
+}
+
+/// A value of a Mosaic compiler flag (`flag_configs`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum FlagValue {
+    Bool(bool),
+    Int(i64),
+    Double(f64),
+}
+
+/// What the custom call carries besides what the kernel IR says (the IR gives the body, the VMEM limit
+/// and the cost estimate). Every optional field is written only when set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallOptions {
+    /// `stable_mosaic.version` of the body.
+    pub version: i64,
+    /// `(input index, output index)`: the output reuses the input's buffer (`input_output_aliases`).
+    pub input_output_aliases: Vec<(usize, usize)>,
+    pub side_effects: SideEffects,
+    /// Mosaic compiler flags, in order.
+    pub flags: Vec<(String, FlagValue)>,
+    /// Per input: may XLA fuse the producer into the kernel's input.
+    pub allow_input_fusion: Option<Vec<bool>>,
+    pub internal_scratch_in_bytes: Option<u64>,
+    pub has_communication: bool,
+    pub collective_id: Option<u32>,
+    pub needs_hlo_passes: bool,
+    pub disable_bounds_checks: bool,
+    pub disable_semaphore_checks: bool,
+    pub skip_device_barrier: bool,
+}
+
+impl Default for CallOptions {
+    fn default() -> Self {
+        CallOptions {
+            version: DEFAULT_VERSION,
+            input_output_aliases: Vec::new(),
+            side_effects: SideEffects::Pure,
+            flags: Vec::new(),
+            allow_input_fusion: None,
+            internal_scratch_in_bytes: None,
+            has_communication: false,
+            collective_id: None,
+            needs_hlo_passes: false,
+            disable_bounds_checks: false,
+            disable_semaphore_checks: false,
+            skip_device_barrier: false,
+        }
+    }
+}
+
+/// A kernel ready to be called from XLA: its body, backend_config and StableHLO program.
+#[derive(Clone, Debug)]
+pub struct CustomCall<'k> {
+    pub kernel: &'k Kernel,
+    pub options: CallOptions,
+}
+
+impl<'k> CustomCall<'k> {
+    pub fn new(kernel: &'k Kernel) -> Self {
+        CustomCall {
+            kernel,
+            options: CallOptions::default(),
+        }
+    }
+    pub fn with_options(kernel: &'k Kernel, options: CallOptions) -> Self {
+        CustomCall { kernel, options }
+    }
+    /// The body as MLIR bytecode (mosaic-serde form).
+    pub fn body(&self) -> Result<Vec<u8>> {
+        body::body_bytecode(self.kernel, self.options.version)
+    }
+    /// The body's serialized form as generic MLIR text (for reading and debugging).
+    pub fn body_text(&self) -> Result<String> {
+        body::body_text(self.kernel, self.options.version)
+    }
+    /// The backend_config JSON.
+    pub fn backend_config(&self) -> Result<String> {
+        config::backend_config(self.kernel, &self.options)
+    }
+    /// The StableHLO module calling the kernel.
+    pub fn stablehlo(&self) -> Result<String> {
+        stablehlo::stablehlo(self.kernel, &self.options)
+    }
+}
