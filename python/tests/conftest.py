@@ -1,0 +1,114 @@
+"""Shared fixtures of the real-toolchain suite.
+
+Every `examples/*.rs` is discovered here (a kernel added later is covered without touching the suite),
+built once with cargo, and asked for its Mosaic text, StableHLO program and backend_config. libtpu
+compiles are cached per (what, generation) for the session, and the parity table is printed at the end
+of the run.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pytest  # noqa: E402
+
+import tpu_toolchain as tc  # noqa: E402  (sets the Mosaic dump directory before jax starts libtpu)
+
+GENERATIONS = ["v5e", "v6e"]
+TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+
+
+def example_names():
+    ex = REPO / "examples"
+    names = [p.stem for p in ex.glob("*.rs")] + [p.parent.name for p in ex.glob("*/main.rs")]
+    return sorted(names)
+
+
+def pytest_generate_tests(metafunc):
+    if "example" in metafunc.fixturenames:
+        metafunc.parametrize("example", example_names(), indirect=True)
+    if "generation" in metafunc.fixturenames:
+        metafunc.parametrize("generation", GENERATIONS)
+
+
+_built = {}
+
+
+def cargo_build_examples():
+    """`cargo build --examples` once per session (a no-op when up to date); a failure fails the tests."""
+    if "ok" not in _built:
+        p = subprocess.run(["cargo", "build", "--quiet", "--examples"], cwd=REPO, capture_output=True, text=True)
+        if p.returncode != 0:
+            pytest.fail(f"cargo build --examples failed:\n{p.stderr[-4000:]}", pytrace=False)
+        _built["ok"] = True
+
+
+class Example:
+    """One example binary and what it emits."""
+
+    def __init__(self, name):
+        self.name = name
+        self.binary = TARGET_DIR / "debug" / "examples" / name
+        self._emitted = {}
+
+    def emit(self, kind: str) -> str:
+        if kind not in self._emitted:
+            p = subprocess.run([str(self.binary), "--emit", kind], capture_output=True, text=True)
+            if p.returncode != 0:
+                pytest.fail(f"{self.name} --emit {kind} failed:\n{p.stderr}", pytrace=False)
+            self._emitted[kind] = p.stdout
+        return self._emitted[kind]
+
+    @property
+    def mosaic(self):
+        return self.emit("mlir")
+
+    @property
+    def stablehlo(self):
+        return self.emit("stablehlo")
+
+    @property
+    def config(self):
+        return self.emit("config")
+
+
+_examples = {}
+
+
+@pytest.fixture
+def example(request):
+    cargo_build_examples()
+    name = request.param
+    if name not in _examples:
+        _examples[name] = Example(name)
+    return _examples[name]
+
+
+# (kind, name, generation) -> tc.Compiled, kind in {"ours", "pallas", "xla"}
+COMPILED = {}
+
+
+def compiled(kind, name, generation, make):
+    key = (kind, name, generation)
+    if key not in COMPILED:
+        COMPILED[key] = make()
+    return COMPILED[key]
+
+
+def pytest_terminal_summary(terminalreporter):
+    rows = sorted({(n, g) for (k, n, g) in COMPILED if k == "ours"})
+    if not rows:
+        return
+    tr = terminalreporter
+    tr.section("LLO parity: ours vs Pallas (final post-finalize-llo op count; libtpu %s)" % tc.VERSIONS["libtpu"])
+    tr.write_line(f"{'kernel':<14} {'gen':<4} {'ours':>6} {'pallas':>7} {'ratio':>6}")
+    for n, g in rows:
+        o, p = COMPILED.get(("ours", n, g)), COMPILED.get(("pallas", n, g))
+        ol = o.llo_total if o and o.ok else None
+        pl_ = p.llo_total if p and p.ok else None
+        ratio = f"{ol / pl_:.3f}" if ol is not None and pl_ else "-"
+        tr.write_line(f"{n:<14} {g:<4} {str(ol):>6} {str(pl_):>7} {ratio:>6}")

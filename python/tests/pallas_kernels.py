@@ -1,0 +1,201 @@
+"""Pallas versions of the example kernels: the quality bar (LLO op count after libtpu) for ours.
+
+KERNELS: example name -> (pallas_fn, [ShapeDtypeStruct inputs]), with the same kernel, shapes, blocks
+and grid as `examples/<name>.rs`. Every example must have an entry here (the parity test fails loudly
+otherwise): a new example comes with its Pallas twin.
+
+Written for this suite after the public reference kernels (../shared/pallas-reference/public.py), whose
+measured figures are in ../shared/pallas-reference/SUMMARY.md.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+S = jax.ShapeDtypeStruct
+f32, bf16, i32 = jnp.float32, jnp.bfloat16, jnp.int32
+
+
+def _params(*semantics):
+    return pltpu.CompilerParams(dimension_semantics=semantics)
+
+
+# -- add: o = x + y, (256, 256) blocks
+def _add_kernel(x_ref, y_ref, o_ref):
+    o_ref[...] = x_ref[...] + y_ref[...]
+
+
+def add(x, y, bm=256, bn=256):
+    m, n = x.shape
+    spec = pl.BlockSpec((bm, bn), lambda i, j: (i, j))
+    return pl.pallas_call(_add_kernel, out_shape=S(x.shape, x.dtype), grid=(m // bm, n // bn),
+                          in_specs=[spec, spec], out_specs=spec,
+                          compiler_params=_params("parallel", "parallel"), name="add_kernel")(x, y)
+
+
+# -- matmul: bf16 in, f32 VMEM accumulator over the arbitrary k axis, bf16 out
+def _matmul_kernel(x_ref, y_ref, o_ref, acc_ref):
+    k = pl.program_id(2)
+
+    @pl.when(k == 0)
+    def _():
+        acc_ref[...] = jnp.zeros(acc_ref.shape, acc_ref.dtype)
+
+    acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=f32)
+
+    @pl.when(k == pl.num_programs(2) - 1)
+    def _():
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+
+def matmul(x, y, bm=128, bn=128, bk=128):
+    (m, kk), (_, n) = x.shape, y.shape
+    return pl.pallas_call(
+        _matmul_kernel, out_shape=S((m, n), x.dtype), grid=(m // bm, n // bn, kk // bk),
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)), pl.BlockSpec((bk, bn), lambda i, j, k: (k, j))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+        scratch_shapes=[pltpu.VMEM((bm, bn), f32)],
+        compiler_params=_params("parallel", "parallel", "arbitrary"), name="matmul_kernel")(x, y)
+
+
+# -- softmax over rows, (8, N) blocks
+def _softmax_kernel(x_ref, o_ref):
+    x = x_ref[...]
+    e = jnp.exp(x - jnp.max(x, axis=-1, keepdims=True))
+    o_ref[...] = e / jnp.sum(e, axis=-1, keepdims=True)
+
+
+def softmax(x, br=8):
+    m, n = x.shape
+    spec = pl.BlockSpec((br, n), lambda i: (i, 0))
+    return pl.pallas_call(_softmax_kernel, out_shape=S(x.shape, x.dtype), grid=(m // br,), in_specs=[spec],
+                          out_specs=spec, compiler_params=_params("parallel"), name="softmax_kernel")(x)
+
+
+# -- rmsnorm: bf16 rows, f32 weight row
+def _rmsnorm_kernel(x_ref, w_ref, o_ref, *, eps):
+    x = x_ref[...].astype(f32)
+    y = x * lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * w_ref[...]
+    o_ref[...] = y.astype(o_ref.dtype)
+
+
+def rmsnorm(x, w, br=16, eps=1e-6):
+    m, n = x.shape
+    return pl.pallas_call(
+        functools.partial(_rmsnorm_kernel, eps=eps), out_shape=S(x.shape, x.dtype), grid=(m // br,),
+        in_specs=[pl.BlockSpec((br, n), lambda i: (i, 0)), pl.BlockSpec((1, n), lambda i: (0, 0))],
+        out_specs=pl.BlockSpec((br, n), lambda i: (i, 0)),
+        compiler_params=_params("parallel"), name="rmsnorm_kernel")(x, w)
+
+
+# -- causal_mask: scale the lower triangle, -inf above
+def _causal_mask_kernel(x_ref, o_ref, *, scale):
+    bm, bn = x_ref.shape
+    row = lax.broadcasted_iota(i32, (bm, bn), 0) + pl.program_id(0) * bm
+    col = lax.broadcasted_iota(i32, (bm, bn), 1) + pl.program_id(1) * bn
+    o_ref[...] = jnp.where(row >= col, x_ref[...] * scale, -jnp.inf)
+
+
+def causal_mask(x, bm=128, bn=128, scale=0.125):
+    m, n = x.shape
+    spec = pl.BlockSpec((bm, bn), lambda i, j: (i, j))
+    return pl.pallas_call(functools.partial(_causal_mask_kernel, scale=scale), out_shape=S(x.shape, x.dtype),
+                          grid=(m // bm, n // bn), in_specs=[spec], out_specs=spec,
+                          compiler_params=_params("parallel", "parallel"), name="causal_mask_kernel")(x)
+
+
+# -- fori_rowsum: a fori_loop over 8-row chunks of a (M, 128) column strip
+def _fori_rowsum_kernel(x_ref, o_ref):
+    def body(i, acc):
+        return acc + x_ref[pl.ds(pl.multiple_of(i * 8, 8), 8), :]
+
+    o_ref[...] = lax.fori_loop(0, x_ref.shape[0] // 8, body, jnp.zeros(o_ref.shape, f32))
+
+
+def fori_rowsum(x, bn=128):
+    m, n = x.shape
+    return pl.pallas_call(_fori_rowsum_kernel, out_shape=S((8, n), x.dtype), grid=(n // bn,),
+                          in_specs=[pl.BlockSpec((m, bn), lambda j: (0, j))],
+                          out_specs=pl.BlockSpec((8, bn), lambda j: (0, j)),
+                          compiler_params=_params("parallel"), name="fori_rowsum_kernel")(x)
+
+
+# -- transpose by (128, 128) blocks
+def _transpose_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...].T
+
+
+def transpose(x, bm=128, bn=128):
+    m, n = x.shape
+    return pl.pallas_call(_transpose_kernel, out_shape=S((n, m), x.dtype), grid=(m // bm, n // bn),
+                          in_specs=[pl.BlockSpec((bm, bn), lambda i, j: (i, j))],
+                          out_specs=pl.BlockSpec((bn, bm), lambda i, j: (j, i)),
+                          compiler_params=_params("parallel", "parallel"), name="transpose_kernel")(x)
+
+
+# -- colsum: the (8, bn) output block accumulates over the arbitrary row-block axis
+def _colsum_kernel(x_ref, o_ref):
+    @pl.when(pl.program_id(1) == 0)
+    def _():
+        o_ref[...] = jnp.zeros(o_ref.shape, o_ref.dtype)
+
+    o_ref[...] += jnp.broadcast_to(jnp.sum(x_ref[...], axis=0, keepdims=True), o_ref.shape)
+
+
+def colsum(x, bm=128, bn=128):
+    m, n = x.shape
+    return pl.pallas_call(_colsum_kernel, out_shape=S((8, n), x.dtype), grid=(n // bn, m // bm),
+                          in_specs=[pl.BlockSpec((bm, bn), lambda j, k: (k, j))],
+                          out_specs=pl.BlockSpec((8, bn), lambda j, k: (0, j)),
+                          compiler_params=_params("parallel", "arbitrary"), name="colsum_kernel")(x)
+
+
+# -- ops_tour: gelu(tanh) + dot_nt, a valued if, a while loop, masked store, int reduction, fori over rows
+def _ops_tour_kernel(x_ref, w_ref, o_ref, counts_ref):
+    i = pl.program_id(0)
+    bm, bn = x_ref.shape
+    x = x_ref[...]
+    g = 0.5 * x * (1.0 + jnp.tanh(0.7978846 * (x + 0.044715 * x * x * x)))
+    s = lax.dot_general(g, w_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=f32)
+    v = lax.cond(i % 2 == 0, lambda: s * 2.0, lambda: s)
+    _, v = lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, jnp.maximum(c[1] * 0.5, -1.0)), (0, v))
+    row = lax.broadcasted_iota(i32, (bm, bn), 0) + i * bm
+    col = lax.broadcasted_iota(i32, (bm, bn), 1)
+    keep = (row >= col) & (col % 2 == 0)
+    o_ref[...] = jnp.zeros(o_ref.shape, o_ref.dtype)
+    pltpu.store(o_ref, v, mask=keep)
+    kept = jnp.sum(keep.astype(i32), axis=0, keepdims=True)
+    bias = jnp.broadcast_to(kept.astype(f32), (8, bn)) * 0.001
+
+    def rows(j, carry):
+        sl = pl.ds(pl.multiple_of(j * 8, 8), 8)
+        o_ref[sl, :] = o_ref[sl, :] + bias
+        return carry
+
+    lax.fori_loop(0, bm // 8, rows, 0)
+    counts_ref[...] = jnp.broadcast_to(kept, (8, bn))
+
+
+def ops_tour(x, w, bm=64):
+    m, n = x.shape
+    return pl.pallas_call(
+        _ops_tour_kernel, out_shape=(S((m, n), f32), S((8 * (m // bm), n), i32)), grid=(m // bm,),
+        in_specs=[pl.BlockSpec((bm, n), lambda i: (i, 0)), pl.BlockSpec((n, n), lambda i: (0, 0))],
+        out_specs=(pl.BlockSpec((bm, n), lambda i: (i, 0)), pl.BlockSpec((8, n), lambda i: (i, 0))),
+        compiler_params=_params("parallel"), name="ops_tour_kernel")(x, w)
+
+
+KERNELS = {
+    "add": (add, [S((1024, 1024), f32), S((1024, 1024), f32)]),
+    "matmul": (matmul, [S((512, 512), bf16), S((512, 512), bf16)]),
+    "softmax": (softmax, [S((1024, 1024), f32)]),
+    "rmsnorm": (rmsnorm, [S((1024, 1024), bf16), S((1, 1024), f32)]),
+    "causal_mask": (causal_mask, [S((512, 512), f32)]),
+    "fori_rowsum": (fori_rowsum, [S((256, 1024), f32)]),
+    "transpose": (transpose, [S((512, 512), f32)]),
+    "colsum": (colsum, [S((1024, 256), f32)]),
+    "ops_tour": (ops_tour, [S((256, 128), f32), S((128, 128), f32)]),
+}
