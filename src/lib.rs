@@ -33,6 +33,7 @@ pub use kernel_runtime::{
 };
 
 pub mod example;
+pub mod reference;
 
 /// Everything a kernel file needs: `use tpu_kernel::prelude::*;`.
 pub mod prelude {

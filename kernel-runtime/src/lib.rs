@@ -6,6 +6,7 @@
 pub mod check;
 pub mod dtype;
 pub mod error;
+pub mod interpret;
 pub mod ir;
 pub mod launch;
 pub mod lower;

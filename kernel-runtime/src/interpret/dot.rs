@@ -1,0 +1,133 @@
+//! `dot` on the MXU's terms: bf16/f32 operands multiplied exactly and accumulated in f32 (a bf16 product
+//! is exact in f32), i8 operands accumulated in wrapping i32; an optional accumulator operand is added in.
+//!
+//! f32 GEMM is `matrixmultiply::sgemm`: pure Rust, one tiny dependency, runtime-detected AVX2/FMA
+//! kernels, and arbitrary row/column strides — so transposed operands (`dot_nt`, `dot_tn`, `.t()` views)
+//! and strided windows are multiplied in place with no copy. bf16 operands are widened to f32 first.
+
+use super::elementwise::cast;
+use super::tensor::{internal, Tensor};
+use crate::dtype::DType;
+use crate::error::{kerr, Result};
+
+/// A 2-D operand as (rows, cols, row stride, col stride) after the optional transpose.
+fn matrix(t: &Tensor, transpose: bool) -> Result<(usize, usize, isize, isize)> {
+    if t.shape.len() != 2 {
+        return Err(internal("dot operand is not 2-D"));
+    }
+    let (r, c, sr, sc) = (
+        t.shape[0],
+        t.shape[1],
+        t.strides[0] as isize,
+        t.strides[1] as isize,
+    );
+    Ok(if transpose {
+        (c, r, sc, sr)
+    } else {
+        (r, c, sr, sc)
+    })
+}
+
+pub(crate) fn dot(
+    lhs: &Tensor,
+    rhs: &Tensor,
+    acc: Option<&Tensor>,
+    tl: bool,
+    tr: bool,
+    out: DType,
+) -> Result<Tensor> {
+    match (lhs.dtype, rhs.dtype, out) {
+        (DType::F32 | DType::BF16, DType::F32 | DType::BF16, DType::F32) => {
+            dot_f32(lhs, rhs, acc, tl, tr)
+        }
+        (DType::I8, DType::I8, DType::I32) => dot_i8(lhs, rhs, acc, tl, tr),
+        (a, b, o) => Err(kerr!(
+            Unsupported,
+            "dot of {a} x {b} -> {o} is not supported by the interpreter"
+        )),
+    }
+}
+
+fn widen(t: &Tensor) -> Result<Tensor> {
+    if t.dtype == DType::F32 {
+        Ok(t.clone())
+    } else {
+        cast(t, DType::F32)
+    }
+}
+
+fn dot_f32(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool) -> Result<Tensor> {
+    let (a, b) = (widen(lhs)?, widen(rhs)?);
+    let (m, k, rsa, csa) = matrix(&a, tl)?;
+    let (k2, n, rsb, csb) = matrix(&b, tr)?;
+    if k != k2 {
+        return Err(internal("dot contraction sizes differ"));
+    }
+    let (mut c, beta) = match acc {
+        Some(t) if t.shape == [m, n] => (widen(t)?.to_vec::<f32>()?, 1.0),
+        Some(_) => return Err(internal("dot accumulator shape")),
+        None => (vec![0.0f32; m * n], 0.0),
+    };
+    let (ad, bd) = (a.data::<f32>()?, b.data::<f32>()?);
+    // Every element the strides reach must be inside the buffers (views are built in bounds; this
+    // re-check makes the unsafe call below sound whatever produced them).
+    let reach = |off: usize, rows: usize, cols: usize, rs: isize, cs: isize| {
+        off + (rows.saturating_sub(1)) * rs as usize + (cols.saturating_sub(1)) * cs as usize
+    };
+    if m * n * k > 0
+        && (reach(a.offset, m, k, rsa, csa) >= ad.len()
+            || reach(b.offset, k, n, rsb, csb) >= bd.len())
+    {
+        return Err(internal("dot operand view out of its buffer"));
+    }
+    if m * n > 0 {
+        // SAFETY: a/b point into live buffers and every (i, p) / (p, j) index reached through the strides
+        // was checked above to be in bounds; c has exactly m*n elements with row stride n.
+        unsafe {
+            matrixmultiply::sgemm(
+                m,
+                k,
+                n,
+                1.0,
+                ad.as_ptr().add(a.offset),
+                rsa,
+                csa,
+                bd.as_ptr().add(b.offset),
+                rsb,
+                csb,
+                beta,
+                c.as_mut_ptr(),
+                n as isize,
+                1,
+            );
+        }
+    }
+    Ok(Tensor::from_vec(vec![m, n], c))
+}
+
+fn dot_i8(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool) -> Result<Tensor> {
+    let (m, k, _, _) = matrix(lhs, tl)?;
+    let (k2, n, _, _) = matrix(rhs, tr)?;
+    if k != k2 {
+        return Err(internal("dot contraction sizes differ"));
+    }
+    let mut c = match acc {
+        Some(t) if t.shape == [m, n] && t.dtype == DType::I32 => t.to_vec::<i32>()?,
+        Some(_) => return Err(internal("dot accumulator shape")),
+        None => vec![0i32; m * n],
+    };
+    let (a, b) = (lhs.to_vec::<i8>()?, rhs.to_vec::<i8>()?);
+    // Re-index the contiguous copies with the (possibly transposed) logical strides.
+    let (rsa, csa) = if tl { (1, m) } else { (k, 1) };
+    let (rsb, csb) = if tr { (1, k) } else { (n, 1) };
+    for i in 0..m {
+        let row = &mut c[i * n..(i + 1) * n];
+        for p in 0..k {
+            let x = a[i * rsa + p * csa] as i32;
+            for (j, r) in row.iter_mut().enumerate() {
+                *r = r.wrapping_add(x.wrapping_mul(b[p * rsb + j * csb] as i32));
+            }
+        }
+    }
+    Ok(Tensor::from_vec(vec![m, n], c))
+}

@@ -1,0 +1,462 @@
+//! Elementwise rules (unary, binary, compare, select, cast): one generic strided loop per arity, then a
+//! small table per op family. Floats compute in f32; bf16 results are rounded on every op, like XLA.
+
+use super::host::HostElement;
+use super::math::{self, IntOps};
+use super::tensor::{bf16_from_f32, bf16_to_f32, for_each_row, internal, Tensor};
+use crate::dtype::DType;
+use crate::error::{kerr, Result};
+use crate::ir::{BinaryOp, CmpOp, UnaryOp};
+use half::bf16;
+
+// ---------------------------------------------------------------------------------------------- loops
+
+pub(crate) fn map1<A: HostElement, R: HostElement>(
+    a: &Tensor,
+    f: impl Fn(A) -> R,
+) -> Result<Tensor> {
+    let ad = a.data::<A>()?;
+    let mut out = Vec::with_capacity(a.numel());
+    for_each_row(
+        &a.shape,
+        [&a.strides],
+        [a.offset],
+        |[oa], len, [sa]| match sa {
+            1 => out.extend(ad[oa..oa + len].iter().map(|&x| f(x))),
+            0 => {
+                let v = f(ad[oa]);
+                out.extend(std::iter::repeat_n(v, len))
+            }
+            s => out.extend((0..len).map(|i| f(ad[oa + i * s]))),
+        },
+    );
+    Ok(Tensor::from_vec(a.shape.clone(), out))
+}
+
+pub(crate) fn map2<A: HostElement, B: HostElement, R: HostElement>(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(A, B) -> R,
+) -> Result<Tensor> {
+    if a.shape != b.shape {
+        return Err(internal("elementwise operands of different shapes"));
+    }
+    let (ad, bd) = (a.data::<A>()?, b.data::<B>()?);
+    let mut out = Vec::with_capacity(a.numel());
+    for_each_row(
+        &a.shape,
+        [&a.strides, &b.strides],
+        [a.offset, b.offset],
+        |[oa, ob], len, [sa, sb]| match (sa, sb) {
+            (1, 1) => out.extend(
+                ad[oa..oa + len]
+                    .iter()
+                    .zip(&bd[ob..ob + len])
+                    .map(|(&x, &y)| f(x, y)),
+            ),
+            (1, 0) => {
+                let y = bd[ob];
+                out.extend(ad[oa..oa + len].iter().map(|&x| f(x, y)))
+            }
+            (0, 1) => {
+                let x = ad[oa];
+                out.extend(bd[ob..ob + len].iter().map(|&y| f(x, y)))
+            }
+            (sa, sb) => out.extend((0..len).map(|i| f(ad[oa + i * sa], bd[ob + i * sb]))),
+        },
+    );
+    Ok(Tensor::from_vec(a.shape.clone(), out))
+}
+
+pub(crate) fn map3<A: HostElement, B: HostElement, C: HostElement, R: HostElement>(
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    f: impl Fn(A, B, C) -> R,
+) -> Result<Tensor> {
+    if a.shape != b.shape || a.shape != c.shape {
+        return Err(internal("elementwise operands of different shapes"));
+    }
+    let (ad, bd, cd) = (a.data::<A>()?, b.data::<B>()?, c.data::<C>()?);
+    let mut out = Vec::with_capacity(a.numel());
+    for_each_row(
+        &a.shape,
+        [&a.strides, &b.strides, &c.strides],
+        [a.offset, b.offset, c.offset],
+        |[oa, ob, oc], len, [sa, sb, sc]| match (sa, sb, sc) {
+            (1, 1, 1) => out.extend(
+                ad[oa..oa + len]
+                    .iter()
+                    .zip(&bd[ob..ob + len])
+                    .zip(&cd[oc..oc + len])
+                    .map(|((&x, &y), &z)| f(x, y, z)),
+            ),
+            (1, 1, 0) => {
+                let z = cd[oc];
+                out.extend(
+                    ad[oa..oa + len]
+                        .iter()
+                        .zip(&bd[ob..ob + len])
+                        .map(|(&x, &y)| f(x, y, z)),
+                )
+            }
+            (1, 0, 0) => {
+                let (y, z) = (bd[ob], cd[oc]);
+                out.extend(ad[oa..oa + len].iter().map(|&x| f(x, y, z)))
+            }
+            (1, 0, 1) => {
+                let y = bd[ob];
+                out.extend(
+                    ad[oa..oa + len]
+                        .iter()
+                        .zip(&cd[oc..oc + len])
+                        .map(|(&x, &z)| f(x, y, z)),
+                )
+            }
+            (sa, sb, sc) => {
+                out.extend((0..len).map(|i| f(ad[oa + i * sa], bd[ob + i * sb], cd[oc + i * sc])))
+            }
+        },
+    );
+    Ok(Tensor::from_vec(a.shape.clone(), out))
+}
+
+// ---------------------------------------------------------------------------------------------- element types
+
+/// f32 and bf16: computed in f32, results rounded back to the element type.
+pub(crate) trait FloatElem: HostElement {
+    fn f(self) -> f32;
+    fn from_f(x: f32) -> Self;
+}
+impl FloatElem for f32 {
+    #[inline(always)]
+    fn f(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f(x: f32) -> Self {
+        x
+    }
+}
+impl FloatElem for bf16 {
+    #[inline(always)]
+    fn f(self) -> f32 {
+        bf16_to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f(x: f32) -> Self {
+        bf16_from_f32(x)
+    }
+}
+
+/// Conversions used by `cast` (saturating float→int with NaN→0, wrapping int→int, exact int→float then
+/// one rounding).
+pub(crate) trait Convert: HostElement {
+    fn to_f64(self) -> f64;
+    fn to_i64(self) -> i64;
+    fn from_f64_sat(x: f64) -> Self;
+    fn from_i64(x: i64) -> Self;
+}
+macro_rules! convert_int {
+    ($($t:ty),*) => {$(
+        impl Convert for $t {
+            #[inline(always)] fn to_f64(self) -> f64 { self as f64 }
+            #[inline(always)] fn to_i64(self) -> i64 { self as i64 }
+            #[inline(always)] fn from_f64_sat(x: f64) -> Self { x as $t }
+            #[inline(always)] fn from_i64(x: i64) -> Self { x as $t }
+        }
+    )*};
+}
+convert_int!(i32, u32, i8, u8);
+impl Convert for f32 {
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    #[inline(always)]
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
+    #[inline(always)]
+    fn from_f64_sat(x: f64) -> Self {
+        x as f32
+    }
+    #[inline(always)]
+    fn from_i64(x: i64) -> Self {
+        x as f32
+    }
+}
+impl Convert for bf16 {
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        bf16_to_f32(self) as f64
+    }
+    #[inline(always)]
+    fn to_i64(self) -> i64 {
+        bf16_to_f32(self) as i64
+    }
+    #[inline(always)]
+    fn from_f64_sat(x: f64) -> Self {
+        bf16_from_f32(x as f32)
+    }
+    fn from_i64(x: i64) -> Self {
+        i64_to_bf16(x)
+    }
+}
+impl Convert for bool {
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as u8 as f64
+    }
+    #[inline(always)]
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
+    #[inline(always)]
+    fn from_f64_sat(x: f64) -> Self {
+        x != 0.0
+    }
+    #[inline(always)]
+    fn from_i64(x: i64) -> Self {
+        x != 0
+    }
+}
+
+/// An integer rounded once (to nearest, ties to even) to bf16's 8 significant bits; going through f32
+/// would round twice for integers above 2^24.
+fn i64_to_bf16(v: i64) -> bf16 {
+    let mut a = v.unsigned_abs();
+    let bits = 64 - a.leading_zeros();
+    if bits > 8 {
+        let shift = bits - 8;
+        let rem = a & ((1u64 << shift) - 1);
+        let half = 1u64 << (shift - 1);
+        a >>= shift;
+        if rem > half || (rem == half && a & 1 == 1) {
+            a += 1;
+        }
+        a <<= shift;
+    }
+    let f = a as f32; // exact: at most 9 significant bits
+    bf16_from_f32(if v < 0 { -f } else { f })
+}
+
+// ---------------------------------------------------------------------------------------------- dispatch
+
+/// Instantiate `$body` with `$T` bound to the Rust type of a dtype.
+macro_rules! with_dtype {
+    ($d:expr, $T:ident => $body:expr) => {
+        match $d {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            DType::Bool => {
+                type $T = bool;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_dtype;
+
+macro_rules! with_int {
+    ($d:expr, $T:ident => $body:expr, else $other:expr) => {
+        match $d {
+            DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+
+fn unsupported(what: String) -> crate::error::KernelError {
+    kerr!(Unsupported, "{what} is not supported by the interpreter")
+}
+
+pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Result<Tensor> {
+    match a.dtype {
+        DType::F32 => float_unary::<f32>(op, a),
+        DType::BF16 => float_unary::<bf16>(op, a),
+        DType::Bool if op == UnaryOp::Not => map1(a, |x: bool| !x),
+        d => {
+            with_int!(d, T => int_unary::<T>(op, a), else Err(unsupported(format!("{op:?} on {d}"))))
+        }
+    }
+}
+
+fn float_unary<T: FloatElem>(op: UnaryOp, a: &Tensor) -> Result<Tensor> {
+    let r = |g: fn(f32) -> f32| map1(a, move |x: T| T::from_f(g(x.f())));
+    match op {
+        UnaryOp::Neg => r(|x| -x),
+        UnaryOp::Abs => r(f32::abs),
+        UnaryOp::Exp => map1(a, |x: T| T::from_f(math::exp_f32(x.f()))),
+        UnaryOp::Log => r(f32::ln),
+        UnaryOp::Tanh => r(f32::tanh),
+        UnaryOp::Rsqrt => r(math::rsqrt_f32),
+        UnaryOp::Sqrt => map1(a, |x: T| T::from_f(x.f().sqrt())),
+        UnaryOp::Sin => r(f32::sin),
+        UnaryOp::Cos => r(f32::cos),
+        UnaryOp::Not => Err(unsupported(format!("`not` on {}", T::DTYPE))),
+    }
+}
+
+fn int_unary<T: HostElement + IntOps>(op: UnaryOp, a: &Tensor) -> Result<Tensor> {
+    match op {
+        UnaryOp::Neg => map1(a, |x: T| x.wneg()),
+        UnaryOp::Abs => map1(a, |x: T| x.wabs()),
+        UnaryOp::Not => map1(a, |x: T| x.not()),
+        _ => Err(unsupported(format!("{op:?} on {}", T::DTYPE))),
+    }
+}
+
+pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if a.dtype != b.dtype {
+        return Err(internal("binary operands of different dtypes"));
+    }
+    match a.dtype {
+        DType::F32 => float_binary::<f32>(op, a, b),
+        DType::BF16 => float_binary::<bf16>(op, a, b),
+        DType::Bool => match op {
+            BinaryOp::And => map2(a, b, |x: bool, y: bool| x & y),
+            BinaryOp::Or => map2(a, b, |x: bool, y: bool| x | y),
+            BinaryOp::Xor => map2(a, b, |x: bool, y: bool| x ^ y),
+            _ => Err(unsupported(format!("{op:?} on bool"))),
+        },
+        d => with_int!(d, T => int_binary::<T>(op, a, b), else Err(internal("dtype"))),
+    }
+}
+
+fn float_binary<T: FloatElem>(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    macro_rules! f2 {
+        (|$x:ident, $y:ident| $e:expr) => {
+            map2(a, b, |x: T, y: T| {
+                let ($x, $y) = (x.f(), y.f());
+                T::from_f($e)
+            })
+        };
+    }
+    match op {
+        BinaryOp::Add => f2!(|x, y| x + y),
+        BinaryOp::Sub => f2!(|x, y| x - y),
+        BinaryOp::Mul => f2!(|x, y| x * y),
+        BinaryOp::Div => f2!(|x, y| x / y),
+        BinaryOp::Rem => f2!(|x, y| x % y),
+        BinaryOp::Max => f2!(|x, y| math::max_f32(x, y)),
+        BinaryOp::Min => f2!(|x, y| math::min_f32(x, y)),
+        BinaryOp::Pow => f2!(|x, y| x.powf(y)),
+        BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => {
+            Err(unsupported(format!("{op:?} on {}", T::DTYPE)))
+        }
+    }
+}
+
+fn int_binary<T: HostElement + IntOps>(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    match op {
+        BinaryOp::Add => map2(a, b, |x: T, y: T| x.wadd(y)),
+        BinaryOp::Sub => map2(a, b, |x: T, y: T| x.wsub(y)),
+        BinaryOp::Mul => map2(a, b, |x: T, y: T| x.wmul(y)),
+        BinaryOp::Div => map2(a, b, |x: T, y: T| x.xdiv(y)),
+        BinaryOp::Rem => map2(a, b, |x: T, y: T| x.xrem(y)),
+        BinaryOp::Max => map2(a, b, |x: T, y: T| if x > y { x } else { y }),
+        BinaryOp::Min => map2(a, b, |x: T, y: T| if x < y { x } else { y }),
+        BinaryOp::Pow => map2(a, b, |x: T, y: T| x.pow(y)),
+        BinaryOp::And => map2(a, b, |x: T, y: T| x.and(y)),
+        BinaryOp::Or => map2(a, b, |x: T, y: T| x.or(y)),
+        BinaryOp::Xor => map2(a, b, |x: T, y: T| x.xor(y)),
+    }
+}
+
+/// Ordered float comparisons (false with a NaN), except `!=` (true with a NaN), like XLA.
+pub(crate) fn compare(op: CmpOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if a.dtype != b.dtype {
+        return Err(internal("compared operands of different dtypes"));
+    }
+    fn cmp<T: HostElement + PartialOrd>(op: CmpOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        match op {
+            CmpOp::Eq => map2(a, b, |x: T, y: T| x == y),
+            CmpOp::Ne => map2(a, b, |x: T, y: T| x != y),
+            CmpOp::Lt => map2(a, b, |x: T, y: T| x < y),
+            CmpOp::Le => map2(a, b, |x: T, y: T| x <= y),
+            CmpOp::Gt => map2(a, b, |x: T, y: T| x > y),
+            CmpOp::Ge => map2(a, b, |x: T, y: T| x >= y),
+        }
+    }
+    match a.dtype {
+        // bf16 → f32 is exact, so comparing in f32 is comparing the bf16 values.
+        DType::BF16 => cmp::<f32>(op, &cast(a, DType::F32)?, &cast(b, DType::F32)?),
+        d => with_dtype!(d, T => cmp::<T>(op, a, b)),
+    }
+}
+
+pub(crate) fn select(c: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if a.dtype != b.dtype || c.dtype != DType::Bool {
+        return Err(internal("select operand types"));
+    }
+    with_dtype!(a.dtype, T => map3(c, a, b, |c: bool, x: T, y: T| if c { x } else { y }))
+}
+
+pub(crate) fn cast(a: &Tensor, to: DType) -> Result<Tensor> {
+    let from = a.dtype;
+    if from == to {
+        return Ok(a.clone());
+    }
+    match (from, to) {
+        (DType::F32, DType::BF16) => map1(a, bf16_from_f32),
+        (DType::BF16, DType::F32) => map1(a, bf16_to_f32),
+        _ => with_dtype!(from, F => cast_from::<F>(a, to)),
+    }
+}
+
+fn cast_from<F: Convert>(a: &Tensor, to: DType) -> Result<Tensor> {
+    let from = F::DTYPE;
+    with_dtype!(to, T => {
+        if from.is_float() && !to.is_float() {
+            // float → int/bool: saturating, NaN → 0 (bool: x != 0, NaN → true)
+            if to == DType::Bool {
+                map1(a, |x: F| x.to_f64() != 0.0 || x.to_f64().is_nan())
+            } else {
+                map1(a, |x: F| T::from_f64_sat(x.to_f64()))
+            }
+        } else if to.is_float() {
+            map1(a, |x: F| T::from_i64(x.to_i64()))
+        } else {
+            // int/bool → int/bool: sign- or zero-extend per the source, then wrap (bool: x != 0)
+            map1(a, |x: F| T::from_i64(x.to_i64()))
+        }
+    })
+}

@@ -1,0 +1,418 @@
+//! The grid loop with Pallas TPU semantics: steps in row-major order (last axis fastest); each input
+//! block is (re)read when its block index changes; each output block is written back when its block index
+//! changes and at the end, so an output revisited on consecutive steps keeps its contents; scratch
+//! persists across steps.
+//!
+//! Grid points are split into chunks by their coordinates on the `parallel` axes; each chunk runs its
+//! steps in order with its own block buffers and scratch (like a TPU core), and chunks run on rayon's
+//! pool when no output block is written by two chunks (checked by evaluating the index maps).
+
+use super::host::{HostArray, HostData, HostElement};
+use super::machine::{fill_literal, plan, write_view, write_view_raw, Machine, Plan, RefState};
+use super::tensor::{internal, row_major_strides, Tensor};
+use super::InterpretOptions;
+use crate::check::eval_index_map;
+use crate::dtype::DType;
+use crate::error::{kerr, Result};
+use crate::ir::{BlockIr, DimensionSemantics, Kernel, OperandRole};
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A raw view of one output array, shared by the chunks.
+struct Sink {
+    ptr: *mut u8,
+    len: usize,
+    dtype: DType,
+}
+// SAFETY: chunks write disjoint output blocks (checked in `parallel_axes`), or run one at a time.
+unsafe impl Send for Sink {}
+unsafe impl Sync for Sink {}
+
+fn sink_of(data: &mut HostData) -> Sink {
+    fn raw<T>(v: &mut [T], dtype: DType) -> Sink {
+        Sink {
+            ptr: v.as_mut_ptr() as *mut u8,
+            len: v.len(),
+            dtype,
+        }
+    }
+    let d = data.dtype();
+    match data {
+        HostData::F32(v) => raw(v, d),
+        HostData::BF16(v) => raw(v, d),
+        HostData::I32(v) => raw(v, d),
+        HostData::I8(v) => raw(v, d),
+        HostData::U8(v) => raw(v, d),
+        HostData::U32(v) => raw(v, d),
+        HostData::Bool(v) => raw(v, d),
+    }
+}
+
+pub(crate) fn run(
+    k: &Kernel,
+    inputs: &[HostArray],
+    opts: &InterpretOptions,
+) -> Result<Vec<HostArray>> {
+    check_inputs(k, inputs)?;
+    let mut outputs: Vec<(Vec<usize>, HostData)> = k
+        .outputs()
+        .map(|o| {
+            let n = o.shape.iter().product();
+            let data = if opts.poison_uninitialized {
+                HostData::filled(fill_literal(o.dtype, true), n)
+            } else {
+                HostData::zeros(o.dtype, n)
+            };
+            (o.shape.clone(), data)
+        })
+        .collect();
+    let sinks: Vec<Sink> = outputs.iter_mut().map(|(_, d)| sink_of(d)).collect();
+    let runner = Runner {
+        k,
+        inputs,
+        sinks: &sinks,
+        plan: plan(&k.body.body),
+        poison: opts.poison_uninitialized,
+    };
+
+    let par_axes = if opts.parallel {
+        parallel_axes(k)?
+    } else {
+        Vec::new()
+    };
+    let chunks = chunk_keys(&k.grid, &par_axes);
+    let results: Vec<Result<()>> = if chunks.len() > 1 {
+        chunks
+            .par_iter()
+            .map_init(
+                || runner.machine(),
+                |m, key| runner.chunk(m, &par_axes, key),
+            )
+            .collect()
+    } else {
+        let mut m = runner.machine();
+        chunks
+            .iter()
+            .map(|key| runner.chunk(&mut m, &par_axes, key))
+            .collect()
+    };
+    drop(sinks);
+    results.into_iter().collect::<Result<Vec<()>>>()?;
+    Ok(outputs
+        .into_iter()
+        .map(|(shape, data)| HostArray::from_parts(shape, data))
+        .collect())
+}
+
+fn check_inputs(k: &Kernel, inputs: &[HostArray]) -> Result<()> {
+    let n = k.inputs().count();
+    if inputs.len() != n {
+        return Err(kerr!(
+            Signature,
+            "kernel `{}` takes {n} inputs, got {}",
+            k.name,
+            inputs.len()
+        ));
+    }
+    for (op, a) in k.inputs().zip(inputs) {
+        if a.shape() != op.shape.as_slice() || a.dtype() != op.dtype {
+            return Err(kerr!(
+                Shape,
+                "expected a {:?} {} array, got {:?} {}",
+                op.shape,
+                op.dtype,
+                a.shape(),
+                a.dtype()
+            )
+            .for_argument(op.label())
+            .at(op.loc));
+        }
+    }
+    Ok(())
+}
+
+/// The parallel axes to split the grid on, or none when two chunks would write the same output block.
+fn parallel_axes(k: &Kernel) -> Result<Vec<usize>> {
+    let axes: Vec<usize> = (0..k.grid.len())
+        .filter(|&a| {
+            k.dimension_semantics.get(a) == Some(&DimensionSemantics::Parallel) && k.grid[a] > 1
+        })
+        .collect();
+    if axes.is_empty() {
+        return Ok(axes);
+    }
+    let outs: Vec<&BlockIr> = k.outputs().filter_map(|o| o.block.as_ref()).collect();
+    let mut owner: HashMap<(usize, Vec<i64>), Vec<i64>> = HashMap::new();
+    let mut ok = true;
+    for_each_point(&k.grid, |p| {
+        let key: Vec<i64> = axes.iter().map(|&a| p[a]).collect();
+        for (i, b) in outs.iter().enumerate() {
+            let idx = eval_index_map(&b.index_map, p)?;
+            let prev = owner.entry((i, idx)).or_insert_with(|| key.clone());
+            if *prev != key {
+                ok = false;
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })?;
+    Ok(if ok { axes } else { Vec::new() })
+}
+
+/// Visit every grid point in Pallas order until `f` returns false.
+fn for_each_point(grid: &[usize], mut f: impl FnMut(&[i64]) -> Result<bool>) -> Result<()> {
+    let mut p = vec![0i64; grid.len()];
+    loop {
+        if !f(&p)? {
+            return Ok(());
+        }
+        let mut d = grid.len();
+        loop {
+            if d == 0 {
+                return Ok(());
+            }
+            d -= 1;
+            p[d] += 1;
+            if (p[d] as usize) < grid[d] {
+                break;
+            }
+            p[d] = 0;
+        }
+    }
+}
+
+/// One key per combination of parallel-axis coordinates (in Pallas order); a single empty key otherwise.
+fn chunk_keys(grid: &[usize], par_axes: &[usize]) -> Vec<Vec<i64>> {
+    let sub: Vec<usize> = par_axes.iter().map(|&a| grid[a]).collect();
+    let mut keys = Vec::new();
+    let _ = for_each_point(&sub, |p| {
+        keys.push(p.to_vec());
+        Ok(true)
+    });
+    keys
+}
+
+struct Runner<'a> {
+    k: &'a Kernel,
+    inputs: &'a [HostArray],
+    sinks: &'a [Sink],
+    plan: Plan,
+    poison: bool,
+}
+
+impl<'a> Runner<'a> {
+    fn machine(&self) -> Machine<'a> {
+        let refs = self
+            .k
+            .operands
+            .iter()
+            .map(|o| RefState {
+                dtype: o.dtype,
+                shape: o.ref_shape(),
+                content: None,
+                label: o.label(),
+            })
+            .collect();
+        Machine::new(&self.k.body, refs, self.poison)
+    }
+
+    /// Run every grid point whose parallel coordinates are `key`, in order, then write back.
+    fn chunk(&self, m: &mut Machine<'a>, par_axes: &[usize], key: &[i64]) -> Result<()> {
+        let k = self.k;
+        let mut last: Vec<Option<Vec<i64>>> = vec![None; k.operands.len()];
+        let mut input_no = 0;
+        for (i, o) in k.operands.iter().enumerate() {
+            m.refs[i].content = None;
+            if o.role == OperandRole::Input {
+                if o.block.is_none() {
+                    m.refs[i].content = Some(whole(&self.inputs[input_no]));
+                }
+                input_no += 1;
+            }
+        }
+        // Iterate the non-parallel axes with the parallel ones fixed to `key`.
+        let free: Vec<usize> = (0..k.grid.len())
+            .filter(|a| !par_axes.contains(a))
+            .collect();
+        let sub: Vec<usize> = free.iter().map(|&a| k.grid[a]).collect();
+        let mut point = vec![0i64; k.grid.len()];
+        for (a, v) in par_axes.iter().zip(key) {
+            point[*a] = *v;
+        }
+        for_each_point(&sub, |q| {
+            for (a, v) in free.iter().zip(q) {
+                point[*a] = *v;
+            }
+            self.enter(m, &mut last, &point)?;
+            m.step(&self.plan, &point).map_err(|e| e.at_opt(None))?;
+            Ok(true)
+        })?;
+        let mut out_no = 0;
+        for (i, o) in k.operands.iter().enumerate() {
+            if o.role == OperandRole::Output {
+                if let Some(idx) = &last[i] {
+                    self.write_back(m, i, out_no, idx)?;
+                }
+                out_no += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a step: evaluate every index map; refresh inputs and write back outputs whose block changed.
+    fn enter(
+        &self,
+        m: &mut Machine<'a>,
+        last: &mut [Option<Vec<i64>>],
+        point: &[i64],
+    ) -> Result<()> {
+        let (mut input_no, mut out_no) = (0, 0);
+        for (i, o) in self.k.operands.iter().enumerate() {
+            let role_no = match o.role {
+                OperandRole::Input => {
+                    input_no += 1;
+                    input_no - 1
+                }
+                OperandRole::Output => {
+                    out_no += 1;
+                    out_no - 1
+                }
+                OperandRole::Scratch => continue,
+            };
+            let Some(block) = &o.block else { continue };
+            let idx =
+                eval_index_map(&block.index_map, point).map_err(|e| e.for_argument(o.label()))?;
+            if last[i].as_ref() == Some(&idx) {
+                continue;
+            }
+            check_block(block, &o.shape, &idx, point)
+                .map_err(|e| e.for_argument(o.label()).at(o.loc))?;
+            match o.role {
+                OperandRole::Input => {
+                    m.refs[i].content = Some(input_block(
+                        &self.inputs[role_no],
+                        block,
+                        &idx,
+                        self.poison,
+                    )?);
+                }
+                _ => {
+                    if let Some(prev) = &last[i] {
+                        self.write_back(m, i, role_no, prev)?;
+                    }
+                    m.refs[i].content = None;
+                }
+            }
+            last[i] = Some(idx);
+        }
+        Ok(())
+    }
+
+    /// Copy output ref `i`'s block (block index `idx`) into output array `out_no`, clipped to the array.
+    fn write_back(&self, m: &Machine<'a>, i: usize, out_no: usize, idx: &[i64]) -> Result<()> {
+        let o = &self.k.operands[i];
+        let block = o
+            .block
+            .as_ref()
+            .ok_or_else(|| internal("output without a block"))?;
+        let r = &m.refs[i];
+        let content = match &r.content {
+            Some(t) => t.clone(),
+            None => Tensor::splat(fill_literal(r.dtype, self.poison), &r.shape),
+        };
+        let astr = row_major_strides(&o.shape);
+        let (mut off, mut strides, mut clipped) = (0, Vec::new(), Vec::new());
+        for d in 0..o.shape.len() {
+            let start = idx[d] as usize * block.block_shape[d];
+            off += start * astr[d];
+            if !block.squeezed[d] {
+                strides.push(astr[d]);
+                clipped.push(block.block_shape[d].min(o.shape[d] - start));
+            }
+        }
+        let zeros = vec![0; clipped.len()];
+        let src = content.window(&zeros, &clipped, &vec![false; clipped.len()]);
+        let sink = self
+            .sinks
+            .get(out_no)
+            .ok_or_else(|| internal("output sink"))?;
+        if sink.dtype != src.dtype {
+            return Err(internal("output dtype"));
+        }
+        super::elementwise::with_dtype!(src.dtype, T => {
+            // SAFETY: the sink points at a live output buffer of `len` elements of this dtype; chunks
+            // write disjoint blocks (see `parallel_axes`), and `write_view_raw` bounds-checks each row.
+            unsafe { write_view_raw::<T>(sink.ptr as *mut T, sink.len, off, &strides, &src, None) }
+        })
+    }
+}
+
+/// A whole input array as a tensor (shares the caller's buffer).
+fn whole(a: &HostArray) -> Tensor {
+    Tensor {
+        dtype: a.dtype(),
+        shape: a.shape().to_vec(),
+        strides: row_major_strides(a.shape()),
+        offset: 0,
+        buf: a.shared_data(),
+    }
+}
+
+fn check_block(block: &BlockIr, shape: &[usize], idx: &[i64], point: &[i64]) -> Result<()> {
+    if idx.len() != shape.len() {
+        return Err(kerr!(
+            Grid,
+            "the index map returns {} block indices for an array of rank {}",
+            idx.len(),
+            shape.len()
+        ));
+    }
+    for d in 0..shape.len() {
+        let nblocks = shape[d].div_ceil(block.block_shape[d]);
+        if idx[d] < 0 || idx[d] as usize >= nblocks {
+            return Err(kerr!(
+                OutOfBounds,
+                "at grid point {point:?} the index map returns block {idx:?}, but dimension {d} has only {nblocks} blocks of {} (array {shape:?})",
+                block.block_shape[d]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The input block at `idx`: a view of the caller's array, or a padded copy for an edge block that
+/// runs past the array (padding reads as the fill value, like unspecified VMEM on the TPU).
+fn input_block(a: &HostArray, block: &BlockIr, idx: &[i64], poison: bool) -> Result<Tensor> {
+    let shape = a.shape();
+    let starts: Vec<usize> = (0..shape.len())
+        .map(|d| idx[d] as usize * block.block_shape[d])
+        .collect();
+    let inside = (0..shape.len()).all(|d| starts[d] + block.block_shape[d] <= shape[d]);
+    let w = whole(a);
+    if inside {
+        return Ok(w.window(&starts, &block.block_shape, &block.squeezed));
+    }
+    let clipped: Vec<usize> = (0..shape.len())
+        .map(|d| block.block_shape[d].min(shape[d] - starts[d]))
+        .collect();
+    let src = w.window(&starts, &clipped, &block.squeezed);
+    let kshape = block.kernel_shape();
+    let n = kshape.iter().product();
+    let mut data = HostData::filled(fill_literal(a.dtype(), poison), n);
+    let strides = row_major_strides(&kshape);
+    super::elementwise::with_dtype!(a.dtype(), T => {
+        let dst = T::vec_mut(&mut data).ok_or_else(|| internal("block buffer type"))?;
+        write_view(dst, 0, &strides, &src, None)?;
+    });
+    Ok(Tensor {
+        dtype: a.dtype(),
+        shape: kshape,
+        strides,
+        offset: 0,
+        buf: Arc::new(data),
+    })
+}
+
+#[allow(dead_code)]
+fn _assert_host_element<T: HostElement>() {}

@@ -1,0 +1,241 @@
+//! Host arrays: what the interpreter takes and returns (a whole array's shape plus typed data; bf16 via
+//! the `half` crate). The data sits behind an `Arc` so input blocks are zero-copy views of the caller's
+//! arrays.
+
+use crate::dtype::{DType, Literal};
+use crate::error::{kerr, Result};
+use half::bf16;
+use std::sync::Arc;
+
+/// Typed element storage, one variant per kernel element type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostData {
+    F32(Vec<f32>),
+    BF16(Vec<bf16>),
+    I32(Vec<i32>),
+    I8(Vec<i8>),
+    U8(Vec<u8>),
+    U32(Vec<u32>),
+    Bool(Vec<bool>),
+}
+
+impl HostData {
+    pub fn dtype(&self) -> DType {
+        match self {
+            HostData::F32(_) => DType::F32,
+            HostData::BF16(_) => DType::BF16,
+            HostData::I32(_) => DType::I32,
+            HostData::I8(_) => DType::I8,
+            HostData::U8(_) => DType::U8,
+            HostData::U32(_) => DType::U32,
+            HostData::Bool(_) => DType::Bool,
+        }
+    }
+    pub fn len(&self) -> usize {
+        match self {
+            HostData::F32(v) => v.len(),
+            HostData::BF16(v) => v.len(),
+            HostData::I32(v) => v.len(),
+            HostData::I8(v) => v.len(),
+            HostData::U8(v) => v.len(),
+            HostData::U32(v) => v.len(),
+            HostData::Bool(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// `n` copies of a literal (converted to this dtype's bit pattern).
+    pub fn filled(lit: Literal, n: usize) -> HostData {
+        match lit.dtype {
+            DType::F32 => HostData::F32(vec![f32::from_bits(lit.bits as u32); n]),
+            DType::BF16 => HostData::BF16(vec![bf16::from_bits(lit.bits as u16); n]),
+            DType::I32 => HostData::I32(vec![lit.bits as u32 as i32; n]),
+            DType::I8 => HostData::I8(vec![lit.bits as u8 as i8; n]),
+            DType::U8 => HostData::U8(vec![lit.bits as u8; n]),
+            DType::U32 => HostData::U32(vec![lit.bits as u32; n]),
+            DType::Bool => HostData::Bool(vec![lit.bits != 0; n]),
+        }
+    }
+    /// Zeros (`calloc`-backed, so cheap for big arrays).
+    pub fn zeros(dtype: DType, n: usize) -> HostData {
+        match dtype {
+            DType::F32 => HostData::F32(vec![0.0; n]),
+            DType::BF16 => HostData::BF16(vec![bf16::ZERO; n]),
+            DType::I32 => HostData::I32(vec![0; n]),
+            DType::I8 => HostData::I8(vec![0; n]),
+            DType::U8 => HostData::U8(vec![0; n]),
+            DType::U32 => HostData::U32(vec![0; n]),
+            DType::Bool => HostData::Bool(vec![false; n]),
+        }
+    }
+    /// Element `i` as f64 (exact for every dtype); `None` out of range.
+    pub fn get_f64(&self, i: usize) -> Option<f64> {
+        Some(match self {
+            HostData::F32(v) => *v.get(i)? as f64,
+            HostData::BF16(v) => v.get(i)?.to_f64(),
+            HostData::I32(v) => *v.get(i)? as f64,
+            HostData::I8(v) => *v.get(i)? as f64,
+            HostData::U8(v) => *v.get(i)? as f64,
+            HostData::U32(v) => *v.get(i)? as f64,
+            HostData::Bool(v) => *v.get(i)? as u8 as f64,
+        })
+    }
+}
+
+/// A Rust element type that host arrays can hold: f32, bf16, i32, i8, u8, u32, bool.
+pub trait HostElement: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
+    const DTYPE: DType;
+    fn wrap(v: Vec<Self>) -> HostData;
+    fn slice(d: &HostData) -> Option<&[Self]>;
+    fn vec_mut(d: &mut HostData) -> Option<&mut Vec<Self>>;
+    fn into_vec(d: HostData) -> Option<Vec<Self>>;
+}
+
+macro_rules! host_element {
+    ($t:ty, $variant:ident) => {
+        impl HostElement for $t {
+            const DTYPE: DType = DType::$variant;
+            fn wrap(v: Vec<Self>) -> HostData {
+                HostData::$variant(v)
+            }
+            #[inline]
+            fn slice(d: &HostData) -> Option<&[Self]> {
+                match d {
+                    HostData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            #[inline]
+            fn vec_mut(d: &mut HostData) -> Option<&mut Vec<Self>> {
+                match d {
+                    HostData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn into_vec(d: HostData) -> Option<Vec<Self>> {
+                match d {
+                    HostData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+host_element!(f32, F32);
+host_element!(bf16, BF16);
+host_element!(i32, I32);
+host_element!(i8, I8);
+host_element!(u8, U8);
+host_element!(u32, U32);
+host_element!(bool, Bool);
+
+/// A whole array on the host: row-major data of a shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostArray {
+    shape: Vec<usize>,
+    data: Arc<HostData>,
+}
+
+impl HostArray {
+    /// An array of `shape` holding `data` (row-major); the lengths must agree.
+    pub fn new(shape: impl AsRef<[usize]>, data: HostData) -> Result<Self> {
+        let shape = shape.as_ref().to_vec();
+        let n: usize = shape.iter().product();
+        if n != data.len() {
+            return Err(kerr!(
+                Shape,
+                "a host array of shape {shape:?} needs {n} elements, got {}",
+                data.len()
+            ));
+        }
+        Ok(HostArray {
+            shape,
+            data: Arc::new(data),
+        })
+    }
+    /// `HostArray::from_vec([2, 3], vec![0f32; 6])`.
+    pub fn from_vec<T: HostElement>(shape: impl AsRef<[usize]>, data: Vec<T>) -> Result<Self> {
+        Self::new(shape, T::wrap(data))
+    }
+    pub fn zeros(shape: impl AsRef<[usize]>, dtype: DType) -> Self {
+        let shape = shape.as_ref().to_vec();
+        let n = shape.iter().product();
+        HostArray {
+            shape,
+            data: Arc::new(HostData::zeros(dtype, n)),
+        }
+    }
+    /// Deterministic pseudo-random contents: floats uniform in [-1, 1) (rounded to bf16 for bf16),
+    /// signed ints in [-8, 8), unsigned in [0, 16), bools fair coins.
+    pub fn random(shape: impl AsRef<[usize]>, dtype: DType, seed: u64) -> Self {
+        let shape = shape.as_ref().to_vec();
+        let n: usize = shape.iter().product();
+        let mut rng = SplitMix(seed ^ 0x9E37_79B9_7F4A_7C15);
+        let mut unit = || (rng.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+        let data = match dtype {
+            DType::F32 => HostData::F32((0..n).map(|_| unit()).collect()),
+            DType::BF16 => HostData::BF16((0..n).map(|_| bf16::from_f32(unit())).collect()),
+            DType::I32 => HostData::I32((0..n).map(|_| (unit() * 8.0).floor() as i32).collect()),
+            DType::I8 => HostData::I8((0..n).map(|_| (unit() * 8.0).floor() as i8).collect()),
+            DType::U8 => HostData::U8((0..n).map(|_| ((unit() + 1.0) * 8.0) as u8).collect()),
+            DType::U32 => HostData::U32((0..n).map(|_| ((unit() + 1.0) * 8.0) as u32).collect()),
+            DType::Bool => HostData::Bool((0..n).map(|_| unit() >= 0.0).collect()),
+        };
+        HostArray {
+            shape,
+            data: Arc::new(data),
+        }
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+    pub fn data(&self) -> &HostData {
+        &self.data
+    }
+    /// The elements as a slice of `T`, if `T` is this array's element type.
+    pub fn as_slice<T: HostElement>(&self) -> Option<&[T]> {
+        T::slice(&self.data)
+    }
+    /// The elements as a `Vec<T>` (no copy when this is the only handle), if `T` is the element type.
+    pub fn into_vec<T: HostElement>(self) -> Option<Vec<T>> {
+        T::into_vec(Arc::try_unwrap(self.data).unwrap_or_else(|shared| (*shared).clone()))
+    }
+    /// Every element as f64 (exact), for comparisons.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        (0..self.len())
+            .map(|i| self.data.get_f64(i).unwrap_or(f64::NAN))
+            .collect()
+    }
+    pub(crate) fn shared_data(&self) -> Arc<HostData> {
+        Arc::clone(&self.data)
+    }
+    pub(crate) fn from_parts(shape: Vec<usize>, data: HostData) -> Self {
+        HostArray {
+            shape,
+            data: Arc::new(data),
+        }
+    }
+}
+
+/// A tiny deterministic generator (SplitMix64) so random inputs need no extra dependency.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}

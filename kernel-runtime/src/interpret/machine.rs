@@ -1,0 +1,543 @@
+//! Runs one grid step of a kernel body: an environment of values, the refs of this step, and one rule per
+//! op. Values are freed after their last use (a liveness plan mirrors the region tree), so partial stores
+//! into a ref rarely have to copy it.
+
+use super::dot::dot;
+use super::elementwise::{self, with_dtype};
+use super::host::{HostData, HostElement};
+use super::reduce::reduce;
+use super::tensor::{for_each_row, internal, row_major_strides, Tensor};
+use crate::dtype::{DType, Literal};
+use crate::error::{kerr, Result};
+use crate::ir::{Func, Op, OpKind, Region, Start, ValueId, Window};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+pub(crate) enum Value {
+    T(Tensor),
+    Ref(usize),
+}
+
+/// A kernel ref during a grid step: its block contents, or nothing yet (reads see the fill value).
+#[derive(Clone, Debug)]
+pub(crate) struct RefState {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub content: Option<Tensor>,
+    pub label: String,
+}
+
+/// Which values die after each op of a region (uses inside nested regions count at the parent op).
+pub(crate) struct Plan {
+    dead_after: Vec<Vec<ValueId>>,
+    sub: Vec<Vec<Plan>>,
+}
+
+fn deep_uses(op: &Op, out: &mut Vec<ValueId>) {
+    out.extend_from_slice(&op.operands);
+    for r in &op.regions {
+        for o in &r.ops {
+            deep_uses(o, out);
+        }
+    }
+}
+
+pub(crate) fn plan(r: &Region) -> Plan {
+    let mut defined: HashSet<ValueId> = r.args.iter().copied().collect();
+    for op in &r.ops {
+        defined.extend(op.results.iter().copied());
+    }
+    let mut last: HashMap<ValueId, usize> = HashMap::new();
+    let mut uses = Vec::new();
+    for (i, op) in r.ops.iter().enumerate() {
+        uses.clear();
+        deep_uses(op, &mut uses);
+        for v in &uses {
+            if defined.contains(v) {
+                last.insert(*v, i);
+            }
+        }
+    }
+    let mut dead_after = vec![Vec::new(); r.ops.len()];
+    for (v, i) in &last {
+        dead_after[*i].push(*v);
+    }
+    for (i, op) in r.ops.iter().enumerate() {
+        dead_after[i].extend(op.results.iter().filter(|v| !last.contains_key(v)));
+    }
+    let sub = r
+        .ops
+        .iter()
+        .map(|op| op.regions.iter().map(plan).collect())
+        .collect();
+    Plan { dead_after, sub }
+}
+
+/// What uninitialized memory reads as: zeros, or with poisoning NaN / a bit pattern.
+pub(crate) fn fill_literal(d: DType, poison: bool) -> Literal {
+    if !poison {
+        return Literal::zero(d);
+    }
+    let bits = match d {
+        DType::F32 => f32::NAN.to_bits() as u64,
+        DType::BF16 => 0x7FC0,
+        DType::I32 | DType::U32 => 0xDEAD_BEEF,
+        DType::I8 | DType::U8 => 0xBE,
+        DType::Bool => 1,
+    };
+    Literal { dtype: d, bits }
+}
+
+pub(crate) struct Machine<'k> {
+    func: &'k Func,
+    poison: bool,
+    env: Vec<Option<Value>>,
+    pub refs: Vec<RefState>,
+}
+
+impl<'k> Machine<'k> {
+    pub fn new(func: &'k Func, refs: Vec<RefState>, poison: bool) -> Self {
+        Machine {
+            func,
+            poison,
+            env: vec![None; func.values.len()],
+            refs,
+        }
+    }
+
+    /// Run the kernel body once with these grid indices.
+    pub fn step(&mut self, plan: &Plan, grid_point: &[i64]) -> Result<()> {
+        let mut args = Vec::with_capacity(grid_point.len() + self.refs.len());
+        for &g in grid_point {
+            args.push(Value::T(Tensor::splat(
+                Literal::from_i64(DType::I32, g),
+                &[],
+            )));
+        }
+        args.extend((0..self.refs.len()).map(Value::Ref));
+        self.region(&self.func.body, plan, args)?;
+        Ok(())
+    }
+
+    fn tensor(&self, id: ValueId) -> Result<&Tensor> {
+        match self.env.get(id.0 as usize) {
+            Some(Some(Value::T(t))) => Ok(t),
+            _ => Err(internal("use of an undefined value")),
+        }
+    }
+
+    fn ref_index(&self, id: ValueId) -> Result<usize> {
+        match self.env.get(id.0 as usize) {
+            Some(Some(Value::Ref(r))) => Ok(*r),
+            _ => Err(internal("expected a ref")),
+        }
+    }
+
+    fn result_shape(&self, op: &Op) -> Result<Vec<usize>> {
+        let id = op
+            .results
+            .first()
+            .ok_or_else(|| internal("op without result"))?;
+        Ok(self.func.ty(*id).shape().to_vec())
+    }
+
+    fn region(&mut self, r: &Region, plan: &Plan, args: Vec<Value>) -> Result<Vec<Value>> {
+        for (a, v) in r.args.iter().zip(args) {
+            self.env[a.0 as usize] = Some(v);
+        }
+        for (i, op) in r.ops.iter().enumerate() {
+            if matches!(op.kind, OpKind::Yield | OpKind::Condition | OpKind::Return) {
+                let vals = op
+                    .operands
+                    .iter()
+                    .map(|v| {
+                        self.env[v.0 as usize]
+                            .clone()
+                            .ok_or_else(|| internal("undefined terminator operand"))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                self.free(&plan.dead_after[i]);
+                return Ok(vals);
+            }
+            let results = self.op(op, &plan.sub[i]).map_err(|e| e.at(op.loc))?;
+            if results.len() != op.results.len() {
+                return Err(internal("op produced the wrong number of results").at(op.loc));
+            }
+            for (id, v) in op.results.iter().zip(results) {
+                self.env[id.0 as usize] = Some(v);
+            }
+            self.free(&plan.dead_after[i]);
+        }
+        Ok(Vec::new())
+    }
+
+    fn free(&mut self, ids: &[ValueId]) {
+        for v in ids {
+            self.env[v.0 as usize] = None;
+        }
+    }
+
+    fn op(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+        let one = |t: Tensor| Ok(vec![Value::T(t)]);
+        match &op.kind {
+            OpKind::Const(l) => one(Tensor::splat(*l, &self.result_shape(op)?)),
+            OpKind::Unary(u) => one(elementwise::unary(*u, self.tensor(op.operands[0])?)?),
+            OpKind::Binary(b) => one(elementwise::binary(
+                *b,
+                self.tensor(op.operands[0])?,
+                self.tensor(op.operands[1])?,
+            )?),
+            OpKind::Compare(c) => one(elementwise::compare(
+                *c,
+                self.tensor(op.operands[0])?,
+                self.tensor(op.operands[1])?,
+            )?),
+            OpKind::Select => {
+                let [c, a, b] = [0, 1, 2].map(|i| op.operands.get(i).copied());
+                let get = |v: Option<ValueId>| {
+                    v.ok_or_else(|| internal("select operands"))
+                        .and_then(|v| self.tensor(v))
+                };
+                one(elementwise::select(get(c)?, get(a)?, get(b)?)?)
+            }
+            OpKind::Cast(to) => one(elementwise::cast(self.tensor(op.operands[0])?, *to)?),
+            OpKind::Broadcast => one(self
+                .tensor(op.operands[0])?
+                .broadcast_to(&self.result_shape(op)?)?),
+            OpKind::Iota { dim } => {
+                let shape = self.result_shape(op)?;
+                let n = *shape.get(*dim).ok_or_else(|| internal("iota dimension"))?;
+                let mut strides = vec![0; shape.len()];
+                strides[*dim] = 1;
+                let t = Tensor {
+                    dtype: DType::I32,
+                    shape,
+                    strides,
+                    offset: 0,
+                    buf: Arc::new(HostData::I32((0..n as i32).collect())),
+                };
+                let want = self.func.ty(op.results[0]).dtype();
+                one(if want == DType::I32 {
+                    t
+                } else {
+                    elementwise::cast(&t, want)?
+                })
+            }
+            OpKind::Reshape => one(self
+                .tensor(op.operands[0])?
+                .reshape(&self.result_shape(op)?)?),
+            OpKind::Transpose { perm } => one(self.tensor(op.operands[0])?.permute(perm)?),
+            OpKind::Reduce { kind, axes, .. } => one(reduce(
+                self.tensor(op.operands[0])?,
+                *kind,
+                axes,
+                &self.result_shape(op)?,
+            )?),
+            OpKind::Dot {
+                transpose_lhs,
+                transpose_rhs,
+            } => {
+                let acc = match op.operands.get(2) {
+                    Some(v) => Some(self.tensor(*v)?),
+                    None => None,
+                };
+                let out = self.func.ty(op.results[0]).dtype();
+                let (l, r) = (self.tensor(op.operands[0])?, self.tensor(op.operands[1])?);
+                one(dot(l, r, acc, *transpose_lhs, *transpose_rhs, out)?)
+            }
+            OpKind::Load(w) => one(self.load(op, w)?),
+            OpKind::Store { window, masked } => {
+                self.store(op, window, *masked)?;
+                Ok(vec![])
+            }
+            OpKind::MultipleOf(_) => one(self.tensor(op.operands[0])?.clone()),
+            OpKind::If => {
+                let c = self.tensor(op.operands[0])?.scalar_bool()?;
+                let i = if c { 0 } else { 1 };
+                match (op.regions.get(i), sub.get(i)) {
+                    (Some(r), Some(p)) => self.region(r, p, vec![]),
+                    _ => Ok(vec![]),
+                }
+            }
+            OpKind::For => self.for_loop(op, sub),
+            OpKind::While => self.while_loop(op, sub),
+            OpKind::Yield | OpKind::Condition | OpKind::Return => Ok(vec![]),
+        }
+    }
+
+    fn for_loop(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+        let bound = |i: usize| -> Result<i64> {
+            let v = op.operands.get(i).ok_or_else(|| internal("for bounds"))?;
+            self.tensor(*v)?.scalar_i64()
+        };
+        let (lo, hi, step) = (bound(0)?, bound(1)?, bound(2)?);
+        if step <= 0 {
+            return Err(kerr!(
+                OutOfBounds,
+                "a `for` loop step must be positive, got {step}"
+            ));
+        }
+        let (Some(body), Some(plan)) = (op.regions.first(), sub.first()) else {
+            return Err(internal("for without a body"));
+        };
+        let iv_dtype = body
+            .args
+            .first()
+            .map(|a| self.func.ty(*a).dtype())
+            .unwrap_or(DType::I32);
+        let mut carried: Vec<Value> = op.operands[3..]
+            .iter()
+            .map(|v| {
+                self.env[v.0 as usize]
+                    .clone()
+                    .ok_or_else(|| internal("for init"))
+            })
+            .collect::<Result<_>>()?;
+        let mut iv = lo;
+        while iv < hi {
+            let mut args = Vec::with_capacity(carried.len() + 1);
+            args.push(Value::T(Tensor::splat(
+                Literal::from_i64(iv_dtype, iv),
+                &[],
+            )));
+            args.append(&mut carried);
+            carried = self.region(body, plan, args)?;
+            iv += step;
+        }
+        Ok(carried)
+    }
+
+    fn while_loop(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+        let (Some(before), Some(after), Some(pb), Some(pa)) = (
+            op.regions.first(),
+            op.regions.get(1),
+            sub.first(),
+            sub.get(1),
+        ) else {
+            return Err(internal("while without its regions"));
+        };
+        let mut carried: Vec<Value> = op
+            .operands
+            .iter()
+            .map(|v| {
+                self.env[v.0 as usize]
+                    .clone()
+                    .ok_or_else(|| internal("while init"))
+            })
+            .collect::<Result<_>>()?;
+        loop {
+            let mut out = self.region(before, pb, carried)?;
+            if out.is_empty() {
+                return Err(internal("while condition without a value"));
+            }
+            let rest = out.split_off(1);
+            let go = match &out[0] {
+                Value::T(t) => t.scalar_bool()?,
+                Value::Ref(_) => return Err(internal("while condition is a ref")),
+            };
+            if !go {
+                return Ok(rest);
+            }
+            carried = self.region(after, pa, rest)?;
+        }
+    }
+
+    /// Window starts with dynamic ones read from the op's operands, bounds-checked against the ref.
+    fn starts(&self, op: &Op, w: &Window, dyn_first: usize, r: usize) -> Result<Vec<usize>> {
+        let shape = &self.refs[r].shape;
+        if w.starts.len() != shape.len()
+            || w.sizes.len() != shape.len()
+            || w.squeezed.len() != shape.len()
+        {
+            return Err(internal("window rank differs from the ref rank"));
+        }
+        let mut next = dyn_first;
+        let mut out = Vec::with_capacity(shape.len());
+        for (d, s) in w.starts.iter().enumerate() {
+            let start = match s {
+                Start::Static(s) => *s as i64,
+                Start::Dynamic => {
+                    let v = op
+                        .operands
+                        .get(next)
+                        .ok_or_else(|| internal("missing dynamic start"))?;
+                    next += 1;
+                    self.tensor(*v)?.scalar_i64()?
+                }
+            };
+            let size = w.sizes[d];
+            if start < 0 || start as u64 + size as u64 > shape[d] as u64 {
+                let what = if matches!(op.kind, OpKind::Load(_)) {
+                    "load from"
+                } else {
+                    "store into"
+                };
+                return Err(kerr!(
+                    OutOfBounds,
+                    "out-of-bounds {what} {}: window {start}..{} along dimension {d} of the ref shape {shape:?}",
+                    self.refs[r].label,
+                    start + size as i64
+                )
+                .for_argument(self.refs[r].label.clone()));
+            }
+            out.push(start as usize);
+        }
+        Ok(out)
+    }
+
+    fn load(&self, op: &Op, w: &Window) -> Result<Tensor> {
+        let r = self.ref_index(op.operands[0])?;
+        let starts = self.starts(op, w, 1, r)?;
+        let st = &self.refs[r];
+        let full = w.is_full(&st.shape);
+        let content = match &st.content {
+            Some(t) => t.clone(),
+            None => Tensor::splat(fill_literal(st.dtype, self.poison), &st.shape),
+        };
+        Ok(if full {
+            content
+        } else {
+            content.window(&starts, &w.sizes, &w.squeezed)
+        })
+    }
+
+    fn store(&mut self, op: &Op, w: &Window, masked: bool) -> Result<()> {
+        let r = self.ref_index(op.operands[0])?;
+        let value = self.tensor(op.operands[1])?.clone();
+        let mask = if masked {
+            let m = op
+                .operands
+                .last()
+                .ok_or_else(|| internal("masked store without a mask"))?;
+            Some(self.tensor(*m)?.clone())
+        } else {
+            None
+        };
+        let starts = self.starts(op, w, 2, r)?;
+        let (dtype, shape) = (self.refs[r].dtype, self.refs[r].shape.clone());
+        if value.dtype != dtype || value.shape != w.value_shape() {
+            return Err(internal("stored value does not match the window"));
+        }
+        if mask.is_none() && w.is_full(&shape) {
+            self.refs[r].content = Some(value);
+            return Ok(());
+        }
+        // Partial or masked store: make the contents an owned contiguous buffer, then write the window.
+        let base = match self.refs[r].content.take() {
+            Some(t) if t.is_contiguous() && t.offset == 0 && t.buf.len() == t.numel() => t,
+            Some(t) => t.materialize()?,
+            None => Tensor::from_data(
+                shape.clone(),
+                HostData::filled(fill_literal(dtype, self.poison), shape.iter().product()),
+            ),
+        };
+        let mut buf = base.buf;
+        let rs = row_major_strides(&shape);
+        let mut dst_off = 0;
+        let mut dst_strides = Vec::new();
+        for d in 0..shape.len() {
+            dst_off += starts[d] * rs[d];
+            if !w.squeezed[d] {
+                dst_strides.push(rs[d]);
+            }
+        }
+        let data = Arc::make_mut(&mut buf);
+        with_dtype!(dtype, T => {
+            let dst = T::vec_mut(data).ok_or_else(|| internal("ref buffer type"))?;
+            write_view(dst, dst_off, &dst_strides, &value, mask.as_ref())?;
+        });
+        self.refs[r].content = Some(Tensor {
+            dtype,
+            strides: rs,
+            shape,
+            offset: 0,
+            buf,
+        });
+        Ok(())
+    }
+}
+
+/// Write `src` (optionally only where `mask`) into `dst` at `off` with `strides` (one per src dim).
+pub(crate) fn write_view<T: HostElement>(
+    dst: &mut [T],
+    off: usize,
+    strides: &[usize],
+    src: &Tensor,
+    mask: Option<&Tensor>,
+) -> Result<()> {
+    // SAFETY: `dst` is an exclusive slice; `write_view_raw` bounds-checks every row against its length.
+    unsafe { write_view_raw(dst.as_mut_ptr(), dst.len(), off, strides, src, mask) }
+}
+
+/// Like [`write_view`] into a raw buffer of `len` elements.
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` elements of `T`, and no other thread may access the elements
+/// this call writes while it runs (callers write disjoint blocks).
+pub(crate) unsafe fn write_view_raw<T: HostElement>(
+    dst: *mut T,
+    len: usize,
+    off: usize,
+    strides: &[usize],
+    src: &Tensor,
+    mask: Option<&Tensor>,
+) -> Result<()> {
+    if strides.len() != src.shape.len() {
+        return Err(internal("write rank"));
+    }
+    let sd = src.data::<T>()?;
+    let mut err = None;
+    let in_bounds = |o: usize, n: usize, s: usize| n == 0 || o + (n - 1) * s < len;
+    match mask {
+        None => for_each_row(
+            &src.shape,
+            [strides, &src.strides],
+            [off, src.offset],
+            |[od, os], n, [sdst, ssrc]| {
+                if !in_bounds(od, n, sdst) {
+                    err = Some(internal("write out of the destination"));
+                    return;
+                }
+                match (sdst, ssrc) {
+                    // SAFETY: rows checked in bounds above; src and dst never alias (src is a different buffer
+                    // or an earlier copy, see `Machine::store`).
+                    (1, 1) => unsafe {
+                        std::ptr::copy_nonoverlapping(sd[os..os + n].as_ptr(), dst.add(od), n)
+                    },
+                    (1, 0) => {
+                        let v = sd[os];
+                        for i in 0..n {
+                            unsafe { dst.add(od + i).write(v) }
+                        }
+                    }
+                    (a, b) => {
+                        for i in 0..n {
+                            unsafe { dst.add(od + i * a).write(sd[os + i * b]) }
+                        }
+                    }
+                }
+            },
+        ),
+        Some(m) => {
+            let md = m.data::<bool>()?;
+            for_each_row(
+                &src.shape,
+                [strides, &src.strides, &m.strides],
+                [off, src.offset, m.offset],
+                |[od, os, om], n, [a, b, c]| {
+                    if !in_bounds(od, n, a) {
+                        err = Some(internal("write out of the destination"));
+                        return;
+                    }
+                    for i in 0..n {
+                        if md[om + i * c] {
+                            unsafe { dst.add(od + i * a).write(sd[os + i * b]) }
+                        }
+                    }
+                },
+            )
+        }
+    }
+    err.map_or(Ok(()), Err)
+}

@@ -1,0 +1,287 @@
+//! The interpreter's value: a strided view of a shared typed buffer. Broadcasts, splat constants, iota,
+//! transposes, windows of refs and input blocks are all views (no copy); ops write fresh contiguous
+//! buffers. Scalars are rank-0 tensors, so one code path serves both.
+
+use super::host::{HostData, HostElement};
+use crate::dtype::{DType, Literal};
+use crate::error::{kerr, Result};
+use half::bf16;
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+pub(crate) struct Tensor {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// Element strides; 0 along broadcast dimensions.
+    pub strides: Vec<usize>,
+    pub offset: usize,
+    pub buf: Arc<HostData>,
+}
+
+pub(crate) fn row_major_strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+pub(crate) fn internal(what: &str) -> crate::error::KernelError {
+    kerr!(
+        Unsupported,
+        "internal interpreter error: {what} (please report with the kernel IR)"
+    )
+}
+
+impl Tensor {
+    pub fn from_data(shape: Vec<usize>, data: HostData) -> Tensor {
+        let strides = row_major_strides(&shape);
+        Tensor {
+            dtype: data.dtype(),
+            shape,
+            strides,
+            offset: 0,
+            buf: Arc::new(data),
+        }
+    }
+    pub fn from_vec<T: HostElement>(shape: Vec<usize>, v: Vec<T>) -> Tensor {
+        Self::from_data(shape, T::wrap(v))
+    }
+    /// `value` broadcast to `shape` (one element, zero strides).
+    pub fn splat(lit: Literal, shape: &[usize]) -> Tensor {
+        Tensor {
+            dtype: lit.dtype,
+            shape: shape.to_vec(),
+            strides: vec![0; shape.len()],
+            offset: 0,
+            buf: Arc::new(HostData::filled(lit, 1)),
+        }
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// The whole underlying buffer as `T` (views index into it with `offset` and `strides`).
+    pub fn data<T: HostElement>(&self) -> Result<&[T]> {
+        T::slice(&self.buf).ok_or_else(|| internal("tensor element type mismatch"))
+    }
+    /// Row-major contiguous from `offset` (dims of size 1 may have any stride).
+    pub fn is_contiguous(&self) -> bool {
+        let mut expect = 1;
+        for d in (0..self.shape.len()).rev() {
+            if self.shape[d] != 1 && self.strides[d] != expect {
+                return false;
+            }
+            expect *= self.shape[d];
+        }
+        true
+    }
+    /// Numpy-style broadcast view to `shape`.
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        let (r, n) = (self.shape.len(), shape.len());
+        if r > n {
+            return Err(internal("broadcast to a lower rank"));
+        }
+        let mut strides = vec![0; n];
+        for i in 0..n {
+            if i + r < n {
+                continue;
+            }
+            let j = i + r - n;
+            strides[i] = if self.shape[j] == shape[i] {
+                self.strides[j]
+            } else if self.shape[j] == 1 {
+                0
+            } else {
+                return Err(internal("broadcast of incompatible shapes"));
+            };
+        }
+        Ok(Tensor {
+            dtype: self.dtype,
+            shape: shape.to_vec(),
+            strides,
+            offset: self.offset,
+            buf: self.buf.clone(),
+        })
+    }
+    pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
+        if perm.len() != self.shape.len() || perm.iter().any(|&p| p >= self.shape.len()) {
+            return Err(internal("bad permutation"));
+        }
+        Ok(Tensor {
+            dtype: self.dtype,
+            shape: perm.iter().map(|&p| self.shape[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+            offset: self.offset,
+            buf: self.buf.clone(),
+        })
+    }
+    /// A window view: `starts`/`sizes` per dim (already bounds-checked), squeezed dims dropped.
+    pub fn window(&self, starts: &[usize], sizes: &[usize], squeezed: &[bool]) -> Tensor {
+        let mut offset = self.offset;
+        let (mut shape, mut strides) = (Vec::new(), Vec::new());
+        for d in 0..self.shape.len() {
+            offset += starts[d] * self.strides[d];
+            if !squeezed[d] {
+                shape.push(sizes[d]);
+                strides.push(self.strides[d]);
+            }
+        }
+        Tensor {
+            dtype: self.dtype,
+            shape,
+            strides,
+            offset,
+            buf: self.buf.clone(),
+        }
+    }
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        if shape.iter().product::<usize>() != self.numel() {
+            return Err(internal("reshape changes the element count"));
+        }
+        let base = if self.is_contiguous() {
+            self.clone()
+        } else {
+            self.materialize()?
+        };
+        Ok(Tensor {
+            dtype: base.dtype,
+            shape: shape.to_vec(),
+            strides: row_major_strides(shape),
+            offset: base.offset,
+            buf: base.buf,
+        })
+    }
+    /// The elements in row-major order.
+    pub fn to_vec<T: HostElement>(&self) -> Result<Vec<T>> {
+        let data = self.data::<T>()?;
+        let mut out = Vec::with_capacity(self.numel());
+        for_each_row(
+            &self.shape,
+            [&self.strides],
+            [self.offset],
+            |[o], len, [s]| match s {
+                1 => out.extend_from_slice(&data[o..o + len]),
+                0 => out.extend(std::iter::repeat_n(data[o], len)),
+                s => out.extend((0..len).map(|i| data[o + i * s])),
+            },
+        );
+        Ok(out)
+    }
+    /// A contiguous copy.
+    pub fn materialize(&self) -> Result<Tensor> {
+        let data = match self.dtype {
+            DType::F32 => HostData::F32(self.to_vec()?),
+            DType::BF16 => HostData::BF16(self.to_vec()?),
+            DType::I32 => HostData::I32(self.to_vec()?),
+            DType::I8 => HostData::I8(self.to_vec()?),
+            DType::U8 => HostData::U8(self.to_vec()?),
+            DType::U32 => HostData::U32(self.to_vec()?),
+            DType::Bool => HostData::Bool(self.to_vec()?),
+        };
+        Ok(Tensor::from_data(self.shape.clone(), data))
+    }
+    /// The first element as a literal (scalars, conditions, loop bounds).
+    pub fn literal(&self) -> Result<Literal> {
+        let o = self.offset;
+        let bits = match &*self.buf {
+            HostData::F32(v) => v.get(o).map(|x| x.to_bits() as u64),
+            HostData::BF16(v) => v.get(o).map(|x| x.to_bits() as u64),
+            HostData::I32(v) => v.get(o).map(|x| *x as u32 as u64),
+            HostData::I8(v) => v.get(o).map(|x| *x as u8 as u64),
+            HostData::U8(v) => v.get(o).map(|x| *x as u64),
+            HostData::U32(v) => v.get(o).map(|x| *x as u64),
+            HostData::Bool(v) => v.get(o).map(|x| *x as u64),
+        };
+        Ok(Literal {
+            dtype: self.dtype,
+            bits: bits.ok_or_else(|| internal("empty scalar"))?,
+        })
+    }
+    pub fn scalar_i64(&self) -> Result<i64> {
+        Ok(self.literal()?.as_i64())
+    }
+    pub fn scalar_bool(&self) -> Result<bool> {
+        Ok(self.literal()?.bits != 0)
+    }
+}
+
+/// Call `f(offsets, inner_len, inner_strides)` once per innermost row of `shape`, for `N` operands
+/// walking the same index space with their own strides. Dimensions that are contiguous for every
+/// operand are merged first, so a contiguous block is one long row and a row-broadcast is rows with an
+/// inner stride of 0: the inner loops the callers write are then plain slice loops that vectorize.
+#[inline]
+pub(crate) fn for_each_row<const N: usize>(
+    shape: &[usize],
+    strides: [&[usize]; N],
+    offsets: [usize; N],
+    mut f: impl FnMut([usize; N], usize, [usize; N]),
+) {
+    // Drop size-1 dims, then merge mergeable neighbours (innermost first).
+    let mut dims: Vec<(usize, [usize; N])> = Vec::with_capacity(shape.len());
+    for d in 0..shape.len() {
+        if shape[d] == 0 {
+            return;
+        }
+        if shape[d] != 1 {
+            dims.push((shape[d], std::array::from_fn(|k| strides[k][d])));
+        }
+    }
+    let mut merged: Vec<(usize, [usize; N])> = Vec::with_capacity(dims.len());
+    for (n, s) in dims.into_iter().rev() {
+        if let Some((mn, ms)) = merged.last_mut() {
+            if (0..N).all(|k| s[k] == ms[k] * *mn) {
+                *mn *= n;
+                continue;
+            }
+        }
+        merged.push((n, s));
+    }
+    merged.reverse();
+    let Some(&(inner, inner_strides)) = merged.last() else {
+        f(offsets, 1, [0; N]);
+        return;
+    };
+    let outer = &merged[..merged.len() - 1];
+    if outer.is_empty() {
+        f(offsets, inner, inner_strides);
+        return;
+    }
+    let mut idx = vec![0usize; outer.len()];
+    let mut off = offsets;
+    loop {
+        f(off, inner, inner_strides);
+        // Odometer over the outer dims.
+        let mut d = outer.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            for (o, s) in off.iter_mut().zip(outer[d].1) {
+                *o += s;
+            }
+            if idx[d] < outer[d].0 {
+                break;
+            }
+            for (o, s) in off.iter_mut().zip(outer[d].1) {
+                *o -= s * outer[d].0;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// bf16 ↔ f32 as bit operations (round to nearest even, NaN kept quiet), written so loops vectorize.
+#[inline(always)]
+pub(crate) fn bf16_from_f32(x: f32) -> bf16 {
+    let b = x.to_bits();
+    let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
+    let nan = ((b >> 16) | 0x40) as u16;
+    bf16::from_bits(if x.is_nan() { nan } else { rounded })
+}
+
+#[inline(always)]
+pub(crate) fn bf16_to_f32(x: bf16) -> f32 {
+    f32::from_bits((x.to_bits() as u32) << 16)
+}

@@ -1,0 +1,322 @@
+//! Plain-Rust references for the example kernels, keyed by kernel name: straightforward loops (f64
+//! accumulation) written independently of the interpreter, used by `--run`, the interpreter tests and the
+//! benchmark. Shapes come from the inputs; constants (`eps`, `scale`) are the examples' `build()` values.
+
+use crate::runtime::interpret::HostArray;
+use crate::{KernelError, PallasCall};
+use half::bf16;
+
+/// How close a result must be: `|got - want| <= atol + rtol * |want|` elementwise (non-finite values must
+/// match exactly).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tolerance {
+    pub atol: f64,
+    pub rtol: f64,
+}
+
+impl Tolerance {
+    pub const EXACT: Tolerance = Tolerance {
+        atol: 0.0,
+        rtol: 0.0,
+    };
+    /// One bf16 rounding step (2^-8 relative), plus a little absolute slack.
+    pub const BF16: Tolerance = Tolerance {
+        atol: 1e-2,
+        rtol: 1.0 / 128.0,
+    };
+    pub const F32: Tolerance = Tolerance {
+        atol: 1e-5,
+        rtol: 1e-5,
+    };
+}
+
+/// The worst element of a comparison.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Comparison {
+    /// Largest `|got - want|` over elements where both are finite (∞ if a non-finite value differs).
+    pub max_abs_error: f64,
+    /// Whether every element is within the tolerance.
+    pub ok: bool,
+}
+
+/// Compare two arrays of the same shape.
+pub fn compare(got: &HostArray, want: &HostArray, tol: Tolerance) -> Comparison {
+    if got.shape() != want.shape() {
+        return Comparison {
+            max_abs_error: f64::INFINITY,
+            ok: false,
+        };
+    }
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    let mut max_abs_error: f64 = 0.0;
+    let mut ok = true;
+    for (a, b) in g.iter().zip(&w) {
+        if !a.is_finite() || !b.is_finite() {
+            let same = (a.is_nan() && b.is_nan()) || a == b;
+            if !same {
+                max_abs_error = f64::INFINITY;
+                ok = false;
+            }
+            continue;
+        }
+        let e = (a - b).abs();
+        max_abs_error = max_abs_error.max(e);
+        if e > tol.atol + tol.rtol * b.abs() {
+            ok = false;
+        }
+    }
+    Comparison { max_abs_error, ok }
+}
+
+/// Random inputs for a kernel (deterministic in `seed`), one per kernel input.
+pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
+    call.kernel
+        .inputs()
+        .enumerate()
+        .map(|(i, o)| HostArray::random(&o.shape, o.dtype, seed + i as u64))
+        .collect()
+}
+
+/// The expected outputs of the example kernel `name` on `inputs`, with the tolerance to check them at;
+/// `None` for a kernel without a reference.
+pub fn expected(
+    name: &str,
+    inputs: &[HostArray],
+) -> Option<Result<(Vec<HostArray>, Tolerance), KernelError>> {
+    let r = match name {
+        "add_kernel" => add(inputs).map(|o| (o, Tolerance::EXACT)),
+        "matmul_kernel" => matmul(inputs).map(|o| (o, Tolerance::BF16)),
+        "softmax_kernel" => softmax(inputs).map(|o| (o, Tolerance::F32)),
+        "rmsnorm_kernel" => rmsnorm(inputs, 1e-6).map(|o| (o, Tolerance::BF16)),
+        "causal_mask_kernel" => causal_mask(inputs, 0.125).map(|o| (o, Tolerance::EXACT)),
+        "fori_rowsum_kernel" => fori_rowsum(inputs).map(|o| (o, Tolerance::F32)),
+        "transpose_kernel" => transpose(inputs).map(|o| (o, Tolerance::EXACT)),
+        "colsum_kernel" => colsum(inputs).map(|o| {
+            (
+                o,
+                Tolerance {
+                    atol: 1e-4,
+                    rtol: 1e-5,
+                },
+            )
+        }),
+        "ops_tour_kernel" => ops_tour(inputs).map(|o| {
+            (
+                o,
+                Tolerance {
+                    atol: 1e-4,
+                    rtol: 1e-4,
+                },
+            )
+        }),
+        _ => return None,
+    };
+    Some(r)
+}
+
+// ---------------------------------------------------------------------------------------------- helpers
+
+fn bad(msg: impl Into<String>) -> KernelError {
+    KernelError::new(crate::ErrorKind::Shape, msg)
+}
+
+fn f32_input(inputs: &[HostArray], i: usize) -> Result<(&[f32], usize, usize), KernelError> {
+    let a = inputs
+        .get(i)
+        .ok_or_else(|| bad(format!("missing input {i}")))?;
+    let d = a
+        .as_slice::<f32>()
+        .ok_or_else(|| bad(format!("input {i} is not f32")))?;
+    let [m, n] = dims2(a)?;
+    Ok((d, m, n))
+}
+
+fn bf16_input(inputs: &[HostArray], i: usize) -> Result<(Vec<f64>, usize, usize), KernelError> {
+    let a = inputs
+        .get(i)
+        .ok_or_else(|| bad(format!("missing input {i}")))?;
+    let d = a
+        .as_slice::<bf16>()
+        .ok_or_else(|| bad(format!("input {i} is not bf16")))?;
+    let [m, n] = dims2(a)?;
+    Ok((d.iter().map(|x| x.to_f64()).collect(), m, n))
+}
+
+fn dims2(a: &HostArray) -> Result<[usize; 2], KernelError> {
+    match a.shape() {
+        [m, n] => Ok([*m, *n]),
+        s => Err(bad(format!("expected a 2-D array, got shape {s:?}"))),
+    }
+}
+
+fn f32_out(shape: [usize; 2], v: Vec<f32>) -> Result<HostArray, KernelError> {
+    HostArray::from_vec(shape, v)
+}
+
+fn bf16_out(shape: [usize; 2], v: Vec<f64>) -> Result<HostArray, KernelError> {
+    HostArray::from_vec(
+        shape,
+        v.into_iter()
+            .map(|x| bf16::from_f32(x as f32))
+            .collect::<Vec<_>>(),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------- kernels
+
+/// `x + y`.
+pub fn add(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, n) = f32_input(inputs, 0)?;
+    let (y, ..) = f32_input(inputs, 1)?;
+    Ok(vec![f32_out(
+        [m, n],
+        x.iter().zip(y).map(|(a, b)| a + b).collect(),
+    )?])
+}
+
+/// bf16 `x @ y`, accumulated exactly (f64), rounded once to bf16.
+pub fn matmul(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, k) = bf16_input(inputs, 0)?;
+    let (y, _, n) = bf16_input(inputs, 1)?;
+    let mut o = vec![0.0f64; m * n];
+    for i in 0..m {
+        for p in 0..k {
+            let a = x[i * k + p];
+            for j in 0..n {
+                o[i * n + j] += a * y[p * n + j];
+            }
+        }
+    }
+    Ok(vec![bf16_out([m, n], o)?])
+}
+
+/// Row softmax in f64.
+pub fn softmax(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, n) = f32_input(inputs, 0)?;
+    let mut o = vec![0.0f32; m * n];
+    for r in 0..m {
+        let row = &x[r * n..(r + 1) * n];
+        let mx = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
+        let e: Vec<f64> = row.iter().map(|&v| (v as f64 - mx).exp()).collect();
+        let s: f64 = e.iter().sum();
+        for c in 0..n {
+            o[r * n + c] = (e[c] / s) as f32;
+        }
+    }
+    Ok(vec![f32_out([m, n], o)?])
+}
+
+/// `x * rsqrt(mean(x²) + eps) * w` per row of a bf16 `x`, f32 `w: [1, n]`, rounded to bf16.
+pub fn rmsnorm(inputs: &[HostArray], eps: f64) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, n) = bf16_input(inputs, 0)?;
+    let (w, ..) = f32_input(inputs, 1)?;
+    let mut o = vec![0.0f64; m * n];
+    for r in 0..m {
+        let row = &x[r * n..(r + 1) * n];
+        let ms = row.iter().map(|v| v * v).sum::<f64>() / n as f64;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for c in 0..n {
+            o[r * n + c] = row[c] * inv * w[c] as f64;
+        }
+    }
+    Ok(vec![bf16_out([m, n], o)?])
+}
+
+/// `x * scale` on and below the diagonal, `-inf` above.
+pub fn causal_mask(inputs: &[HostArray], scale: f32) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, n) = f32_input(inputs, 0)?;
+    let o = (0..m * n)
+        .map(|i| {
+            if i / n >= i % n {
+                x[i] * scale
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect();
+    Ok(vec![f32_out([m, n], o)?])
+}
+
+/// `out[r, c] = sum_k x[8k + r, c]` into an `[8, n]` output.
+pub fn fori_rowsum(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, n) = f32_input(inputs, 0)?;
+    let mut o = vec![0.0f64; 8 * n];
+    for r in 0..m {
+        for c in 0..n {
+            o[(r % 8) * n + c] += x[r * n + c] as f64;
+        }
+    }
+    Ok(vec![f32_out(
+        [8, n],
+        o.into_iter().map(|v| v as f32).collect(),
+    )?])
+}
+
+/// `x.T`.
+pub fn transpose(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, n) = f32_input(inputs, 0)?;
+    let o = (0..n * m).map(|i| x[(i % m) * n + i / m]).collect();
+    Ok(vec![f32_out([n, m], o)?])
+}
+
+/// Column sums, repeated on each of 8 output rows.
+pub fn colsum(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, n) = f32_input(inputs, 0)?;
+    let mut s = vec![0.0f64; n];
+    for r in 0..m {
+        for c in 0..n {
+            s[c] += x[r * n + c] as f64;
+        }
+    }
+    let o = (0..8 * n).map(|i| s[i % n] as f32).collect();
+    Ok(vec![f32_out([8, n], o)?])
+}
+
+/// The `ops_tour` example (its `build()` blocks of 64 rows): GELU, `dot_nt`, a doubling on even blocks,
+/// three clamped halvings, a masked store of the lower triangle's even columns, a per-column bias of
+/// 0.001 × kept count, and the per-block kept counts.
+pub fn ops_tour(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    const BM: usize = 64;
+    let (x, m, n) = f32_input(inputs, 0)?;
+    let (w, ..) = f32_input(inputs, 1)?;
+    let gelu = |v: f64| 0.5 * v * (1.0 + (0.797_884_6 * (v + 0.044715 * v * v * v)).tanh());
+    let mut o = vec![0.0f32; m * n];
+    let mut counts = vec![0i32; 8 * (m / BM) * n];
+    for blk in 0..m / BM {
+        let mut kept = vec![0i32; n];
+        for rr in 0..BM {
+            let r = blk * BM + rr;
+            for (c, k) in kept.iter_mut().enumerate() {
+                if r >= c && c % 2 == 0 {
+                    *k += 1;
+                }
+            }
+        }
+        for rr in 0..BM {
+            let r = blk * BM + rr;
+            for c in 0..n {
+                let mut v = 0.0f64;
+                for p in 0..n {
+                    v += gelu(x[r * n + p] as f64) * w[c * n + p] as f64;
+                }
+                if blk % 2 == 0 {
+                    v *= 2.0;
+                }
+                for _ in 0..3 {
+                    v = (v * 0.5).max(-1.0);
+                }
+                let keep = r >= c && c % 2 == 0;
+                o[r * n + c] = ((if keep { v } else { 0.0 }) + 0.001 * kept[c] as f64) as f32;
+            }
+        }
+        for rr in 0..8 {
+            for c in 0..n {
+                counts[(blk * 8 + rr) * n + c] = kept[c];
+            }
+        }
+    }
+    Ok(vec![
+        f32_out([m, n], o)?,
+        HostArray::from_vec([8 * (m / BM), n], counts)?,
+    ])
+}

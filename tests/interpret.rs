@@ -1,0 +1,589 @@
+//! Interpret mode: every example kernel on CPU against an independent plain-Rust reference, Pallas grid
+//! semantics (revisited outputs, scratch, edge blocks, parallel chunks), exact dtype behaviour, poisoning
+//! of uninitialized memory, and out-of-bounds slices reported at the Rust line.
+
+#[path = "../examples/add.rs"]
+mod add;
+#[path = "../examples/causal_mask.rs"]
+mod causal_mask;
+#[path = "../examples/colsum.rs"]
+mod colsum;
+#[path = "../examples/fori_rowsum.rs"]
+mod fori_rowsum;
+#[path = "../examples/matmul.rs"]
+mod matmul;
+#[path = "../examples/ops_tour.rs"]
+mod ops_tour;
+#[path = "../examples/rmsnorm.rs"]
+mod rmsnorm;
+#[path = "../examples/softmax.rs"]
+mod softmax;
+#[path = "../examples/transpose.rs"]
+mod transpose;
+
+use tpu_kernel::prelude::*;
+use tpu_kernel::reference::{self, Tolerance};
+use tpu_kernel::runtime::interpret::{HostArray, InterpretOptions};
+use tpu_kernel::ErrorKind;
+
+type Build = fn() -> Result<PallasCall, KernelError>;
+
+const EXAMPLES: [(&str, Build); 9] = [
+    ("add", add::build),
+    ("causal_mask", causal_mask::build),
+    ("colsum", colsum::build),
+    ("fori_rowsum", fori_rowsum::build),
+    ("matmul", matmul::build),
+    ("ops_tour", ops_tour::build),
+    ("rmsnorm", rmsnorm::build),
+    ("softmax", softmax::build),
+    ("transpose", transpose::build),
+];
+
+/// Run `call` on random inputs with `opts` and check every output against the reference.
+fn check_against_reference(call: &PallasCall, seed: u64, opts: &InterpretOptions) {
+    let inputs = reference::random_inputs(call, seed);
+    let got = call
+        .interpret_with(&inputs, opts)
+        .unwrap_or_else(|e| panic!("{}: {e}", call.name()));
+    let (want, tol) = reference::expected(call.name(), &inputs)
+        .unwrap_or_else(|| panic!("no reference for {}", call.name()))
+        .unwrap_or_else(|e| panic!("reference for {}: {e}", call.name()));
+    assert_eq!(got.len(), want.len(), "{}: output count", call.name());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let c = reference::compare(g, w, tol);
+        assert!(
+            c.ok,
+            "{} output {i}: max error {} exceeds {tol:?}",
+            call.name(),
+            c.max_abs_error
+        );
+    }
+}
+
+#[test]
+fn every_example_matches_its_reference() {
+    for (name, build) in EXAMPLES {
+        let call = build().unwrap_or_else(|e| panic!("{name}: {e}"));
+        check_against_reference(&call, 7, &InterpretOptions::default());
+    }
+}
+
+#[test]
+fn examples_never_read_uninitialized_memory() {
+    // With poisoning on, any read of memory the kernel never wrote would surface as NaN / a bit pattern.
+    for (name, build) in EXAMPLES {
+        let call = build().unwrap_or_else(|e| panic!("{name}: {e}"));
+        check_against_reference(&call, 11, &InterpretOptions::poisoned());
+    }
+}
+
+#[test]
+fn parallel_and_sequential_runs_agree_bit_for_bit() {
+    for (name, build) in EXAMPLES {
+        let call = build().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let inputs = reference::random_inputs(&call, 3);
+        let par = call
+            .interpret(&inputs)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let seq = call
+            .interpret_with(
+                &inputs,
+                &InterpretOptions {
+                    parallel: false,
+                    ..Default::default()
+                },
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(par, seq, "{name}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- poisoning
+
+#[tpu_kernel]
+fn matmul_no_init_kernel(x: Ref<bf16>, y: Ref<bf16>, o: RefMut<bf16>, acc: RefMut<f32>) {
+    // Bug under test: the accumulator is never zeroed at k == 0.
+    acc.store(acc.load() + dot(x.load(), y.load()));
+    if program_id(2) == num_programs(2) - 1 {
+        o.store(acc.load().cast::<bf16>());
+    }
+}
+
+fn matmul_no_init() -> PallasCall {
+    let (m, n, k, b) = (256, 256, 256, 128);
+    pallas_call(matmul_no_init_kernel)
+        .name("matmul_kernel")
+        .grid([m / b, n / b, k / b])
+        .input(
+            ArrayType::new([m, k], BF16),
+            BlockSpec::new([b, b], |[i, _, k]| [i, k]),
+        )
+        .input(
+            ArrayType::new([k, n], BF16),
+            BlockSpec::new([b, b], |[_, j, k]| [k, j]),
+        )
+        .output(
+            ArrayType::new([m, n], BF16),
+            BlockSpec::new([b, b], |[i, j, _]| [i, j]),
+        )
+        .scratch(Vmem::new([b, b], F32))
+        .dimension_semantics([Parallel, Parallel, Arbitrary])
+        .build()
+        .expect("build")
+}
+
+#[test]
+fn poisoning_catches_a_matmul_that_never_zeroes_its_accumulator() {
+    let call = matmul_no_init();
+    let inputs = reference::random_inputs(&call, 5);
+    // Without poisoning the bug hides: fresh scratch happens to be zero.
+    let plain = call.interpret(&inputs).expect("run");
+    let (want, tol) = reference::expected("matmul_kernel", &inputs)
+        .expect("reference")
+        .expect("reference");
+    assert!(reference::compare(&plain[0], &want[0], tol).ok);
+    // With poisoning every output element is NaN.
+    let poisoned = call
+        .interpret_with(&inputs, &InterpretOptions::poisoned())
+        .expect("run");
+    let out = poisoned[0].as_slice::<bf16>().expect("bf16 output");
+    assert!(
+        out.iter().all(|v| v.is_nan()),
+        "uninitialized accumulator must poison the result"
+    );
+}
+
+#[tpu_kernel]
+fn half_store_kernel(x: Ref<i32>, o: RefMut<i32>) {
+    o.at((0..8, ..)).store(x.at((0..8, ..)).load());
+}
+
+#[test]
+fn poisoning_marks_unwritten_output_rows_and_plain_mode_leaves_zeros() {
+    let call = pallas_call(half_store_kernel)
+        .grid([1])
+        .input(
+            ArrayType::new([16, 128], I32),
+            BlockSpec::new([16, 128], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([16, 128], I32),
+            BlockSpec::new([16, 128], |[_]| (0, 0)),
+        )
+        .build()
+        .expect("build");
+    let x = HostArray::random([16, 128], I32, 1);
+    let plain = call.interpret(std::slice::from_ref(&x)).expect("run");
+    let poisoned = call
+        .interpret_with(std::slice::from_ref(&x), &InterpretOptions::poisoned())
+        .expect("run");
+    let (xs, p, q) = (
+        x.as_slice::<i32>().unwrap(),
+        plain[0].as_slice::<i32>().unwrap(),
+        poisoned[0].as_slice::<i32>().unwrap(),
+    );
+    assert_eq!(&p[..8 * 128], &xs[..8 * 128]);
+    assert_eq!(&q[..8 * 128], &xs[..8 * 128]);
+    assert!(p[8 * 128..].iter().all(|&v| v == 0));
+    assert!(q[8 * 128..].iter().all(|&v| v == 0xDEAD_BEEFu32 as i32));
+}
+
+// ---------------------------------------------------------------------------------------------- errors
+
+#[tpu_kernel]
+fn oob_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let start = program_id(0) * 16;
+    o.store(x.at((ds(start, 8), ..)).load()); // OOB-LOAD
+}
+
+#[test]
+fn an_out_of_bounds_dynamic_slice_names_the_source_line() {
+    let call = pallas_call(oob_kernel)
+        .grid([2])
+        .input(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([16, 128], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .dimension_semantics([Arbitrary])
+        .build()
+        .expect("build");
+    let x = HostArray::random([16, 128], F32, 2);
+    let err = call
+        .interpret(&[x])
+        .expect_err("grid step 1 reads rows 16..24 of a 16-row block");
+    assert_eq!(err.kind, ErrorKind::OutOfBounds, "{err}");
+    let line = include_str!("interpret.rs")
+        .lines()
+        .position(|l| l.ends_with("// OOB-LOAD"))
+        .expect("marker")
+        + 1;
+    let loc = err.location.expect("located");
+    assert!(loc.file.ends_with("interpret.rs"), "{err}");
+    assert_eq!(loc.line as usize, line, "{err}");
+    assert!(err.to_string().contains("16..24"), "{err}");
+}
+
+#[test]
+fn wrong_inputs_are_errors_not_panics() {
+    let call = add::build().expect("build");
+    let x = HostArray::zeros([1024, 1024], F32);
+    assert_eq!(
+        call.interpret(std::slice::from_ref(&x))
+            .expect_err("one input missing")
+            .kind,
+        ErrorKind::Signature
+    );
+    let y = HostArray::zeros([1024, 512], F32);
+    assert_eq!(
+        call.interpret(&[x.clone(), y])
+            .expect_err("wrong shape")
+            .kind,
+        ErrorKind::Shape
+    );
+    let z = HostArray::zeros([1024, 1024], I32);
+    assert_eq!(
+        call.interpret(&[x, z]).expect_err("wrong dtype").kind,
+        ErrorKind::Shape
+    );
+    assert!(HostArray::from_vec([2, 2], vec![0f32; 3]).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------- dtypes
+
+#[tpu_kernel]
+fn bf16_chain_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    // Each op on bf16 values rounds: (x as bf16) * 3 as bf16, then back to f32.
+    let b = x.load().cast::<bf16>();
+    o.store((b * 3.0f32).cast::<f32>());
+}
+
+#[test]
+fn bf16_rounds_on_every_cast_and_op() {
+    let call = pallas_call(bf16_chain_kernel)
+        .grid([1])
+        .input(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[_]| (0, 0)),
+        )
+        .build()
+        .expect("build");
+    let x = HostArray::random([8, 128], F32, 4);
+    let got = call.interpret(std::slice::from_ref(&x)).expect("run");
+    let want: Vec<f32> = x
+        .as_slice::<f32>()
+        .unwrap()
+        .iter()
+        .map(|&v| (bf16::from_f32(bf16::from_f32(v).to_f32() * 3.0)).to_f32())
+        .collect();
+    assert_eq!(got[0].as_slice::<f32>().unwrap(), &want[..]);
+    // Ties round to even and NaN stays NaN.
+    let ties = HostArray::from_vec(
+        [8, 128],
+        (0..1024)
+            .map(|i| {
+                if i == 0 {
+                    f32::NAN
+                } else {
+                    f32::from_bits(0x3F80_8000 + ((i as u32 % 2) << 16))
+                }
+            })
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let got = call.interpret(std::slice::from_ref(&ties)).expect("run");
+    let g = got[0].as_slice::<f32>().unwrap();
+    assert!(g[0].is_nan());
+    for (i, v) in ties.as_slice::<f32>().unwrap().iter().enumerate().skip(1) {
+        assert_eq!(
+            g[i],
+            bf16::from_f32(bf16::from_f32(*v).to_f32() * 3.0).to_f32(),
+            "element {i}"
+        );
+    }
+}
+
+#[tpu_kernel]
+fn int_kernel(x: Ref<i32>, y: Ref<i32>, sum: RefMut<i32>, quo: RefMut<i32>, rem: RefMut<i32>) {
+    let (a, b) = (x.load(), y.load());
+    sum.store(a * 65536 + b);
+    quo.store(a / b);
+    rem.store(a % b);
+}
+
+#[test]
+fn integers_wrap_and_divide_like_xla() {
+    let spec = || BlockSpec::new([8, 128], |[_]| (0, 0));
+    let arr = || ArrayType::new([8, 128], I32);
+    let call = pallas_call(int_kernel)
+        .grid([1])
+        .input(arr(), spec())
+        .input(arr(), spec())
+        .output(arr(), spec())
+        .output(arr(), spec())
+        .output(arr(), spec())
+        .build()
+        .expect("build");
+    let xs: Vec<i32> = (0..1024)
+        .map(|i| [i32::MAX, i32::MIN, -7, 7, 40000][i % 5])
+        .collect();
+    let ys: Vec<i32> = (0..1024).map(|i| [0, -1, 2, 0, 3, -2, 1][i % 7]).collect();
+    let out = call
+        .interpret(&[
+            HostArray::from_vec([8, 128], xs.clone()).unwrap(),
+            HostArray::from_vec([8, 128], ys.clone()).unwrap(),
+        ])
+        .expect("run");
+    let [s, q, r] = [0, 1, 2].map(|i| out[i].as_slice::<i32>().unwrap().to_vec());
+    for i in 0..1024 {
+        let (a, b) = (xs[i], ys[i]);
+        assert_eq!(s[i], a.wrapping_mul(65536).wrapping_add(b));
+        let (wq, wr) = if b == 0 {
+            (-1, a)
+        } else {
+            (a.wrapping_div(b), a.wrapping_rem(b))
+        };
+        assert_eq!((q[i], r[i]), (wq, wr), "{a} / {b}");
+    }
+}
+
+#[tpu_kernel]
+fn nan_kernel(x: Ref<f32>, mx: RefMut<f32>, mn: RefMut<f32>, ne: RefMut<i32>, e: RefMut<f32>) {
+    let v = x.load();
+    mx.store(v.max_keepdims(-1).broadcast_to(mx.shape()));
+    mn.store(minimum(v, 0.5));
+    ne.store((v != v).cast::<i32>());
+    e.store(v.exp());
+}
+
+#[test]
+fn nan_and_inf_follow_xla() {
+    let spec = || BlockSpec::new([8, 128], |[_]| (0, 0));
+    let call = pallas_call(nan_kernel)
+        .grid([1])
+        .input(ArrayType::new([8, 128], F32), spec())
+        .output(ArrayType::new([8, 128], F32), spec())
+        .output(ArrayType::new([8, 128], F32), spec())
+        .output(ArrayType::new([8, 128], I32), spec())
+        .output(ArrayType::new([8, 128], F32), spec())
+        .build()
+        .expect("build");
+    let mut xs: Vec<f32> = (0..1024).map(|i| (i % 128) as f32 / 64.0 - 1.0).collect();
+    xs[3] = f32::NAN; // row 0 has a NaN
+    xs[128 + 5] = f32::INFINITY; // row 1 has +inf
+    xs[256 + 7] = f32::NEG_INFINITY;
+    xs[384 + 9] = 100.0; // exp overflows
+    let out = call
+        .interpret(&[HostArray::from_vec([8, 128], xs.clone()).unwrap()])
+        .expect("run");
+    let mx = out[0].as_slice::<f32>().unwrap();
+    assert!(mx[0].is_nan(), "max propagates NaN");
+    assert_eq!(mx[128], f32::INFINITY);
+    assert_eq!(mx[256], 127.0 / 64.0 - 1.0);
+    let mn = out[1].as_slice::<f32>().unwrap();
+    assert!(mn[3].is_nan(), "minimum propagates NaN");
+    assert_eq!(mn[256 + 7], f32::NEG_INFINITY);
+    assert_eq!(mn[127], 0.5);
+    let ne = out[2].as_slice::<i32>().unwrap();
+    assert_eq!(ne[3], 1, "NaN != NaN");
+    assert_eq!(ne.iter().sum::<i32>(), 1);
+    let e = out[3].as_slice::<f32>().unwrap();
+    assert!(e[3].is_nan());
+    assert_eq!(e[128 + 5], f32::INFINITY);
+    assert_eq!(e[256 + 7], 0.0);
+    assert_eq!(e[384 + 9], f32::INFINITY);
+    for (i, &v) in xs
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.is_finite() && v.abs() < 2.0)
+    {
+        let want = (v as f64).exp() as f32;
+        assert!(
+            (e[i] - want).abs() <= 2.0 * f32::EPSILON * want,
+            "exp({v}) = {} vs {want}",
+            e[i]
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- grid semantics
+
+#[test]
+fn edge_blocks_are_clipped_on_write_back() {
+    // 300 x 200 in 128 x 128 blocks: the last row and column blocks run past the array.
+    let spec = || BlockSpec::new([128, 128], |[i, j]| [i, j]);
+    let call = pallas_call(add_edge_kernel)
+        .grid([3, 2])
+        .input(ArrayType::new([300, 200], F32), spec())
+        .input(ArrayType::new([300, 200], F32), spec())
+        .output(ArrayType::new([300, 200], F32), spec())
+        .dimension_semantics([Parallel, Parallel])
+        .build()
+        .expect("build");
+    for opts in [InterpretOptions::default(), InterpretOptions::poisoned()] {
+        check_against_reference_named(&call, "add_kernel", &opts);
+    }
+}
+
+#[tpu_kernel]
+fn add_edge_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load() + y.load());
+}
+
+fn check_against_reference_named(call: &PallasCall, name: &str, opts: &InterpretOptions) {
+    let inputs = reference::random_inputs(call, 9);
+    let got = call.interpret_with(&inputs, opts).expect("run");
+    let (want, tol) = reference::expected(name, &inputs)
+        .expect("reference")
+        .expect("reference");
+    for (g, w) in got.iter().zip(&want) {
+        let c = reference::compare(g, w, tol);
+        assert!(c.ok, "{name}: max error {}", c.max_abs_error);
+    }
+}
+
+#[tpu_kernel]
+fn step_count_kernel(o: RefMut<i32>, seen: RefMut<i32>) {
+    // Scratch persists across steps; the output block revisited along the arbitrary axis keeps its value.
+    if program_id(0) == 0 {
+        if program_id(1) == 0 {
+            seen.store(zeros());
+        }
+    }
+    seen.store(seen.load() + 1);
+    if program_id(1) == 0 {
+        o.store(zeros());
+    }
+    o.store(o.load() + seen.load());
+}
+
+#[test]
+fn scratch_persists_and_revisited_outputs_accumulate_in_order() {
+    let call = pallas_call(step_count_kernel)
+        .grid([3, 4])
+        .output(
+            ArrayType::new([24, 128], I32),
+            BlockSpec::new([8, 128], |[i, _]| (i, 0)),
+        )
+        .scratch(Vmem::new([8, 128], I32))
+        .dimension_semantics([Arbitrary, Arbitrary])
+        .build()
+        .expect("build");
+    let out = call.interpret(&[]).expect("run");
+    let o = out[0].as_slice::<i32>().unwrap();
+    // Step t (0-based, row-major) sees seen = t + 1; block i sums steps 4i..4i+3.
+    for i in 0..3 {
+        let want: i32 = (4 * i + 1..=4 * i + 4).sum();
+        assert!(
+            o[i as usize * 8 * 128..(i as usize + 1) * 8 * 128]
+                .iter()
+                .all(|&v| v == want),
+            "block {i}"
+        );
+    }
+}
+
+#[tpu_kernel]
+fn shared_out_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    if program_id(0) == 0 {
+        o.store(zeros());
+    }
+    o.store(o.load() + x.load());
+}
+
+#[test]
+fn parallel_axes_writing_the_same_block_run_sequentially() {
+    // Declared parallel, but every step writes output block (0, 0): the interpreter must not race.
+    let call = pallas_call(shared_out_kernel)
+        .grid([8])
+        .input(
+            ArrayType::new([64, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .output(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[_]| (0, 0)),
+        )
+        .dimension_semantics([Parallel])
+        .build()
+        .expect("build");
+    let x = HostArray::random([64, 128], F32, 8);
+    let out = call.interpret(std::slice::from_ref(&x)).expect("run");
+    let xs = x.as_slice::<f32>().unwrap();
+    let o = out[0].as_slice::<f32>().unwrap();
+    for c in 0..8 * 128 {
+        let want: f32 = (0..8).map(|b| xs[b * 8 * 128 + c]).sum();
+        assert!((o[c] - want).abs() < 1e-5);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- properties
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cfg() -> ProptestConfig {
+        ProptestConfig {
+            cases: 12,
+            max_shrink_iters: 20,
+            ..ProptestConfig::default()
+        }
+    }
+
+    proptest! {
+        #![proptest_config(cfg())]
+
+        #[test]
+        fn elementwise_add(bm_t in 1usize..4, bn_t in 1usize..3, gm in 1usize..4, gn in 1usize..3, seed in 0u64..1000) {
+            let (bm, bn) = (8 * bm_t, 128 * bn_t);
+            let call = add::add(bm * gm, bn * gn, [bm, bn]).expect("build");
+            check_against_reference(&call, seed, &InterpretOptions::poisoned());
+        }
+
+        #[test]
+        fn row_softmax(rows_t in 1usize..4, n_t in 1usize..5, g in 1usize..5, seed in 0u64..1000) {
+            let (br, n) = (8 * rows_t, 128 * n_t);
+            let call = softmax::softmax(br * g, n, br).expect("build");
+            check_against_reference(&call, seed, &InterpretOptions::default());
+        }
+
+        #[test]
+        fn column_sum_over_an_arbitrary_axis(bm_t in 1usize..4, bn_t in 1usize..3, gm in 1usize..5, gn in 1usize..3, seed in 0u64..1000) {
+            let (bm, bn) = (8 * bm_t, 128 * bn_t);
+            let call = colsum::colsum(bm * gm, bn * gn, [bm, bn]).expect("build");
+            check_against_reference(&call, seed, &InterpretOptions::poisoned());
+        }
+
+        #[test]
+        fn rmsnorm_rows(rows_t in 1usize..3, n_t in 1usize..4, g in 1usize..4, seed in 0u64..1000) {
+            let (br, n) = (16 * rows_t, 128 * n_t);
+            let call = rmsnorm::rmsnorm(br * g, n, br, 1e-6).expect("build");
+            check_against_reference(&call, seed, &InterpretOptions::default());
+        }
+
+        #[test]
+        fn tiled_matmul(bm_t in 1usize..3, bn_t in 1usize..3, bk_t in 1usize..3, gm in 1usize..3, gn in 1usize..3, gk in 1usize..4, seed in 0u64..1000) {
+            let (bm, bn, bk) = (16 * bm_t, 128 * bn_t, 128 * bk_t);
+            let call = matmul::matmul(bm * gm, bn * gn, bk * gk, [bm, bn, bk]).expect("build");
+            check_against_reference(&call, seed, &InterpretOptions::poisoned());
+        }
+    }
+}
+
+#[test]
+fn tolerance_helper_flags_mismatched_non_finite_values() {
+    let a = HostArray::from_vec([2], vec![f32::NAN, 1.0]).unwrap();
+    let b = HostArray::from_vec([2], vec![f32::NAN, 1.0]).unwrap();
+    assert!(reference::compare(&a, &b, Tolerance::EXACT).ok);
+    let c = HostArray::from_vec([2], vec![f32::INFINITY, 1.0]).unwrap();
+    assert!(!reference::compare(&a, &c, Tolerance::EXACT).ok);
+}
