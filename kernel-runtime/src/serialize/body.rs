@@ -235,7 +235,8 @@ unsafe fn mangle_op(context: &Context, op: MlirOperation, version: i64) -> Resul
 /// The per-version downgrade rules of jaxlib's mosaic-serde, for the ops tpu-kernel emits. Our ops are
 /// built in the newest form ([`MAX_VERSION`]); older targets need these rewrites. Rules of older versions
 /// than [`MIN_VERSION`] (`tpu.iota` < 6, `vector.multi_reduction` < 3, i1 `arith.constant` < 10) are out
-/// of range and deliberately not implemented.
+/// of range and deliberately not implemented. (jaxlib's v11 rule on `add` is for `tpu.store`, not the
+/// `tpu.vector_store` we emit, which keeps `add` at every version.)
 pub fn downgrade(name: &str, attrs: &mut Vec<(String, MlirAttribute)>, version: i64) -> Result<()> {
     let bool_value = |attrs: &[(String, MlirAttribute)], key: &str| -> Option<bool> {
         attrs.iter().find(|(n, _)| n == key).map(|(_, a)| {
@@ -245,16 +246,6 @@ pub fn downgrade(name: &str, attrs: &mut Vec<(String, MlirAttribute)>, version: 
         })
     };
     match name {
-        // v11 added `add` (accumulating store).
-        "tpu.vector_store" if version < 11 => {
-            if bool_value(attrs, "add") == Some(true) {
-                return Err(kerr!(
-                    Unsupported,
-                    "an accumulating store needs stable_mosaic version >= 11"
-                ));
-            }
-            attrs.retain(|(n, _)| n != "add");
-        }
         // v13 added `transpose_lhs_hint`.
         "tpu.matmul" if version < 13 => {
             if bool_value(attrs, "transpose_lhs_hint") == Some(true) {

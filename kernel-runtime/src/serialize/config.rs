@@ -80,12 +80,14 @@ pub fn backend_config(k: &Kernel, opts: &CallOptions) -> Result<String> {
 
     let mut top = Map::new();
     top.insert("custom_call_config".into(), Value::Object(cc));
-    if let Some(limit) = k.vmem_limit_bytes {
-        top.insert(
-            "scoped_memory_configs".into(),
-            json!([{"memory_space": MemoryColor::Vmem as u8, "offset": 0, "size": limit}]),
-        );
-    }
+    // Always the limit our checks used (`check::vmem_limit`: the launch's, else 16 MiB): libtpu's own
+    // default differs by generation (16 MiB on v5e, 32 MiB on v6e, measured), so leaving it out would let
+    // the same kernel pass on one and fail on another, and our trace-time VMEM verdict would not be
+    // libtpu's. Pallas writes the key only when `vmem_limit_bytes` is set.
+    top.insert(
+        "scoped_memory_configs".into(),
+        json!([{"memory_space": MemoryColor::Vmem as u8, "offset": 0, "size": crate::check::vmem_limit(k)}]),
+    );
     if !opts.flags.is_empty() {
         let flags: Vec<Value> = opts
             .flags

@@ -3,8 +3,10 @@
 //! - [`body`]: the Mosaic module in the mosaic-serde form (`stable_mosaic.<dialect>.<op>` ops in generic
 //!   form, module attribute `stable_mosaic.version`, per-version downgrades), as MLIR bytecode;
 //! - [`config`]: the `tpu_custom_call` backend_config JSON (base64 body, `serialization_format`,
-//!   `needs_layout_passes`, and the optional fields — cost estimate, scoped VMEM limit, flags, input
-//!   fusion, memory-space colors, ... — only when set);
+//!   `needs_layout_passes`, and the optional fields — cost estimate, flags, input fusion, memory-space
+//!   colors, ... — only when set). One deliberate difference from Pallas: `scoped_memory_configs` is
+//!   always written, with the VMEM limit our checks used, so that libtpu enforces exactly the budget
+//!   `build()` checked on every generation (libtpu's defaults: 16 MiB on v5e, 32 MiB on v6e);
 //! - [`stablehlo`]: a complete StableHLO program calling the kernel through `stablehlo.custom_call
 //!   @tpu_custom_call`.
 //!

@@ -1,0 +1,501 @@
+//! Edge cases for the negative-agreement suite (`python/tests/test_agreement.py`): each case is a Rust
+//! kernel launch whose `build()` verdict (accept, or a `KernelError`) must agree with libtpu's verdict on
+//! the same kernel, on v5e and v6e.
+//!
+//! libtpu can only judge a kernel we emit, so a case our checks reject also has a *probe*: the same kernel
+//! built in a legal form and then changed in the IR past the check (a smaller VMEM limit, another block
+//! shape) — exactly what we would emit if the check were missing. Cases we accept are their own probe.
+//!
+//! `cargo test --test toolchain_cases` checks the Rust side alone (each case's verdict is as declared).
+//! With `TPU_KERNEL_CASES_OUT=DIR`, the ignored test `export_cases` writes `DIR/cases.json` and each
+//! probe's StableHLO for the Python suite, plus the bodies of one kernel at every supported
+//! `stable_mosaic` version (for the serializer's downgrade rules).
+
+use std::fmt::Write as _;
+use tpu_kernel::check;
+use tpu_kernel::prelude::*;
+use tpu_kernel::runtime::serialize::{CallOptions, CustomCall, MAX_VERSION, MIN_VERSION};
+use tpu_kernel::{ErrorKind, PallasCall};
+
+type Build = fn() -> Result<PallasCall, KernelError>;
+
+struct Case {
+    name: &'static str,
+    what: &'static str,
+    /// The launch as a user writes it: its `build()` gives our verdict.
+    ours: Build,
+    /// The same kernel with our check bypassed (cases we reject); `None`: `ours` is the probe.
+    probe: Option<Build>,
+    /// Our expected verdict: `None` accept, `Some(kind)` reject.
+    expect: Option<ErrorKind>,
+}
+
+const MIB: u64 = 1 << 20;
+
+// ---------------------------------------------------------------------------------------------- kernels
+
+fn copy_kernel<T: tpu_kernel::dtype::Element>(x: Ref<T>, o: RefMut<T>) {
+    o.store(x.load());
+}
+
+fn scratch_kernel(x: Ref<f32>, o: RefMut<f32>, buf: RefMut<f32>) {
+    // Accumulate, so the scratch cannot be forwarded away (libtpu drops a store-then-load buffer).
+    let part = buf.at((ds(0, 512), ..));
+    part.store(part.load() + x.load());
+    o.store(part.load());
+}
+
+fn sin_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load().sin());
+}
+
+fn exp_bf16_kernel(x: Ref<bf16>, o: RefMut<bf16>) {
+    o.store(x.load().exp());
+}
+
+fn div_i32_kernel(x: Ref<i32>, y: Ref<i32>, o: RefMut<i32>) {
+    o.store(x.load() / y.load());
+}
+
+fn dot_i8_kernel(x: Ref<i8>, y: Ref<i8>, o: RefMut<i32>) {
+    o.store(dot(x.load(), y.load()));
+}
+
+fn dot_f32_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
+    o.store(dot(x.load(), y.load()));
+}
+
+fn add_bias_kernel(x: Ref<f32>, w: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load() + w.load());
+}
+
+// ---------------------------------------------------------------------------------------------- launches
+
+/// `o = x` over rows: array `[rows * steps, cols]`, block `[rows, cols]`, `steps` grid steps.
+fn copy_rows<T: tpu_kernel::dtype::Element>(
+    rows: usize,
+    cols: usize,
+    steps: usize,
+    limit: Option<u64>,
+) -> Result<PallasCall, KernelError> {
+    let d = T::DTYPE;
+    let spec = || BlockSpec::new([rows, cols], |[i]| (i, 0));
+    let mut b = pallas_call(copy_kernel::<T>)
+        .name("copy_kernel")
+        .grid([steps])
+        .input(ArrayType::new([rows * steps, cols], d), spec())
+        .output(ArrayType::new([rows * steps, cols], d), spec())
+        .dimension_semantics([Parallel]);
+    if let Some(l) = limit {
+        b = b.vmem_limit_bytes(l);
+    }
+    b.build()
+}
+
+/// `o = x` with a 2-D block `block` on array `array`, the grid walking the blocks.
+fn copy_block(array: [usize; 2], block: [usize; 2]) -> Result<PallasCall, KernelError> {
+    let grid = [array[0].div_ceil(block[0]), array[1].div_ceil(block[1])];
+    pallas_call(copy_kernel::<f32>)
+        .name("copy_kernel")
+        .grid(grid)
+        .input(
+            ArrayType::new(array, F32),
+            BlockSpec::new(block, |[i, j]| [i, j]),
+        )
+        .output(
+            ArrayType::new(array, F32),
+            BlockSpec::new(block, |[i, j]| [i, j]),
+        )
+        .dimension_semantics([Parallel, Parallel])
+        .build()
+}
+
+/// The IR of `call` with every 2-D block shape `from` (and the values of that shape) changed to `to`.
+fn reblock(
+    call: Result<PallasCall, KernelError>,
+    from: [usize; 2],
+    to: [usize; 2],
+) -> Result<PallasCall, KernelError> {
+    use tpu_kernel::ir::{OpKind, Region, Type};
+    let mut call = call?;
+    let k = &mut call.kernel;
+    for o in &mut k.operands {
+        if let Some(b) = &mut o.block {
+            if b.block_shape == from {
+                b.block_shape = to.to_vec();
+            }
+        }
+    }
+    for t in &mut k.body.values {
+        if let Type::Ref(s, _, _) | Type::Vector(s, _) = t {
+            if *s == from {
+                *s = to.to_vec();
+            }
+        }
+    }
+    fn patch(r: &mut Region, from: [usize; 2], to: [usize; 2]) {
+        for op in &mut r.ops {
+            if let OpKind::Load(w) | OpKind::Store { window: w, .. } = &mut op.kind {
+                if w.sizes == from {
+                    w.sizes = to.to_vec();
+                }
+            }
+            for reg in &mut op.regions {
+                patch(reg, from, to);
+            }
+        }
+    }
+    patch(&mut k.body.body, from, to);
+    Ok(call)
+}
+
+/// `call` with the VMEM limit changed after the checks ran.
+fn with_limit(
+    call: Result<PallasCall, KernelError>,
+    limit: u64,
+) -> Result<PallasCall, KernelError> {
+    let mut call = call?;
+    call.kernel.vmem_limit_bytes = Some(limit);
+    Ok(call)
+}
+
+/// `call` as it would be launched without `.vmem_limit_bytes(..)`, after the checks ran.
+fn without_limit(call: Result<PallasCall, KernelError>) -> Result<PallasCall, KernelError> {
+    let mut call = call?;
+    call.kernel.vmem_limit_bytes = None;
+    Ok(call)
+}
+
+fn unary_f32(kernel: fn(Ref<f32>, RefMut<f32>), name: &str) -> Result<PallasCall, KernelError> {
+    let spec = || BlockSpec::new([256, 256], |[i, j]| [i, j]);
+    pallas_call(kernel)
+        .name(name)
+        .grid([2, 2])
+        .input(ArrayType::new([512, 512], F32), spec())
+        .output(ArrayType::new([512, 512], F32), spec())
+        .dimension_semantics([Parallel, Parallel])
+        .build()
+}
+
+// ---------------------------------------------------------------------------------------------- cases
+
+/// 16 MiB: the v5e default scoped VMEM limit (measured; v6e's is 32 MiB) and our default.
+const ROWS_AT_16_MIB: usize = 1024; // f32 [1024, 1024] blocks: 2 operands x 2 buffers x 4 MiB
+
+const CASES: &[Case] = &[
+    Case {
+        name: "vmem_just_under_default",
+        what: "copy, f32 [1016, 1024] blocks double-buffered: 15.875 MiB of the default 16 MiB",
+        ours: || copy_rows::<f32>(ROWS_AT_16_MIB - 8, 1024, 4, None),
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "vmem_exactly_default",
+        what: "copy, f32 [1024, 1024] blocks: exactly 16 MiB",
+        ours: || copy_rows::<f32>(ROWS_AT_16_MIB, 1024, 4, None),
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "vmem_just_over_default",
+        what: "copy, f32 [1032, 1024] blocks: 16.125 MiB > 16 MiB",
+        ours: || copy_rows::<f32>(ROWS_AT_16_MIB + 8, 1024, 4, None),
+        probe: Some(|| without_limit(copy_rows::<f32>(ROWS_AT_16_MIB + 8, 1024, 4, Some(64 * MIB)))),
+        expect: Some(ErrorKind::Vmem),
+    },
+    Case {
+        name: "vmem_raised_limit",
+        what: "the same 16.125 MiB with vmem_limit_bytes = 17 MiB",
+        ours: || copy_rows::<f32>(ROWS_AT_16_MIB + 8, 1024, 4, Some(17 * MIB)),
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "vmem_limit_one_byte_short",
+        what: "16.125 MiB of blocks with a limit one byte below it",
+        ours: || copy_rows::<f32>(ROWS_AT_16_MIB + 8, 1024, 4, Some(16 * MIB + 128 * 1024 - 1)),
+        probe: Some(|| with_limit(copy_rows::<f32>(ROWS_AT_16_MIB + 8, 1024, 4, Some(64 * MIB)), 16 * MIB + 128 * 1024 - 1)),
+        expect: Some(ErrorKind::Vmem),
+    },
+    Case {
+        name: "vmem_scratch_pushes_over",
+        what: "8 MiB of double-buffered blocks + a 9 MiB VMEM scratch buffer (single) > 16 MiB",
+        ours: || scratch_case(None),
+        probe: Some(|| without_limit(scratch_case(Some(64 * MIB)))),
+        expect: Some(ErrorKind::Vmem),
+    },
+    Case {
+        name: "vmem_grid_invariant_block_single_buffered",
+        what: "an 8 MiB block with a constant index map is single-buffered: 8 + 2x2 MiB fits 16 MiB (20 if double)",
+        ours: invariant_case,
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "bf16_block_rows_multiple_of_8",
+        what: "bf16 [24, 1024] blocks with a limit of exactly 4 x 24 x 1024 x 2 bytes (rows pad to 8, not 16)",
+        ours: || copy_rows::<bf16>(24, 1024, 4, Some(4 * 24 * 1024 * 2)),
+        probe: Some(|| with_limit(copy_rows::<bf16>(24, 1024, 4, Some(MIB)), 4 * 24 * 1024 * 2)),
+        expect: None,
+    },
+    Case {
+        name: "block_rows_not_multiple_of_8",
+        what: "f32 block [4, 128] of a [16, 128] array: second-to-last dim neither a multiple of 8 nor the array's",
+        ours: || copy_block([16, 128], [4, 128]),
+        probe: Some(|| reblock(copy_block([16, 128], [8, 128]), [8, 128], [4, 128])),
+        expect: Some(ErrorKind::Tiling),
+    },
+    Case {
+        name: "block_lanes_not_multiple_of_128",
+        what: "f32 block [8, 64] of an [8, 256] array: last dim neither a multiple of 128 nor the array's",
+        ours: || copy_block([8, 256], [8, 64]),
+        probe: Some(|| reblock(copy_block([8, 256], [8, 128]), [8, 128], [8, 64])),
+        expect: Some(ErrorKind::Tiling),
+    },
+    Case {
+        name: "odd_block_equal_to_array",
+        what: "f32 block [10, 200] equal to the whole [10, 200] array: allowed although not (8, 128)-aligned",
+        ours: || copy_block([10, 200], [10, 200]),
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "sin_f32",
+        what: "elementwise sine on f32 blocks",
+        ours: || unary_f32(sin_kernel, "sin_kernel"),
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "exp_bf16",
+        what: "exp on bf16 blocks (no bf16 EUP on v5e: Mosaic widens)",
+        ours: exp_bf16_case,
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "int_division_i32",
+        what: "elementwise i32 division",
+        ours: div_i32_case,
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "dot_i8_to_i32",
+        what: "int8 matmul accumulating in i32",
+        ours: dot_case_i8,
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "dot_f32",
+        what: "f32 matmul [128, 256] x [256, 128]",
+        ours: dot_f32_case,
+        probe: None,
+        expect: None,
+    },
+];
+
+fn scratch_case(limit: Option<u64>) -> Result<PallasCall, KernelError> {
+    // x, o: [512, 1024] f32 blocks (2 MiB each, x2 buffers = 8 MiB); scratch [2304, 1024] f32 = 9 MiB.
+    let spec = || BlockSpec::new([512, 1024], |[i]| (i, 0));
+    let mut b = pallas_call(scratch_kernel)
+        .name("scratch_kernel")
+        .grid([2])
+        .input(ArrayType::new([1024, 1024], F32), spec())
+        .output(ArrayType::new([1024, 1024], F32), spec())
+        .scratch(Vmem::new([2304, 1024], F32))
+        .dimension_semantics([Parallel]);
+    if let Some(l) = limit {
+        b = b.vmem_limit_bytes(l);
+    }
+    b.build()
+}
+
+fn invariant_case() -> Result<PallasCall, KernelError> {
+    pallas_call(add_bias_kernel)
+        .name("add_bias_kernel")
+        .grid([8])
+        .input(
+            ArrayType::new([4096, 1024], F32),
+            BlockSpec::new([512, 1024], |[i]| (i, 0)),
+        )
+        .input(
+            ArrayType::new([2048, 1024], F32),
+            BlockSpec::new([512, 1024], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([4096, 1024], F32),
+            BlockSpec::new([512, 1024], |[i]| (i, 0)),
+        )
+        .dimension_semantics([Parallel])
+        .vmem_limit_bytes(11 * MIB)
+        .build()
+}
+
+fn exp_bf16_case() -> Result<PallasCall, KernelError> {
+    let spec = || BlockSpec::new([256, 256], |[i, j]| [i, j]);
+    pallas_call(exp_bf16_kernel)
+        .name("exp_bf16_kernel")
+        .grid([2, 2])
+        .input(ArrayType::new([512, 512], BF16), spec())
+        .output(ArrayType::new([512, 512], BF16), spec())
+        .dimension_semantics([Parallel, Parallel])
+        .build()
+}
+
+fn div_i32_case() -> Result<PallasCall, KernelError> {
+    let spec = || BlockSpec::new([256, 256], |[i, j]| [i, j]);
+    pallas_call(div_i32_kernel)
+        .name("div_i32_kernel")
+        .grid([2, 2])
+        .input(ArrayType::new([512, 512], I32), spec())
+        .input(ArrayType::new([512, 512], I32), spec())
+        .output(ArrayType::new([512, 512], I32), spec())
+        .dimension_semantics([Parallel, Parallel])
+        .build()
+}
+
+fn dot_case_i8() -> Result<PallasCall, KernelError> {
+    pallas_call(dot_i8_kernel)
+        .name("dot_i8_kernel")
+        .grid([2])
+        .input(
+            ArrayType::new([256, 256], I8),
+            BlockSpec::new([128, 256], |[i]| (i, 0)),
+        )
+        .input(
+            ArrayType::new([256, 128], I8),
+            BlockSpec::new([256, 128], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([256, 128], I32),
+            BlockSpec::new([128, 128], |[i]| (i, 0)),
+        )
+        .dimension_semantics([Parallel])
+        .build()
+}
+
+fn dot_f32_case() -> Result<PallasCall, KernelError> {
+    pallas_call(dot_f32_kernel)
+        .name("dot_f32_kernel")
+        .grid([2])
+        .input(
+            ArrayType::new([256, 256], F32),
+            BlockSpec::new([128, 256], |[i]| (i, 0)),
+        )
+        .input(
+            ArrayType::new([256, 128], F32),
+            BlockSpec::new([256, 128], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([256, 128], F32),
+            BlockSpec::new([128, 128], |[i]| (i, 0)),
+        )
+        .dimension_semantics([Parallel])
+        .build()
+}
+
+// ---------------------------------------------------------------------------------------------- tests
+
+#[test]
+fn verdicts_are_as_declared() {
+    assert!(CASES.len() >= 10);
+    for c in CASES {
+        let got = (c.ours)().err().map(|e| e.kind);
+        assert_eq!(
+            got,
+            c.expect,
+            "case `{}` ({}): {:?}",
+            c.name,
+            c.what,
+            (c.ours)().err()
+        );
+        if c.expect.is_some() {
+            let probe = c
+                .probe
+                .unwrap_or_else(|| panic!("case `{}` is rejected but has no probe", c.name));
+            let p = probe().unwrap_or_else(|e| panic!("probe of `{}` failed: {e}", c.name));
+            CustomCall::new(&p.kernel)
+                .stablehlo()
+                .unwrap_or_else(|e| panic!("probe of `{}`: {e}", c.name));
+        }
+    }
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[test]
+#[ignore = "exports the cases for python/tests/test_agreement.py (needs TPU_KERNEL_CASES_OUT)"]
+fn export_cases() {
+    let dir = std::path::PathBuf::from(
+        std::env::var("TPU_KERNEL_CASES_OUT").expect("set TPU_KERNEL_CASES_OUT"),
+    );
+    std::fs::create_dir_all(&dir).expect("create the output directory");
+    let mut rows = Vec::new();
+    for c in CASES {
+        let verdict = (c.ours)();
+        let probe = match c.probe {
+            Some(p) => p(),
+            None => (c.ours)(),
+        }
+        .unwrap_or_else(|e| panic!("case `{}`: no probe kernel: {e}", c.name));
+        let hlo = CustomCall::new(&probe.kernel)
+            .stablehlo()
+            .expect("StableHLO of the probe");
+        let file = format!("{}.stablehlo.mlir", c.name);
+        std::fs::write(dir.join(&file), hlo).expect("write the StableHLO");
+        let (ours, kind, message) = match &verdict {
+            Ok(_) => ("accept", String::new(), String::new()),
+            Err(e) => ("reject", format!("{:?}", e.kind), e.to_string()),
+        };
+        rows.push(format!(
+            "{{\"name\": {}, \"what\": {}, \"ours\": \"{ours}\", \"kind\": {}, \"message\": {}, \"vmem_estimate\": {}, \"vmem_limit\": {}, \"stablehlo\": {}}}",
+            json_string(c.name),
+            json_string(c.what),
+            json_string(&kind),
+            json_string(&message),
+            check::vmem_estimate(&probe.kernel),
+            check::vmem_limit(&probe.kernel),
+            json_string(&file)
+        ));
+    }
+    std::fs::write(
+        dir.join("cases.json"),
+        format!("[\n{}\n]\n", rows.join(",\n")),
+    )
+    .expect("write cases.json");
+
+    // One kernel with a matmul and stores at every supported version: the downgrade rules at work.
+    let call = dot_f32_case().expect("dot_f32 builds");
+    std::fs::write(
+        dir.join("versions.mosaic.mlir"),
+        call.mosaic_mlir().expect("Mosaic text"),
+    )
+    .expect("write");
+    for v in MIN_VERSION..=MAX_VERSION {
+        let opts = CallOptions {
+            version: v,
+            ..CallOptions::default()
+        };
+        let body = CustomCall::with_options(&call.kernel, opts)
+            .body()
+            .expect("body");
+        std::fs::write(dir.join(format!("versions.body.v{v}.mlirbc")), body).expect("write");
+    }
+}
