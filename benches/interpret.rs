@@ -1,0 +1,171 @@
+//! Interpret-mode speed, side by side in one run: our CPU execution of the example kernels vs XLA:CPU
+//! (`jax.jit` of the same jnp computation) vs Pallas `interpret=True`, with ratios and geometric means.
+//!
+//! ```text
+//! cargo bench --bench interpret              # full run (~1 s per case and engine)
+//! cargo bench --bench interpret -- --quick   # shorter timing budgets
+//! ```
+//! The baselines run in `.venv/bin/python` (override with `TPU_KERNEL_PYTHON`; `scripts/setup.sh --python`
+//! installs it) from `benches/xla_baselines.py`; without it only our column is printed. Each figure is
+//! the median of repeated warm runs; every one of our runs is checked against the plain-Rust reference.
+
+#[path = "../examples/add.rs"]
+mod add;
+#[path = "../examples/matmul.rs"]
+mod matmul;
+#[path = "../examples/rmsnorm.rs"]
+mod rmsnorm;
+#[path = "../examples/softmax.rs"]
+mod softmax;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use tpu_kernel::reference;
+use tpu_kernel::{KernelError, PallasCall};
+
+type Build = Box<dyn Fn() -> Result<PallasCall, KernelError>>;
+
+fn cases() -> Vec<(&'static str, Build)> {
+    vec![
+        ("matmul_bf16_256", Box::new(|| matmul::matmul(256, 256, 256, [128, 128, 128]))),
+        ("matmul_bf16_512", Box::new(|| matmul::matmul(512, 512, 512, [128, 128, 128]))),
+        ("matmul_bf16_1024", Box::new(|| matmul::matmul(1024, 1024, 1024, [128, 128, 128]))),
+        ("softmax_f32_1024", Box::new(|| softmax::softmax(1024, 1024, 8))),
+        ("rmsnorm_bf16_1024", Box::new(|| rmsnorm::rmsnorm(1024, 1024, 16, 1e-6))),
+        ("add_f32_1024", Box::new(|| add::add(1024, 1024, [256, 256]))),
+    ]
+}
+
+fn median_ms(mut f: impl FnMut(), budget: Duration) -> f64 {
+    f();
+    f();
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 5 || (start.elapsed() < budget && times.len() < 200) {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// `case -> (xla ms, pallas interpret ms)` from the Python baseline script, or why not.
+fn baselines(quick: bool) -> Result<HashMap<String, (f64, f64)>, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = std::env::var("TPU_KERNEL_PYTHON").unwrap_or_else(|_| root.join(".venv/bin/python").display().to_string());
+    let mut cmd = Command::new(&python);
+    cmd.arg(root.join("benches/xla_baselines.py")).env("JAX_PLATFORMS", "cpu");
+    if quick {
+        cmd.arg("--quick");
+    }
+    let out = cmd.output().map_err(|e| format!("cannot run {python}: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("{python} failed: {}", err.lines().last().unwrap_or("")));
+    }
+    let mut m = HashMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if let [name, xla, pallas] = f[..] {
+            if let (Ok(x), Ok(p)) = (xla.parse(), pallas.parse()) {
+                m.insert(name.to_string(), (x, p));
+            }
+        }
+    }
+    Ok(m)
+}
+
+fn geomean(v: &[f64]) -> f64 {
+    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len().max(1) as f64).exp()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let budget = Duration::from_millis(if quick { 300 } else { 1000 });
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    eprintln!("measuring XLA:CPU and Pallas interpret=True baselines...");
+    let base = baselines(quick);
+    if let Err(e) = &base {
+        eprintln!("baselines unavailable: {e}");
+    }
+    eprintln!("measuring ours...");
+    let mut rows = Vec::new();
+    for (name, build) in cases() {
+        let call = match build() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("{name}: build failed: {e}");
+                continue;
+            }
+        };
+        let inputs = reference::random_inputs(&call, 1);
+        let out = match call.interpret(&inputs) {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("{name}: interpret failed: {e}");
+                continue;
+            }
+        };
+        let check = match reference::expected(call.name(), &inputs) {
+            Some(Ok((want, tol))) => {
+                let c = out.iter().zip(&want).map(|(g, w)| reference::compare(g, w, tol));
+                c.fold((0.0f64, true), |(e, ok), c| (e.max(c.max_abs_error), ok && c.ok))
+            }
+            _ => (f64::NAN, false),
+        };
+        let ours = median_ms(
+            || {
+                let _ = std::hint::black_box(call.interpret(&inputs));
+            },
+            budget,
+        );
+        rows.push((name, ours, check));
+    }
+
+    println!("\ninterpret mode on CPU ({threads} threads), median ms of warm runs; ratio = time / XLA time");
+    println!(
+        "{:<19} {:>10} {:>10} {:>12} {:>10} {:>12} {:>11} {:>9}",
+        "case", "ours ms", "XLA ms", "Pallas ms", "ours/XLA", "Pallas/XLA", "Pallas/ours", "max err"
+    );
+    let (mut ours_r, mut pallas_r, mut speedup) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, ours, (err, ok)) in &rows {
+        let b = base.as_ref().ok().and_then(|m| m.get(*name)).copied();
+        let err = format!("{err:.2e}{}", if *ok { "" } else { " FAIL" });
+        match b {
+            Some((xla, pallas)) => {
+                ours_r.push(ours / xla);
+                pallas_r.push(pallas / xla);
+                speedup.push(pallas / ours);
+                println!(
+                    "{name:<19} {ours:>10.3} {xla:>10.3} {pallas:>12.3} {:>10.2} {:>12.2} {:>11.1} {err:>9}",
+                    ours / xla,
+                    pallas / xla,
+                    pallas / ours
+                );
+            }
+            None => println!("{name:<19} {ours:>10.3} {:>10} {:>12} {:>10} {:>12} {:>11} {err:>9}", "-", "-", "-", "-", "-"),
+        }
+    }
+    if !ours_r.is_empty() {
+        println!(
+            "{:<19} {:>10} {:>10} {:>12} {:>10.2} {:>12.2} {:>11.1}",
+            "geomean",
+            "",
+            "",
+            "",
+            geomean(&ours_r),
+            geomean(&pallas_r),
+            geomean(&speedup)
+        );
+        let worst = ours_r.iter().copied().fold(0.0, f64::max);
+        println!(
+            "targets: ours/XLA <= 1.5 on every case ({}, worst {worst:.2}), geomean <= 1.0 ({})",
+            if worst <= 1.5 { "met" } else { "NOT met" },
+            if geomean(&ours_r) <= 1.0 { "met" } else { "NOT met" }
+        );
+    }
+}
