@@ -199,3 +199,35 @@ KERNELS = {
     "colsum": (colsum, [S((1024, 256), f32)]),
     "ops_tour": (ops_tour, [S((256, 128), f32), S((128, 128), f32)]),
 }
+
+
+# -- the same math in plain jnp, compiled by XLA: the fused baseline of the parity benchmark
+def _ops_tour_ref(x, w, bm=64):
+    m, n = x.shape
+    g = 0.5 * x * (1.0 + jnp.tanh(0.7978846 * (x + 0.044715 * x * x * x)))
+    s = (g @ w.T).reshape(m // bm, bm, n)
+    even = (jnp.arange(m // bm) % 2 == 0)[:, None, None]
+    v = jnp.where(even, s * 2.0, s)
+    for _ in range(3):
+        v = jnp.maximum(v * 0.5, -1.0)
+    row = lax.broadcasted_iota(i32, (m // bm, bm, n), 1) + bm * lax.broadcasted_iota(i32, (m // bm, bm, n), 0)
+    col = lax.broadcasted_iota(i32, (m // bm, bm, n), 2)
+    keep = (row >= col) & (col % 2 == 0)
+    kept = jnp.sum(keep.astype(i32), axis=1, keepdims=True)
+    o = jnp.where(keep, v, 0.0) + kept.astype(f32) * 0.001
+    return o.reshape(m, n), jnp.broadcast_to(kept, (m // bm, 8, n)).reshape(-1, n)
+
+
+REFERENCES = {
+    "add": lambda x, y: x + y,
+    "matmul": lambda x, y: jnp.dot(x, y, preferred_element_type=f32).astype(x.dtype),
+    "softmax": lambda x: jax.nn.softmax(x, axis=-1),
+    "rmsnorm": lambda x, w: (x.astype(f32) * lax.rsqrt(jnp.mean(jnp.square(x.astype(f32)), -1, keepdims=True) + 1e-6)
+                             * w).astype(x.dtype),
+    "causal_mask": lambda x: jnp.where(lax.broadcasted_iota(i32, x.shape, 0) >= lax.broadcasted_iota(i32, x.shape, 1),
+                                       x * 0.125, -jnp.inf),
+    "fori_rowsum": lambda x: x.reshape(x.shape[0] // 8, 8, x.shape[1]).sum(axis=0),
+    "transpose": lambda x: x.T,
+    "colsum": lambda x: jnp.broadcast_to(jnp.sum(x, axis=0, keepdims=True), (8, x.shape[1])),
+    "ops_tour": _ops_tour_ref,
+}
