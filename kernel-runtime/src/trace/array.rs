@@ -274,18 +274,21 @@ impl<T: Element> Array<T> {
     }
 }
 
+// The dtype bounds of the reductions and elementwise methods sit on the methods, not on the impl: then calling
+// one on the wrong element type reports the bound's note ("cast first, e.g. `x.cast::<f32>()`") instead of a bare
+// "the method exists but its trait bounds were not satisfied".
 macro_rules! reductions {
     ($($name:ident, $keep:ident, $kind:ident, $doc:literal;)*) => {
-        impl<T: Numeric> Array<T> {
+        impl<T: Element> Array<T> {
             $(
                 #[doc = concat!($doc, " over `axis` (negative counts from the end), dropping that dimension.")]
                 #[track_caller]
-                pub fn $name(self, axis: isize) -> Array<T> {
+                pub fn $name(self, axis: isize) -> Array<T> where T: Numeric {
                     Array::from_val(reduce(self.v, ReduceKind::$kind, axis, false, SourceLoc::caller()))
                 }
                 #[doc = concat!($doc, " over `axis`, keeping it with size 1.")]
                 #[track_caller]
-                pub fn $keep(self, axis: isize) -> Array<T> {
+                pub fn $keep(self, axis: isize) -> Array<T> where T: Numeric {
                     Array::from_val(reduce(self.v, ReduceKind::$kind, axis, true, SourceLoc::caller()))
                 }
             )*
@@ -327,35 +330,22 @@ impl<T: Float> Array<T> {
 #[doc(hidden)]
 pub struct FloatLit<T>(Literal, PhantomData<T>);
 
-impl<T: Numeric> ops::Div<FloatLit<T>> for Array<T> {
-    type Output = Array<T>;
-    #[track_caller]
-    fn div(self, r: FloatLit<T>) -> Array<T> {
-        Array::from_val(binary(
-            BinaryOp::Div,
-            self.v.into(),
-            Arg::Lit(r.0),
-            SourceLoc::caller(),
-        ))
-    }
-}
-
 macro_rules! unary_methods {
     ($bound:ident: $($name:ident => $op:ident, $doc:literal;)*) => {
-        impl<T: $bound> Array<T> {
+        impl<T: Element> Array<T> {
             $(
                 #[doc = $doc]
                 #[track_caller]
-                pub fn $name(self) -> Array<T> {
+                pub fn $name(self) -> Array<T> where T: $bound {
                     Array::from_val(unary(UnaryOp::$op, self.v, SourceLoc::caller()))
                 }
             )*
         }
-        impl<T: $bound> Scalar<T> {
+        impl<T: Element> Scalar<T> {
             $(
                 #[doc = $doc]
                 #[track_caller]
-                pub fn $name(self) -> Scalar<T> {
+                pub fn $name(self) -> Scalar<T> where T: $bound {
                     Scalar::from_val(unary(UnaryOp::$op, self.v, SourceLoc::caller()))
                 }
             )*
@@ -423,20 +413,56 @@ impl IntoArg<i32> for usize {
     }
 }
 
+/// The right-hand side of an arithmetic operator (`+ - * / %`) whose left side is an `Array<T>`: an `Array<T>`, a
+/// `Scalar<T>`, a literal `T` (an `f32` literal for bf16). Exactly the operands `Array<T>` accepted before this
+/// trait; it only exists so that a wrong operand gets the message below (and `bool` the [`Numeric`] note).
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be an operand of arithmetic on `Array<{T}>`",
+    label = "expected an `Array<{T}>`, a `Scalar<{T}>` or a literal",
+    note = "both operands need the same element type; cast the other operand first, e.g. `y.cast::<{T}>()`"
+)]
+pub trait ArithRhs<T> {
+    #[doc(hidden)]
+    fn rhs_arg(self) -> Arg;
+}
+impl<T: Numeric> ArithRhs<T> for Array<T> {
+    fn rhs_arg(self) -> Arg {
+        Arg::Val(self.v)
+    }
+}
+impl<T: Numeric> ArithRhs<T> for Scalar<T> {
+    fn rhs_arg(self) -> Arg {
+        Arg::Val(self.v)
+    }
+}
+impl<T: Numeric> ArithRhs<T> for T {
+    fn rhs_arg(self) -> Arg {
+        Arg::Lit(self.literal())
+    }
+}
+/// `Array<bf16> * 2.0`.
+impl ArithRhs<bf16> for f32 {
+    fn rhs_arg(self) -> Arg {
+        IntoArg::<bf16>::into_arg(self)
+    }
+}
+/// `mean`'s divisor.
+impl<T: Numeric> ArithRhs<T> for FloatLit<T> {
+    fn rhs_arg(self) -> Arg {
+        Arg::Lit(self.0)
+    }
+}
+
 macro_rules! arith_op {
     ($Tr:ident, $m:ident, $ATr:ident, $am:ident, $op:ident, $bound:ident) => {
-        impl<T: $bound> ops::$Tr<Array<T>> for Array<T> {
+        // A single impl for `Array<T> op rhs` (the accepted right-hand sides are the impls of `ArithRhs`), so that
+        // rustc explains a wrong operand with the `ArithRhs`/`Numeric` notes instead of a bare "cannot add".
+        impl<T, R: ArithRhs<T>> ops::$Tr<R> for Array<T> {
             type Output = Array<T>;
             #[track_caller]
-            fn $m(self, r: Array<T>) -> Array<T> {
-                Array::from_val(binary(BinaryOp::$op, self.v.into(), r.v.into(), SourceLoc::caller()))
-            }
-        }
-        impl<T: $bound> ops::$Tr<Scalar<T>> for Array<T> {
-            type Output = Array<T>;
-            #[track_caller]
-            fn $m(self, r: Scalar<T>) -> Array<T> {
-                Array::from_val(binary(BinaryOp::$op, self.v.into(), r.v.into(), SourceLoc::caller()))
+            fn $m(self, r: R) -> Array<T> {
+                Array::from_val(binary(BinaryOp::$op, self.v.into(), r.rhs_arg(), SourceLoc::caller()))
             }
         }
         impl<T: $bound> ops::$Tr<Array<T>> for Scalar<T> {
@@ -453,13 +479,6 @@ macro_rules! arith_op {
                 Scalar::from_val(binary(BinaryOp::$op, self.v.into(), r.v.into(), SourceLoc::caller()))
             }
         }
-        impl<T: $bound> ops::$Tr<T> for Array<T> {
-            type Output = Array<T>;
-            #[track_caller]
-            fn $m(self, r: T) -> Array<T> {
-                Array::from_val(binary(BinaryOp::$op, self.v.into(), Arg::Lit(r.literal()), SourceLoc::caller()))
-            }
-        }
         impl<T: $bound> ops::$Tr<T> for Scalar<T> {
             type Output = Scalar<T>;
             #[track_caller]
@@ -467,7 +486,6 @@ macro_rules! arith_op {
                 Scalar::from_val(binary(BinaryOp::$op, self.v.into(), Arg::Lit(r.literal()), SourceLoc::caller()))
             }
         }
-        arith_op!(@lit $Tr, $m, $op, Array, bf16, f32);
         arith_op!(@lit $Tr, $m, $op, Scalar, bf16, f32);
         arith_op!(@lit $Tr, $m, $op, Scalar, i32, usize);
         arith_op!(@rev $Tr, $m, $op, $bound; f32, bf16, i32, i8, u8, u32);

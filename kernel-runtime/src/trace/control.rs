@@ -104,7 +104,8 @@ traced_cmp!(Array, f32, Array, [], half::bf16);
 
 /// `&&` / `||` in kernels (both sides are evaluated; on traced values they become `arith.andi`/`ori`).
 #[diagnostic::on_unimplemented(
-    message = "`&&`/`||` need two bools, two `Scalar<bool>` or two `Array<bool>`, got `{Self}` and `{Rhs}`"
+    message = "`&&`/`||` need two bools, two `Scalar<bool>` or two `Array<bool>`, got `{Self}` and `{Rhs}`",
+    note = "make each side a condition, e.g. `program_id(0) == 0 && program_id(1) == 0`"
 )]
 pub trait TraceLogic<Rhs = Self> {
     type Output;

@@ -424,6 +424,29 @@ macro_rules! ref_read_api {
 ref_read_api!(Ref, View);
 ref_read_api!(RefMut, ViewMut);
 
+/// Only writable refs can be stored to; this bound is what turns `x.store(..)` on a read-only [`Ref`] into a
+/// compile error that says what to do.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "cannot store into `{Self}`: kernel inputs are read-only",
+    label = "`Ref<T>` parameters are read-only inputs",
+    note = "store results into an output or scratch parameter declared `RefMut<T>`, e.g. `o: RefMut<f32>` and `o.store(..)`"
+)]
+pub trait Writable {}
+impl<T> Writable for RefMut<T> {}
+
+impl<T: Element> Ref<T> {
+    /// Not callable: inputs are read-only (the `Writable` bound never holds for a `Ref`). It exists so that
+    /// `x.store(..)` on an input explains that, instead of "no method named `store`".
+    #[doc(hidden)]
+    pub fn store(self, value: impl IntoStored<T>)
+    where
+        Self: Writable,
+    {
+        let _ = value;
+    }
+}
+
 impl<T: Element> RefMut<T> {
     /// Store a value into the whole block (`o_ref[...] = value`); scalars and literals are broadcast.
     #[track_caller]

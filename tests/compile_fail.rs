@@ -1,0 +1,11 @@
+//! Compile-fail tests: user mistakes that must be compile errors at the user's tokens, with a hint.
+//!
+//! `tests/ui/*.rs` are the cases (one mistake each); the `.stderr` next to each is the expected rustc output.
+//! Regenerate after an intended message change with `TRYBUILD=overwrite cargo test --test compile_fail`
+//! and read the diff. The toolchain is pinned (`rust-toolchain.toml`) so the output is stable.
+
+#[test]
+fn compile_fail() {
+    let t = trybuild::TestCases::new();
+    t.compile_fail("tests/ui/*.rs");
+}
