@@ -25,7 +25,7 @@ fn f32_8x128() -> ArrayType {
 fn const_generic_kernel<const SCALE: usize, const BIAS: bool>(x: Ref<f32>, o: RefMut<f32>) {
     let mut v = x.load() * (SCALE as f32);
     if BIAS {
-        v = v + 1.0;
+        v += 1.0;
     }
     o.store(v);
 }
@@ -124,7 +124,7 @@ fn control_flow_kernel(x: Ref<f32>, o: RefMut<f32>) {
     // while with a compound condition.
     let mut n = scalar(0i32);
     while n < 4 && steps > n {
-        acc = acc * 0.5;
+        acc *= 0.5;
         n += 1;
     }
     o.store(acc);
