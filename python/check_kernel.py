@@ -10,6 +10,7 @@ failure, the error with the Rust source lines it points at. Exit status: 0 accep
 """
 import argparse
 import os
+import re
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,6 +28,8 @@ def main():
     ap.add_argument("--stablehlo", required=True)
     ap.add_argument("--vmem-estimate", type=int)
     ap.add_argument("--vmem-limit", type=int)
+    ap.add_argument("--launch", help="file:line:col of the pallas_call")
+    ap.add_argument("--operand", action="append", default=[], help="'input 0=file:line:col' (repeated)")
     a = ap.parse_args()
     try:
         sys.path.insert(0, os.path.join(REPO, "python"))
@@ -56,19 +59,36 @@ def main():
     else:
         rejected = True
         print(f"  libtpu compile: REJECTED ({r.compile_ms:.0f} ms)\n{indent(r.error)}")
-        locs = tc.rust_locations(r.error, REPO)
-        if locs:
-            print("  the failing Mosaic ops come from:")
-            for path, line, col, src in locs:
-                print(f"    {path}:{line}:{col}" + (f"    {src}" if src else ""))
+        where = [(f"{p}:{l}:{c}", src) for p, l, c, src in tc.rust_locations(r.error, REPO)]
+        operands = dict(o.split("=", 1) for o in a.operand if "=" in o)
+        for m in re.finditer(r"\b(input|output) (\d+)\b", r.error or ""):
+            loc = operands.get(f"{m.group(1)} {m.group(2)}")
+            if loc:
+                where.append((loc, f"({m.group(0)})"))
+        if "E1001" in (r.error or "") and a.launch:
+            where.append((a.launch, "(the launch: its blocks and scratch do not fit the VMEM limit)"))
+        if where:
+            print("  in the Rust source:")
+            for loc, note in dict(where).items():
+                print(f"    {loc}    {source_line(loc) or note}" + (f"  {note}" if source_line(loc) and note.startswith("(") else ""))
     limit = f", limit {kib(a.vmem_limit)}" if a.vmem_limit else ""
-    print(f"  VMEM: estimated {kib(a.vmem_estimate)} (tpu-kernel), used {kib(r.used_vmem_bytes)} (libtpu){limit}")
+    used = r.used_vmem_bytes if r.ok else tc.oom_bytes(r.error)
+    print(f"  VMEM: estimated {kib(a.vmem_estimate)} (tpu-kernel), used {kib(used)} (libtpu){limit}")
     if r.llo_total is not None:
         top = ", ".join(f"{k.removeprefix('llo.')} {v}" for k, v in list(r.llo_counts.items())[:6])
         print(f"  LLO ops (post-finalize-llo): {r.llo_total}   [{top}]")
     else:
         print("  LLO ops: - (no post-finalize-llo dump)")
     return 1 if rejected else 0
+
+
+def source_line(loc):
+    path, line = loc.rsplit(":", 2)[0], int(loc.rsplit(":", 2)[1])
+    for cand in (path, os.path.join(REPO, path)):
+        if os.path.isfile(cand):
+            lines = open(cand).read().splitlines()
+            return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    return ""
 
 
 def indent(s, pad="    "):

@@ -29,6 +29,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Quiet libtpu's "could not determine TPU accelerator type" warnings on a host without a TPU.
 os.environ.setdefault("TPU_ACCELERATOR_TYPE", "")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Compile-only use: several processes (the test suite and a `--check` it runs) may load libtpu at once;
+# without this, the second one fails on libtpu's /tmp/libtpu_lockfile.
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
 def _init_dump_dir() -> str:
@@ -194,7 +197,7 @@ def _finalize_llo_after(before: set) -> str | None:
 
 
 def _finish(res: Compiled, before: set, hlo_text: str | None) -> Compiled:
-    llo = _finalize_llo_after(before)
+    llo = _finalize_llo_after(before) if res.ok else None  # a rejected compile's dump is partial
     if llo is not None:
         counts = count_llo(llo)
         res.llo_counts = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -228,6 +231,17 @@ def compile_stablehlo(text: str, topo: str) -> Compiled:
     res.compile_ms = (time.perf_counter() - t) * 1e3
     hlo = "\n".join(m.to_string() for m in exe.hlo_modules()) if exe is not None else None
     return _finish(res, before, hlo)
+
+
+_OOM_RE = re.compile(r"Scoped allocation with size ([\d.]+)([KMG]?)")
+
+
+def oom_bytes(error: str | None) -> int | None:
+    """The scoped VMEM allocation libtpu reports in an E1001 error (rounded as printed)."""
+    m = _OOM_RE.search(error or "")
+    if not m:
+        return None
+    return int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)])
 
 
 def compile_jax(fn, args, topo: str) -> Compiled:

@@ -92,3 +92,15 @@ def test_llo_not_above_pallas(example, generation):
     assert ours.llo_total <= pallas.llo_total, (
         f"{example.name} on {generation}: ours {ours.llo_total} LLO ops > Pallas {pallas.llo_total}\n"
         f"ours:   {ours.llo_counts}\npallas: {pallas.llo_counts}")
+
+
+def test_check_command_end_to_end():
+    """`cargo run --example add -- --check v5e`: the Rust CLI hands the kernel to python/check_kernel.py."""
+    import subprocess
+    from conftest import TARGET_DIR, cargo_build_examples
+    cargo_build_examples()
+    p = subprocess.run([str(TARGET_DIR / "debug" / "examples" / "add"), "--check", "v5e"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for line in ("jaxlib verify (registered tpu dialect, strict): ok", "libtpu compile: ok", "VMEM: estimated",
+                 "LLO ops (post-finalize-llo): "):
+        assert line in p.stdout, p.stdout

@@ -62,6 +62,13 @@ pub fn run(call: &PallasCall, generation: &str) -> Result<String, KernelError> {
         .arg(&hlo_path)
         .args(["--vmem-estimate", &call.vmem_estimate().to_string()])
         .args(["--vmem-limit", &rules::vmem_limit(call.ir()).to_string()])
+        .args(["--launch", &call.ir().body.loc.to_string()])
+        .args(
+            call.ir()
+                .operands
+                .iter()
+                .flat_map(|o| ["--operand".to_string(), format!("{}={}", o.label(), o.loc)]),
+        )
         .output()
         .map_err(|e| io_error(&format!("running {}", script.display()), e))?;
     let _ = std::fs::remove_dir_all(&dir);
