@@ -29,12 +29,30 @@ type Build = Box<dyn Fn() -> Result<PallasCall, KernelError>>;
 
 fn cases() -> Vec<(&'static str, Build)> {
     vec![
-        ("matmul_bf16_256", Box::new(|| matmul::matmul(256, 256, 256, [128, 128, 128]))),
-        ("matmul_bf16_512", Box::new(|| matmul::matmul(512, 512, 512, [128, 128, 128]))),
-        ("matmul_bf16_1024", Box::new(|| matmul::matmul(1024, 1024, 1024, [128, 128, 128]))),
-        ("softmax_f32_1024", Box::new(|| softmax::softmax(1024, 1024, 8))),
-        ("rmsnorm_bf16_1024", Box::new(|| rmsnorm::rmsnorm(1024, 1024, 16, 1e-6))),
-        ("add_f32_1024", Box::new(|| add::add(1024, 1024, [256, 256]))),
+        (
+            "matmul_bf16_256",
+            Box::new(|| matmul::matmul(256, 256, 256, [128, 128, 128])),
+        ),
+        (
+            "matmul_bf16_512",
+            Box::new(|| matmul::matmul(512, 512, 512, [128, 128, 128])),
+        ),
+        (
+            "matmul_bf16_1024",
+            Box::new(|| matmul::matmul(1024, 1024, 1024, [128, 128, 128])),
+        ),
+        (
+            "softmax_f32_1024",
+            Box::new(|| softmax::softmax(1024, 1024, 8)),
+        ),
+        (
+            "rmsnorm_bf16_1024",
+            Box::new(|| rmsnorm::rmsnorm(1024, 1024, 16, 1e-6)),
+        ),
+        (
+            "add_f32_1024",
+            Box::new(|| add::add(1024, 1024, [256, 256])),
+        ),
     ]
 }
 
@@ -55,16 +73,23 @@ fn median_ms(mut f: impl FnMut(), budget: Duration) -> f64 {
 /// `case -> (xla ms, pallas interpret ms)` from the Python baseline script, or why not.
 fn baselines(quick: bool) -> Result<HashMap<String, (f64, f64)>, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = std::env::var("TPU_KERNEL_PYTHON").unwrap_or_else(|_| root.join(".venv/bin/python").display().to_string());
+    let python = std::env::var("TPU_KERNEL_PYTHON")
+        .unwrap_or_else(|_| root.join(".venv/bin/python").display().to_string());
     let mut cmd = Command::new(&python);
-    cmd.arg(root.join("benches/xla_baselines.py")).env("JAX_PLATFORMS", "cpu");
+    cmd.arg(root.join("benches/xla_baselines.py"))
+        .env("JAX_PLATFORMS", "cpu");
     if quick {
         cmd.arg("--quick");
     }
-    let out = cmd.output().map_err(|e| format!("cannot run {python}: {e}"))?;
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {python}: {e}"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("{python} failed: {}", err.lines().last().unwrap_or("")));
+        return Err(format!(
+            "{python} failed: {}",
+            err.lines().last().unwrap_or("")
+        ));
     }
     let mut m = HashMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -85,16 +110,32 @@ fn geomean(v: &[f64]) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
+    // `--case NAME` (substring) runs only matching cases; `--ours-only` skips the Python baselines.
+    let only = args
+        .iter()
+        .position(|a| a == "--case")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let ours_only = args.iter().any(|a| a == "--ours-only");
     let budget = Duration::from_millis(if quick { 300 } else { 1000 });
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     eprintln!("measuring XLA:CPU and Pallas interpret=True baselines...");
-    let base = baselines(quick);
+    let base = if ours_only {
+        Err("--ours-only".to_string())
+    } else {
+        baselines(quick)
+    };
     if let Err(e) = &base {
         eprintln!("baselines unavailable: {e}");
     }
     eprintln!("measuring ours...");
     let mut rows = Vec::new();
     for (name, build) in cases() {
+        if only.as_ref().is_some_and(|o| !name.contains(o.as_str())) {
+            continue;
+        }
         let call = match build() {
             Ok(c) => c,
             Err(e) => {
@@ -112,8 +153,13 @@ fn main() {
         };
         let check = match reference::expected(call.name(), &inputs) {
             Some(Ok((want, tol))) => {
-                let c = out.iter().zip(&want).map(|(g, w)| reference::compare(g, w, tol));
-                c.fold((0.0f64, true), |(e, ok), c| (e.max(c.max_abs_error), ok && c.ok))
+                let c = out
+                    .iter()
+                    .zip(&want)
+                    .map(|(g, w)| reference::compare(g, w, tol));
+                c.fold((0.0f64, true), |(e, ok), c| {
+                    (e.max(c.max_abs_error), ok && c.ok)
+                })
             }
             _ => (f64::NAN, false),
         };
@@ -129,7 +175,14 @@ fn main() {
     println!("\ninterpret mode on CPU ({threads} threads), median ms of warm runs; ratio = time / XLA time");
     println!(
         "{:<19} {:>10} {:>10} {:>12} {:>10} {:>12} {:>11} {:>9}",
-        "case", "ours ms", "XLA ms", "Pallas ms", "ours/XLA", "Pallas/XLA", "Pallas/ours", "max err"
+        "case",
+        "ours ms",
+        "XLA ms",
+        "Pallas ms",
+        "ours/XLA",
+        "Pallas/XLA",
+        "Pallas/ours",
+        "max err"
     );
     let (mut ours_r, mut pallas_r, mut speedup) = (Vec::new(), Vec::new(), Vec::new());
     for (name, ours, (err, ok)) in &rows {
@@ -147,7 +200,10 @@ fn main() {
                     pallas / ours
                 );
             }
-            None => println!("{name:<19} {ours:>10.3} {:>10} {:>12} {:>10} {:>12} {:>11} {err:>9}", "-", "-", "-", "-", "-"),
+            None => println!(
+                "{name:<19} {ours:>10.3} {:>10} {:>12} {:>10} {:>12} {:>11} {err:>9}",
+                "-", "-", "-", "-", "-"
+            ),
         }
     }
     if !ours_r.is_empty() {
@@ -165,7 +221,11 @@ fn main() {
         println!(
             "targets: ours/XLA <= 1.5 on every case ({}, worst {worst:.2}), geomean <= 1.0 ({})",
             if worst <= 1.5 { "met" } else { "NOT met" },
-            if geomean(&ours_r) <= 1.0 { "met" } else { "NOT met" }
+            if geomean(&ours_r) <= 1.0 {
+                "met"
+            } else {
+                "NOT met"
+            }
         );
     }
 }

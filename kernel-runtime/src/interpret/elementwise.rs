@@ -3,7 +3,7 @@
 
 use super::host::HostElement;
 use super::math::{self, IntOps};
-use super::tensor::{bf16_from_f32, bf16_to_f32, for_each_row, internal, Tensor};
+use super::tensor::{bf16_from_f32, bf16_to_f32, internal, Rows, Tensor};
 use crate::dtype::DType;
 use crate::error::{kerr, Result};
 use crate::ir::{BinaryOp, CmpOp, UnaryOp};
@@ -11,29 +11,89 @@ use half::bf16;
 
 // ---------------------------------------------------------------------------------------------- loops
 
+/// `f` over every element of `a` (contiguous result).
 pub(crate) fn map1<A: HostElement, R: HostElement>(
     a: &Tensor,
     f: impl Fn(A) -> R,
 ) -> Result<Tensor> {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::avx2() {
+        // SAFETY: the CPU has AVX2 (checked at run time).
+        return unsafe { map1_avx2(a, f) };
+    }
+    map1_impl(a, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn map1_avx2<A: HostElement, R: HostElement>(
+    a: &Tensor,
+    f: impl Fn(A) -> R,
+) -> Result<Tensor> {
+    map1_impl(a, f)
+}
+
+#[inline(always)]
+fn map1_impl<A: HostElement, R: HostElement>(a: &Tensor, f: impl Fn(A) -> R) -> Result<Tensor> {
     let ad = a.data::<A>()?;
-    let mut out = Vec::with_capacity(a.numel());
-    for_each_row(
-        &a.shape,
-        [&a.strides],
-        [a.offset],
-        |[oa], len, [sa]| match sa {
-            1 => out.extend(ad[oa..oa + len].iter().map(|&x| f(x))),
+    let rows = Rows::new(&a.shape, [&a.strides], [a.offset]);
+    let (len, [sa]) = (rows.inner, rows.inner_strides);
+    let mut out: Vec<R> = Vec::with_capacity(a.numel());
+    let spare = &mut out.spare_capacity_mut()[..];
+    let mut w = 0;
+    for [oa] in rows {
+        let dst = &mut spare[w..w + len];
+        w += len;
+        match sa {
+            1 => {
+                for (d, &x) in dst.iter_mut().zip(&ad[oa..oa + len]) {
+                    d.write(f(x));
+                }
+            }
             0 => {
                 let v = f(ad[oa]);
-                out.extend(std::iter::repeat_n(v, len))
+                for d in dst {
+                    d.write(v);
+                }
             }
-            s => out.extend((0..len).map(|i| f(ad[oa + i * s]))),
-        },
-    );
+            s => {
+                for (i, d) in dst.iter_mut().enumerate() {
+                    d.write(f(ad[oa + i * s]));
+                }
+            }
+        }
+    }
+    // SAFETY: the rows wrote exactly the first `w` elements.
+    unsafe { out.set_len(w) };
     Ok(Tensor::from_vec(a.shape.clone(), out))
 }
 
+/// `f` over pairs of elements of same-shaped `a` and `b`.
 pub(crate) fn map2<A: HostElement, B: HostElement, R: HostElement>(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(A, B) -> R,
+) -> Result<Tensor> {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::avx2() {
+        // SAFETY: the CPU has AVX2 (checked at run time).
+        return unsafe { map2_avx2(a, b, f) };
+    }
+    map2_impl(a, b, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn map2_avx2<A: HostElement, B: HostElement, R: HostElement>(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(A, B) -> R,
+) -> Result<Tensor> {
+    map2_impl(a, b, f)
+}
+
+#[inline(always)]
+fn map2_impl<A: HostElement, B: HostElement, R: HostElement>(
     a: &Tensor,
     b: &Tensor,
     f: impl Fn(A, B) -> R,
@@ -42,33 +102,72 @@ pub(crate) fn map2<A: HostElement, B: HostElement, R: HostElement>(
         return Err(internal("elementwise operands of different shapes"));
     }
     let (ad, bd) = (a.data::<A>()?, b.data::<B>()?);
-    let mut out = Vec::with_capacity(a.numel());
-    for_each_row(
-        &a.shape,
-        [&a.strides, &b.strides],
-        [a.offset, b.offset],
-        |[oa, ob], len, [sa, sb]| match (sa, sb) {
-            (1, 1) => out.extend(
-                ad[oa..oa + len]
-                    .iter()
-                    .zip(&bd[ob..ob + len])
-                    .map(|(&x, &y)| f(x, y)),
-            ),
+    let rows = Rows::new(&a.shape, [&a.strides, &b.strides], [a.offset, b.offset]);
+    let (len, [sa, sb]) = (rows.inner, rows.inner_strides);
+    let mut out: Vec<R> = Vec::with_capacity(a.numel());
+    let spare = &mut out.spare_capacity_mut()[..];
+    let mut w = 0;
+    for [oa, ob] in rows {
+        let dst = &mut spare[w..w + len];
+        w += len;
+        match (sa, sb) {
+            (1, 1) => {
+                for ((d, &x), &y) in dst.iter_mut().zip(&ad[oa..oa + len]).zip(&bd[ob..ob + len]) {
+                    d.write(f(x, y));
+                }
+            }
             (1, 0) => {
                 let y = bd[ob];
-                out.extend(ad[oa..oa + len].iter().map(|&x| f(x, y)))
+                for (d, &x) in dst.iter_mut().zip(&ad[oa..oa + len]) {
+                    d.write(f(x, y));
+                }
             }
             (0, 1) => {
                 let x = ad[oa];
-                out.extend(bd[ob..ob + len].iter().map(|&y| f(x, y)))
+                for (d, &y) in dst.iter_mut().zip(&bd[ob..ob + len]) {
+                    d.write(f(x, y));
+                }
             }
-            (sa, sb) => out.extend((0..len).map(|i| f(ad[oa + i * sa], bd[ob + i * sb]))),
-        },
-    );
+            (sa, sb) => {
+                for (i, d) in dst.iter_mut().enumerate() {
+                    d.write(f(ad[oa + i * sa], bd[ob + i * sb]));
+                }
+            }
+        }
+    }
+    // SAFETY: the rows wrote exactly the first `w` elements.
+    unsafe { out.set_len(w) };
     Ok(Tensor::from_vec(a.shape.clone(), out))
 }
 
+/// `f` over triples of elements of same-shaped `a`, `b`, `c`.
 pub(crate) fn map3<A: HostElement, B: HostElement, C: HostElement, R: HostElement>(
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    f: impl Fn(A, B, C) -> R,
+) -> Result<Tensor> {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::avx2() {
+        // SAFETY: the CPU has AVX2 (checked at run time).
+        return unsafe { map3_avx2(a, b, c, f) };
+    }
+    map3_impl(a, b, c, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn map3_avx2<A: HostElement, B: HostElement, C: HostElement, R: HostElement>(
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    f: impl Fn(A, B, C) -> R,
+) -> Result<Tensor> {
+    map3_impl(a, b, c, f)
+}
+
+#[inline(always)]
+fn map3_impl<A: HostElement, B: HostElement, C: HostElement, R: HostElement>(
     a: &Tensor,
     b: &Tensor,
     c: &Tensor,
@@ -78,46 +177,34 @@ pub(crate) fn map3<A: HostElement, B: HostElement, C: HostElement, R: HostElemen
         return Err(internal("elementwise operands of different shapes"));
     }
     let (ad, bd, cd) = (a.data::<A>()?, b.data::<B>()?, c.data::<C>()?);
-    let mut out = Vec::with_capacity(a.numel());
-    for_each_row(
+    let rows = Rows::new(
         &a.shape,
         [&a.strides, &b.strides, &c.strides],
         [a.offset, b.offset, c.offset],
-        |[oa, ob, oc], len, [sa, sb, sc]| match (sa, sb, sc) {
-            (1, 1, 1) => out.extend(
-                ad[oa..oa + len]
-                    .iter()
-                    .zip(&bd[ob..ob + len])
-                    .zip(&cd[oc..oc + len])
-                    .map(|((&x, &y), &z)| f(x, y, z)),
-            ),
-            (1, 1, 0) => {
-                let z = cd[oc];
-                out.extend(
-                    ad[oa..oa + len]
-                        .iter()
-                        .zip(&bd[ob..ob + len])
-                        .map(|(&x, &y)| f(x, y, z)),
-                )
-            }
-            (1, 0, 0) => {
-                let (y, z) = (bd[ob], cd[oc]);
-                out.extend(ad[oa..oa + len].iter().map(|&x| f(x, y, z)))
-            }
-            (1, 0, 1) => {
-                let y = bd[ob];
-                out.extend(
-                    ad[oa..oa + len]
-                        .iter()
-                        .zip(&cd[oc..oc + len])
-                        .map(|(&x, &z)| f(x, y, z)),
-                )
-            }
-            (sa, sb, sc) => {
-                out.extend((0..len).map(|i| f(ad[oa + i * sa], bd[ob + i * sb], cd[oc + i * sc])))
-            }
-        },
     );
+    let (len, [sa, sb, sc]) = (rows.inner, rows.inner_strides);
+    let mut out: Vec<R> = Vec::with_capacity(a.numel());
+    let spare = &mut out.spare_capacity_mut()[..];
+    let mut w = 0;
+    for [oa, ob, oc] in rows {
+        let dst = &mut spare[w..w + len];
+        w += len;
+        if (sa, sb, sc) == (1, 1, 1) {
+            let src = ad[oa..oa + len]
+                .iter()
+                .zip(&bd[ob..ob + len])
+                .zip(&cd[oc..oc + len]);
+            for (d, ((&x, &y), &z)) in dst.iter_mut().zip(src) {
+                d.write(f(x, y, z));
+            }
+        } else {
+            for (i, d) in dst.iter_mut().enumerate() {
+                d.write(f(ad[oa + i * sa], bd[ob + i * sb], cd[oc + i * sc]));
+            }
+        }
+    }
+    // SAFETY: the rows wrote exactly the first `w` elements.
+    unsafe { out.set_len(w) };
     Ok(Tensor::from_vec(a.shape.clone(), out))
 }
 

@@ -20,6 +20,7 @@ mod host;
 mod machine;
 mod math;
 mod reduce;
+mod simd;
 mod tensor;
 
 pub use host::{HostArray, HostData, HostElement};

@@ -5,7 +5,7 @@
 use super::elementwise::FloatElem;
 use super::host::HostElement;
 use super::math::{self, IntOps};
-use super::tensor::{for_each_row, internal, row_major_strides, Tensor};
+use super::tensor::{internal, row_major_strides, Rows, Tensor};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::ReduceKind;
@@ -16,54 +16,73 @@ trait Combine: Copy {
     type Acc: Copy + Send + Sync + 'static;
     fn identity(self) -> Self::Acc;
     fn combine(self, a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    /// A contiguous f32 row reduced with explicit SIMD, when this combiner has such a path.
+    fn row_f32(self, _row: &[f32]) -> Option<Self::Acc> {
+        None
+    }
 }
 
+pub(crate) const SUM: u8 = 0;
+pub(crate) const MAX: u8 = 1;
+pub(crate) const MIN: u8 = 2;
+
+/// Float combiners; the kind is a const parameter so the hot loop has no branch on it.
 #[derive(Clone, Copy)]
-struct FloatComb(ReduceKind);
-impl Combine for FloatComb {
+struct FloatComb<const K: u8>;
+impl<const K: u8> Combine for FloatComb<K> {
     type Acc = f32;
     #[inline(always)]
     fn identity(self) -> f32 {
-        match self.0 {
-            ReduceKind::Sum => 0.0,
-            ReduceKind::Max => f32::NEG_INFINITY,
-            ReduceKind::Min => f32::INFINITY,
+        match K {
+            SUM => 0.0,
+            MAX => f32::NEG_INFINITY,
+            _ => f32::INFINITY,
         }
     }
     #[inline(always)]
     fn combine(self, a: f32, b: f32) -> f32 {
-        match self.0 {
-            ReduceKind::Sum => a + b,
-            ReduceKind::Max => math::max_f32(a, b),
-            ReduceKind::Min => math::min_f32(a, b),
+        match K {
+            SUM => a + b,
+            MAX => math::max_f32(a, b),
+            _ => math::min_f32(a, b),
         }
+    }
+    #[inline(always)]
+    fn row_f32(self, row: &[f32]) -> Option<f32> {
+        #[cfg(target_arch = "x86_64")]
+        if super::simd::avx2() {
+            // SAFETY: the CPU has AVX2 (checked at run time).
+            return Some(unsafe { super::simd::reduce_row_f32::<K>(row) });
+        }
+        let _ = row;
+        None
     }
 }
 
 #[derive(Clone, Copy)]
-struct IntComb<T>(ReduceKind, std::marker::PhantomData<T>);
-impl<T: IntOps + Send + Sync + 'static> Combine for IntComb<T> {
+struct IntComb<T, const K: u8>(std::marker::PhantomData<T>);
+impl<T: IntOps + Send + Sync + 'static, const K: u8> Combine for IntComb<T, K> {
     type Acc = T;
     #[inline(always)]
     fn identity(self) -> T {
-        match self.0 {
-            ReduceKind::Sum => T::ZERO,
-            ReduceKind::Max => T::MIN,
-            ReduceKind::Min => T::MAX,
+        match K {
+            SUM => T::ZERO,
+            MAX => T::MIN,
+            _ => T::MAX,
         }
     }
     #[inline(always)]
     fn combine(self, a: T, b: T) -> T {
-        match self.0 {
-            ReduceKind::Sum => a.wadd(b),
-            ReduceKind::Max => {
+        match K {
+            SUM => a.wadd(b),
+            MAX => {
                 if b > a {
                     b
                 } else {
                     a
                 }
             }
-            ReduceKind::Min => {
+            _ => {
                 if b < a {
                     b
                 } else {
@@ -84,27 +103,48 @@ pub(crate) fn reduce(
     if axes.iter().any(|&a| a >= t.shape.len()) {
         return Err(internal("reduction axis out of range"));
     }
+    macro_rules! by_kind {
+        (|$K:ident| $e:expr) => {
+            match kind {
+                ReduceKind::Sum => {
+                    const $K: u8 = SUM;
+                    $e
+                }
+                ReduceKind::Max => {
+                    const $K: u8 = MAX;
+                    $e
+                }
+                ReduceKind::Min => {
+                    const $K: u8 = MIN;
+                    $e
+                }
+            }
+        };
+    }
     match t.dtype {
-        DType::F32 => reduce_with::<f32, _>(t, axes, out_shape, FloatComb(kind), |x| x, |x| x),
-        DType::BF16 => reduce_with::<bf16, _>(
-            t,
-            axes,
-            out_shape,
-            FloatComb(kind),
-            |x: bf16| x.f(),
-            bf16::from_f,
-        ),
-        DType::I32 => int_reduce::<i32>(t, kind, axes, out_shape),
-        DType::I8 => int_reduce::<i8>(t, kind, axes, out_shape),
-        DType::U8 => int_reduce::<u8>(t, kind, axes, out_shape),
-        DType::U32 => int_reduce::<u32>(t, kind, axes, out_shape),
+        DType::F32 => {
+            by_kind!(|K| reduce_with::<f32, _>(t, axes, out_shape, FloatComb::<K>, |x| x, |x| x))
+        }
+        DType::BF16 => {
+            by_kind!(|K| reduce_with::<bf16, _>(
+                t,
+                axes,
+                out_shape,
+                FloatComb::<K>,
+                |x: bf16| x.f(),
+                bf16::from_f
+            ))
+        }
+        DType::I32 => by_kind!(|K| int_reduce::<i32, K>(t, axes, out_shape)),
+        DType::I8 => by_kind!(|K| int_reduce::<i8, K>(t, axes, out_shape)),
+        DType::U8 => by_kind!(|K| int_reduce::<u8, K>(t, axes, out_shape)),
+        DType::U32 => by_kind!(|K| int_reduce::<u32, K>(t, axes, out_shape)),
         DType::Bool => Err(internal("reduction of bool values")),
     }
 }
 
-fn int_reduce<T: HostElement + IntOps>(
+fn int_reduce<T: HostElement + IntOps, const K: u8>(
     t: &Tensor,
-    kind: ReduceKind,
     axes: &[usize],
     out: &[usize],
 ) -> Result<Tensor> {
@@ -112,13 +152,43 @@ fn int_reduce<T: HostElement + IntOps>(
         t,
         axes,
         out,
-        IntComb::<T>(kind, std::marker::PhantomData),
+        IntComb::<T, K>(std::marker::PhantomData),
         |x| x,
         |x| x,
     )
 }
 
 fn reduce_with<T: HostElement, C: Combine>(
+    t: &Tensor,
+    axes: &[usize],
+    out_shape: &[usize],
+    comb: C,
+    load: impl Fn(T) -> C::Acc,
+    finish: impl Fn(C::Acc) -> T,
+) -> Result<Tensor> {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::avx2() {
+        // SAFETY: the CPU has AVX2 (checked at run time).
+        return unsafe { reduce_avx2(t, axes, out_shape, comb, load, finish) };
+    }
+    reduce_impl(t, axes, out_shape, comb, load, finish)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn reduce_avx2<T: HostElement, C: Combine>(
+    t: &Tensor,
+    axes: &[usize],
+    out_shape: &[usize],
+    comb: C,
+    load: impl Fn(T) -> C::Acc,
+    finish: impl Fn(C::Acc) -> T,
+) -> Result<Tensor> {
+    reduce_impl(t, axes, out_shape, comb, load, finish)
+}
+
+#[inline(always)]
+fn reduce_impl<T: HostElement, C: Combine>(
     t: &Tensor,
     axes: &[usize],
     out_shape: &[usize],
@@ -137,36 +207,41 @@ fn reduce_with<T: HostElement, C: Combine>(
     }
     let n_out: usize = kept.iter().product();
     let mut acc = vec![comb.identity(); n_out];
-    for_each_row(
-        &t.shape,
-        [&t.strides, &out_strides],
-        [t.offset, 0],
-        |[oi, oo], len, [si, so]| {
-            if so == 0 {
-                // The innermost (merged) axis is reduced: reduce the row, then fold into one output.
-                let r = if si == 1 {
-                    reduce_row(&data[oi..oi + len], comb, &load)
-                } else {
-                    (0..len).fold(comb.identity(), |a, i| {
-                        comb.combine(a, load(data[oi + i * si]))
-                    })
-                };
-                acc[oo] = comb.combine(acc[oo], r);
+    let f32_data = if T::DTYPE == DType::F32 {
+        t.data::<f32>().ok()
+    } else {
+        None
+    };
+    let rows = Rows::new(&t.shape, [&t.strides, &out_strides], [t.offset, 0]);
+    let (len, [si, so]) = (rows.inner, rows.inner_strides);
+    for [oi, oo] in rows {
+        if so == 0 {
+            // The innermost (merged) axis is reduced: reduce the row, then fold into one output.
+            let simd = match f32_data {
+                Some(fd) if si == 1 => comb.row_f32(&fd[oi..oi + len]),
+                _ => None,
+            };
+            let r = if let Some(r) = simd {
+                r
+            } else if si == 1 {
+                reduce_row(&data[oi..oi + len], comb, &load)
             } else {
-                // The innermost axis is kept: fold the row into the output row elementwise.
-                let dst = &mut acc[oo..oo + len * so];
-                if si == 1 && so == 1 {
-                    for (d, &x) in dst.iter_mut().zip(&data[oi..oi + len]) {
-                        *d = comb.combine(*d, load(x));
-                    }
-                } else {
-                    for i in 0..len {
-                        dst[i * so] = comb.combine(dst[i * so], load(data[oi + i * si]));
-                    }
-                }
+                (0..len).fold(comb.identity(), |a, i| {
+                    comb.combine(a, load(data[oi + i * si]))
+                })
+            };
+            acc[oo] = comb.combine(acc[oo], r);
+        } else if si == 1 && so == 1 {
+            // The innermost axis is kept: fold the row into the output row elementwise.
+            for (d, &x) in acc[oo..oo + len].iter_mut().zip(&data[oi..oi + len]) {
+                *d = comb.combine(*d, load(x));
             }
-        },
-    );
+        } else {
+            for i in 0..len {
+                acc[oo + i * so] = comb.combine(acc[oo + i * so], load(data[oi + i * si]));
+            }
+        }
+    }
     let out: Vec<T> = acc.into_iter().map(finish).collect();
     if out.len() != out_shape.iter().product::<usize>() {
         return Err(internal("reduction result shape"));
@@ -200,4 +275,55 @@ fn reduce_row<T: Copy, C: Combine>(row: &[T], comb: C, load: &impl Fn(T) -> C::A
         }
     }
     comb.combine(lanes[0], r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn simd_rows_match_the_portable_lanes_bit_for_bit() {
+        if !super::super::simd::avx2() {
+            return;
+        }
+        let mut row: Vec<f32> = (0..1037)
+            .map(|i| ((i * 7919) % 1000) as f32 / 997.0 - 0.5)
+            .collect();
+        row[17] = -0.0;
+        row[33] = 0.0;
+        let check = |row: &[f32]| {
+            let id = |x: f32| x;
+            // SAFETY: AVX2 checked above.
+            unsafe {
+                assert_eq!(
+                    super::super::simd::reduce_row_f32::<SUM>(row).to_bits(),
+                    reduce_row(row, FloatComb::<SUM>, &id).to_bits()
+                );
+                assert_eq!(
+                    super::super::simd::reduce_row_f32::<MAX>(row).to_bits(),
+                    reduce_row(row, FloatComb::<MAX>, &id).to_bits()
+                );
+                assert_eq!(
+                    super::super::simd::reduce_row_f32::<MIN>(row).to_bits(),
+                    reduce_row(row, FloatComb::<MIN>, &id).to_bits()
+                );
+            }
+        };
+        check(&row);
+        check(&row[..16]);
+        check(&row[3..50]);
+        let zeros: Vec<f32> = (0..64)
+            .map(|i| if i % 3 == 0 { -0.0 } else { 0.0 })
+            .collect();
+        check(&zeros);
+        row[500] = f32::NAN;
+        let id = |x: f32| x;
+        // SAFETY: AVX2 checked above.
+        unsafe {
+            assert!(super::super::simd::reduce_row_f32::<MAX>(&row).is_nan());
+            assert!(super::super::simd::reduce_row_f32::<MIN>(&row).is_nan());
+        }
+        assert!(reduce_row(&row, FloatComb::<MAX>, &id).is_nan());
+    }
 }

@@ -205,70 +205,98 @@ impl Tensor {
     }
 }
 
-/// Call `f(offsets, inner_len, inner_strides)` once per innermost row of `shape`, for `N` operands
-/// walking the same index space with their own strides. Dimensions that are contiguous for every
-/// operand are merged first, so a contiguous block is one long row and a row-broadcast is rows with an
-/// inner stride of 0: the inner loops the callers write are then plain slice loops that vectorize.
-#[inline]
+/// The innermost rows of `shape`, for `N` operands walking the same index space with their own strides:
+/// yields each row's start offsets; every row has `inner` elements at `inner_strides`. Dimensions that
+/// are contiguous for every operand are merged first, so a contiguous block is one long row and a
+/// row-broadcast is rows with an inner stride of 0: the loops over a row are then plain slice loops that
+/// vectorize. (An iterator rather than a callback so those loops stay inside the caller, which may be
+/// compiled with AVX2.)
+pub(crate) struct Rows<const N: usize> {
+    outer: Vec<(usize, [usize; N])>,
+    idx: Vec<usize>,
+    off: [usize; N],
+    done: bool,
+    pub inner: usize,
+    pub inner_strides: [usize; N],
+}
+
+impl<const N: usize> Rows<N> {
+    pub fn new(shape: &[usize], strides: [&[usize]; N], offsets: [usize; N]) -> Self {
+        // Drop size-1 dims, then merge mergeable neighbours (innermost first).
+        let mut merged: Vec<(usize, [usize; N])> = Vec::with_capacity(shape.len());
+        let empty = shape.contains(&0);
+        for d in (0..shape.len()).rev() {
+            if shape[d] == 1 {
+                continue;
+            }
+            let s: [usize; N] = std::array::from_fn(|k| strides[k][d]);
+            if let Some((mn, ms)) = merged.last_mut() {
+                if (0..N).all(|k| s[k] == ms[k] * *mn) {
+                    *mn *= shape[d];
+                    continue;
+                }
+            }
+            merged.push((shape[d], s));
+        }
+        merged.reverse();
+        let (inner, inner_strides) = merged.pop().unwrap_or((1, [0; N]));
+        let idx = vec![0; merged.len()];
+        Rows {
+            outer: merged,
+            idx,
+            off: offsets,
+            done: empty,
+            inner,
+            inner_strides,
+        }
+    }
+}
+
+impl<const N: usize> Iterator for Rows<N> {
+    type Item = [usize; N];
+    #[inline(always)]
+    fn next(&mut self) -> Option<[usize; N]> {
+        if self.done {
+            return None;
+        }
+        let cur = self.off;
+        // Odometer over the outer dims.
+        let mut d = self.outer.len();
+        loop {
+            if d == 0 {
+                self.done = true;
+                break;
+            }
+            d -= 1;
+            let (n, s) = self.outer[d];
+            self.idx[d] += 1;
+            if self.idx[d] < n {
+                for (o, s) in self.off.iter_mut().zip(s) {
+                    *o += s;
+                }
+                break;
+            }
+            for (o, s) in self.off.iter_mut().zip(s) {
+                *o -= s * (n - 1);
+            }
+            self.idx[d] = 0;
+        }
+        Some(cur)
+    }
+}
+
+/// Call `f(offsets, inner_len, inner_strides)` once per row of [`Rows`] (for code off the hot path).
+#[inline(always)]
 pub(crate) fn for_each_row<const N: usize>(
     shape: &[usize],
     strides: [&[usize]; N],
     offsets: [usize; N],
     mut f: impl FnMut([usize; N], usize, [usize; N]),
 ) {
-    // Drop size-1 dims, then merge mergeable neighbours (innermost first).
-    let mut dims: Vec<(usize, [usize; N])> = Vec::with_capacity(shape.len());
-    for d in 0..shape.len() {
-        if shape[d] == 0 {
-            return;
-        }
-        if shape[d] != 1 {
-            dims.push((shape[d], std::array::from_fn(|k| strides[k][d])));
-        }
-    }
-    let mut merged: Vec<(usize, [usize; N])> = Vec::with_capacity(dims.len());
-    for (n, s) in dims.into_iter().rev() {
-        if let Some((mn, ms)) = merged.last_mut() {
-            if (0..N).all(|k| s[k] == ms[k] * *mn) {
-                *mn *= n;
-                continue;
-            }
-        }
-        merged.push((n, s));
-    }
-    merged.reverse();
-    let Some(&(inner, inner_strides)) = merged.last() else {
-        f(offsets, 1, [0; N]);
-        return;
-    };
-    let outer = &merged[..merged.len() - 1];
-    if outer.is_empty() {
-        f(offsets, inner, inner_strides);
-        return;
-    }
-    let mut idx = vec![0usize; outer.len()];
-    let mut off = offsets;
-    loop {
-        f(off, inner, inner_strides);
-        // Odometer over the outer dims.
-        let mut d = outer.len();
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            idx[d] += 1;
-            for (o, s) in off.iter_mut().zip(outer[d].1) {
-                *o += s;
-            }
-            if idx[d] < outer[d].0 {
-                break;
-            }
-            for (o, s) in off.iter_mut().zip(outer[d].1) {
-                *o -= s * outer[d].0;
-            }
-            idx[d] = 0;
-        }
+    let rows = Rows::new(shape, strides, offsets);
+    let (inner, strides) = (rows.inner, rows.inner_strides);
+    for off in rows {
+        f(off, inner, strides);
     }
 }
 

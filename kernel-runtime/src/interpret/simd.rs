@@ -1,0 +1,87 @@
+//! Run-time CPU feature checks: the hot loops are compiled twice, for the baseline target and with AVX2
+//! (`#[target_feature]`), and pick one per call. The results are bit-identical (no FMA contraction).
+
+/// Whether this CPU has AVX2 (cached by std after the first call).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn avx2() -> bool {
+    std::arch::is_x86_feature_detected!("avx2")
+}
+
+/// Sum / NaN-propagating max / min of a contiguous f32 row with AVX2, lane for lane the same order as
+/// the portable `reduce_row` (16 lanes: element `i` goes to lane `i % 16`, then a pairwise tree), so
+/// both paths give identical bits.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn reduce_row_f32<const K: u8>(row: &[f32]) -> f32 {
+    use super::math::{max_f32, min_f32};
+    use super::reduce::{MAX, SUM};
+    use std::arch::x86_64::*;
+    let identity = match K {
+        SUM => 0.0,
+        MAX => f32::NEG_INFINITY,
+        _ => f32::INFINITY,
+    };
+    #[inline(always)]
+    unsafe fn comb<const K: u8>(a: __m256, x: __m256) -> __m256 {
+        match K {
+            SUM => _mm256_add_ps(a, x),
+            _ => {
+                // max/min of ordered values; equal values (±0) combine their sign bits like
+                // `max_f32`/`min_f32`; a NaN in either operand wins.
+                let m = if K == MAX {
+                    _mm256_max_ps(a, x)
+                } else {
+                    _mm256_min_ps(a, x)
+                };
+                let eq = _mm256_cmp_ps::<_CMP_EQ_OQ>(a, x);
+                let zeros = if K == MAX {
+                    _mm256_and_ps(a, x)
+                } else {
+                    _mm256_or_ps(a, x)
+                };
+                let m = _mm256_blendv_ps(m, zeros, eq);
+                let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(a, x);
+                _mm256_blendv_ps(m, _mm256_add_ps(a, x), nan)
+            }
+        }
+    }
+    let scalar = |a: f32, b: f32| match K {
+        SUM => a + b,
+        MAX => max_f32(a, b),
+        _ => min_f32(a, b),
+    };
+    let mut a0 = _mm256_set1_ps(identity);
+    let mut a1 = _mm256_set1_ps(identity);
+    let chunks = row.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        // SAFETY: `c` has 16 elements; unaligned loads.
+        let (x0, x1) = unsafe {
+            (
+                _mm256_loadu_ps(c.as_ptr()),
+                _mm256_loadu_ps(c.as_ptr().add(8)),
+            )
+        };
+        a0 = comb::<K>(a0, x0);
+        a1 = comb::<K>(a1, x1);
+    }
+    let mut lanes = [0f32; 16];
+    // SAFETY: `lanes` has room for two 8-lane stores.
+    unsafe {
+        _mm256_storeu_ps(lanes.as_mut_ptr(), a0);
+        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a1);
+    }
+    let r = rest.iter().fold(identity, |a, &x| scalar(a, x));
+    let mut w = 16;
+    while w > 1 {
+        w /= 2;
+        for i in 0..w {
+            lanes[i] = scalar(lanes[i], lanes[i + w]);
+        }
+    }
+    scalar(lanes[0], r)
+}
