@@ -2,16 +2,18 @@
 //! module only (the exact contract), `--emit ir` for the kernel IR, `--emit stablehlo` for the StableHLO
 //! program calling the kernel, `--emit config` for the `tpu_custom_call` backend_config JSON, `--emit body`
 //! for the serialized (stable_mosaic) body as generic text, and `--check <v5e|v6e|...>` to run the kernel
-//! through the real toolchain (jaxlib verify + libtpu compile, see [`check`]).
+//! through the real toolchain (jaxlib verify + libtpu compile, see [`check`]), and `--run` to execute it on
+//! the CPU in interpret mode against the plain-Rust reference (see [`run`]).
 
 mod check;
+mod run;
 
 use crate::{KernelError, PallasCall};
 use kernel_runtime::serialize::CustomCall;
 use std::process::ExitCode;
 
 const USAGE: &str =
-    "usage: <example> [--emit mlir|ir|stablehlo|config|body] [--check v5e|v6e|v5p|v4]";
+    "usage: <example> [--emit mlir|ir|stablehlo|config|body] [--check v5e|v6e|v5p|v4] [--run]";
 
 /// What to print.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +26,8 @@ pub enum Emit {
     Body,
     /// Check through jaxlib and libtpu for a TPU generation (`v5e`, `v6e`, ...).
     Check(String),
+    /// Run on the CPU (interpret mode) with random inputs, check against the reference, time it.
+    Run,
 }
 
 /// Parse the example command line.
@@ -53,6 +57,7 @@ pub fn parse_args(args: &[String]) -> Result<Emit, String> {
                     ))
                 }
             },
+            "--run" => emit = Emit::Run,
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument `{other}`; {USAGE}")),
         }
@@ -100,6 +105,7 @@ fn run(
             .trim_end()
             .to_string(),
         Emit::Check(generation) => check::run(&call, &generation)?,
+        Emit::Run => run::run(&call)?,
         Emit::Summary => {
             let mlir = call.mosaic_mlir()?;
             let ops = mlir
