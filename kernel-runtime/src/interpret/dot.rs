@@ -6,7 +6,7 @@
 //! and strided windows are multiplied in place with no copy. bf16 operands are widened to f32 first.
 
 use super::elementwise::cast;
-use super::tensor::{internal, Tensor};
+use super::tensor::{internal, take_vec, Tensor};
 use crate::dtype::DType;
 use crate::error::{kerr, Result};
 
@@ -66,7 +66,11 @@ fn dot_f32(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool)
     let (mut c, beta) = match acc {
         Some(t) if t.shape == [m, n] => (widen(t)?.to_vec::<f32>()?, 1.0),
         Some(_) => return Err(internal("dot accumulator shape")),
-        None => (vec![0.0f32; m * n], 0.0),
+        None => {
+            let mut c = take_vec::<f32>(m * n);
+            c.resize(m * n, 0.0);
+            (c, 0.0)
+        }
     };
     let (ad, bd) = (a.data::<f32>()?, b.data::<f32>()?);
     // Every element the strides reach must be inside the buffers (views are built in bounds; this

@@ -3,7 +3,7 @@
 
 use super::host::HostElement;
 use super::math::{self, IntOps};
-use super::tensor::{bf16_from_f32, bf16_to_f32, internal, Rows, Tensor};
+use super::tensor::{bf16_from_f32, bf16_to_f32, internal, take_vec, Rows, Tensor};
 use crate::dtype::DType;
 use crate::error::{kerr, Result};
 use crate::ir::{BinaryOp, CmpOp, UnaryOp};
@@ -38,7 +38,7 @@ fn map1_impl<A: HostElement, R: HostElement>(a: &Tensor, f: impl Fn(A) -> R) -> 
     let ad = a.data::<A>()?;
     let rows = Rows::new(&a.shape, [&a.strides], [a.offset]);
     let (len, [sa]) = (rows.inner, rows.inner_strides);
-    let mut out: Vec<R> = Vec::with_capacity(a.numel());
+    let mut out: Vec<R> = take_vec(a.numel());
     let spare = &mut out.spare_capacity_mut()[..];
     let mut w = 0;
     for [oa] in rows {
@@ -104,7 +104,7 @@ fn map2_impl<A: HostElement, B: HostElement, R: HostElement>(
     let (ad, bd) = (a.data::<A>()?, b.data::<B>()?);
     let rows = Rows::new(&a.shape, [&a.strides, &b.strides], [a.offset, b.offset]);
     let (len, [sa, sb]) = (rows.inner, rows.inner_strides);
-    let mut out: Vec<R> = Vec::with_capacity(a.numel());
+    let mut out: Vec<R> = take_vec(a.numel());
     let spare = &mut out.spare_capacity_mut()[..];
     let mut w = 0;
     for [oa, ob] in rows {
@@ -183,7 +183,7 @@ fn map3_impl<A: HostElement, B: HostElement, C: HostElement, R: HostElement>(
         [a.offset, b.offset, c.offset],
     );
     let (len, [sa, sb, sc]) = (rows.inner, rows.inner_strides);
-    let mut out: Vec<R> = Vec::with_capacity(a.numel());
+    let mut out: Vec<R> = take_vec(a.numel());
     let spare = &mut out.spare_capacity_mut()[..];
     let mut w = 0;
     for [oa, ob, oc] in rows {

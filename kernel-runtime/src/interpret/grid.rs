@@ -9,7 +9,7 @@
 
 use super::host::{HostArray, HostData, HostElement};
 use super::machine::{fill_literal, plan, write_view, write_view_raw, Machine, Plan, RefState};
-use super::tensor::{internal, row_major_strides, Tensor};
+use super::tensor::{internal, recycle, row_major_strides, Tensor};
 use super::InterpretOptions;
 use crate::check::eval_index_map;
 use crate::dtype::DType;
@@ -17,6 +17,7 @@ use crate::error::{kerr, Result};
 use crate::ir::{BlockIr, DimensionSemantics, Kernel, OperandRole};
 use rayon::prelude::*;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A raw view of one output array, shared by the chunks.
@@ -24,28 +25,33 @@ struct Sink {
     ptr: *mut u8,
     len: usize,
     dtype: DType,
+    /// Which blocks have been written back (blocks partition the array, so all set = all written).
+    written: Vec<AtomicBool>,
 }
 // SAFETY: chunks write disjoint output blocks (checked in `parallel_axes`), or run one at a time.
 unsafe impl Send for Sink {}
 unsafe impl Sync for Sink {}
 
-fn sink_of(data: &mut HostData) -> Sink {
-    fn raw<T>(v: &mut [T], dtype: DType) -> Sink {
+/// A sink over the whole capacity of an (uninitialized) output buffer.
+fn sink_of(data: &mut HostData, blocks: usize) -> Sink {
+    fn raw<T>(v: &mut Vec<T>, dtype: DType, blocks: usize) -> Sink {
+        let written = (0..blocks).map(|_| AtomicBool::new(false)).collect();
         Sink {
             ptr: v.as_mut_ptr() as *mut u8,
-            len: v.len(),
+            len: v.capacity(),
             dtype,
+            written,
         }
     }
     let d = data.dtype();
     match data {
-        HostData::F32(v) => raw(v, d),
-        HostData::BF16(v) => raw(v, d),
-        HostData::I32(v) => raw(v, d),
-        HostData::I8(v) => raw(v, d),
-        HostData::U8(v) => raw(v, d),
-        HostData::U32(v) => raw(v, d),
-        HostData::Bool(v) => raw(v, d),
+        HostData::F32(v) => raw(v, d, blocks),
+        HostData::BF16(v) => raw(v, d, blocks),
+        HostData::I32(v) => raw(v, d, blocks),
+        HostData::I8(v) => raw(v, d, blocks),
+        HostData::U8(v) => raw(v, d, blocks),
+        HostData::U32(v) => raw(v, d, blocks),
+        HostData::Bool(v) => raw(v, d, blocks),
     }
 }
 
@@ -55,19 +61,22 @@ pub(crate) fn run(
     opts: &InterpretOptions,
 ) -> Result<Vec<HostArray>> {
     check_inputs(k, inputs)?;
+    // Outputs start uninitialized: every block is written back (or filled below) before `assume_init`.
     let mut outputs: Vec<(Vec<usize>, HostData)> = k
         .outputs()
         .map(|o| {
-            let n = o.shape.iter().product();
-            let data = if opts.poison_uninitialized {
-                HostData::filled(fill_literal(o.dtype, true), n)
-            } else {
-                HostData::zeros(o.dtype, n)
-            };
-            (o.shape.clone(), data)
+            (
+                o.shape.clone(),
+                HostData::uninit(o.dtype, o.shape.iter().product()),
+            )
         })
         .collect();
-    let sinks: Vec<Sink> = outputs.iter_mut().map(|(_, d)| sink_of(d)).collect();
+    let blocks: Vec<usize> = k.outputs().map(block_count).collect();
+    let sinks: Vec<Sink> = outputs
+        .iter_mut()
+        .zip(&blocks)
+        .map(|((_, d), b)| sink_of(d, *b))
+        .collect();
     let runner = Runner {
         k,
         inputs,
@@ -97,12 +106,67 @@ pub(crate) fn run(
             .map(|key| runner.chunk(&mut m, &par_axes, key))
             .collect()
     };
-    drop(sinks);
     results.into_iter().collect::<Result<Vec<()>>>()?;
+    // Blocks no grid step wrote (a grid that does not cover the array) read as the fill value.
+    let outs: Vec<usize> = (0..k.operands.len())
+        .filter(|&i| k.operands[i].role == OperandRole::Output)
+        .collect();
+    for (out_no, &i) in outs.iter().enumerate() {
+        let o = &k.operands[i];
+        let fill = Tensor::splat(fill_literal(o.dtype, runner.poison), &o.ref_shape());
+        for b in 0..blocks[out_no] {
+            if !sinks[out_no].written[b].load(Ordering::Relaxed) {
+                runner.write_block(i, out_no, &block_index(o, b), &fill)?;
+            }
+        }
+    }
+    for (out_no, s) in sinks.iter().enumerate() {
+        if !s.written.iter().all(|w| w.load(Ordering::Relaxed)) {
+            return Err(internal(&format!("output {out_no} not fully written")));
+        }
+    }
+    drop(sinks);
     Ok(outputs
         .into_iter()
-        .map(|(shape, data)| HostArray::from_parts(shape, data))
+        .map(|(shape, mut data)| {
+            let n = shape.iter().product();
+            // SAFETY: every block of the output was written (checked above), and the blocks cover it.
+            unsafe { data.assume_init(n) };
+            HostArray::from_parts(shape, data)
+        })
         .collect())
+}
+
+/// How many blocks an output's BlockSpec cuts it into.
+fn block_count(o: &crate::ir::Operand) -> usize {
+    match &o.block {
+        Some(b) => o
+            .shape
+            .iter()
+            .zip(&b.block_shape)
+            .map(|(a, s)| a.div_ceil(*s))
+            .product(),
+        None => 1,
+    }
+}
+
+/// The block index (per dimension) of linear block number `b`.
+fn block_index(o: &crate::ir::Operand, mut b: usize) -> Vec<i64> {
+    let Some(block) = &o.block else {
+        return vec![0; o.shape.len()];
+    };
+    let n: Vec<usize> = o
+        .shape
+        .iter()
+        .zip(&block.block_shape)
+        .map(|(a, s)| a.div_ceil(*s))
+        .collect();
+    let mut idx = vec![0i64; n.len()];
+    for d in (0..n.len()).rev() {
+        idx[d] = (b % n[d]) as i64;
+        b /= n[d];
+    }
+    idx
 }
 
 fn check_inputs(k: &Kernel, inputs: &[HostArray]) -> Result<()> {
@@ -223,7 +287,9 @@ impl<'a> Runner<'a> {
         let mut last: Vec<Option<Vec<i64>>> = vec![None; k.operands.len()];
         let mut input_no = 0;
         for (i, o) in k.operands.iter().enumerate() {
-            m.refs[i].content = None;
+            if let Some(old) = m.refs[i].content.take() {
+                recycle(old);
+            }
             if o.role == OperandRole::Input {
                 if o.block.is_none() {
                     m.refs[i].content = Some(whole(&self.inputs[input_no]));
@@ -301,7 +367,9 @@ impl<'a> Runner<'a> {
                     if let Some(prev) = &last[i] {
                         self.write_back(m, i, role_no, prev)?;
                     }
-                    m.refs[i].content = None;
+                    if let Some(old) = m.refs[i].content.take() {
+                        recycle(old);
+                    }
                 }
             }
             last[i] = Some(idx);
@@ -310,17 +378,24 @@ impl<'a> Runner<'a> {
     }
 
     /// Copy output ref `i`'s block (block index `idx`) into output array `out_no`, clipped to the array.
-    fn write_back(&self, m: &Machine<'a>, i: usize, out_no: usize, idx: &[i64]) -> Result<()> {
+    fn write_back(&self, m: &mut Machine<'a>, i: usize, out_no: usize, idx: &[i64]) -> Result<()> {
+        let r = &mut m.refs[i];
+        let content = match r.content.take() {
+            Some(t) => t,
+            None => Tensor::splat(fill_literal(r.dtype, self.poison), &r.shape),
+        };
+        self.write_block(i, out_no, idx, &content)?;
+        recycle(content);
+        Ok(())
+    }
+
+    /// Write `content` as block `idx` of output array `out_no` (operand `i`), clipped to the array.
+    fn write_block(&self, i: usize, out_no: usize, idx: &[i64], content: &Tensor) -> Result<()> {
         let o = &self.k.operands[i];
         let block = o
             .block
             .as_ref()
             .ok_or_else(|| internal("output without a block"))?;
-        let r = &m.refs[i];
-        let content = match &r.content {
-            Some(t) => t.clone(),
-            None => Tensor::splat(fill_literal(r.dtype, self.poison), &r.shape),
-        };
         let astr = row_major_strides(&o.shape);
         let (mut off, mut strides, mut clipped) = (0, Vec::new(), Vec::new());
         for d in 0..o.shape.len() {
@@ -341,10 +416,25 @@ impl<'a> Runner<'a> {
             return Err(internal("output dtype"));
         }
         super::elementwise::with_dtype!(src.dtype, T => {
-            // SAFETY: the sink points at a live output buffer of `len` elements of this dtype; chunks
-            // write disjoint blocks (see `parallel_axes`), and `write_view_raw` bounds-checks each row.
-            unsafe { write_view_raw::<T>(sink.ptr as *mut T, sink.len, off, &strides, &src, None) }
-        })
+            // SAFETY: the sink points at a live output buffer with room for `len` elements of this
+            // dtype; chunks write disjoint blocks (see `parallel_axes`), and `write_view_raw`
+            // bounds-checks each row and only writes (never reads) the destination.
+            unsafe { write_view_raw::<T>(sink.ptr as *mut T, sink.len, off, &strides, &src, None)? }
+        });
+        let n: Vec<usize> = o
+            .shape
+            .iter()
+            .zip(&block.block_shape)
+            .map(|(a, s)| a.div_ceil(*s))
+            .collect();
+        let lin = idx
+            .iter()
+            .zip(&n)
+            .fold(0usize, |acc, (&x, &nb)| acc * nb + x as usize);
+        if let Some(w) = sink.written.get(lin) {
+            w.store(true, Ordering::Relaxed);
+        }
+        Ok(())
     }
 }
 
@@ -413,6 +503,3 @@ fn input_block(a: &HostArray, block: &BlockIr, idx: &[i64], poison: bool) -> Res
         buf: Arc::new(data),
     })
 }
-
-#[allow(dead_code)]
-fn _assert_host_element<T: HostElement>() {}

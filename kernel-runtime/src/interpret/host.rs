@@ -45,6 +45,17 @@ impl HostData {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    pub(crate) fn capacity(&self) -> usize {
+        match self {
+            HostData::F32(v) => v.capacity(),
+            HostData::BF16(v) => v.capacity(),
+            HostData::I32(v) => v.capacity(),
+            HostData::I8(v) => v.capacity(),
+            HostData::U8(v) => v.capacity(),
+            HostData::U32(v) => v.capacity(),
+            HostData::Bool(v) => v.capacity(),
+        }
+    }
     /// `n` copies of a literal (converted to this dtype's bit pattern).
     pub fn filled(lit: Literal, n: usize) -> HostData {
         match lit.dtype {
@@ -55,6 +66,36 @@ impl HostData {
             DType::U8 => HostData::U8(vec![lit.bits as u8; n]),
             DType::U32 => HostData::U32(vec![lit.bits as u32; n]),
             DType::Bool => HostData::Bool(vec![lit.bits != 0; n]),
+        }
+    }
+    /// Room for `n` elements, none initialized yet (see [`HostData::assume_init`]).
+    pub(crate) fn uninit(dtype: DType, n: usize) -> HostData {
+        match dtype {
+            DType::F32 => HostData::F32(Vec::with_capacity(n)),
+            DType::BF16 => HostData::BF16(Vec::with_capacity(n)),
+            DType::I32 => HostData::I32(Vec::with_capacity(n)),
+            DType::I8 => HostData::I8(Vec::with_capacity(n)),
+            DType::U8 => HostData::U8(Vec::with_capacity(n)),
+            DType::U32 => HostData::U32(Vec::with_capacity(n)),
+            DType::Bool => HostData::Bool(Vec::with_capacity(n)),
+        }
+    }
+    /// Set the length to `n`.
+    ///
+    /// # Safety
+    /// The first `n` elements (within the capacity) must have been written.
+    pub(crate) unsafe fn assume_init(&mut self, n: usize) {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            match self {
+                HostData::F32(v) => v.set_len(n),
+                HostData::BF16(v) => v.set_len(n),
+                HostData::I32(v) => v.set_len(n),
+                HostData::I8(v) => v.set_len(n),
+                HostData::U8(v) => v.set_len(n),
+                HostData::U32(v) => v.set_len(n),
+                HostData::Bool(v) => v.set_len(n),
+            }
         }
     }
     /// Zeros (`calloc`-backed, so cheap for big arrays).

@@ -6,7 +6,7 @@ use super::dot::dot;
 use super::elementwise::{self, with_dtype};
 use super::host::{HostData, HostElement};
 use super::reduce::reduce;
-use super::tensor::{for_each_row, internal, row_major_strides, Tensor};
+use super::tensor::{for_each_row, internal, recycle, row_major_strides, Tensor};
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, Result};
 use crate::ir::{Func, Op, OpKind, Region, Start, ValueId, Window};
@@ -174,7 +174,9 @@ impl<'k> Machine<'k> {
 
     fn free(&mut self, ids: &[ValueId]) {
         for v in ids {
-            self.env[v.0 as usize] = None;
+            if let Some(Value::T(t)) = self.env[v.0 as usize].take() {
+                recycle(t);
+            }
         }
     }
 
@@ -420,7 +422,9 @@ impl<'k> Machine<'k> {
             return Err(internal("stored value does not match the window"));
         }
         if mask.is_none() && w.is_full(&shape) {
-            self.refs[r].content = Some(value);
+            if let Some(old) = self.refs[r].content.replace(value) {
+                recycle(old);
+            }
             return Ok(());
         }
         // Partial or masked store: make the contents an owned contiguous buffer, then write the window.
