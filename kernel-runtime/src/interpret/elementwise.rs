@@ -18,14 +18,14 @@ pub(crate) fn map1<A: HostElement, R: HostElement>(
 ) -> Result<Tensor> {
     #[cfg(target_arch = "x86_64")]
     if super::simd::avx2() {
-        // SAFETY: the CPU has AVX2 (checked at run time).
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
         return unsafe { map1_avx2(a, f) };
     }
     map1_impl(a, f)
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn map1_avx2<A: HostElement, R: HostElement>(
     a: &Tensor,
     f: impl Fn(A) -> R,
@@ -76,14 +76,14 @@ pub(crate) fn map2<A: HostElement, B: HostElement, R: HostElement>(
 ) -> Result<Tensor> {
     #[cfg(target_arch = "x86_64")]
     if super::simd::avx2() {
-        // SAFETY: the CPU has AVX2 (checked at run time).
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
         return unsafe { map2_avx2(a, b, f) };
     }
     map2_impl(a, b, f)
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn map2_avx2<A: HostElement, B: HostElement, R: HostElement>(
     a: &Tensor,
     b: &Tensor,
@@ -149,14 +149,14 @@ pub(crate) fn map3<A: HostElement, B: HostElement, C: HostElement, R: HostElemen
 ) -> Result<Tensor> {
     #[cfg(target_arch = "x86_64")]
     if super::simd::avx2() {
-        // SAFETY: the CPU has AVX2 (checked at run time).
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
         return unsafe { map3_avx2(a, b, c, f) };
     }
     map3_impl(a, b, c, f)
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn map3_avx2<A: HostElement, B: HostElement, C: HostElement, R: HostElement>(
     a: &Tensor,
     b: &Tensor,

@@ -51,7 +51,7 @@ impl<const K: u8> Combine for FloatComb<K> {
     fn row_f32(self, row: &[f32]) -> Option<f32> {
         #[cfg(target_arch = "x86_64")]
         if super::simd::avx2() {
-            // SAFETY: the CPU has AVX2 (checked at run time).
+            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
             return Some(unsafe { super::simd::reduce_row_f32::<K>(row) });
         }
         let _ = row;
@@ -168,14 +168,14 @@ fn reduce_with<T: HostElement, C: Combine>(
 ) -> Result<Tensor> {
     #[cfg(target_arch = "x86_64")]
     if super::simd::avx2() {
-        // SAFETY: the CPU has AVX2 (checked at run time).
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
         return unsafe { reduce_avx2(t, axes, out_shape, comb, load, finish) };
     }
     reduce_impl(t, axes, out_shape, comb, load, finish)
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn reduce_avx2<T: HostElement, C: Combine>(
     t: &Tensor,
     axes: &[usize],
