@@ -9,7 +9,8 @@ scripts/setup.sh --python
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
-cargo test --workspace --all-targets
+# Benches are compiled by clippy above but not run here: they are benchmarks, not tests (cargo bench).
+cargo test --workspace --lib --bins --tests --examples
 cargo test --workspace --doc --quiet
 
 if [ -d python/tests ] && ls python/tests/test_*.py >/dev/null 2>&1; then
