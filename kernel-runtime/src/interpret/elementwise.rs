@@ -11,61 +11,149 @@ use half::bf16;
 
 // ---------------------------------------------------------------------------------------------- loops
 
-/// `f` over every element of `a` (contiguous result).
-pub(crate) fn map1<A: HostElement, R: HostElement>(
-    a: &Tensor,
-    f: impl Fn(A) -> R,
-) -> Result<Tensor> {
-    #[cfg(target_arch = "x86_64")]
-    if super::simd::avx2() {
-        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-        return unsafe { map1_avx2(a, f) };
+/// Where an elementwise result may be written directly: an output block inside the output array
+/// (so the store that follows needs no block buffer and write-back needs no copy).
+#[derive(Clone, Debug)]
+pub(crate) struct RawDest {
+    pub ptr: *mut u8,
+    /// Elements the pointer may address.
+    pub len: usize,
+    pub off: usize,
+    pub strides: Vec<usize>,
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+thread_local! {
+    static DEST: std::cell::RefCell<Option<RawDest>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Run the elementwise rule `f` offering `dest` as its output: `Ok(None)` if the result was written
+/// there, `Ok(Some(t))` if `f` produced a tensor instead (e.g. a no-op cast).
+///
+/// # Safety
+/// `dest` must address `len` elements of `dtype` that nothing else reads or writes while `f` runs.
+pub(crate) unsafe fn into_dest(dest: RawDest, f: impl FnOnce() -> Result<Tensor>) -> Result<Option<Tensor>> {
+    DEST.with(|d| *d.borrow_mut() = Some(dest));
+    let r = f();
+    let unused = DEST.with(|d| d.borrow_mut().take());
+    let t = r?;
+    Ok(if unused.is_some() { Some(t) } else { None })
+}
+
+/// The output of one elementwise loop: a fresh buffer, or an offered [`RawDest`] of the right type.
+struct Out<R> {
+    vec: Option<Vec<R>>,
+    ptr: *mut R,
+    len: usize,
+    off: usize,
+    strides: Vec<usize>,
+}
+
+impl<R: HostElement> Out<R> {
+    fn new(shape: &[usize]) -> Out<R> {
+        let offered = DEST.with(|d| {
+            let mut d = d.borrow_mut();
+            if d.as_ref().is_some_and(|x| x.dtype == R::DTYPE && x.shape == shape) {
+                d.take()
+            } else {
+                None
+            }
+        });
+        if let Some(d) = offered {
+            return Out { vec: None, ptr: d.ptr as *mut R, len: d.len, off: d.off, strides: d.strides };
+        }
+        let n = shape.iter().product();
+        let mut v = take_vec::<R>(n);
+        let ptr = v.as_mut_ptr();
+        Out { vec: Some(v), ptr, len: n, off: 0, strides: super::tensor::row_major_strides(shape) }
     }
-    map1_impl(a, f)
+    /// Whether every row of `len` elements at `inner` stride stays inside the destination.
+    fn fits(&self, shape: &[usize]) -> bool {
+        let reach: usize = shape.iter().zip(&self.strides).map(|(n, s)| n.saturating_sub(1) * s).sum();
+        shape.contains(&0) || self.off + reach < self.len
+    }
+    /// The destination row at `o` as a slice (inner stride 1).
+    ///
+    /// # Safety
+    /// `o + len` must be within the destination (guaranteed by `fits`) and rows must not overlap.
+    #[inline(always)]
+    unsafe fn row(&mut self, o: usize, len: usize) -> &mut [std::mem::MaybeUninit<R>] {
+        // SAFETY: forwarded to the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(o) as *mut std::mem::MaybeUninit<R>, len) }
+    }
+    #[inline(always)]
+    unsafe fn put(&mut self, o: usize, v: R) {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.ptr.add(o).write(v) }
+    }
+    fn finish(self, shape: &[usize]) -> Tensor {
+        match self.vec {
+            Some(mut v) => {
+                // SAFETY: every element of the row-major result was written by the caller's rows.
+                unsafe { v.set_len(shape.iter().product()) };
+                Tensor::from_vec(shape.to_vec(), v)
+            }
+            None => Tensor::splat(crate::dtype::Literal::zero(R::DTYPE), &[]),
+        }
+    }
+}
+
+macro_rules! dispatch {
+    ($avx:ident, $imp:ident, ($($a:ident),*)) => {{
+        #[cfg(target_arch = "x86_64")]
+        if super::simd::avx2() {
+            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+            return unsafe { $avx($($a),*) };
+        }
+        $imp($($a),*)
+    }};
+}
+
+/// `f` over every element of `a`.
+pub(crate) fn map1<A: HostElement, R: HostElement>(a: &Tensor, f: impl Fn(A) -> R) -> Result<Tensor> {
+    dispatch!(map1_avx2, map1_impl, (a, f))
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn map1_avx2<A: HostElement, R: HostElement>(
-    a: &Tensor,
-    f: impl Fn(A) -> R,
-) -> Result<Tensor> {
+unsafe fn map1_avx2<A: HostElement, R: HostElement>(a: &Tensor, f: impl Fn(A) -> R) -> Result<Tensor> {
     map1_impl(a, f)
 }
 
 #[inline(always)]
 fn map1_impl<A: HostElement, R: HostElement>(a: &Tensor, f: impl Fn(A) -> R) -> Result<Tensor> {
     let ad = a.data::<A>()?;
-    let rows = Rows::new(&a.shape, [&a.strides], [a.offset]);
-    let (len, [sa]) = (rows.inner, rows.inner_strides);
-    let mut out: Vec<R> = take_vec(a.numel());
-    let spare = &mut out.spare_capacity_mut()[..];
-    let mut w = 0;
-    for [oa] in rows {
-        let dst = &mut spare[w..w + len];
-        w += len;
-        match sa {
-            1 => {
-                for (d, &x) in dst.iter_mut().zip(&ad[oa..oa + len]) {
-                    d.write(f(x));
+    let mut out = Out::<R>::new(&a.shape);
+    if !out.fits(&a.shape) {
+        return Err(internal("elementwise destination too small"));
+    }
+    let rows = Rows::new(&a.shape, [&a.strides, &out.strides], [a.offset, out.off]);
+    let (len, [sa, so]) = (rows.inner, rows.inner_strides);
+    for [oa, od] in rows {
+        // SAFETY: `fits` checked every destination row; rows of one result never overlap.
+        unsafe {
+            match (sa, so) {
+                (1, 1) => {
+                    for (d, &x) in out.row(od, len).iter_mut().zip(&ad[oa..oa + len]) {
+                        d.write(f(x));
+                    }
                 }
-            }
-            0 => {
-                let v = f(ad[oa]);
-                for d in dst {
-                    d.write(v);
+                (0, 1) => {
+                    let v = f(ad[oa]);
+                    for d in out.row(od, len) {
+                        d.write(v);
+                    }
                 }
-            }
-            s => {
-                for (i, d) in dst.iter_mut().enumerate() {
-                    d.write(f(ad[oa + i * s]));
+                (sa, so) => {
+                    for i in 0..len {
+                        out.put(od + i * so, f(ad[oa + i * sa]));
+                    }
                 }
             }
         }
     }
-    // SAFETY: the rows wrote exactly the first `w` elements.
-    unsafe { out.set_len(w) };
-    Ok(Tensor::from_vec(a.shape.clone(), out))
+    Ok(out.finish(&a.shape))
 }
 
 /// `f` over pairs of elements of same-shaped `a` and `b`.
@@ -74,12 +162,7 @@ pub(crate) fn map2<A: HostElement, B: HostElement, R: HostElement>(
     b: &Tensor,
     f: impl Fn(A, B) -> R,
 ) -> Result<Tensor> {
-    #[cfg(target_arch = "x86_64")]
-    if super::simd::avx2() {
-        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-        return unsafe { map2_avx2(a, b, f) };
-    }
-    map2_impl(a, b, f)
+    dispatch!(map2_avx2, map2_impl, (a, b, f))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -102,42 +185,42 @@ fn map2_impl<A: HostElement, B: HostElement, R: HostElement>(
         return Err(internal("elementwise operands of different shapes"));
     }
     let (ad, bd) = (a.data::<A>()?, b.data::<B>()?);
-    let rows = Rows::new(&a.shape, [&a.strides, &b.strides], [a.offset, b.offset]);
-    let (len, [sa, sb]) = (rows.inner, rows.inner_strides);
-    let mut out: Vec<R> = take_vec(a.numel());
-    let spare = &mut out.spare_capacity_mut()[..];
-    let mut w = 0;
-    for [oa, ob] in rows {
-        let dst = &mut spare[w..w + len];
-        w += len;
-        match (sa, sb) {
-            (1, 1) => {
-                for ((d, &x), &y) in dst.iter_mut().zip(&ad[oa..oa + len]).zip(&bd[ob..ob + len]) {
-                    d.write(f(x, y));
+    let mut out = Out::<R>::new(&a.shape);
+    if !out.fits(&a.shape) {
+        return Err(internal("elementwise destination too small"));
+    }
+    let rows = Rows::new(&a.shape, [&a.strides, &b.strides, &out.strides], [a.offset, b.offset, out.off]);
+    let (len, [sa, sb, so]) = (rows.inner, rows.inner_strides);
+    for [oa, ob, od] in rows {
+        // SAFETY: `fits` checked every destination row; rows of one result never overlap.
+        unsafe {
+            match (sa, sb, so) {
+                (1, 1, 1) => {
+                    for ((d, &x), &y) in out.row(od, len).iter_mut().zip(&ad[oa..oa + len]).zip(&bd[ob..ob + len]) {
+                        d.write(f(x, y));
+                    }
                 }
-            }
-            (1, 0) => {
-                let y = bd[ob];
-                for (d, &x) in dst.iter_mut().zip(&ad[oa..oa + len]) {
-                    d.write(f(x, y));
+                (1, 0, 1) => {
+                    let y = bd[ob];
+                    for (d, &x) in out.row(od, len).iter_mut().zip(&ad[oa..oa + len]) {
+                        d.write(f(x, y));
+                    }
                 }
-            }
-            (0, 1) => {
-                let x = ad[oa];
-                for (d, &y) in dst.iter_mut().zip(&bd[ob..ob + len]) {
-                    d.write(f(x, y));
+                (0, 1, 1) => {
+                    let x = ad[oa];
+                    for (d, &y) in out.row(od, len).iter_mut().zip(&bd[ob..ob + len]) {
+                        d.write(f(x, y));
+                    }
                 }
-            }
-            (sa, sb) => {
-                for (i, d) in dst.iter_mut().enumerate() {
-                    d.write(f(ad[oa + i * sa], bd[ob + i * sb]));
+                (sa, sb, so) => {
+                    for i in 0..len {
+                        out.put(od + i * so, f(ad[oa + i * sa], bd[ob + i * sb]));
+                    }
                 }
             }
         }
     }
-    // SAFETY: the rows wrote exactly the first `w` elements.
-    unsafe { out.set_len(w) };
-    Ok(Tensor::from_vec(a.shape.clone(), out))
+    Ok(out.finish(&a.shape))
 }
 
 /// `f` over triples of elements of same-shaped `a`, `b`, `c`.
@@ -147,12 +230,7 @@ pub(crate) fn map3<A: HostElement, B: HostElement, C: HostElement, R: HostElemen
     c: &Tensor,
     f: impl Fn(A, B, C) -> R,
 ) -> Result<Tensor> {
-    #[cfg(target_arch = "x86_64")]
-    if super::simd::avx2() {
-        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-        return unsafe { map3_avx2(a, b, c, f) };
-    }
-    map3_impl(a, b, c, f)
+    dispatch!(map3_avx2, map3_impl, (a, b, c, f))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -177,35 +255,32 @@ fn map3_impl<A: HostElement, B: HostElement, C: HostElement, R: HostElement>(
         return Err(internal("elementwise operands of different shapes"));
     }
     let (ad, bd, cd) = (a.data::<A>()?, b.data::<B>()?, c.data::<C>()?);
+    let mut out = Out::<R>::new(&a.shape);
+    if !out.fits(&a.shape) {
+        return Err(internal("elementwise destination too small"));
+    }
     let rows = Rows::new(
         &a.shape,
-        [&a.strides, &b.strides, &c.strides],
-        [a.offset, b.offset, c.offset],
+        [&a.strides, &b.strides, &c.strides, &out.strides],
+        [a.offset, b.offset, c.offset, out.off],
     );
-    let (len, [sa, sb, sc]) = (rows.inner, rows.inner_strides);
-    let mut out: Vec<R> = take_vec(a.numel());
-    let spare = &mut out.spare_capacity_mut()[..];
-    let mut w = 0;
-    for [oa, ob, oc] in rows {
-        let dst = &mut spare[w..w + len];
-        w += len;
-        if (sa, sb, sc) == (1, 1, 1) {
-            let src = ad[oa..oa + len]
-                .iter()
-                .zip(&bd[ob..ob + len])
-                .zip(&cd[oc..oc + len]);
-            for (d, ((&x, &y), &z)) in dst.iter_mut().zip(src) {
-                d.write(f(x, y, z));
-            }
-        } else {
-            for (i, d) in dst.iter_mut().enumerate() {
-                d.write(f(ad[oa + i * sa], bd[ob + i * sb], cd[oc + i * sc]));
+    let (len, [sa, sb, sc, so]) = (rows.inner, rows.inner_strides);
+    for [oa, ob, oc, od] in rows {
+        // SAFETY: `fits` checked every destination row; rows of one result never overlap.
+        unsafe {
+            if (sa, sb, sc, so) == (1, 1, 1, 1) {
+                let src = ad[oa..oa + len].iter().zip(&bd[ob..ob + len]).zip(&cd[oc..oc + len]);
+                for (d, ((&x, &y), &z)) in out.row(od, len).iter_mut().zip(src) {
+                    d.write(f(x, y, z));
+                }
+            } else {
+                for i in 0..len {
+                    out.put(od + i * so, f(ad[oa + i * sa], bd[ob + i * sb], cd[oc + i * sc]));
+                }
             }
         }
     }
-    // SAFETY: the rows wrote exactly the first `w` elements.
-    unsafe { out.set_len(w) };
-    Ok(Tensor::from_vec(a.shape.clone(), out))
+    Ok(out.finish(&a.shape))
 }
 
 // ---------------------------------------------------------------------------------------------- element types

@@ -8,6 +8,7 @@
 //! pool when no output block is written by two chunks (checked by evaluating the index maps).
 
 use super::host::{HostArray, HostData, HostElement};
+use super::elementwise::RawDest;
 use super::machine::{fill_literal, plan, write_view, write_view_raw, Machine, Plan, RefState};
 use super::tensor::{internal, recycle, row_major_strides, Tensor};
 use super::InterpretOptions;
@@ -81,7 +82,7 @@ pub(crate) fn run(
         k,
         inputs,
         sinks: &sinks,
-        plan: plan(&k.body.body),
+        plan: plan(&k.body),
         poison: opts.poison_uninitialized,
     };
 
@@ -276,6 +277,7 @@ impl<'a> Runner<'a> {
                 shape: o.ref_shape(),
                 content: None,
                 label: o.label(),
+                written_through: false,
             })
             .collect();
         Machine::new(&self.k.body, refs, self.poison)
@@ -290,6 +292,8 @@ impl<'a> Runner<'a> {
             if let Some(old) = m.refs[i].content.take() {
                 recycle(old);
             }
+            m.refs[i].written_through = false;
+            m.dests[i] = None;
             if o.role == OperandRole::Input {
                 if o.block.is_none() {
                     m.refs[i].content = Some(whole(&self.inputs[input_no]));
@@ -370,6 +374,8 @@ impl<'a> Runner<'a> {
                     if let Some(old) = m.refs[i].content.take() {
                         recycle(old);
                     }
+                    m.refs[i].written_through = false;
+                    m.dests[i] = self.dest(i, role_no, &idx)?;
                 }
             }
             last[i] = Some(idx);
@@ -379,39 +385,53 @@ impl<'a> Runner<'a> {
 
     /// Copy output ref `i`'s block (block index `idx`) into output array `out_no`, clipped to the array.
     fn write_back(&self, m: &mut Machine<'a>, i: usize, out_no: usize, idx: &[i64]) -> Result<()> {
+        let through = std::mem::replace(&mut m.refs[i].written_through, false);
+        m.dests[i] = None;
         let r = &mut m.refs[i];
-        let content = match r.content.take() {
-            Some(t) => t,
-            None => Tensor::splat(fill_literal(r.dtype, self.poison), &r.shape),
-        };
-        self.write_block(i, out_no, idx, &content)?;
-        recycle(content);
-        Ok(())
+        match r.content.take() {
+            // The block was computed in place in the output array.
+            None if through => self.mark_written(i, out_no, idx),
+            content => {
+                let content = content.unwrap_or_else(|| Tensor::splat(fill_literal(r.dtype, self.poison), &r.shape));
+                self.write_block(i, out_no, idx, &content)?;
+                recycle(content);
+                Ok(())
+            }
+        }
     }
 
-    /// Write `content` as block `idx` of output array `out_no` (operand `i`), clipped to the array.
-    fn write_block(&self, i: usize, out_no: usize, idx: &[i64], content: &Tensor) -> Result<()> {
+    /// Where block `idx` of output operand `i` sits in its array: element offset, strides of the kernel
+    /// dims, the block's kernel shape clipped to the array, and whether it needed clipping.
+    fn geometry(&self, i: usize, idx: &[i64]) -> Result<(usize, Vec<usize>, Vec<usize>, bool)> {
         let o = &self.k.operands[i];
-        let block = o
-            .block
-            .as_ref()
-            .ok_or_else(|| internal("output without a block"))?;
+        let block = o.block.as_ref().ok_or_else(|| internal("output without a block"))?;
         let astr = row_major_strides(&o.shape);
-        let (mut off, mut strides, mut clipped) = (0, Vec::new(), Vec::new());
+        let (mut off, mut strides, mut clipped, mut cut) = (0, Vec::new(), Vec::new(), false);
         for d in 0..o.shape.len() {
             let start = idx[d] as usize * block.block_shape[d];
             off += start * astr[d];
+            cut |= start + block.block_shape[d] > o.shape[d];
             if !block.squeezed[d] {
                 strides.push(astr[d]);
                 clipped.push(block.block_shape[d].min(o.shape[d] - start));
             }
         }
+        Ok((off, strides, clipped, cut))
+    }
+
+    /// The output array region of block `idx` as a direct destination, if the block lies inside it.
+    fn dest(&self, i: usize, out_no: usize, idx: &[i64]) -> Result<Option<RawDest>> {
+        let (off, strides, shape, cut) = self.geometry(i, idx)?;
+        let sink = self.sinks.get(out_no).ok_or_else(|| internal("output sink"))?;
+        Ok((!cut).then(|| RawDest { ptr: sink.ptr, len: sink.len, off, strides, shape, dtype: sink.dtype }))
+    }
+
+    /// Write `content` as block `idx` of output array `out_no` (operand `i`), clipped to the array.
+    fn write_block(&self, i: usize, out_no: usize, idx: &[i64], content: &Tensor) -> Result<()> {
+        let (off, strides, clipped, _) = self.geometry(i, idx)?;
         let zeros = vec![0; clipped.len()];
         let src = content.window(&zeros, &clipped, &vec![false; clipped.len()]);
-        let sink = self
-            .sinks
-            .get(out_no)
-            .ok_or_else(|| internal("output sink"))?;
+        let sink = self.sinks.get(out_no).ok_or_else(|| internal("output sink"))?;
         if sink.dtype != src.dtype {
             return Err(internal("output dtype"));
         }
@@ -421,16 +441,15 @@ impl<'a> Runner<'a> {
             // bounds-checks each row and only writes (never reads) the destination.
             unsafe { write_view_raw::<T>(sink.ptr as *mut T, sink.len, off, &strides, &src, None)? }
         });
-        let n: Vec<usize> = o
-            .shape
-            .iter()
-            .zip(&block.block_shape)
-            .map(|(a, s)| a.div_ceil(*s))
-            .collect();
-        let lin = idx
-            .iter()
-            .zip(&n)
-            .fold(0usize, |acc, (&x, &nb)| acc * nb + x as usize);
+        self.mark_written(i, out_no, idx)
+    }
+
+    fn mark_written(&self, i: usize, out_no: usize, idx: &[i64]) -> Result<()> {
+        let o = &self.k.operands[i];
+        let block = o.block.as_ref().ok_or_else(|| internal("output without a block"))?;
+        let sink = self.sinks.get(out_no).ok_or_else(|| internal("output sink"))?;
+        let n: Vec<usize> = o.shape.iter().zip(&block.block_shape).map(|(a, s)| a.div_ceil(*s)).collect();
+        let lin = idx.iter().zip(&n).fold(0usize, |acc, (&x, &nb)| acc * nb + x as usize);
         if let Some(w) = sink.written.get(lin) {
             w.store(true, Ordering::Relaxed);
         }

@@ -3,7 +3,7 @@
 //! into a ref rarely have to copy it.
 
 use super::dot::dot;
-use super::elementwise::{self, with_dtype};
+use super::elementwise::{self, into_dest, with_dtype, RawDest};
 use super::host::{HostData, HostElement};
 use super::reduce::reduce;
 use super::tensor::{for_each_row, internal, recycle, row_major_strides, Tensor};
@@ -17,6 +17,9 @@ use std::sync::Arc;
 pub(crate) enum Value {
     T(Tensor),
     Ref(usize),
+    /// An elementwise result already written into its ref's output block (see [`Plan`]); its only
+    /// use is the full store into that ref.
+    Sunk,
 }
 
 /// A kernel ref during a grid step: its block contents, or nothing yet (reads see the fill value).
@@ -26,11 +29,16 @@ pub(crate) struct RefState {
     pub shape: Vec<usize>,
     pub content: Option<Tensor>,
     pub label: String,
+    /// The current output block holds this ref's contents in the output array itself.
+    pub written_through: bool,
 }
 
-/// Which values die after each op of a region (uses inside nested regions count at the parent op).
+/// Per region: which values die after each op (uses inside nested regions count at the parent op), and
+/// which elementwise ops only feed a full store into a ref (`sink_to`: that ref), so they may write
+/// straight into the output block.
 pub(crate) struct Plan {
     dead_after: Vec<Vec<ValueId>>,
+    sink_to: Vec<Option<ValueId>>,
     sub: Vec<Vec<Plan>>,
 }
 
@@ -43,7 +51,17 @@ fn deep_uses(op: &Op, out: &mut Vec<ValueId>) {
     }
 }
 
-pub(crate) fn plan(r: &Region) -> Plan {
+pub(crate) fn plan(f: &Func) -> Plan {
+    let mut uses: HashMap<ValueId, usize> = HashMap::new();
+    f.walk(&mut |op| {
+        for v in &op.operands {
+            *uses.entry(*v).or_insert(0) += 1;
+        }
+    });
+    plan_region(f, &f.body, &uses)
+}
+
+fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>) -> Plan {
     let mut defined: HashSet<ValueId> = r.args.iter().copied().collect();
     for op in &r.ops {
         defined.extend(op.results.iter().copied());
@@ -66,12 +84,23 @@ pub(crate) fn plan(r: &Region) -> Plan {
     for (i, op) in r.ops.iter().enumerate() {
         dead_after[i].extend(op.results.iter().filter(|v| !last.contains_key(v)));
     }
-    let sub = r
-        .ops
-        .iter()
-        .map(|op| op.regions.iter().map(plan).collect())
-        .collect();
-    Plan { dead_after, sub }
+    let mut sink_to = vec![None; r.ops.len()];
+    for (i, op) in r.ops.iter().enumerate() {
+        let elementwise =
+            matches!(op.kind, OpKind::Unary(_) | OpKind::Binary(_) | OpKind::Compare(_) | OpKind::Select | OpKind::Cast(_));
+        let [v] = op.results[..] else { continue };
+        if !elementwise || all_uses.get(&v) != Some(&1) {
+            continue;
+        }
+        let store = r.ops[i + 1..].iter().find(|o| o.operands.contains(&v));
+        if let Some(Op { kind: OpKind::Store { window, masked: false }, operands, .. }) = store {
+            if operands.get(1) == Some(&v) && window.is_full(f.ty(operands[0]).shape()) {
+                sink_to[i] = Some(operands[0]);
+            }
+        }
+    }
+    let sub = r.ops.iter().map(|op| op.regions.iter().map(|reg| plan_region(f, reg, all_uses)).collect()).collect();
+    Plan { dead_after, sink_to, sub }
 }
 
 /// What uninitialized memory reads as: zeros, or with poisoning NaN / a bit pattern.
@@ -94,16 +123,14 @@ pub(crate) struct Machine<'k> {
     poison: bool,
     env: Vec<Option<Value>>,
     pub refs: Vec<RefState>,
+    /// Per ref: the current output block inside the output array, when it may be written directly.
+    pub dests: Vec<Option<RawDest>>,
 }
 
 impl<'k> Machine<'k> {
     pub fn new(func: &'k Func, refs: Vec<RefState>, poison: bool) -> Self {
-        Machine {
-            func,
-            poison,
-            env: vec![None; func.values.len()],
-            refs,
-        }
+        let dests = refs.iter().map(|_| None).collect();
+        Machine { func, poison, env: vec![None; func.values.len()], refs, dests }
     }
 
     /// Run the kernel body once with these grid indices.
@@ -160,7 +187,11 @@ impl<'k> Machine<'k> {
                 self.free(&plan.dead_after[i]);
                 return Ok(vals);
             }
-            let results = self.op(op, &plan.sub[i]).map_err(|e| e.at(op.loc))?;
+            let results = match plan.sink_to[i] {
+                Some(r) => self.sunk_op(op, r),
+                None => self.op(op, &plan.sub[i]),
+            }
+            .map_err(|e| e.at(op.loc))?;
             if results.len() != op.results.len() {
                 return Err(internal("op produced the wrong number of results").at(op.loc));
             }
@@ -172,11 +203,43 @@ impl<'k> Machine<'k> {
         Ok(Vec::new())
     }
 
+    /// The contents of ref `r` as a tensor (reading back a written-through output block).
+    fn contents(&self, r: usize) -> Result<Tensor> {
+        let st = &self.refs[r];
+        if let Some(t) = &st.content {
+            return Ok(t.clone());
+        }
+        if st.written_through {
+            if let Some(d) = &self.dests[r] {
+                return read_dest(d);
+            }
+        }
+        Ok(Tensor::splat(fill_literal(st.dtype, self.poison), &st.shape))
+    }
+
     fn free(&mut self, ids: &[ValueId]) {
         for v in ids {
             if let Some(Value::T(t)) = self.env[v.0 as usize].take() {
                 recycle(t);
             }
+        }
+    }
+
+    /// An elementwise op whose result is only stored whole into ref `r`: write it straight into the
+    /// output block when that block lives in the output array.
+    fn sunk_op(&mut self, op: &Op, r: ValueId) -> Result<Vec<Value>> {
+        // Not while the block already lives in the array: a load between this op and the store must
+        // still see the previous contents.
+        let dest = match self.ref_index(r) {
+            Ok(ri) if !self.refs[ri].written_through => self.dests.get(ri).and_then(|d| d.clone()),
+            _ => None,
+        };
+        let Some(dest) = dest else { return self.op(op, &[]) };
+        // SAFETY: `dests` only holds blocks of the output arrays that this chunk owns exclusively
+        // (see `grid::Runner::enter`), and nothing reads them while the op runs.
+        match unsafe { into_dest(dest, || self.op(op, &[]).and_then(single_tensor)) }? {
+            None => Ok(vec![Value::Sunk]),
+            Some(t) => Ok(vec![Value::T(t)]),
         }
     }
 
@@ -336,7 +399,7 @@ impl<'k> Machine<'k> {
             let rest = out.split_off(1);
             let go = match &out[0] {
                 Value::T(t) => t.scalar_bool()?,
-                Value::Ref(_) => return Err(internal("while condition is a ref")),
+                _ => return Err(internal("while condition is not a value")),
             };
             if !go {
                 return Ok(rest);
@@ -393,10 +456,7 @@ impl<'k> Machine<'k> {
         let starts = self.starts(op, w, 1, r)?;
         let st = &self.refs[r];
         let full = w.is_full(&st.shape);
-        let content = match &st.content {
-            Some(t) => t.clone(),
-            None => Tensor::splat(fill_literal(st.dtype, self.poison), &st.shape),
-        };
+        let content = self.contents(r)?;
         Ok(if full {
             content
         } else {
@@ -406,6 +466,14 @@ impl<'k> Machine<'k> {
 
     fn store(&mut self, op: &Op, w: &Window, masked: bool) -> Result<()> {
         let r = self.ref_index(op.operands[0])?;
+        if let Some(Some(Value::Sunk)) = self.env.get(op.operands[1].0 as usize) {
+            // The value was computed straight into the output block.
+            if let Some(old) = self.refs[r].content.take() {
+                recycle(old);
+            }
+            self.refs[r].written_through = true;
+            return Ok(());
+        }
         let value = self.tensor(op.operands[1])?.clone();
         let mask = if masked {
             let m = op
@@ -460,6 +528,33 @@ impl<'k> Machine<'k> {
         });
         Ok(())
     }
+}
+
+fn single_tensor(mut v: Vec<Value>) -> Result<Tensor> {
+    match v.pop() {
+        Some(Value::T(t)) if v.is_empty() => Ok(t),
+        _ => Err(internal("elementwise op without a single tensor result")),
+    }
+}
+
+/// Copy an output block out of the output array (after a written-through store).
+fn read_dest(d: &RawDest) -> Result<Tensor> {
+    let reach: usize = d.shape.iter().zip(&d.strides).map(|(n, s)| n.saturating_sub(1) * s).sum();
+    if d.shape.contains(&0) || d.off + reach >= d.len {
+        return Err(internal("output block outside its array"));
+    }
+    with_dtype!(d.dtype, T => {
+        let ptr = d.ptr as *const T;
+        let mut out: Vec<T> = Vec::with_capacity(d.shape.iter().product());
+        for_each_row(&d.shape, [&d.strides], [d.off], |[o], n, [s]| {
+            for i in 0..n {
+                // SAFETY: every offset is below `off + reach < len` (checked above); the block was
+                // fully written by the sunk op, and this chunk owns it exclusively.
+                out.push(unsafe { ptr.add(o + i * s).read() });
+            }
+        });
+        Ok(Tensor::from_vec(d.shape.clone(), out))
+    })
 }
 
 /// Write `src` (optionally only where `mask`) into `dst` at `off` with `strides` (one per src dim).
