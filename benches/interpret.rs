@@ -23,6 +23,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tpu_kernel::reference;
+use tpu_kernel::runtime::interpret::InterpretOptions;
 use tpu_kernel::{KernelError, PallasCall};
 
 type Build = Box<dyn Fn() -> Result<PallasCall, KernelError>>;
@@ -117,6 +118,12 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .cloned();
     let ours_only = args.iter().any(|a| a == "--ours-only");
+    // `--no-fuse` / `--sequential`: switch interpreter optimizations off (to measure what they buy).
+    let opts = InterpretOptions {
+        fuse: !args.iter().any(|a| a == "--no-fuse"),
+        parallel: !args.iter().any(|a| a == "--sequential"),
+        ..InterpretOptions::default()
+    };
     let budget = Duration::from_millis(if quick { 300 } else { 1000 });
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -144,7 +151,7 @@ fn main() {
             }
         };
         let inputs = reference::random_inputs(&call, 1);
-        let out = match call.interpret(&inputs) {
+        let out = match call.interpret_with(&inputs, &opts) {
             Ok(o) => o,
             Err(e) => {
                 eprintln!("{name}: interpret failed: {e}");
@@ -165,7 +172,7 @@ fn main() {
         };
         let ours = median_ms(
             || {
-                let _ = std::hint::black_box(call.interpret(&inputs));
+                let _ = std::hint::black_box(call.interpret_with(&inputs, &opts));
             },
             budget,
         );

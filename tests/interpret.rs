@@ -79,6 +79,20 @@ fn examples_never_read_uninitialized_memory() {
 }
 
 #[test]
+fn fused_and_unfused_runs_agree_bit_for_bit() {
+    for (name, build) in EXAMPLES {
+        let call = build().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let inputs = reference::random_inputs(&call, 4);
+        for poison in [false, true] {
+            let opts = |fuse| InterpretOptions { fuse, poison_uninitialized: poison, ..Default::default() };
+            let fused = call.interpret_with(&inputs, &opts(true)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let plain = call.interpret_with(&inputs, &opts(false)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(fused, plain, "{name}");
+        }
+    }
+}
+
+#[test]
 fn parallel_and_sequential_runs_agree_bit_for_bit() {
     for (name, build) in EXAMPLES {
         let call = build().unwrap_or_else(|e| panic!("{name}: {e}"));

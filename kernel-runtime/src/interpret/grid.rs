@@ -82,7 +82,7 @@ pub(crate) fn run(
         k,
         inputs,
         sinks: &sinks,
-        plan: plan(&k.body),
+        plan: plan(&k.body, opts.fuse),
         poison: opts.poison_uninitialized,
     };
 

@@ -4,6 +4,7 @@
 
 use super::dot::dot;
 use super::elementwise::{self, into_dest, with_dtype, RawDest};
+use super::fused::{self, Link};
 use super::host::{HostData, HostElement};
 use super::reduce::reduce;
 use super::tensor::{for_each_row, internal, recycle, row_major_strides, Tensor};
@@ -39,7 +40,96 @@ pub(crate) struct RefState {
 pub(crate) struct Plan {
     dead_after: Vec<Vec<ValueId>>,
     sink_to: Vec<Option<ValueId>>,
+    /// Ops folded into a fused chain that runs at a later op.
+    skip: Vec<bool>,
+    /// Fused chains, at the op that ends them.
+    chain: Vec<Option<Chain>>,
     sub: Vec<Vec<Plan>>,
+}
+
+/// A fused elementwise chain (see [`super::fused`]): the input value, the links, their external operands.
+pub(crate) struct Chain {
+    first: ValueId,
+    links: Vec<Link>,
+    exts: Vec<ValueId>,
+}
+
+/// The link an op would be in a fused chain fed by `prev` (its single float-to-float operand).
+fn as_link(f: &Func, op: &Op, prev: ValueId) -> Option<(Link, Option<ValueId>)> {
+    let [res] = op.results[..] else { return None };
+    let d = f.ty(res).dtype();
+    if !d.is_float() || op.operands.iter().any(|v| !f.ty(*v).dtype().is_float()) {
+        return None;
+    }
+    match (&op.kind, &op.operands[..]) {
+        (OpKind::Unary(u), [a]) if *a == prev && fused::supported_unary(*u) => Some((Link::Unary(*u, d), None)),
+        (OpKind::Cast(to), [a]) if *a == prev => Some((Link::Cast(*to), None)),
+        (OpKind::Binary(b), [x, y]) if fused::supported_binary(*b) && (*x == prev) != (*y == prev) => {
+            let lhs = *x == prev;
+            Some((Link::Binary(*b, lhs, d), Some(if lhs { *y } else { *x })))
+        }
+        _ => None,
+    }
+}
+
+/// Find fused chains in a region: each member's result has exactly one use, the next member.
+/// Returns which ops are folded away, the chains (at their last op), and where each op runs.
+fn find_chains(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>) -> (Vec<bool>, Vec<Option<Chain>>, Vec<usize>) {
+    let n = r.ops.len();
+    let mut exec_at: Vec<usize> = (0..n).collect();
+    let (mut skip, mut chain) = (vec![false; n], (0..n).map(|_| None).collect::<Vec<_>>());
+    // next[i] = the op that uses op i's result, when op i can feed a chain link there.
+    let mut next: Vec<Option<usize>> = vec![None; n];
+    let mut has_prev = vec![false; n];
+    for (i, op) in r.ops.iter().enumerate() {
+        let [v] = op.results[..] else { continue };
+        if all_uses.get(&v) != Some(&1) || !f.ty(v).dtype().is_float() {
+            continue;
+        }
+        let starts = match (&op.kind, &op.operands[..]) {
+            (OpKind::Unary(u), [a]) => fused::supported_unary(*u) && f.ty(*a).dtype().is_float(),
+            (OpKind::Cast(_), [a]) => f.ty(*a).dtype().is_float(),
+            (OpKind::Binary(b), [x, y]) => fused::supported_binary(*b) && f.ty(*x).dtype().is_float() && f.ty(*y).dtype().is_float(),
+            _ => false,
+        };
+        if !starts {
+            continue;
+        }
+        if let Some(j) = (i + 1..n).find(|&j| r.ops[j].operands.contains(&v)) {
+            // One predecessor per member: a second one stays a materialized external operand.
+            if !has_prev[j] && as_link(f, &r.ops[j], v).is_some() {
+                next[i] = Some(j);
+                has_prev[j] = true;
+            }
+        }
+    }
+    for start in 0..n {
+        if has_prev[start] || next[start].is_none() {
+            continue;
+        }
+        let op = &r.ops[start];
+        let (first, mut links, mut exts) = match (&op.kind, &op.operands[..]) {
+            (OpKind::Binary(b), [x, y]) => (*x, vec![Link::Binary(*b, true, f.ty(op.results[0]).dtype())], vec![*y]),
+            (OpKind::Unary(u), [a]) => (*a, vec![Link::Unary(*u, f.ty(op.results[0]).dtype())], vec![]),
+            (OpKind::Cast(to), [a]) => (*a, vec![Link::Cast(*to)], vec![]),
+            _ => continue,
+        };
+        let mut members = vec![start];
+        let mut cur = start;
+        while let Some(j) = next[cur] {
+            let Some((link, ext)) = as_link(f, &r.ops[j], r.ops[cur].results[0]) else { break };
+            links.push(link);
+            exts.extend(ext);
+            members.push(j);
+            cur = j;
+        }
+        for &m in &members {
+            skip[m] = m != cur;
+            exec_at[m] = cur;
+        }
+        chain[cur] = Some(Chain { first, links, exts });
+    }
+    (skip, chain, exec_at)
 }
 
 fn deep_uses(op: &Op, out: &mut Vec<ValueId>) {
@@ -51,21 +141,27 @@ fn deep_uses(op: &Op, out: &mut Vec<ValueId>) {
     }
 }
 
-pub(crate) fn plan(f: &Func) -> Plan {
+pub(crate) fn plan(f: &Func, fuse: bool) -> Plan {
     let mut uses: HashMap<ValueId, usize> = HashMap::new();
     f.walk(&mut |op| {
         for v in &op.operands {
             *uses.entry(*v).or_insert(0) += 1;
         }
     });
-    plan_region(f, &f.body, &uses)
+    plan_region(f, &f.body, &uses, fuse)
 }
 
-fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>) -> Plan {
+fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: bool) -> Plan {
+    let (skip, chain, exec_at) = if fuse {
+        find_chains(f, r, all_uses)
+    } else {
+        (vec![false; r.ops.len()], r.ops.iter().map(|_| None).collect(), (0..r.ops.len()).collect())
+    };
     let mut defined: HashSet<ValueId> = r.args.iter().copied().collect();
     for op in &r.ops {
         defined.extend(op.results.iter().copied());
     }
+    // Last use of each value defined here, at the position where the using op actually runs.
     let mut last: HashMap<ValueId, usize> = HashMap::new();
     let mut uses = Vec::new();
     for (i, op) in r.ops.iter().enumerate() {
@@ -73,7 +169,8 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>) -> Plan
         deep_uses(op, &mut uses);
         for v in &uses {
             if defined.contains(v) {
-                last.insert(*v, i);
+                let at = last.entry(*v).or_insert(exec_at[i]);
+                *at = (*at).max(exec_at[i]);
             }
         }
     }
@@ -82,14 +179,14 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>) -> Plan
         dead_after[*i].push(*v);
     }
     for (i, op) in r.ops.iter().enumerate() {
-        dead_after[i].extend(op.results.iter().filter(|v| !last.contains_key(v)));
+        dead_after[exec_at[i]].extend(op.results.iter().filter(|v| !last.contains_key(v)));
     }
     let mut sink_to = vec![None; r.ops.len()];
     for (i, op) in r.ops.iter().enumerate() {
         let elementwise =
             matches!(op.kind, OpKind::Unary(_) | OpKind::Binary(_) | OpKind::Compare(_) | OpKind::Select | OpKind::Cast(_));
         let [v] = op.results[..] else { continue };
-        if !elementwise || all_uses.get(&v) != Some(&1) {
+        if !fuse || !elementwise || all_uses.get(&v) != Some(&1) {
             continue;
         }
         let store = r.ops[i + 1..].iter().find(|o| o.operands.contains(&v));
@@ -99,8 +196,8 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>) -> Plan
             }
         }
     }
-    let sub = r.ops.iter().map(|op| op.regions.iter().map(|reg| plan_region(f, reg, all_uses)).collect()).collect();
-    Plan { dead_after, sink_to, sub }
+    let sub = r.ops.iter().map(|op| op.regions.iter().map(|reg| plan_region(f, reg, all_uses, fuse)).collect()).collect();
+    Plan { dead_after, sink_to, skip, chain, sub }
 }
 
 /// What uninitialized memory reads as: zeros, or with poisoning NaN / a bit pattern.
@@ -150,7 +247,7 @@ impl<'k> Machine<'k> {
     fn tensor(&self, id: ValueId) -> Result<&Tensor> {
         match self.env.get(id.0 as usize) {
             Some(Some(Value::T(t))) => Ok(t),
-            _ => Err(internal("use of an undefined value")),
+            _ => Err(internal(&format!("use of an undefined value %{}", id.0))),
         }
     }
 
@@ -187,9 +284,13 @@ impl<'k> Machine<'k> {
                 self.free(&plan.dead_after[i]);
                 return Ok(vals);
             }
-            let results = match plan.sink_to[i] {
-                Some(r) => self.sunk_op(op, r),
-                None => self.op(op, &plan.sub[i]),
+            if plan.skip[i] {
+                continue; // folded into a fused chain that runs at a later op
+            }
+            let results = match (&plan.chain[i], plan.sink_to[i]) {
+                (Some(ch), sink) => self.chain(op, ch, sink),
+                (None, Some(r)) => self.sunk_op(op, r),
+                (None, None) => self.op(op, &plan.sub[i]),
             }
             .map_err(|e| e.at(op.loc))?;
             if results.len() != op.results.len() {
@@ -223,6 +324,21 @@ impl<'k> Machine<'k> {
                 recycle(t);
             }
         }
+    }
+
+    /// Run a fused chain ending at `op`, into the output block of `sink` when possible.
+    fn chain(&mut self, op: &Op, ch: &Chain, sink: Option<ValueId>) -> Result<Vec<Value>> {
+        let dest = match sink.map(|r| self.ref_index(r)) {
+            Some(Ok(ri)) if !self.refs[ri].written_through => self.dests.get(ri).and_then(|d| d.clone()),
+            _ => None,
+        };
+        let out = self.func.ty(op.results[0]).dtype();
+        let first = self.tensor(ch.first)?;
+        let exts = ch.exts.iter().map(|v| self.tensor(*v)).collect::<Result<Vec<_>>>()?;
+        Ok(vec![match fused::run_chain(first, &ch.links, &exts, out, dest.as_ref())? {
+            Some(t) => Value::T(t),
+            None => Value::Sunk,
+        }])
     }
 
     /// An elementwise op whose result is only stored whole into ref `r`: write it straight into the

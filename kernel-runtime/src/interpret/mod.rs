@@ -15,6 +15,7 @@
 
 mod dot;
 mod elementwise;
+mod fused;
 mod grid;
 mod host;
 mod machine;
@@ -37,6 +38,10 @@ pub struct InterpretOptions {
     pub poison_uninitialized: bool,
     /// Run independent chunks of `parallel` grid axes on rayon's thread pool.
     pub parallel: bool,
+    /// Evaluate chains of elementwise ops in one pass, and write results that are only stored into an
+    /// output block straight into the output array. Results are bit-identical either way; switch off
+    /// to debug the interpreter itself.
+    pub fuse: bool,
 }
 
 impl Default for InterpretOptions {
@@ -44,6 +49,7 @@ impl Default for InterpretOptions {
         InterpretOptions {
             poison_uninitialized: false,
             parallel: true,
+            fuse: true,
         }
     }
 }

@@ -1,0 +1,377 @@
+//! Fused elementwise chains: a run of float unary/binary/cast ops where each result feeds only the next
+//! op (`exp(x - m)`, `x * r * w → bf16`) is evaluated in one pass over cache-sized chunks instead of one
+//! pass and one block-sized temporary per op. Each op still rounds its result to its own dtype, so the
+//! values are exactly those of the unfused ops.
+
+use super::elementwise::RawDest;
+use super::math;
+use super::tensor::{bf16_from_f32, bf16_to_f32, internal, take_vec, Tensor};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::ir::{BinaryOp, UnaryOp};
+use half::bf16;
+
+/// One link of a chain, applied to the running value `v`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Link {
+    /// `v = op(v)`, rounded to `dtype`.
+    Unary(UnaryOp, DType),
+    /// `v = op(v, ext)` or `op(ext, v)` (`v_is_lhs` false), rounded to `dtype`; `ext` is the next
+    /// external operand.
+    Binary(BinaryOp, bool, DType),
+    /// `v = cast(v)` between f32 and bf16.
+    Cast(DType),
+}
+
+/// Whether a link is supported for these dtypes (floats only).
+pub(crate) fn supported_unary(u: UnaryOp) -> bool {
+    !matches!(u, UnaryOp::Not)
+}
+pub(crate) fn supported_binary(b: BinaryOp) -> bool {
+    !matches!(b, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor)
+}
+
+const CHUNK: usize = 256;
+
+/// An operand chunk: a contiguous f32 slice, a broadcast scalar, or a gathered copy.
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    Slice(&'a [f32]),
+    Scalar(f32),
+}
+
+#[inline(always)]
+fn round(v: &mut [f32], d: DType) {
+    if d == DType::BF16 {
+        for x in v {
+            *x = bf16_to_f32(bf16_from_f32(*x));
+        }
+    }
+}
+
+#[inline(always)]
+fn unary(u: UnaryOp, v: &mut [f32]) {
+    macro_rules! each {
+        (|$x:ident| $e:expr) => {
+            for $x in v.iter_mut() {
+                *$x = {
+                    let $x = *$x;
+                    $e
+                };
+            }
+        };
+    }
+    match u {
+        UnaryOp::Neg => each!(|x| -x),
+        UnaryOp::Abs => each!(|x| x.abs()),
+        UnaryOp::Exp => each!(|x| math::exp_f32(x)),
+        UnaryOp::Log => each!(|x| x.ln()),
+        UnaryOp::Tanh => each!(|x| x.tanh()),
+        UnaryOp::Rsqrt => each!(|x| math::rsqrt_f32(x)),
+        UnaryOp::Sqrt => each!(|x| x.sqrt()),
+        UnaryOp::Sin => each!(|x| x.sin()),
+        UnaryOp::Cos => each!(|x| x.cos()),
+        UnaryOp::Not => {}
+    }
+}
+
+#[inline(always)]
+fn zip(v: &mut [f32], e: Src<'_>, lhs: bool, f: impl Fn(f32, f32) -> f32) {
+    match (e, lhs) {
+        (Src::Slice(s), true) => {
+            for (x, &y) in v.iter_mut().zip(s) {
+                *x = f(*x, y);
+            }
+        }
+        (Src::Slice(s), false) => {
+            for (x, &y) in v.iter_mut().zip(s) {
+                *x = f(y, *x);
+            }
+        }
+        (Src::Scalar(y), true) => {
+            for x in v.iter_mut() {
+                *x = f(*x, y);
+            }
+        }
+        (Src::Scalar(y), false) => {
+            for x in v.iter_mut() {
+                *x = f(y, *x);
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn binary(b: BinaryOp, v: &mut [f32], e: Src<'_>, lhs: bool) {
+    match b {
+        BinaryOp::Add => zip(v, e, lhs, |x, y| x + y),
+        BinaryOp::Sub => zip(v, e, lhs, |x, y| x - y),
+        BinaryOp::Mul => zip(v, e, lhs, |x, y| x * y),
+        BinaryOp::Div => zip(v, e, lhs, |x, y| x / y),
+        BinaryOp::Rem => zip(v, e, lhs, |x, y| x % y),
+        BinaryOp::Max => zip(v, e, lhs, math::max_f32),
+        BinaryOp::Min => zip(v, e, lhs, math::min_f32),
+        BinaryOp::Pow => zip(v, e, lhs, f32::powf),
+        BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => {}
+    }
+}
+
+/// Evaluate `first` (the chain's input, already a tensor) through `links`, taking external operands from
+/// `exts` in order; the result has `out_dtype` and is written to `dest` when given (then `Ok(None)`).
+pub(crate) fn run_chain(
+    first: &Tensor,
+    links: &[Link],
+    exts: &[&Tensor],
+    out_dtype: DType,
+    dest: Option<&RawDest>,
+) -> Result<Option<Tensor>> {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+        return unsafe { chain_avx2(first, links, exts, out_dtype, dest) };
+    }
+    chain_impl(first, links, exts, out_dtype, dest)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn chain_avx2(
+    first: &Tensor,
+    links: &[Link],
+    exts: &[&Tensor],
+    out_dtype: DType,
+    dest: Option<&RawDest>,
+) -> Result<Option<Tensor>> {
+    chain_impl(first, links, exts, out_dtype, dest)
+}
+
+/// Typed read access to a float operand.
+enum FData<'a> {
+    F32(&'a [f32]),
+    BF16(&'a [bf16]),
+}
+
+fn fdata(t: &Tensor) -> Result<FData<'_>> {
+    match t.dtype {
+        DType::F32 => Ok(FData::F32(t.data::<f32>()?)),
+        DType::BF16 => Ok(FData::BF16(t.data::<bf16>()?)),
+        _ => Err(internal("fused chain on a non-float operand")),
+    }
+}
+
+/// The `n` elements of a row at `o` with stride `s` as an f32 source, gathering into `tmp` if needed.
+#[inline(always)]
+fn source<'a>(d: &'a FData<'_>, o: usize, s: usize, n: usize, tmp: &'a mut [f32; CHUNK]) -> Src<'a> {
+    match (d, s) {
+        (FData::F32(x), 1) => Src::Slice(&x[o..o + n]),
+        (FData::F32(x), 0) => Src::Scalar(x[o]),
+        (FData::BF16(x), 0) => Src::Scalar(bf16_to_f32(x[o])),
+        (FData::F32(x), s) => {
+            for (i, t) in tmp[..n].iter_mut().enumerate() {
+                *t = x[o + i * s];
+            }
+            Src::Slice(&tmp[..n])
+        }
+        (FData::BF16(x), s) => {
+            for (i, t) in tmp[..n].iter_mut().enumerate() {
+                *t = bf16_to_f32(x[o + i * s]);
+            }
+            Src::Slice(&tmp[..n])
+        }
+    }
+}
+
+#[inline(always)]
+fn chain_impl(
+    first: &Tensor,
+    links: &[Link],
+    exts: &[&Tensor],
+    out_dtype: DType,
+    dest: Option<&RawDest>,
+) -> Result<Option<Tensor>> {
+    let shape = first.shape.clone();
+    if exts.iter().any(|e| e.shape != shape) || !matches!(out_dtype, DType::F32 | DType::BF16) {
+        return Err(internal("fused chain operands"));
+    }
+    let n: usize = shape.iter().product();
+    let first_d = fdata(first)?;
+    let ext_d: Vec<FData<'_>> = exts.iter().map(|t| fdata(t)).collect::<Result<_>>()?;
+    // Output: the offered destination (an output block of the right type and shape) or a fresh buffer.
+    let dest = dest.filter(|d| d.dtype == out_dtype && d.shape == shape);
+    let (mut out_f32, mut out_bf16): (Vec<f32>, Vec<bf16>) = (Vec::new(), Vec::new());
+    let (ptr, len, off, out_strides) = match dest {
+        Some(d) => (d.ptr, d.len, d.off, d.strides.clone()),
+        None => {
+            let strides = super::tensor::row_major_strides(&shape);
+            let ptr = if out_dtype == DType::F32 {
+                out_f32 = take_vec(n);
+                out_f32.as_mut_ptr() as *mut u8
+            } else {
+                out_bf16 = take_vec(n);
+                out_bf16.as_mut_ptr() as *mut u8
+            };
+            (ptr, n, 0, strides)
+        }
+    };
+    let reach: usize = shape.iter().zip(&out_strides).map(|(a, s)| a.saturating_sub(1) * s).sum();
+    if n > 0 && off + reach >= len {
+        return Err(internal("fused chain destination too small"));
+    }
+    let mut strides: Vec<&[usize]> = vec![&first.strides];
+    strides.extend(exts.iter().map(|e| e.strides.as_slice()));
+    strides.push(&out_strides);
+    let mut offsets: Vec<usize> = vec![first.offset];
+    offsets.extend(exts.iter().map(|e| e.offset));
+    offsets.push(off);
+    let rows = RowsN::new(&shape, &strides, &offsets);
+    let inner = rows.inner;
+    let inner_strides = rows.inner_strides.clone();
+    let k = exts.len();
+    let mut v = [0f32; CHUNK];
+    let mut tmp = [0f32; CHUNK];
+    for row in rows {
+        let mut c0 = 0;
+        while c0 < inner {
+            let c = CHUNK.min(inner - c0);
+            // The chain's input.
+            match source(&first_d, row[0] + c0 * inner_strides[0], inner_strides[0], c, &mut tmp) {
+                Src::Slice(s) => v[..c].copy_from_slice(s),
+                Src::Scalar(x) => v[..c].fill(x),
+            }
+            let mut e = 0;
+            for link in links {
+                match *link {
+                    Link::Unary(u, d) => {
+                        unary(u, &mut v[..c]);
+                        round(&mut v[..c], d);
+                    }
+                    Link::Binary(b, lhs, d) => {
+                        if e >= k {
+                            return Err(internal("fused chain external operands"));
+                        }
+                        let s = inner_strides[1 + e];
+                        let src = source(&ext_d[e], row[1 + e] + c0 * s, s, c, &mut tmp);
+                        binary(b, &mut v[..c], src, lhs);
+                        round(&mut v[..c], d);
+                        e += 1;
+                    }
+                    Link::Cast(d) => round(&mut v[..c], d),
+                }
+            }
+            // Store the chunk.
+            let (o, s) = (row[k + 1] + c0 * inner_strides[k + 1], inner_strides[k + 1]);
+            // SAFETY: every offset reached is below `off + reach < len` (checked above); rows of one
+            // result never overlap; the destination is exclusively ours (fresh buffer or an owned
+            // output block, see `Machine::sunk_op`).
+            unsafe {
+                if out_dtype == DType::F32 {
+                    let p = ptr as *mut f32;
+                    if s == 1 {
+                        std::slice::from_raw_parts_mut(p.add(o), c).copy_from_slice(&v[..c]);
+                    } else {
+                        for (i, &x) in v[..c].iter().enumerate() {
+                            p.add(o + i * s).write(x);
+                        }
+                    }
+                } else {
+                    let p = ptr as *mut bf16;
+                    if s == 1 {
+                        let dst = std::slice::from_raw_parts_mut(p.add(o) as *mut std::mem::MaybeUninit<bf16>, c);
+                        for (d, &x) in dst.iter_mut().zip(&v[..c]) {
+                            d.write(bf16_from_f32(x));
+                        }
+                    } else {
+                        for (i, &x) in v[..c].iter().enumerate() {
+                            p.add(o + i * s).write(bf16_from_f32(x));
+                        }
+                    }
+                }
+            }
+            c0 += c;
+        }
+    }
+    if dest.is_some() {
+        return Ok(None);
+    }
+    // SAFETY: the rows covered all `n` elements of the row-major result.
+    unsafe {
+        if out_dtype == DType::F32 {
+            out_f32.set_len(n);
+            Ok(Some(Tensor::from_vec(shape, out_f32)))
+        } else {
+            out_bf16.set_len(n);
+            Ok(Some(Tensor::from_vec(shape, out_bf16)))
+        }
+    }
+}
+
+/// [`Rows`] for a run-time number of operands.
+struct RowsN {
+    outer: Vec<(usize, Vec<usize>)>,
+    idx: Vec<usize>,
+    off: Vec<usize>,
+    done: bool,
+    inner: usize,
+    inner_strides: Vec<usize>,
+}
+
+impl RowsN {
+    fn new(shape: &[usize], strides: &[&[usize]], offsets: &[usize]) -> Self {
+        let k = strides.len();
+        let mut merged: Vec<(usize, Vec<usize>)> = Vec::new();
+        for d in (0..shape.len()).rev() {
+            if shape[d] == 1 {
+                continue;
+            }
+            let s: Vec<usize> = strides.iter().map(|st| st[d]).collect();
+            if let Some((mn, ms)) = merged.last_mut() {
+                if (0..k).all(|j| s[j] == ms[j] * *mn) {
+                    *mn *= shape[d];
+                    continue;
+                }
+            }
+            merged.push((shape[d], s));
+        }
+        merged.reverse();
+        let (inner, inner_strides) = merged.pop().unwrap_or((1, vec![0; k]));
+        RowsN {
+            idx: vec![0; merged.len()],
+            outer: merged,
+            off: offsets.to_vec(),
+            done: shape.contains(&0),
+            inner,
+            inner_strides,
+        }
+    }
+}
+
+impl Iterator for RowsN {
+    type Item = Vec<usize>;
+    fn next(&mut self) -> Option<Vec<usize>> {
+        if self.done {
+            return None;
+        }
+        let cur = self.off.clone();
+        let mut d = self.outer.len();
+        loop {
+            if d == 0 {
+                self.done = true;
+                break;
+            }
+            d -= 1;
+            let n = self.outer[d].0;
+            self.idx[d] += 1;
+            if self.idx[d] < n {
+                for (o, s) in self.off.iter_mut().zip(&self.outer[d].1) {
+                    *o += s;
+                }
+                break;
+            }
+            for (o, s) in self.off.iter_mut().zip(&self.outer[d].1) {
+                *o -= s * (n - 1);
+            }
+            self.idx[d] = 0;
+        }
+        Some(cur)
+    }
+}
