@@ -104,6 +104,44 @@ fn baselines(quick: bool) -> Result<HashMap<String, (f64, f64)>, String> {
     Ok(m)
 }
 
+/// `--ab`: fused vs unfused, interleaved run by run so machine noise hits both alike; min and median.
+fn ab_fusion(only: Option<&str>) {
+    for (name, build) in cases() {
+        if only.is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
+        let Ok(call) = build() else { continue };
+        let inputs = reference::random_inputs(&call, 1);
+        let opts = |fuse| InterpretOptions {
+            fuse,
+            ..InterpretOptions::default()
+        };
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for i in 0..400 {
+            let fuse = i % 2 == 0;
+            let o = opts(fuse);
+            let t = Instant::now();
+            let _ = std::hint::black_box(call.interpret_with(&inputs, &o));
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            if fuse {
+                a.push(ms)
+            } else {
+                b.push(ms)
+            }
+        }
+        for v in [&mut a, &mut b] {
+            v.sort_by(f64::total_cmp);
+        }
+        println!(
+            "{name:<19} fused min {:.3} med {:.3} | unfused min {:.3} med {:.3}",
+            a[0],
+            a[a.len() / 2],
+            b[0],
+            b[b.len() / 2]
+        );
+    }
+}
+
 fn geomean(v: &[f64]) -> f64 {
     (v.iter().map(|x| x.ln()).sum::<f64>() / v.len().max(1) as f64).exp()
 }
@@ -128,6 +166,10 @@ fn main() {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
+    if args.iter().any(|a| a == "--ab") {
+        ab_fusion(only.as_deref());
+        return;
+    }
     eprintln!("measuring XLA:CPU and Pallas interpret=True baselines...");
     let base = if ours_only {
         Err("--ours-only".to_string())

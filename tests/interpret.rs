@@ -84,9 +84,17 @@ fn fused_and_unfused_runs_agree_bit_for_bit() {
         let call = build().unwrap_or_else(|e| panic!("{name}: {e}"));
         let inputs = reference::random_inputs(&call, 4);
         for poison in [false, true] {
-            let opts = |fuse| InterpretOptions { fuse, poison_uninitialized: poison, ..Default::default() };
-            let fused = call.interpret_with(&inputs, &opts(true)).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let plain = call.interpret_with(&inputs, &opts(false)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let opts = |fuse| InterpretOptions {
+                fuse,
+                poison_uninitialized: poison,
+                ..Default::default()
+            };
+            let fused = call
+                .interpret_with(&inputs, &opts(true))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let plain = call
+                .interpret_with(&inputs, &opts(false))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(fused, plain, "{name}");
         }
     }

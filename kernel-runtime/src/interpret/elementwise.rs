@@ -33,7 +33,10 @@ thread_local! {
 ///
 /// # Safety
 /// `dest` must address `len` elements of `dtype` that nothing else reads or writes while `f` runs.
-pub(crate) unsafe fn into_dest(dest: RawDest, f: impl FnOnce() -> Result<Tensor>) -> Result<Option<Tensor>> {
+pub(crate) unsafe fn into_dest(
+    dest: RawDest,
+    f: impl FnOnce() -> Result<Tensor>,
+) -> Result<Option<Tensor>> {
     DEST.with(|d| *d.borrow_mut() = Some(dest));
     let r = f();
     let unused = DEST.with(|d| d.borrow_mut().take());
@@ -54,23 +57,41 @@ impl<R: HostElement> Out<R> {
     fn new(shape: &[usize]) -> Out<R> {
         let offered = DEST.with(|d| {
             let mut d = d.borrow_mut();
-            if d.as_ref().is_some_and(|x| x.dtype == R::DTYPE && x.shape == shape) {
+            if d.as_ref()
+                .is_some_and(|x| x.dtype == R::DTYPE && x.shape == shape)
+            {
                 d.take()
             } else {
                 None
             }
         });
         if let Some(d) = offered {
-            return Out { vec: None, ptr: d.ptr as *mut R, len: d.len, off: d.off, strides: d.strides };
+            return Out {
+                vec: None,
+                ptr: d.ptr as *mut R,
+                len: d.len,
+                off: d.off,
+                strides: d.strides,
+            };
         }
         let n = shape.iter().product();
         let mut v = take_vec::<R>(n);
         let ptr = v.as_mut_ptr();
-        Out { vec: Some(v), ptr, len: n, off: 0, strides: super::tensor::row_major_strides(shape) }
+        Out {
+            vec: Some(v),
+            ptr,
+            len: n,
+            off: 0,
+            strides: super::tensor::row_major_strides(shape),
+        }
     }
     /// Whether every row of `len` elements at `inner` stride stays inside the destination.
     fn fits(&self, shape: &[usize]) -> bool {
-        let reach: usize = shape.iter().zip(&self.strides).map(|(n, s)| n.saturating_sub(1) * s).sum();
+        let reach: usize = shape
+            .iter()
+            .zip(&self.strides)
+            .map(|(n, s)| n.saturating_sub(1) * s)
+            .sum();
         shape.contains(&0) || self.off + reach < self.len
     }
     /// The destination row at `o` as a slice (inner stride 1).
@@ -80,7 +101,9 @@ impl<R: HostElement> Out<R> {
     #[inline(always)]
     unsafe fn row(&mut self, o: usize, len: usize) -> &mut [std::mem::MaybeUninit<R>] {
         // SAFETY: forwarded to the caller.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(o) as *mut std::mem::MaybeUninit<R>, len) }
+        unsafe {
+            std::slice::from_raw_parts_mut(self.ptr.add(o) as *mut std::mem::MaybeUninit<R>, len)
+        }
     }
     #[inline(always)]
     unsafe fn put(&mut self, o: usize, v: R) {
@@ -111,13 +134,19 @@ macro_rules! dispatch {
 }
 
 /// `f` over every element of `a`.
-pub(crate) fn map1<A: HostElement, R: HostElement>(a: &Tensor, f: impl Fn(A) -> R) -> Result<Tensor> {
+pub(crate) fn map1<A: HostElement, R: HostElement>(
+    a: &Tensor,
+    f: impl Fn(A) -> R,
+) -> Result<Tensor> {
     dispatch!(map1_avx2, map1_impl, (a, f))
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn map1_avx2<A: HostElement, R: HostElement>(a: &Tensor, f: impl Fn(A) -> R) -> Result<Tensor> {
+unsafe fn map1_avx2<A: HostElement, R: HostElement>(
+    a: &Tensor,
+    f: impl Fn(A) -> R,
+) -> Result<Tensor> {
     map1_impl(a, f)
 }
 
@@ -189,14 +218,23 @@ fn map2_impl<A: HostElement, B: HostElement, R: HostElement>(
     if !out.fits(&a.shape) {
         return Err(internal("elementwise destination too small"));
     }
-    let rows = Rows::new(&a.shape, [&a.strides, &b.strides, &out.strides], [a.offset, b.offset, out.off]);
+    let rows = Rows::new(
+        &a.shape,
+        [&a.strides, &b.strides, &out.strides],
+        [a.offset, b.offset, out.off],
+    );
     let (len, [sa, sb, so]) = (rows.inner, rows.inner_strides);
     for [oa, ob, od] in rows {
         // SAFETY: `fits` checked every destination row; rows of one result never overlap.
         unsafe {
             match (sa, sb, so) {
                 (1, 1, 1) => {
-                    for ((d, &x), &y) in out.row(od, len).iter_mut().zip(&ad[oa..oa + len]).zip(&bd[ob..ob + len]) {
+                    for ((d, &x), &y) in out
+                        .row(od, len)
+                        .iter_mut()
+                        .zip(&ad[oa..oa + len])
+                        .zip(&bd[ob..ob + len])
+                    {
                         d.write(f(x, y));
                     }
                 }
@@ -269,13 +307,19 @@ fn map3_impl<A: HostElement, B: HostElement, C: HostElement, R: HostElement>(
         // SAFETY: `fits` checked every destination row; rows of one result never overlap.
         unsafe {
             if (sa, sb, sc, so) == (1, 1, 1, 1) {
-                let src = ad[oa..oa + len].iter().zip(&bd[ob..ob + len]).zip(&cd[oc..oc + len]);
+                let src = ad[oa..oa + len]
+                    .iter()
+                    .zip(&bd[ob..ob + len])
+                    .zip(&cd[oc..oc + len]);
                 for (d, ((&x, &y), &z)) in out.row(od, len).iter_mut().zip(src) {
                     d.write(f(x, y, z));
                 }
             } else {
                 for i in 0..len {
-                    out.put(od + i * so, f(ad[oa + i * sa], bd[ob + i * sb], cd[oc + i * sc]));
+                    out.put(
+                        od + i * so,
+                        f(ad[oa + i * sa], bd[ob + i * sb], cd[oc + i * sc]),
+                    );
                 }
             }
         }

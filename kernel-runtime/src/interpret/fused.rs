@@ -31,7 +31,7 @@ pub(crate) fn supported_binary(b: BinaryOp) -> bool {
     !matches!(b, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor)
 }
 
-const CHUNK: usize = 256;
+const CHUNK: usize = 1024;
 
 /// An operand chunk: a contiguous f32 slice, a broadcast scalar, or a gathered copy.
 #[derive(Clone, Copy)]
@@ -161,7 +161,13 @@ fn fdata(t: &Tensor) -> Result<FData<'_>> {
 
 /// The `n` elements of a row at `o` with stride `s` as an f32 source, gathering into `tmp` if needed.
 #[inline(always)]
-fn source<'a>(d: &'a FData<'_>, o: usize, s: usize, n: usize, tmp: &'a mut [f32; CHUNK]) -> Src<'a> {
+fn source<'a>(
+    d: &'a FData<'_>,
+    o: usize,
+    s: usize,
+    n: usize,
+    tmp: &'a mut [f32; CHUNK],
+) -> Src<'a> {
     match (d, s) {
         (FData::F32(x), 1) => Src::Slice(&x[o..o + n]),
         (FData::F32(x), 0) => Src::Scalar(x[o]),
@@ -213,7 +219,11 @@ fn chain_impl(
             (ptr, n, 0, strides)
         }
     };
-    let reach: usize = shape.iter().zip(&out_strides).map(|(a, s)| a.saturating_sub(1) * s).sum();
+    let reach: usize = shape
+        .iter()
+        .zip(&out_strides)
+        .map(|(a, s)| a.saturating_sub(1) * s)
+        .sum();
     if n > 0 && off + reach >= len {
         return Err(internal("fused chain destination too small"));
     }
@@ -234,16 +244,30 @@ fn chain_impl(
         while c0 < inner {
             let c = CHUNK.min(inner - c0);
             // The chain's input.
-            match source(&first_d, row[0] + c0 * inner_strides[0], inner_strides[0], c, &mut tmp) {
+            match source(
+                &first_d,
+                row[0] + c0 * inner_strides[0],
+                inner_strides[0],
+                c,
+                &mut tmp,
+            ) {
                 Src::Slice(s) => v[..c].copy_from_slice(s),
                 Src::Scalar(x) => v[..c].fill(x),
             }
             let mut e = 0;
-            for link in links {
+            for (li, link) in links.iter().enumerate() {
+                // The store below rounds to bf16 itself, so the last link need not (rounding twice to
+                // nearest-even bf16 gives the same bits as once).
+                let rounds_at_store = li + 1 == links.len() && out_dtype == DType::BF16;
+                let rnd = |v: &mut [f32], d: DType| {
+                    if !rounds_at_store {
+                        round(v, d)
+                    }
+                };
                 match *link {
                     Link::Unary(u, d) => {
                         unary(u, &mut v[..c]);
-                        round(&mut v[..c], d);
+                        rnd(&mut v[..c], d);
                     }
                     Link::Binary(b, lhs, d) => {
                         if e >= k {
@@ -252,10 +276,10 @@ fn chain_impl(
                         let s = inner_strides[1 + e];
                         let src = source(&ext_d[e], row[1 + e] + c0 * s, s, c, &mut tmp);
                         binary(b, &mut v[..c], src, lhs);
-                        round(&mut v[..c], d);
+                        rnd(&mut v[..c], d);
                         e += 1;
                     }
-                    Link::Cast(d) => round(&mut v[..c], d),
+                    Link::Cast(d) => rnd(&mut v[..c], d),
                 }
             }
             // Store the chunk.
@@ -276,7 +300,10 @@ fn chain_impl(
                 } else {
                     let p = ptr as *mut bf16;
                     if s == 1 {
-                        let dst = std::slice::from_raw_parts_mut(p.add(o) as *mut std::mem::MaybeUninit<bf16>, c);
+                        let dst = std::slice::from_raw_parts_mut(
+                            p.add(o) as *mut std::mem::MaybeUninit<bf16>,
+                            c,
+                        );
                         for (d, &x) in dst.iter_mut().zip(&v[..c]) {
                             d.write(bf16_from_f32(x));
                         }

@@ -7,8 +7,8 @@
 //! steps in order with its own block buffers and scratch (like a TPU core), and chunks run on rayon's
 //! pool when no output block is written by two chunks (checked by evaluating the index maps).
 
-use super::host::{HostArray, HostData, HostElement};
 use super::elementwise::RawDest;
+use super::host::{HostArray, HostData, HostElement};
 use super::machine::{fill_literal, plan, write_view, write_view_raw, Machine, Plan, RefState};
 use super::tensor::{internal, recycle, row_major_strides, Tensor};
 use super::InterpretOptions;
@@ -392,7 +392,8 @@ impl<'a> Runner<'a> {
             // The block was computed in place in the output array.
             None if through => self.mark_written(i, out_no, idx),
             content => {
-                let content = content.unwrap_or_else(|| Tensor::splat(fill_literal(r.dtype, self.poison), &r.shape));
+                let content = content
+                    .unwrap_or_else(|| Tensor::splat(fill_literal(r.dtype, self.poison), &r.shape));
                 self.write_block(i, out_no, idx, &content)?;
                 recycle(content);
                 Ok(())
@@ -404,7 +405,10 @@ impl<'a> Runner<'a> {
     /// dims, the block's kernel shape clipped to the array, and whether it needed clipping.
     fn geometry(&self, i: usize, idx: &[i64]) -> Result<(usize, Vec<usize>, Vec<usize>, bool)> {
         let o = &self.k.operands[i];
-        let block = o.block.as_ref().ok_or_else(|| internal("output without a block"))?;
+        let block = o
+            .block
+            .as_ref()
+            .ok_or_else(|| internal("output without a block"))?;
         let astr = row_major_strides(&o.shape);
         let (mut off, mut strides, mut clipped, mut cut) = (0, Vec::new(), Vec::new(), false);
         for d in 0..o.shape.len() {
@@ -422,8 +426,18 @@ impl<'a> Runner<'a> {
     /// The output array region of block `idx` as a direct destination, if the block lies inside it.
     fn dest(&self, i: usize, out_no: usize, idx: &[i64]) -> Result<Option<RawDest>> {
         let (off, strides, shape, cut) = self.geometry(i, idx)?;
-        let sink = self.sinks.get(out_no).ok_or_else(|| internal("output sink"))?;
-        Ok((!cut).then(|| RawDest { ptr: sink.ptr, len: sink.len, off, strides, shape, dtype: sink.dtype }))
+        let sink = self
+            .sinks
+            .get(out_no)
+            .ok_or_else(|| internal("output sink"))?;
+        Ok((!cut).then_some(RawDest {
+            ptr: sink.ptr,
+            len: sink.len,
+            off,
+            strides,
+            shape,
+            dtype: sink.dtype,
+        }))
     }
 
     /// Write `content` as block `idx` of output array `out_no` (operand `i`), clipped to the array.
@@ -431,7 +445,10 @@ impl<'a> Runner<'a> {
         let (off, strides, clipped, _) = self.geometry(i, idx)?;
         let zeros = vec![0; clipped.len()];
         let src = content.window(&zeros, &clipped, &vec![false; clipped.len()]);
-        let sink = self.sinks.get(out_no).ok_or_else(|| internal("output sink"))?;
+        let sink = self
+            .sinks
+            .get(out_no)
+            .ok_or_else(|| internal("output sink"))?;
         if sink.dtype != src.dtype {
             return Err(internal("output dtype"));
         }
@@ -446,10 +463,24 @@ impl<'a> Runner<'a> {
 
     fn mark_written(&self, i: usize, out_no: usize, idx: &[i64]) -> Result<()> {
         let o = &self.k.operands[i];
-        let block = o.block.as_ref().ok_or_else(|| internal("output without a block"))?;
-        let sink = self.sinks.get(out_no).ok_or_else(|| internal("output sink"))?;
-        let n: Vec<usize> = o.shape.iter().zip(&block.block_shape).map(|(a, s)| a.div_ceil(*s)).collect();
-        let lin = idx.iter().zip(&n).fold(0usize, |acc, (&x, &nb)| acc * nb + x as usize);
+        let block = o
+            .block
+            .as_ref()
+            .ok_or_else(|| internal("output without a block"))?;
+        let sink = self
+            .sinks
+            .get(out_no)
+            .ok_or_else(|| internal("output sink"))?;
+        let n: Vec<usize> = o
+            .shape
+            .iter()
+            .zip(&block.block_shape)
+            .map(|(a, s)| a.div_ceil(*s))
+            .collect();
+        let lin = idx
+            .iter()
+            .zip(&n)
+            .fold(0usize, |acc, (&x, &nb)| acc * nb + x as usize);
         if let Some(w) = sink.written.get(lin) {
             w.store(true, Ordering::Relaxed);
         }

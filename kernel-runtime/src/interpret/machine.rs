@@ -62,9 +62,13 @@ fn as_link(f: &Func, op: &Op, prev: ValueId) -> Option<(Link, Option<ValueId>)> 
         return None;
     }
     match (&op.kind, &op.operands[..]) {
-        (OpKind::Unary(u), [a]) if *a == prev && fused::supported_unary(*u) => Some((Link::Unary(*u, d), None)),
+        (OpKind::Unary(u), [a]) if *a == prev && fused::supported_unary(*u) => {
+            Some((Link::Unary(*u, d), None))
+        }
         (OpKind::Cast(to), [a]) if *a == prev => Some((Link::Cast(*to), None)),
-        (OpKind::Binary(b), [x, y]) if fused::supported_binary(*b) && (*x == prev) != (*y == prev) => {
+        (OpKind::Binary(b), [x, y])
+            if fused::supported_binary(*b) && (*x == prev) != (*y == prev) =>
+        {
             let lhs = *x == prev;
             Some((Link::Binary(*b, lhs, d), Some(if lhs { *y } else { *x })))
         }
@@ -74,7 +78,11 @@ fn as_link(f: &Func, op: &Op, prev: ValueId) -> Option<(Link, Option<ValueId>)> 
 
 /// Find fused chains in a region: each member's result has exactly one use, the next member.
 /// Returns which ops are folded away, the chains (at their last op), and where each op runs.
-fn find_chains(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>) -> (Vec<bool>, Vec<Option<Chain>>, Vec<usize>) {
+fn find_chains(
+    f: &Func,
+    r: &Region,
+    all_uses: &HashMap<ValueId, usize>,
+) -> (Vec<bool>, Vec<Option<Chain>>, Vec<usize>) {
     let n = r.ops.len();
     let mut exec_at: Vec<usize> = (0..n).collect();
     let (mut skip, mut chain) = (vec![false; n], (0..n).map(|_| None).collect::<Vec<_>>());
@@ -89,7 +97,11 @@ fn find_chains(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>) -> (Vec
         let starts = match (&op.kind, &op.operands[..]) {
             (OpKind::Unary(u), [a]) => fused::supported_unary(*u) && f.ty(*a).dtype().is_float(),
             (OpKind::Cast(_), [a]) => f.ty(*a).dtype().is_float(),
-            (OpKind::Binary(b), [x, y]) => fused::supported_binary(*b) && f.ty(*x).dtype().is_float() && f.ty(*y).dtype().is_float(),
+            (OpKind::Binary(b), [x, y]) => {
+                fused::supported_binary(*b)
+                    && f.ty(*x).dtype().is_float()
+                    && f.ty(*y).dtype().is_float()
+            }
             _ => false,
         };
         if !starts {
@@ -109,15 +121,25 @@ fn find_chains(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>) -> (Vec
         }
         let op = &r.ops[start];
         let (first, mut links, mut exts) = match (&op.kind, &op.operands[..]) {
-            (OpKind::Binary(b), [x, y]) => (*x, vec![Link::Binary(*b, true, f.ty(op.results[0]).dtype())], vec![*y]),
-            (OpKind::Unary(u), [a]) => (*a, vec![Link::Unary(*u, f.ty(op.results[0]).dtype())], vec![]),
+            (OpKind::Binary(b), [x, y]) => (
+                *x,
+                vec![Link::Binary(*b, true, f.ty(op.results[0]).dtype())],
+                vec![*y],
+            ),
+            (OpKind::Unary(u), [a]) => (
+                *a,
+                vec![Link::Unary(*u, f.ty(op.results[0]).dtype())],
+                vec![],
+            ),
             (OpKind::Cast(to), [a]) => (*a, vec![Link::Cast(*to)], vec![]),
             _ => continue,
         };
         let mut members = vec![start];
         let mut cur = start;
         while let Some(j) = next[cur] {
-            let Some((link, ext)) = as_link(f, &r.ops[j], r.ops[cur].results[0]) else { break };
+            let Some((link, ext)) = as_link(f, &r.ops[j], r.ops[cur].results[0]) else {
+                break;
+            };
             links.push(link);
             exts.extend(ext);
             members.push(j);
@@ -155,7 +177,11 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: b
     let (skip, chain, exec_at) = if fuse {
         find_chains(f, r, all_uses)
     } else {
-        (vec![false; r.ops.len()], r.ops.iter().map(|_| None).collect(), (0..r.ops.len()).collect())
+        (
+            vec![false; r.ops.len()],
+            r.ops.iter().map(|_| None).collect(),
+            (0..r.ops.len()).collect(),
+        )
     };
     let mut defined: HashSet<ValueId> = r.args.iter().copied().collect();
     for op in &r.ops {
@@ -183,21 +209,51 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: b
     }
     let mut sink_to = vec![None; r.ops.len()];
     for (i, op) in r.ops.iter().enumerate() {
-        let elementwise =
-            matches!(op.kind, OpKind::Unary(_) | OpKind::Binary(_) | OpKind::Compare(_) | OpKind::Select | OpKind::Cast(_));
+        let elementwise = matches!(
+            op.kind,
+            OpKind::Unary(_)
+                | OpKind::Binary(_)
+                | OpKind::Compare(_)
+                | OpKind::Select
+                | OpKind::Cast(_)
+        );
         let [v] = op.results[..] else { continue };
         if !fuse || !elementwise || all_uses.get(&v) != Some(&1) {
             continue;
         }
         let store = r.ops[i + 1..].iter().find(|o| o.operands.contains(&v));
-        if let Some(Op { kind: OpKind::Store { window, masked: false }, operands, .. }) = store {
+        if let Some(Op {
+            kind:
+                OpKind::Store {
+                    window,
+                    masked: false,
+                },
+            operands,
+            ..
+        }) = store
+        {
             if operands.get(1) == Some(&v) && window.is_full(f.ty(operands[0]).shape()) {
                 sink_to[i] = Some(operands[0]);
             }
         }
     }
-    let sub = r.ops.iter().map(|op| op.regions.iter().map(|reg| plan_region(f, reg, all_uses, fuse)).collect()).collect();
-    Plan { dead_after, sink_to, skip, chain, sub }
+    let sub = r
+        .ops
+        .iter()
+        .map(|op| {
+            op.regions
+                .iter()
+                .map(|reg| plan_region(f, reg, all_uses, fuse))
+                .collect()
+        })
+        .collect();
+    Plan {
+        dead_after,
+        sink_to,
+        skip,
+        chain,
+        sub,
+    }
 }
 
 /// What uninitialized memory reads as: zeros, or with poisoning NaN / a bit pattern.
@@ -227,7 +283,13 @@ pub(crate) struct Machine<'k> {
 impl<'k> Machine<'k> {
     pub fn new(func: &'k Func, refs: Vec<RefState>, poison: bool) -> Self {
         let dests = refs.iter().map(|_| None).collect();
-        Machine { func, poison, env: vec![None; func.values.len()], refs, dests }
+        Machine {
+            func,
+            poison,
+            env: vec![None; func.values.len()],
+            refs,
+            dests,
+        }
     }
 
     /// Run the kernel body once with these grid indices.
@@ -315,7 +377,10 @@ impl<'k> Machine<'k> {
                 return read_dest(d);
             }
         }
-        Ok(Tensor::splat(fill_literal(st.dtype, self.poison), &st.shape))
+        Ok(Tensor::splat(
+            fill_literal(st.dtype, self.poison),
+            &st.shape,
+        ))
     }
 
     fn free(&mut self, ids: &[ValueId]) {
@@ -329,16 +394,24 @@ impl<'k> Machine<'k> {
     /// Run a fused chain ending at `op`, into the output block of `sink` when possible.
     fn chain(&mut self, op: &Op, ch: &Chain, sink: Option<ValueId>) -> Result<Vec<Value>> {
         let dest = match sink.map(|r| self.ref_index(r)) {
-            Some(Ok(ri)) if !self.refs[ri].written_through => self.dests.get(ri).and_then(|d| d.clone()),
+            Some(Ok(ri)) if !self.refs[ri].written_through => {
+                self.dests.get(ri).and_then(|d| d.clone())
+            }
             _ => None,
         };
         let out = self.func.ty(op.results[0]).dtype();
         let first = self.tensor(ch.first)?;
-        let exts = ch.exts.iter().map(|v| self.tensor(*v)).collect::<Result<Vec<_>>>()?;
-        Ok(vec![match fused::run_chain(first, &ch.links, &exts, out, dest.as_ref())? {
-            Some(t) => Value::T(t),
-            None => Value::Sunk,
-        }])
+        let exts = ch
+            .exts
+            .iter()
+            .map(|v| self.tensor(*v))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(vec![
+            match fused::run_chain(first, &ch.links, &exts, out, dest.as_ref())? {
+                Some(t) => Value::T(t),
+                None => Value::Sunk,
+            },
+        ])
     }
 
     /// An elementwise op whose result is only stored whole into ref `r`: write it straight into the
@@ -350,7 +423,9 @@ impl<'k> Machine<'k> {
             Ok(ri) if !self.refs[ri].written_through => self.dests.get(ri).and_then(|d| d.clone()),
             _ => None,
         };
-        let Some(dest) = dest else { return self.op(op, &[]) };
+        let Some(dest) = dest else {
+            return self.op(op, &[]);
+        };
         // SAFETY: `dests` only holds blocks of the output arrays that this chunk owns exclusively
         // (see `grid::Runner::enter`), and nothing reads them while the op runs.
         match unsafe { into_dest(dest, || self.op(op, &[]).and_then(single_tensor)) }? {
@@ -655,7 +730,12 @@ fn single_tensor(mut v: Vec<Value>) -> Result<Tensor> {
 
 /// Copy an output block out of the output array (after a written-through store).
 fn read_dest(d: &RawDest) -> Result<Tensor> {
-    let reach: usize = d.shape.iter().zip(&d.strides).map(|(n, s)| n.saturating_sub(1) * s).sum();
+    let reach: usize = d
+        .shape
+        .iter()
+        .zip(&d.strides)
+        .map(|(n, s)| n.saturating_sub(1) * s)
+        .sum();
     if d.shape.contains(&0) || d.off + reach >= d.len {
         return Err(internal("output block outside its array"));
     }
