@@ -411,3 +411,21 @@ fn error_display_names_file_line_and_argument() {
         "{shown}"
     );
 }
+
+#[tpu_kernel]
+fn error_in_branch_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load());
+    if program_id(0) == 1 {
+        o.store(x.load().sum_keepdims(1)); // E:branch
+    }
+}
+
+#[test]
+fn error_inside_a_traced_branch_is_located_in_the_branch() {
+    let r = pallas_call(error_in_branch_kernel)
+        .grid([2])
+        .input(f32s([16, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .output(f32s([16, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .build();
+    expect_err(r, ErrorKind::Shape, "branch", &["[8, 1]", "[8, 128]"]);
+}

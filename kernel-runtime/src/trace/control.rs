@@ -311,10 +311,7 @@ impl<V: Carry + Copy, R: Carry> Cond<V, R> for Scalar<bool> {
                 Ok((t.close_region(OpKind::Yield, ids, loc), tys))
             });
             let Some((region, tys)) = closed else {
-                with(loc, |t| {
-                    t.truncate(depth);
-                    Ok(())
-                });
+                restore_depth(loc, depth);
                 return poison_pair();
             };
             branches.push(region);
@@ -340,6 +337,19 @@ impl<V: Carry + Copy, R: Carry> Cond<V, R> for Scalar<bool> {
             None => poison_pair(),
         }
     }
+}
+
+/// Handles standing for the results of a control-flow op that failed (its error is already recorded).
+fn poisoned<V: Carry>() -> V {
+    V::rebuild(&mut std::iter::repeat(Val::POISON))
+}
+
+/// Close the regions a failed control-flow op left open, so the trace stays balanced.
+fn restore_depth(loc: SourceLoc, depth: usize) {
+    with(loc, |t| {
+        t.truncate(depth);
+        Ok(())
+    });
 }
 
 fn poison_pair<V: Carry, R: Carry>() -> (V, R) {
@@ -459,7 +469,7 @@ fn for_loop<V: Carry>(
         Ok((bounds, tys, depth, args))
     });
     let Some((bounds, tys, depth, args)) = opened else {
-        return V::rebuild(&mut std::iter::repeat(Val::POISON));
+        return poisoned::<V>();
     };
     let iv = Scalar::from_val(args[0]);
     let carried = V::rebuild(&mut args[1..].iter().copied());
@@ -481,11 +491,8 @@ fn for_loop<V: Carry>(
     match done {
         Some(vals) => V::rebuild(&mut vals.into_iter()),
         None => {
-            with(loc, |t| {
-                t.truncate(depth);
-                Ok(())
-            });
-            V::rebuild(&mut std::iter::repeat(Val::POISON))
+            restore_depth(loc, depth);
+            poisoned::<V>()
         }
     }
 }
@@ -523,7 +530,7 @@ pub fn while_loop<V: Carry, C: WhileCond>(
         Ok((tys, depth, args))
     });
     let Some((tys, depth, before_args)) = opened else {
-        return V::rebuild(&mut std::iter::repeat(Val::POISON));
+        return poisoned::<V>();
     };
     let c = cond(V::rebuild(&mut before_args.iter().copied())).cond_val();
     let before = with(loc, |t| {
@@ -541,11 +548,8 @@ pub fn while_loop<V: Carry, C: WhileCond>(
         Ok((region, after_args))
     });
     let Some((before, after_args)) = before else {
-        with(loc, |t| {
-            t.truncate(depth);
-            Ok(())
-        });
-        return V::rebuild(&mut std::iter::repeat(Val::POISON));
+        restore_depth(loc, depth);
+        return poisoned::<V>();
     };
     let out = flat(&body(V::rebuild(&mut after_args.iter().copied())));
     let done = with(loc, |t| {
@@ -570,11 +574,8 @@ pub fn while_loop<V: Carry, C: WhileCond>(
     match done {
         Some(vals) => V::rebuild(&mut vals.into_iter()),
         None => {
-            with(loc, |t| {
-                t.truncate(depth);
-                Ok(())
-            });
-            V::rebuild(&mut std::iter::repeat(Val::POISON))
+            restore_depth(loc, depth);
+            poisoned::<V>()
         }
     }
 }
