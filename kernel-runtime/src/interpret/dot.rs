@@ -64,7 +64,7 @@ fn dot_f32(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool)
         return Err(internal("dot contraction sizes differ"));
     }
     let (mut c, beta) = match acc {
-        Some(t) if t.shape == [m, n] => (widen(t)?.to_vec::<f32>()?, 1.0),
+        Some(t) if t.shape[..] == [m, n] => (widen(t)?.to_vec::<f32>()?, 1.0),
         Some(_) => return Err(internal("dot accumulator shape")),
         None => {
             let mut c = take_vec::<f32>(m * n);
@@ -116,7 +116,7 @@ fn dot_i8(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool) 
         return Err(internal("dot contraction sizes differ"));
     }
     let mut c = match acc {
-        Some(t) if t.shape == [m, n] && t.dtype == DType::I32 => t.to_vec::<i32>()?,
+        Some(t) if t.shape[..] == [m, n] && t.dtype == DType::I32 => t.to_vec::<i32>()?,
         Some(_) => return Err(internal("dot accumulator shape")),
         None => vec![0i32; m * n],
     };

@@ -19,8 +19,8 @@ pub(crate) struct RawDest {
     /// Elements the pointer may address.
     pub len: usize,
     pub off: usize,
-    pub strides: Vec<usize>,
-    pub shape: Vec<usize>,
+    pub strides: super::tensor::Dims,
+    pub shape: super::tensor::Dims,
     pub dtype: DType,
 }
 
@@ -50,7 +50,7 @@ struct Out<R> {
     ptr: *mut R,
     len: usize,
     off: usize,
-    strides: Vec<usize>,
+    strides: super::tensor::Dims,
 }
 
 impl<R: HostElement> Out<R> {
@@ -58,7 +58,7 @@ impl<R: HostElement> Out<R> {
         let offered = DEST.with(|d| {
             let mut d = d.borrow_mut();
             if d.as_ref()
-                .is_some_and(|x| x.dtype == R::DTYPE && x.shape == shape)
+                .is_some_and(|x| x.dtype == R::DTYPE && x.shape[..] == shape[..])
             {
                 d.take()
             } else {

@@ -203,7 +203,7 @@ fn chain_impl(
     let first_d = fdata(first)?;
     let ext_d: Vec<FData<'_>> = exts.iter().map(|t| fdata(t)).collect::<Result<_>>()?;
     // Output: the offered destination (an output block of the right type and shape) or a fresh buffer.
-    let dest = dest.filter(|d| d.dtype == out_dtype && d.shape == shape);
+    let dest = dest.filter(|d| d.dtype == out_dtype && d.shape[..] == shape[..]);
     let (mut out_f32, mut out_bf16): (Vec<f32>, Vec<bf16>) = (Vec::new(), Vec::new());
     let (ptr, len, off, out_strides) = match dest {
         Some(d) => (d.ptr, d.len, d.off, d.strides.clone()),
@@ -233,13 +233,13 @@ fn chain_impl(
     let mut offsets: Vec<usize> = vec![first.offset];
     offsets.extend(exts.iter().map(|e| e.offset));
     offsets.push(off);
-    let rows = RowsN::new(&shape, &strides, &offsets);
+    let mut rows = RowsN::new(&shape, &strides, &offsets);
     let inner = rows.inner;
     let inner_strides = rows.inner_strides.clone();
     let k = exts.len();
     let mut v = [0f32; CHUNK];
     let mut tmp = [0f32; CHUNK];
-    for row in rows {
+    while let Some(row) = rows.next_row() {
         let mut c0 = 0;
         while c0 < inner {
             let c = CHUNK.min(inner - c0);
@@ -332,11 +332,12 @@ fn chain_impl(
     }
 }
 
-/// [`Rows`] for a run-time number of operands.
+/// [`Rows`](super::tensor::Rows) for a run-time number of operands.
 struct RowsN {
     outer: Vec<(usize, Vec<usize>)>,
     idx: Vec<usize>,
     off: Vec<usize>,
+    cur: Vec<usize>,
     done: bool,
     inner: usize,
     inner_strides: Vec<usize>,
@@ -365,20 +366,19 @@ impl RowsN {
             idx: vec![0; merged.len()],
             outer: merged,
             off: offsets.to_vec(),
+            cur: offsets.to_vec(),
             done: shape.contains(&0),
             inner,
             inner_strides,
         }
     }
-}
 
-impl Iterator for RowsN {
-    type Item = Vec<usize>;
-    fn next(&mut self) -> Option<Vec<usize>> {
+    /// The next row's start offsets (one per operand).
+    fn next_row(&mut self) -> Option<&[usize]> {
         if self.done {
             return None;
         }
-        let cur = self.off.clone();
+        self.cur.copy_from_slice(&self.off);
         let mut d = self.outer.len();
         loop {
             if d == 0 {
@@ -399,6 +399,6 @@ impl Iterator for RowsN {
             }
             self.idx[d] = 0;
         }
-        Some(cur)
+        Some(&self.cur)
     }
 }

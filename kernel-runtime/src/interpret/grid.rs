@@ -434,8 +434,8 @@ impl<'a> Runner<'a> {
             ptr: sink.ptr,
             len: sink.len,
             off,
-            strides,
-            shape,
+            strides: strides.into(),
+            shape: shape.into(),
             dtype: sink.dtype,
         }))
     }
@@ -492,7 +492,7 @@ impl<'a> Runner<'a> {
 fn whole(a: &HostArray) -> Tensor {
     Tensor {
         dtype: a.dtype(),
-        shape: a.shape().to_vec(),
+        shape: a.shape().into(),
         strides: row_major_strides(a.shape()),
         offset: 0,
         buf: a.shared_data(),
@@ -547,7 +547,7 @@ fn input_block(a: &HostArray, block: &BlockIr, idx: &[i64], poison: bool) -> Res
     });
     Ok(Tensor {
         dtype: a.dtype(),
-        shape: kshape,
+        shape: kshape.into(),
         strides,
         offset: 0,
         buf: Arc::new(data),

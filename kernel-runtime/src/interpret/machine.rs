@@ -7,7 +7,7 @@ use super::elementwise::{self, into_dest, with_dtype, RawDest};
 use super::fused::{self, Link};
 use super::host::{HostData, HostElement};
 use super::reduce::reduce;
-use super::tensor::{for_each_row, internal, recycle, row_major_strides, Tensor};
+use super::tensor::{for_each_row, internal, recycle, row_major_strides, Dims, Tensor};
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, Result};
 use crate::ir::{Func, Op, OpKind, Region, Start, ValueId, Window};
@@ -464,11 +464,11 @@ impl<'k> Machine<'k> {
             OpKind::Iota { dim } => {
                 let shape = self.result_shape(op)?;
                 let n = *shape.get(*dim).ok_or_else(|| internal("iota dimension"))?;
-                let mut strides = vec![0; shape.len()];
+                let mut strides: Dims = smallvec::smallvec![0; shape.len()];
                 strides[*dim] = 1;
                 let t = Tensor {
                     dtype: DType::I32,
-                    shape,
+                    shape: shape.into(),
                     strides,
                     offset: 0,
                     buf: Arc::new(HostData::I32((0..n as i32).collect())),
@@ -677,7 +677,7 @@ impl<'k> Machine<'k> {
         };
         let starts = self.starts(op, w, 2, r)?;
         let (dtype, shape) = (self.refs[r].dtype, self.refs[r].shape.clone());
-        if value.dtype != dtype || value.shape != w.value_shape() {
+        if value.dtype != dtype || value.shape[..] != w.value_shape()[..] {
             return Err(internal("stored value does not match the window"));
         }
         if mask.is_none() && w.is_full(&shape) {
@@ -713,7 +713,7 @@ impl<'k> Machine<'k> {
         self.refs[r].content = Some(Tensor {
             dtype,
             strides: rs,
-            shape,
+            shape: shape.into(),
             offset: 0,
             buf,
         });

@@ -8,18 +8,21 @@ use crate::error::{kerr, Result};
 use half::bf16;
 use std::sync::Arc;
 
+/// Shapes and strides: inline up to rank 4, so cloning a view allocates nothing.
+pub(crate) type Dims = smallvec::SmallVec<[usize; 4]>;
+
 #[derive(Clone, Debug)]
 pub(crate) struct Tensor {
     pub dtype: DType,
-    pub shape: Vec<usize>,
+    pub shape: Dims,
     /// Element strides; 0 along broadcast dimensions.
-    pub strides: Vec<usize>,
+    pub strides: Dims,
     pub offset: usize,
     pub buf: Arc<HostData>,
 }
 
-pub(crate) fn row_major_strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
+pub(crate) fn row_major_strides(shape: &[usize]) -> Dims {
+    let mut s: Dims = smallvec::smallvec![1; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
         s[d] = s[d + 1] * shape[d + 1];
     }
@@ -34,7 +37,8 @@ pub(crate) fn internal(what: &str) -> crate::error::KernelError {
 }
 
 impl Tensor {
-    pub fn from_data(shape: Vec<usize>, data: HostData) -> Tensor {
+    pub fn from_data(shape: impl AsRef<[usize]>, data: HostData) -> Tensor {
+        let shape = Dims::from_slice(shape.as_ref());
         let strides = row_major_strides(&shape);
         Tensor {
             dtype: data.dtype(),
@@ -44,15 +48,15 @@ impl Tensor {
             buf: Arc::new(data),
         }
     }
-    pub fn from_vec<T: HostElement>(shape: Vec<usize>, v: Vec<T>) -> Tensor {
+    pub fn from_vec<T: HostElement>(shape: impl AsRef<[usize]>, v: Vec<T>) -> Tensor {
         Self::from_data(shape, T::wrap(v))
     }
     /// `value` broadcast to `shape` (one element, zero strides).
     pub fn splat(lit: Literal, shape: &[usize]) -> Tensor {
         Tensor {
             dtype: lit.dtype,
-            shape: shape.to_vec(),
-            strides: vec![0; shape.len()],
+            shape: Dims::from_slice(shape),
+            strides: smallvec::smallvec![0; shape.len()],
             offset: 0,
             buf: Arc::new(HostData::filled(lit, 1)),
         }
@@ -81,7 +85,7 @@ impl Tensor {
         if r > n {
             return Err(internal("broadcast to a lower rank"));
         }
-        let mut strides = vec![0; n];
+        let mut strides: Dims = smallvec::smallvec![0; n];
         for i in 0..n {
             if i + r < n {
                 continue;
@@ -97,7 +101,7 @@ impl Tensor {
         }
         Ok(Tensor {
             dtype: self.dtype,
-            shape: shape.to_vec(),
+            shape: Dims::from_slice(shape),
             strides,
             offset: self.offset,
             buf: self.buf.clone(),
@@ -118,7 +122,7 @@ impl Tensor {
     /// A window view: `starts`/`sizes` per dim (already bounds-checked), squeezed dims dropped.
     pub fn window(&self, starts: &[usize], sizes: &[usize], squeezed: &[bool]) -> Tensor {
         let mut offset = self.offset;
-        let (mut shape, mut strides) = (Vec::new(), Vec::new());
+        let (mut shape, mut strides) = (Dims::new(), Dims::new());
         for d in 0..self.shape.len() {
             offset += starts[d] * self.strides[d];
             if !squeezed[d] {
@@ -145,7 +149,7 @@ impl Tensor {
         };
         Ok(Tensor {
             dtype: base.dtype,
-            shape: shape.to_vec(),
+            shape: Dims::from_slice(shape),
             strides: row_major_strides(shape),
             offset: base.offset,
             buf: base.buf,
@@ -212,8 +216,8 @@ impl Tensor {
 /// vectorize. (An iterator rather than a callback so those loops stay inside the caller, which may be
 /// compiled with AVX2.)
 pub(crate) struct Rows<const N: usize> {
-    outer: Vec<(usize, [usize; N])>,
-    idx: Vec<usize>,
+    outer: smallvec::SmallVec<[(usize, [usize; N]); 4]>,
+    idx: Dims,
     off: [usize; N],
     done: bool,
     pub inner: usize,
@@ -223,7 +227,7 @@ pub(crate) struct Rows<const N: usize> {
 impl<const N: usize> Rows<N> {
     pub fn new(shape: &[usize], strides: [&[usize]; N], offsets: [usize; N]) -> Self {
         // Drop size-1 dims, then merge mergeable neighbours (innermost first).
-        let mut merged: Vec<(usize, [usize; N])> = Vec::with_capacity(shape.len());
+        let mut merged: smallvec::SmallVec<[(usize, [usize; N]); 4]> = smallvec::SmallVec::new();
         let empty = shape.contains(&0);
         for d in (0..shape.len()).rev() {
             if shape[d] == 1 {
@@ -240,7 +244,7 @@ impl<const N: usize> Rows<N> {
         }
         merged.reverse();
         let (inner, inner_strides) = merged.pop().unwrap_or((1, [0; N]));
-        let idx = vec![0; merged.len()];
+        let idx = smallvec::smallvec![0; merged.len()];
         Rows {
             outer: merged,
             idx,
