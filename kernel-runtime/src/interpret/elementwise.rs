@@ -115,7 +115,7 @@ impl<R: HostElement> Out<R> {
             Some(mut v) => {
                 // SAFETY: every element of the row-major result was written by the caller's rows.
                 unsafe { v.set_len(shape.iter().product()) };
-                Tensor::from_vec(shape.to_vec(), v)
+                Tensor::from_vec(shape, v)
             }
             None => Tensor::splat(crate::dtype::Literal::zero(R::DTYPE), &[]),
         }

@@ -246,7 +246,7 @@ fn reduce_impl<T: HostElement, C: Combine>(
     if out.len() != out_shape.iter().product::<usize>() {
         return Err(internal("reduction result shape"));
     }
-    Ok(Tensor::from_vec(out_shape.to_vec(), out))
+    Ok(Tensor::from_vec(out_shape, out))
 }
 
 /// A contiguous row reduced with 16 independent lanes (vectorizes; the summation order differs from a
