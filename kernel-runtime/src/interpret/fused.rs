@@ -101,6 +101,43 @@ fn zip(v: &mut [f32], e: Src<'_>, lhs: bool, f: impl Fn(f32, f32) -> f32) {
     }
 }
 
+/// `v = a op b` with both operands read from sources.
+#[inline(always)]
+fn binary_from(op: BinaryOp, v: &mut [f32], a: Src<'_>, b: Src<'_>) {
+    #[inline(always)]
+    fn zip2(v: &mut [f32], a: Src<'_>, b: Src<'_>, f: impl Fn(f32, f32) -> f32) {
+        match (a, b) {
+            (Src::Slice(x), Src::Slice(y)) => {
+                for ((o, &x), &y) in v.iter_mut().zip(x).zip(y) {
+                    *o = f(x, y);
+                }
+            }
+            (Src::Slice(x), Src::Scalar(y)) => {
+                for (o, &x) in v.iter_mut().zip(x) {
+                    *o = f(x, y);
+                }
+            }
+            (Src::Scalar(x), Src::Slice(y)) => {
+                for (o, &y) in v.iter_mut().zip(y) {
+                    *o = f(x, y);
+                }
+            }
+            (Src::Scalar(x), Src::Scalar(y)) => v.fill(f(x, y)),
+        }
+    }
+    match op {
+        BinaryOp::Add => zip2(v, a, b, |x, y| x + y),
+        BinaryOp::Sub => zip2(v, a, b, |x, y| x - y),
+        BinaryOp::Mul => zip2(v, a, b, |x, y| x * y),
+        BinaryOp::Div => zip2(v, a, b, |x, y| x / y),
+        BinaryOp::Rem => zip2(v, a, b, |x, y| x % y),
+        BinaryOp::Max => zip2(v, a, b, math::max_f32),
+        BinaryOp::Min => zip2(v, a, b, math::min_f32),
+        BinaryOp::Pow => zip2(v, a, b, f32::powf),
+        BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => {}
+    }
+}
+
 #[inline(always)]
 fn binary(b: BinaryOp, v: &mut [f32], e: Src<'_>, lhs: bool) {
     match b {
@@ -239,23 +276,31 @@ fn chain_impl(
     let k = exts.len();
     let mut v = [0f32; CHUNK];
     let mut tmp = [0f32; CHUNK];
+    let mut tmp2 = [0f32; CHUNK];
     while let Some(row) = rows.next_row() {
         let mut c0 = 0;
         while c0 < inner {
             let c = CHUNK.min(inner - c0);
-            // The chain's input.
-            match source(
-                &first_d,
-                row[0] + c0 * inner_strides[0],
-                inner_strides[0],
-                c,
-                &mut tmp,
-            ) {
-                Src::Slice(s) => v[..c].copy_from_slice(s),
-                Src::Scalar(x) => v[..c].fill(x),
-            }
+            // The chain's input; a leading binary op reads it in place rather than from a copy.
+            let s0 = inner_strides[0];
+            let first_src = source(&first_d, row[0] + c0 * s0, s0, c, &mut tmp);
             let mut e = 0;
-            for (li, link) in links.iter().enumerate() {
+            let mut start = 0;
+            match (links.first(), first_src) {
+                (Some(&Link::Binary(b, true, d)), first_src) if k > 0 => {
+                    let s1 = inner_strides[1];
+                    let ext = source(&ext_d[0], row[1] + c0 * s1, s1, c, &mut tmp2);
+                    binary_from(b, &mut v[..c], first_src, ext);
+                    if !(links.len() == 1 && out_dtype == DType::BF16) {
+                        round(&mut v[..c], d);
+                    }
+                    e = 1;
+                    start = 1;
+                }
+                (_, Src::Slice(s)) => v[..c].copy_from_slice(s),
+                (_, Src::Scalar(x)) => v[..c].fill(x),
+            }
+            for (li, link) in links.iter().enumerate().skip(start) {
                 // The store below rounds to bf16 itself, so the last link need not (rounding twice to
                 // nearest-even bf16 gives the same bits as once).
                 let rounds_at_store = li + 1 == links.len() && out_dtype == DType::BF16;
