@@ -609,3 +609,61 @@ fn tolerance_helper_flags_mismatched_non_finite_values() {
     let c = HostArray::from_vec([2], vec![f32::INFINITY, 1.0]).unwrap();
     assert!(!reference::compare(&a, &c, Tolerance::EXACT).ok);
 }
+
+#[tpu_kernel]
+fn read_between_kernel(x: Ref<f32>, o: RefMut<f32>, prev: RefMut<f32>) {
+    // `v` may be computed straight into o's output block; the load in between must still see the
+    // block's previous contents (the last step's `v`, or zeros on the first step).
+    let v = x.load() * 2.0f32;
+    let w = o.load();
+    o.store(v);
+    prev.store(w + 1.0f32);
+}
+
+#[test]
+fn loads_between_a_direct_write_and_its_store_see_the_old_block() {
+    let call = pallas_call(read_between_kernel)
+        .grid([3])
+        .input(
+            ArrayType::new([24, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .output(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([24, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .dimension_semantics([Arbitrary])
+        .build()
+        .expect("build");
+    let x = HostArray::random([24, 128], F32, 12);
+    let xs = x.as_slice::<f32>().unwrap().to_vec();
+    for fuse in [true, false] {
+        let out = call
+            .interpret_with(
+                std::slice::from_ref(&x),
+                &InterpretOptions {
+                    fuse,
+                    ..Default::default()
+                },
+            )
+            .expect("run");
+        let (o, prev) = (
+            out[0].as_slice::<f32>().unwrap(),
+            out[1].as_slice::<f32>().unwrap(),
+        );
+        for e in 0..8 * 128 {
+            assert_eq!(o[e], xs[2 * 1024 + e] * 2.0, "fuse={fuse}");
+            assert_eq!(prev[e], 1.0, "fuse={fuse}: step 0 sees a fresh block");
+            assert_eq!(
+                prev[1024 + e],
+                xs[e] * 2.0 + 1.0,
+                "fuse={fuse}: step 1 sees step 0's block"
+            );
+            assert_eq!(prev[2048 + e], xs[1024 + e] * 2.0 + 1.0, "fuse={fuse}");
+        }
+    }
+}
