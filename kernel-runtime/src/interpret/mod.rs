@@ -1,17 +1,28 @@
 //! Interpret mode: run a kernel's IR on the CPU with Pallas TPU semantics — the fourth consumer of the
 //! one IR (after the checks, the Mosaic lowering and the optimizer), so it cannot drift from what runs
-//! on the TPU.
+//! on the TPU. Entry points: [`interpret`], `PallasCall::interpret` / `interpret_with`.
 //!
-//! - [`grid`]: the grid loop (Pallas order, block copy-in per BlockSpec, write-back when an output's
-//!   block index changes and at the end, scratch persisting), chunked over `parallel` axes on rayon.
-//! - [`machine`]: one grid step — an environment of values and one rule per op family.
-//! - [`tensor`]: the value type, a strided view of a shared buffer (broadcasts, splats, iota, windows and
-//!   transposes are views, not copies).
-//! - [`elementwise`], [`reduce`], [`dot`], [`math`]: the numeric rules (bf16 rounded on every op, f32
-//!   accumulation, wrapping integers, XLA's NaN behaviour, a vectorized polynomial `exp`).
+//! - `grid`: the grid loop (Pallas order, last axis fastest; input blocks re-read when their block
+//!   index changes; output blocks written back when it changes and at the end, so an output revisited on
+//!   consecutive steps keeps its contents; scratch persisting), chunked over `parallel` axes on rayon
+//!   when the index maps show no output block is shared between chunks.
+//! - `machine`: one grid step — an environment of values freed after their last use, the refs, and one
+//!   rule per op family; a plan per region says which values die where, which elementwise chains fuse,
+//!   and which results may be written straight into the output array (their only use is a full store).
+//! - `tensor`: the value type, a strided view of a shared buffer (broadcasts, splats, iota, windows and
+//!   transposes are views, not copies), the row iterator every loop uses, and a per-thread buffer pool.
+//! - `elementwise`, `fused`, `reduce`, `dot`, `math`, `simd`: the numeric rules — bf16 rounded on every
+//!   op (fused or not), f32 accumulation (reductions, `dot` through `matrixmultiply`), wrapping integers
+//!   with XLA's division rules, NaN-propagating max/min, a vectorized polynomial `exp`; hot loops are
+//!   compiled for AVX2+FMA and picked at run time, with bit-identical results.
+//!
+//! Deliberate differences from the hardware: f32 `dot` is exact f32 (the MXU may use bf16 passes),
+//! `rsqrt`/`exp` are accurate to a few ulp (the TPU's are approximations), and reductions sum in a fixed
+//! 16-lane order. Memory the kernel never wrote reads as zeros, or as NaN / `0xDEADBEEF` with
+//! [`InterpretOptions::poison_uninitialized`].
 //!
 //! Errors are values: an out-of-bounds dynamic slice is a [`KernelError`](crate::KernelError) naming the
-//! Rust line of the load or store.
+//! Rust line of the load or store; bad inputs are errors naming the argument.
 
 mod dot;
 mod elementwise;
