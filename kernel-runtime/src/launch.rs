@@ -561,8 +561,15 @@ impl PallasCall {
 impl PallasCall {
     /// Run the kernel on the CPU with Pallas TPU semantics (see [`crate::interpret`]): one host array per
     /// input, in order; returns one per output.
-    pub fn interpret(&self, inputs: &[crate::interpret::HostArray]) -> Result<Vec<crate::interpret::HostArray>> {
-        crate::interpret::interpret(&self.kernel, inputs, &crate::interpret::InterpretOptions::default())
+    pub fn interpret(
+        &self,
+        inputs: &[crate::interpret::HostArray],
+    ) -> Result<Vec<crate::interpret::HostArray>> {
+        crate::interpret::interpret(
+            &self.kernel,
+            inputs,
+            &crate::interpret::InterpretOptions::default(),
+        )
     }
     /// [`PallasCall::interpret`] with options (poisoning of uninitialized memory, parallelism).
     pub fn interpret_with(
