@@ -9,15 +9,14 @@
 
 use super::elementwise::RawDest;
 use super::host::{HostArray, HostData, HostElement};
+use super::index_map::IndexMap;
 use super::machine::{fill_literal, plan, write_view, write_view_raw, Machine, Plan, RefState};
 use super::tensor::{internal, recycle, row_major_strides, Tensor};
 use super::InterpretOptions;
-use crate::check::eval_index_map;
 use crate::dtype::DType;
 use crate::error::{kerr, Result};
 use crate::ir::{BlockIr, DimensionSemantics, Kernel, OperandRole};
 use rayon::prelude::*;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -80,6 +79,11 @@ pub(crate) fn run(
         .collect();
     let runner = Runner {
         k,
+        maps: k
+            .operands
+            .iter()
+            .map(|o| o.block.as_ref().map(|b| IndexMap::new(&b.index_map)))
+            .collect(),
         inputs,
         sinks: &sinks,
         plan: plan(&k.body, opts.fuse),
@@ -87,7 +91,7 @@ pub(crate) fn run(
     };
 
     let par_axes = if opts.parallel {
-        parallel_axes(k)?
+        parallel_axes(k, &runner.maps)?
     } else {
         Vec::new()
     };
@@ -198,7 +202,7 @@ fn check_inputs(k: &Kernel, inputs: &[HostArray]) -> Result<()> {
 }
 
 /// The parallel axes to split the grid on, or none when two chunks would write the same output block.
-fn parallel_axes(k: &Kernel) -> Result<Vec<usize>> {
+fn parallel_axes(k: &Kernel, maps: &[Option<IndexMap<'_>>]) -> Result<Vec<usize>> {
     let axes: Vec<usize> = (0..k.grid.len())
         .filter(|&a| {
             k.dimension_semantics.get(a) == Some(&DimensionSemantics::Parallel) && k.grid[a] > 1
@@ -207,15 +211,49 @@ fn parallel_axes(k: &Kernel) -> Result<Vec<usize>> {
     if axes.is_empty() {
         return Ok(axes);
     }
-    let outs: Vec<&BlockIr> = k.outputs().filter_map(|o| o.block.as_ref()).collect();
-    let mut owner: HashMap<(usize, Vec<i64>), Vec<i64>> = HashMap::new();
+    // Per output: which chunk (linear index of the parallel coordinates) owns each block.
+    let outs: Vec<(usize, Vec<usize>)> = k
+        .operands
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.role == OperandRole::Output)
+        .filter_map(|(i, o)| {
+            let b = o.block.as_ref()?;
+            Some((
+                i,
+                o.shape
+                    .iter()
+                    .zip(&b.block_shape)
+                    .map(|(a, s)| a.div_ceil(*s))
+                    .collect(),
+            ))
+        })
+        .collect();
+    let mut owner: Vec<Vec<usize>> = outs
+        .iter()
+        .map(|(_, n)| vec![usize::MAX; n.iter().product()])
+        .collect();
+    let (mut env, mut idx) = (Vec::new(), Vec::new());
     let mut ok = true;
     for_each_point(&k.grid, |p| {
-        let key: Vec<i64> = axes.iter().map(|&a| p[a]).collect();
-        for (i, b) in outs.iter().enumerate() {
-            let idx = eval_index_map(&b.index_map, p)?;
-            let prev = owner.entry((i, idx)).or_insert_with(|| key.clone());
-            if *prev != key {
+        let chunk = axes
+            .iter()
+            .fold(0usize, |acc, &a| acc * k.grid[a] + p[a] as usize);
+        for (j, (i, nblocks)) in outs.iter().enumerate() {
+            let Some(map) = &maps[*i] else { continue };
+            map.eval(p, &mut env, &mut idx)?;
+            let mut lin = 0usize;
+            for (&x, &n) in idx.iter().zip(nblocks) {
+                if x < 0 || x as usize >= n {
+                    // Out of range: reported (with its location) when the step runs.
+                    return Ok(true);
+                }
+                lin = lin * n + x as usize;
+            }
+            let slot = &mut owner[j][lin];
+            if *slot == usize::MAX {
+                *slot = chunk;
+            } else if *slot != chunk {
                 ok = false;
                 return Ok(false);
             }
@@ -260,6 +298,8 @@ fn chunk_keys(grid: &[usize], par_axes: &[usize]) -> Vec<Vec<i64>> {
 
 struct Runner<'a> {
     k: &'a Kernel,
+    /// Each operand's index map (None for whole-array operands and scratch).
+    maps: Vec<Option<IndexMap<'a>>>,
     inputs: &'a [HostArray],
     sinks: &'a [Sink],
     plan: Plan,
@@ -338,6 +378,7 @@ impl<'a> Runner<'a> {
         point: &[i64],
     ) -> Result<()> {
         let (mut input_no, mut out_no) = (0, 0);
+        let mut env = Vec::new();
         for (i, o) in self.k.operands.iter().enumerate() {
             let role_no = match o.role {
                 OperandRole::Input => {
@@ -350,9 +391,12 @@ impl<'a> Runner<'a> {
                 }
                 OperandRole::Scratch => continue,
             };
-            let Some(block) = &o.block else { continue };
-            let idx =
-                eval_index_map(&block.index_map, point).map_err(|e| e.for_argument(o.label()))?;
+            let (Some(block), Some(map)) = (&o.block, &self.maps[i]) else {
+                continue;
+            };
+            let mut idx = Vec::with_capacity(o.shape.len());
+            map.eval(point, &mut env, &mut idx)
+                .map_err(|e| e.for_argument(o.label()))?;
             if last[i].as_ref() == Some(&idx) {
                 continue;
             }
