@@ -667,3 +667,64 @@ fn loads_between_a_direct_write_and_its_store_see_the_old_block() {
         }
     }
 }
+
+#[tpu_kernel]
+fn fused_reductions_kernel(x: Ref<f32>, a: RefMut<f32>, b: RefMut<f32>, c: RefMut<bf16>) {
+    let v = x.load();
+    // A lone op, a chain and a bf16 chain, each reduced over the last axis (folded into the pass).
+    a.store((v * 2.0f32).max_keepdims(-1).broadcast_to(a.shape()));
+    b.store((v - 1.0f32).exp().min_keepdims(-1).broadcast_to(b.shape()));
+    c.store(
+        (v.cast::<bf16>() * 3.0f32)
+            .sum_keepdims(-1)
+            .broadcast_to(c.shape()),
+    );
+}
+
+#[test]
+fn reductions_folded_into_fused_chains_match_unfused_bit_for_bit() {
+    // 200 columns: rows are not a multiple of the 16 reduction lanes.
+    let spec = || BlockSpec::new([8, 200], |[i]| (i, 0));
+    let call = pallas_call(fused_reductions_kernel)
+        .grid([2])
+        .input(ArrayType::new([16, 200], F32), spec())
+        .output(ArrayType::new([16, 200], F32), spec())
+        .output(ArrayType::new([16, 200], F32), spec())
+        .output(ArrayType::new([16, 200], BF16), spec())
+        .dimension_semantics([Parallel])
+        .build()
+        .expect("build");
+    let mut xs = HostArray::random([16, 200], F32, 21)
+        .into_vec::<f32>()
+        .unwrap();
+    xs[5] = f32::NAN; // row 0: every reduction is NaN
+    xs[200 + 7] = -0.0;
+    let x = HostArray::from_vec([16, 200], xs.clone()).unwrap();
+    let opts = |fuse| InterpretOptions {
+        fuse,
+        ..Default::default()
+    };
+    let fused = call
+        .interpret_with(std::slice::from_ref(&x), &opts(true))
+        .expect("run");
+    let plain = call
+        .interpret_with(std::slice::from_ref(&x), &opts(false))
+        .expect("run");
+    for (f, p) in fused.iter().zip(&plain) {
+        let bits = |a: &HostArray| {
+            a.to_f64_vec()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(bits(f), bits(p));
+    }
+    let a = fused[0].as_slice::<f32>().unwrap();
+    assert!(a[0].is_nan());
+    for r in 1..16 {
+        let want = xs[r * 200..(r + 1) * 200]
+            .iter()
+            .fold(f32::NEG_INFINITY, |m, &v| m.max(v * 2.0));
+        assert_eq!(a[r * 200], want, "row {r}");
+    }
+}

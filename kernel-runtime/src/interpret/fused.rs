@@ -8,7 +8,7 @@ use super::math;
 use super::tensor::{bf16_from_f32, bf16_to_f32, internal, take_vec, Tensor};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ir::{BinaryOp, UnaryOp};
+use crate::ir::{BinaryOp, ReduceKind, UnaryOp};
 use half::bf16;
 
 /// One link of a chain, applied to the running value `v`.
@@ -153,21 +153,37 @@ fn binary(b: BinaryOp, v: &mut [f32], e: Src<'_>, lhs: bool) {
     }
 }
 
+/// A reduction over the last axis folded into a chain: its kind and the reduction's result type.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Epilogue {
+    pub kind: ReduceKind,
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+/// What a chain produces: its value (unless only the reduction needs it, or it went to `dest`) and the
+/// epilogue's reduction.
+pub(crate) type ChainResult = (Option<Tensor>, Option<Tensor>);
+
 /// Evaluate `first` (the chain's input, already a tensor) through `links`, taking external operands from
-/// `exts` in order; the result has `out_dtype` and is written to `dest` when given (then `Ok(None)`).
+/// `exts` in order. The value has `out_dtype`; it is written to `dest` when given, to a fresh tensor if
+/// `store`, and otherwise only fed to the epilogue's reduction (the same 16-lane order as an unfused
+/// `reduce`, so the bits agree).
 pub(crate) fn run_chain(
     first: &Tensor,
     links: &[Link],
     exts: &[&Tensor],
     out_dtype: DType,
     dest: Option<&RawDest>,
-) -> Result<Option<Tensor>> {
+    epi: Option<&Epilogue>,
+    store: bool,
+) -> Result<ChainResult> {
     #[cfg(target_arch = "x86_64")]
     if super::simd::avx2() {
         // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-        return unsafe { chain_avx2(first, links, exts, out_dtype, dest) };
+        return unsafe { chain_avx2(first, links, exts, out_dtype, dest, epi, store) };
     }
-    chain_impl(first, links, exts, out_dtype, dest)
+    chain_impl(first, links, exts, out_dtype, dest, epi, store)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -178,8 +194,56 @@ unsafe fn chain_avx2(
     exts: &[&Tensor],
     out_dtype: DType,
     dest: Option<&RawDest>,
-) -> Result<Option<Tensor>> {
-    chain_impl(first, links, exts, out_dtype, dest)
+    epi: Option<&Epilogue>,
+    store: bool,
+) -> Result<ChainResult> {
+    chain_impl(first, links, exts, out_dtype, dest, epi, store)
+}
+
+use super::reduce::{MAX, MIN, SUM};
+
+#[inline(always)]
+fn comb<const K: u8>(a: f32, b: f32) -> f32 {
+    match K {
+        SUM => a + b,
+        MAX => math::max_f32(a, b),
+        _ => math::min_f32(a, b),
+    }
+}
+
+/// Fold a chunk into the row's 16 lanes (and its tail into `rest`), as `reduce_row` does.
+#[inline(always)]
+fn fold_lanes<const K: u8>(lanes: &mut [f32; 16], rest: &mut f32, v: &[f32]) {
+    let full = v.len() / 16 * 16;
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::avx2() {
+        // SAFETY: the CPU has AVX2 (checked at run time); `full` is a multiple of 16.
+        unsafe { super::simd::fold16::<K>(lanes, &v[..full]) };
+        for &x in &v[full..] {
+            *rest = comb::<K>(*rest, x);
+        }
+        return;
+    }
+    for g in v[..full].chunks_exact(16) {
+        for j in 0..16 {
+            lanes[j] = comb::<K>(lanes[j], g[j]);
+        }
+    }
+    for &x in &v[full..] {
+        *rest = comb::<K>(*rest, x);
+    }
+}
+
+#[inline(always)]
+fn finish_lanes<const K: u8>(mut lanes: [f32; 16], rest: f32, identity: f32) -> f32 {
+    let mut w = 16;
+    while w > 1 {
+        w /= 2;
+        for i in 0..w {
+            lanes[i] = comb::<K>(lanes[i], lanes[i + w]);
+        }
+    }
+    comb::<K>(identity, comb::<K>(lanes[0], rest))
 }
 
 /// Typed read access to a float operand.
@@ -231,11 +295,18 @@ fn chain_impl(
     exts: &[&Tensor],
     out_dtype: DType,
     dest: Option<&RawDest>,
-) -> Result<Option<Tensor>> {
+    epi: Option<&Epilogue>,
+    store: bool,
+) -> Result<ChainResult> {
     let shape = first.shape.clone();
     if exts.iter().any(|e| e.shape != shape) || !matches!(out_dtype, DType::F32 | DType::BF16) {
         return Err(internal("fused chain operands"));
     }
+    let rank = shape.len();
+    if epi.is_some() && (rank == 0 || shape[rank - 1] < 2) {
+        return Err(internal("fused reduction over a trivial axis"));
+    }
+    let store = store || dest.is_some() || epi.is_none();
     let n: usize = shape.iter().product();
     let first_d = fdata(first)?;
     let ext_d: Vec<FData<'_>> = exts.iter().map(|t| fdata(t)).collect::<Result<_>>()?;
@@ -244,6 +315,12 @@ fn chain_impl(
     let (mut out_f32, mut out_bf16): (Vec<f32>, Vec<bf16>) = (Vec::new(), Vec::new());
     let (ptr, len, off, out_strides) = match dest {
         Some(d) => (d.ptr, d.len, d.off, d.strides.clone()),
+        None if !store => (
+            std::ptr::null_mut(),
+            0,
+            0,
+            super::tensor::row_major_strides(&shape),
+        ),
         None => {
             let strides = super::tensor::row_major_strides(&shape);
             let ptr = if out_dtype == DType::F32 {
@@ -261,15 +338,43 @@ fn chain_impl(
         .zip(&out_strides)
         .map(|(a, s)| a.saturating_sub(1) * s)
         .sum();
-    if n > 0 && off + reach >= len {
+    if store && n > 0 && off + reach >= len {
         return Err(internal("fused chain destination too small"));
     }
+    // The epilogue's accumulators: one per row of the last axis (strides 0 along it keep rows intact).
+    let mut red_strides = super::tensor::row_major_strides(&shape);
+    if rank > 0 {
+        let kept: Vec<usize> = (0..rank)
+            .map(|d| if d + 1 == rank { 1 } else { shape[d] })
+            .collect();
+        red_strides = super::tensor::row_major_strides(&kept);
+        red_strides[rank - 1] = 0;
+    }
+    let identity = match epi.map(|e| e.kind) {
+        Some(ReduceKind::Max) => f32::NEG_INFINITY,
+        Some(ReduceKind::Min) => f32::INFINITY,
+        _ => 0.0,
+    };
+    let n_red = if rank > 0 {
+        n / shape[rank - 1].max(1)
+    } else {
+        1
+    };
+    let mut red = if epi.is_some() {
+        vec![identity; n_red]
+    } else {
+        Vec::new()
+    };
     let mut strides: Vec<&[usize]> = vec![&first.strides];
     strides.extend(exts.iter().map(|e| e.strides.as_slice()));
     strides.push(&out_strides);
     let mut offsets: Vec<usize> = vec![first.offset];
     offsets.extend(exts.iter().map(|e| e.offset));
     offsets.push(off);
+    if epi.is_some() {
+        strides.push(&red_strides);
+        offsets.push(0);
+    }
     let mut rows = RowsN::new(&shape, &strides, &offsets);
     let inner = rows.inner;
     let inner_strides = rows.inner_strides.clone();
@@ -279,6 +384,7 @@ fn chain_impl(
     let mut tmp2 = [0f32; CHUNK];
     while let Some(row) = rows.next_row() {
         let mut c0 = 0;
+        let (mut lanes, mut rest) = ([identity; 16], identity);
         while c0 < inner {
             let c = CHUNK.min(inner - c0);
             // The chain's input; a leading binary op reads it in place rather than from a copy.
@@ -291,7 +397,7 @@ fn chain_impl(
                     let s1 = inner_strides[1];
                     let ext = source(&ext_d[0], row[1] + c0 * s1, s1, c, &mut tmp2);
                     binary_from(b, &mut v[..c], first_src, ext);
-                    if !(links.len() == 1 && out_dtype == DType::BF16) {
+                    if !(links.len() == 1 && out_dtype == DType::BF16 && epi.is_none()) {
                         round(&mut v[..c], d);
                     }
                     e = 1;
@@ -303,7 +409,8 @@ fn chain_impl(
             for (li, link) in links.iter().enumerate().skip(start) {
                 // The store below rounds to bf16 itself, so the last link need not (rounding twice to
                 // nearest-even bf16 gives the same bits as once).
-                let rounds_at_store = li + 1 == links.len() && out_dtype == DType::BF16;
+                let rounds_at_store =
+                    li + 1 == links.len() && out_dtype == DType::BF16 && epi.is_none();
                 let rnd = |v: &mut [f32], d: DType| {
                     if !rounds_at_store {
                         round(v, d)
@@ -326,6 +433,16 @@ fn chain_impl(
                     }
                     Link::Cast(d) => rnd(&mut v[..c], d),
                 }
+            }
+            match epi.map(|e| e.kind) {
+                Some(ReduceKind::Sum) => fold_lanes::<SUM>(&mut lanes, &mut rest, &v[..c]),
+                Some(ReduceKind::Max) => fold_lanes::<MAX>(&mut lanes, &mut rest, &v[..c]),
+                Some(ReduceKind::Min) => fold_lanes::<MIN>(&mut lanes, &mut rest, &v[..c]),
+                None => {}
+            }
+            if !store {
+                c0 += c;
+                continue;
             }
             // Store the chunk.
             let (o, s) = (row[k + 1] + c0 * inner_strides[k + 1], inner_strides[k + 1]);
@@ -361,20 +478,40 @@ fn chain_impl(
             }
             c0 += c;
         }
-    }
-    if dest.is_some() {
-        return Ok(None);
-    }
-    // SAFETY: the rows covered all `n` elements of the row-major result.
-    unsafe {
-        if out_dtype == DType::F32 {
-            out_f32.set_len(n);
-            Ok(Some(Tensor::from_vec(shape, out_f32)))
-        } else {
-            out_bf16.set_len(n);
-            Ok(Some(Tensor::from_vec(shape, out_bf16)))
+        if let Some(e) = epi {
+            let o = row[k + 2];
+            red[o] = match e.kind {
+                ReduceKind::Sum => finish_lanes::<SUM>(lanes, rest, red[o]),
+                ReduceKind::Max => finish_lanes::<MAX>(lanes, rest, red[o]),
+                ReduceKind::Min => finish_lanes::<MIN>(lanes, rest, red[o]),
+            };
         }
     }
+    let reduced = match epi {
+        Some(e) if e.shape.iter().product::<usize>() != n_red => {
+            return Err(internal("fused reduction shape"))
+        }
+        Some(e) if e.dtype == DType::BF16 => Some(Tensor::from_vec(
+            &e.shape,
+            red.into_iter().map(bf16_from_f32).collect::<Vec<_>>(),
+        )),
+        Some(e) => Some(Tensor::from_vec(&e.shape, red)),
+        None => None,
+    };
+    if dest.is_some() || !store {
+        return Ok((None, reduced));
+    }
+    // SAFETY: the rows covered all `n` elements of the row-major result.
+    let value = unsafe {
+        if out_dtype == DType::F32 {
+            out_f32.set_len(n);
+            Tensor::from_vec(shape, out_f32)
+        } else {
+            out_bf16.set_len(n);
+            Tensor::from_vec(shape, out_bf16)
+        }
+    };
+    Ok((Some(value), reduced))
 }
 
 /// [`Rows`](super::tensor::Rows) for a run-time number of operands.

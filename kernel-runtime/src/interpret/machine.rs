@@ -4,7 +4,7 @@
 
 use super::dot::dot;
 use super::elementwise::{self, into_dest, with_dtype, RawDest};
-use super::fused::{self, Link};
+use super::fused::{self, Epilogue, Link};
 use super::host::{HostData, HostElement};
 use super::reduce::reduce;
 use super::tensor::{for_each_row, internal, recycle, row_major_strides, Dims, Tensor};
@@ -52,6 +52,9 @@ pub(crate) struct Chain {
     first: ValueId,
     links: Vec<Link>,
     exts: Vec<ValueId>,
+    /// A last-axis reduction of the chain's value computed in the same pass: the epilogue, the
+    /// reduction's result value, and whether the value itself is still needed.
+    reduce: Option<(Epilogue, ValueId, bool)>,
 }
 
 /// The link an op would be in a fused chain fed by `prev` (its single float-to-float operand).
@@ -77,6 +80,19 @@ fn as_link(f: &Func, op: &Op, prev: ValueId) -> Option<(Link, Option<ValueId>)> 
 }
 
 /// Find fused chains in a region: each member's result has exactly one use, the next member.
+/// Whether `op` can be the first link of a fused chain (a float unary/binary/cast on float operands).
+fn can_start(f: &Func, op: &Op) -> bool {
+    let float = |v: &ValueId| f.ty(*v).dtype().is_float();
+    op.results.len() == 1
+        && float(&op.results[0])
+        && match (&op.kind, &op.operands[..]) {
+            (OpKind::Unary(u), [a]) => fused::supported_unary(*u) && float(a),
+            (OpKind::Cast(_), [a]) => float(a),
+            (OpKind::Binary(b), [x, y]) => fused::supported_binary(*b) && float(x) && float(y),
+            _ => false,
+        }
+}
+
 /// Returns which ops are folded away, the chains (at their last op), and where each op runs.
 fn find_chains(
     f: &Func,
@@ -94,16 +110,7 @@ fn find_chains(
         if all_uses.get(&v) != Some(&1) || !f.ty(v).dtype().is_float() {
             continue;
         }
-        let starts = match (&op.kind, &op.operands[..]) {
-            (OpKind::Unary(u), [a]) => fused::supported_unary(*u) && f.ty(*a).dtype().is_float(),
-            (OpKind::Cast(_), [a]) => f.ty(*a).dtype().is_float(),
-            (OpKind::Binary(b), [x, y]) => {
-                fused::supported_binary(*b)
-                    && f.ty(*x).dtype().is_float()
-                    && f.ty(*y).dtype().is_float()
-            }
-            _ => false,
-        };
+        let starts = can_start(f, op);
         if !starts {
             continue;
         }
@@ -116,7 +123,11 @@ fn find_chains(
         }
     }
     for start in 0..n {
-        if has_prev[start] || next[start].is_none() {
+        // A chain starts at an op no link feeds; a lone op qualifies when a reduction can fold in.
+        if has_prev[start]
+            || !can_start(f, &r.ops[start])
+            || (next[start].is_none() && epilogue(f, r, start, all_uses).is_none())
+        {
             continue;
         }
         let op = &r.ops[start];
@@ -149,9 +160,51 @@ fn find_chains(
             skip[m] = m != cur;
             exec_at[m] = cur;
         }
-        chain[cur] = Some(Chain { first, links, exts });
+        let reduce = epilogue(f, r, cur, all_uses).map(|(j, epi, res, store)| {
+            skip[j] = true;
+            exec_at[j] = cur;
+            (epi, res, store)
+        });
+        chain[cur] = Some(Chain {
+            first,
+            links,
+            exts,
+            reduce,
+        });
     }
     (skip, chain, exec_at)
+}
+
+/// A float reduction over the last axis of op `i`'s result, later in the region: its index, the
+/// epilogue, its result, and whether op `i`'s value has other uses (and so must still be stored).
+fn epilogue(
+    f: &Func,
+    r: &Region,
+    i: usize,
+    all_uses: &HashMap<ValueId, usize>,
+) -> Option<(usize, Epilogue, ValueId, bool)> {
+    let [v] = r.ops[i].results[..] else {
+        return None;
+    };
+    let ty = f.ty(v);
+    let rank = ty.shape().len();
+    if !ty.dtype().is_float() || rank == 0 || ty.shape()[rank - 1] < 2 {
+        return None;
+    }
+    let j = (i + 1..r.ops.len()).find(|&j| r.ops[j].operands.contains(&v))?;
+    let op = &r.ops[j];
+    match (&op.kind, &op.operands[..], &op.results[..]) {
+        (OpKind::Reduce { kind, axes, .. }, [a], [res]) if *a == v && axes[..] == [rank - 1] => {
+            let rt = f.ty(*res);
+            let epi = Epilogue {
+                kind: *kind,
+                shape: rt.shape().to_vec(),
+                dtype: rt.dtype(),
+            };
+            Some((j, epi, *res, all_uses.get(&v).copied().unwrap_or(0) > 1))
+        }
+        _ => None,
+    }
 }
 
 fn deep_uses(op: &Op, out: &mut Vec<ValueId>) {
@@ -406,12 +459,18 @@ impl<'k> Machine<'k> {
             .iter()
             .map(|v| self.tensor(*v))
             .collect::<Result<Vec<_>>>()?;
-        Ok(vec![
-            match fused::run_chain(first, &ch.links, &exts, out, dest.as_ref())? {
-                Some(t) => Value::T(t),
-                None => Value::Sunk,
-            },
-        ])
+        let (epi, store) = match &ch.reduce {
+            Some((e, _, store)) => (Some(e), *store),
+            None => (None, true),
+        };
+        let (value, reduced) =
+            fused::run_chain(first, &ch.links, &exts, out, dest.as_ref(), epi, store)?;
+        if let (Some((_, res, _)), Some(t)) = (&ch.reduce, reduced) {
+            self.env[res.0 as usize] = Some(Value::T(t));
+        }
+        // Without a value (sunk into the output block, or needed only by the folded reduction) the
+        // result is a placeholder its single remaining use (a store) or none reads.
+        Ok(vec![value.map_or(Value::Sunk, Value::T)])
     }
 
     /// An elementwise op whose result is only stored whole into ref `r`: write it straight into the

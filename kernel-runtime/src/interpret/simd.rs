@@ -26,30 +26,7 @@ pub(crate) unsafe fn reduce_row_f32<const K: u8>(row: &[f32]) -> f32 {
         MAX => f32::NEG_INFINITY,
         _ => f32::INFINITY,
     };
-    #[inline(always)]
-    unsafe fn comb<const K: u8>(a: __m256, x: __m256) -> __m256 {
-        match K {
-            SUM => _mm256_add_ps(a, x),
-            _ => {
-                // max/min of ordered values; equal values (±0) combine their sign bits like
-                // `max_f32`/`min_f32`; a NaN in either operand wins.
-                let m = if K == MAX {
-                    _mm256_max_ps(a, x)
-                } else {
-                    _mm256_min_ps(a, x)
-                };
-                let eq = _mm256_cmp_ps::<_CMP_EQ_OQ>(a, x);
-                let zeros = if K == MAX {
-                    _mm256_and_ps(a, x)
-                } else {
-                    _mm256_or_ps(a, x)
-                };
-                let m = _mm256_blendv_ps(m, zeros, eq);
-                let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(a, x);
-                _mm256_blendv_ps(m, _mm256_add_ps(a, x), nan)
-            }
-        }
-    }
+    use comb_ps as comb;
     let scalar = |a: f32, b: f32| match K {
         SUM => a + b,
         MAX => max_f32(a, b),
@@ -85,4 +62,61 @@ pub(crate) unsafe fn reduce_row_f32<const K: u8>(row: &[f32]) -> f32 {
         }
     }
     scalar(lanes[0], r)
+}
+
+/// One 8-lane step of a sum / NaN-propagating max / min (the vector form of `reduce`'s combine).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn comb_ps<const K: u8>(
+    a: std::arch::x86_64::__m256,
+    x: std::arch::x86_64::__m256,
+) -> std::arch::x86_64::__m256 {
+    use super::reduce::{MAX, SUM};
+    use std::arch::x86_64::*;
+    // SAFETY: AVX2 is guaranteed by the caller.
+    unsafe {
+        match K {
+            SUM => _mm256_add_ps(a, x),
+            _ => {
+                let m = if K == MAX {
+                    _mm256_max_ps(a, x)
+                } else {
+                    _mm256_min_ps(a, x)
+                };
+                let eq = _mm256_cmp_ps::<_CMP_EQ_OQ>(a, x);
+                let zeros = if K == MAX {
+                    _mm256_and_ps(a, x)
+                } else {
+                    _mm256_or_ps(a, x)
+                };
+                let m = _mm256_blendv_ps(m, zeros, eq);
+                let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(a, x);
+                _mm256_blendv_ps(m, _mm256_add_ps(a, x), nan)
+            }
+        }
+    }
+}
+
+/// Fold `v` (a multiple of 16 long) into 16 running lanes: lane `j` takes elements `16q + j`.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn fold16<const K: u8>(lanes: &mut [f32; 16], v: &[f32]) {
+    use std::arch::x86_64::*;
+    // SAFETY: `lanes` has 16 elements, every chunk of `v` 16; unaligned loads and stores.
+    unsafe {
+        let mut a0 = _mm256_loadu_ps(lanes.as_ptr());
+        let mut a1 = _mm256_loadu_ps(lanes.as_ptr().add(8));
+        for c in v.chunks_exact(16) {
+            a0 = comb_ps::<K>(a0, _mm256_loadu_ps(c.as_ptr()));
+            a1 = comb_ps::<K>(a1, _mm256_loadu_ps(c.as_ptr().add(8)));
+        }
+        _mm256_storeu_ps(lanes.as_mut_ptr(), a0);
+        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a1);
+    }
 }
