@@ -57,7 +57,8 @@ fn cases() -> Vec<(&'static str, Build)> {
     ]
 }
 
-fn median_ms(mut f: impl FnMut(), budget: Duration) -> f64 {
+/// (median, min) ms of warm runs.
+fn times_ms(mut f: impl FnMut(), budget: Duration) -> (f64, f64) {
     f();
     f();
     let mut times = Vec::new();
@@ -68,11 +69,11 @@ fn median_ms(mut f: impl FnMut(), budget: Duration) -> f64 {
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    (times[times.len() / 2], times[0])
 }
 
-/// `case -> (xla ms, pallas interpret ms)` from the Python baseline script, or why not.
-fn baselines(quick: bool) -> Result<HashMap<String, (f64, f64)>, String> {
+/// `case -> (xla median ms, pallas interpret median ms, xla min ms)` from the Python baseline script.
+fn baselines(quick: bool) -> Result<HashMap<String, (f64, f64, f64)>, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let python = std::env::var("TPU_KERNEL_PYTHON")
         .unwrap_or_else(|_| root.join(".venv/bin/python").display().to_string());
@@ -95,9 +96,9 @@ fn baselines(quick: bool) -> Result<HashMap<String, (f64, f64)>, String> {
     let mut m = HashMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
-        if let [name, xla, pallas] = f[..] {
-            if let (Ok(x), Ok(p)) = (xla.parse(), pallas.parse()) {
-                m.insert(name.to_string(), (x, p));
+        if let [name, xla, pallas, xla_min] = f[..] {
+            if let (Ok(x), Ok(p), Ok(xm)) = (xla.parse(), pallas.parse(), xla_min.parse()) {
+                m.insert(name.to_string(), (x, p, xm));
             }
         }
     }
@@ -212,57 +213,65 @@ fn main() {
             }
             _ => (f64::NAN, false),
         };
-        let ours = median_ms(
+        let (ours, ours_min) = times_ms(
             || {
                 let _ = std::hint::black_box(call.interpret_with(&inputs, &opts));
             },
             budget,
         );
-        rows.push((name, ours, check));
+        rows.push((name, ours, ours_min, check));
     }
 
-    println!("\ninterpret mode on CPU ({threads} threads), median ms of warm runs; ratio = time / XLA time");
     println!(
-        "{:<19} {:>10} {:>10} {:>12} {:>10} {:>12} {:>11} {:>9}",
+        "\ninterpret mode on CPU ({threads} threads); ms = median of warm runs; ratio = time / XLA time \
+         (min/min: fastest runs, less sensitive to other load on the machine)"
+    );
+    println!(
+        "{:<19} {:>9} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {:>9}",
         "case",
         "ours ms",
         "XLA ms",
         "Pallas ms",
         "ours/XLA",
+        "min/min",
         "Pallas/XLA",
         "Pallas/ours",
         "max err"
     );
-    let (mut ours_r, mut pallas_r, mut speedup) = (Vec::new(), Vec::new(), Vec::new());
-    for (name, ours, (err, ok)) in &rows {
+    let (mut ours_r, mut min_r, mut pallas_r, mut speedup) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (name, ours, ours_min, (err, ok)) in &rows {
         let b = base.as_ref().ok().and_then(|m| m.get(*name)).copied();
         let err = format!("{err:.2e}{}", if *ok { "" } else { " FAIL" });
         match b {
-            Some((xla, pallas)) => {
+            Some((xla, pallas, xla_min)) => {
                 ours_r.push(ours / xla);
+                min_r.push(ours_min / xla_min);
                 pallas_r.push(pallas / xla);
                 speedup.push(pallas / ours);
                 println!(
-                    "{name:<19} {ours:>10.3} {xla:>10.3} {pallas:>12.3} {:>10.2} {:>12.2} {:>11.1} {err:>9}",
+                    "{name:<19} {ours:>9.3} {xla:>9.3} {pallas:>10.3} {:>9.2} {:>8.2} {:>10.2} {:>11.1} {err:>9}",
                     ours / xla,
+                    ours_min / xla_min,
                     pallas / xla,
                     pallas / ours
                 );
             }
             None => println!(
-                "{name:<19} {ours:>10.3} {:>10} {:>12} {:>10} {:>12} {:>11} {err:>9}",
-                "-", "-", "-", "-", "-"
+                "{name:<19} {ours:>9.3} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {err:>9}",
+                "-", "-", "-", "-", "-", "-"
             ),
         }
     }
     if !ours_r.is_empty() {
         println!(
-            "{:<19} {:>10} {:>10} {:>12} {:>10.2} {:>12.2} {:>11.1}",
+            "{:<19} {:>9} {:>9} {:>10} {:>9.2} {:>8.2} {:>10.2} {:>11.1}",
             "geomean",
             "",
             "",
             "",
             geomean(&ours_r),
+            geomean(&min_r),
             geomean(&pallas_r),
             geomean(&speedup)
         );
