@@ -8,7 +8,7 @@
 //! pool when no output block is written by two chunks (checked by evaluating the index maps).
 
 use super::elementwise::RawDest;
-use super::host::{HostArray, HostData, HostElement};
+use super::host::{take_output, HostArray, HostData, HostElement};
 use super::index_map::IndexMap;
 use super::machine::{fill_literal, plan, write_view, write_view_raw, Machine, Plan, RefState};
 use super::tensor::{internal, recycle, row_major_strides, Tensor};
@@ -67,7 +67,7 @@ pub(crate) fn run(
         .map(|o| {
             (
                 o.shape.clone(),
-                HostData::uninit(o.dtype, o.shape.iter().product()),
+                take_output(o.dtype, o.shape.iter().product()),
             )
         })
         .collect();
