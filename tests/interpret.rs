@@ -248,6 +248,7 @@ fn an_out_of_bounds_dynamic_slice_names_the_source_line() {
     assert!(loc.file.ends_with("interpret.rs"), "{err}");
     assert_eq!(loc.line as usize, line, "{err}");
     assert!(err.to_string().contains("16..24"), "{err}");
+    assert!(err.to_string().contains("grid point [1]"), "{err}");
 }
 
 #[test]

@@ -355,7 +355,10 @@ impl<'a> Runner<'a> {
                 point[*a] = *v;
             }
             self.enter(m, &mut last, &point)?;
-            m.step(&self.plan, &point).map_err(|e| e.at_opt(None))?;
+            m.step(&self.plan, &point).map_err(|mut e| {
+                e.message += &format!(" (at grid point {point:?})");
+                e
+            })?;
             Ok(true)
         })?;
         let mut out_no = 0;
