@@ -1,7 +1,10 @@
 """Baselines for `cargo bench --bench interpret`: XLA:CPU (`jax.jit` of the jnp computation) and Pallas
 `interpret=True` (the same kernels as examples/, written in Pallas), on the same shapes.
 
-Prints one line per case: `<case> <xla median ms> <pallas interpret median ms> <xla min ms>`. Inputs are numpy-generated;
+Batch mode prints one line per case: `<case> <xla median ms> <pallas interpret median ms> <xla min ms>`.
+With `--serve` it reads requests from stdin, one per line, and answers each with one line:
+`xla <case>` -> `<median ms> <min ms>`, `pallas <case>` -> `<median ms> <min ms>` (so the benchmark can
+interleave XLA and its own runs in time). Inputs are numpy-generated;
 numpy does no timed work here, so OPENBLAS_CORETYPE does not matter.
 
 usage: python xla_baselines.py [--quick]
@@ -139,8 +142,29 @@ def times_ms(f, args, budget_s):
     return statistics.median(times) * 1e3, min(times) * 1e3
 
 
+def serve(budget):
+    jitted, inputs = {}, {}
+    for line in sys.stdin:
+        parts = line.split()
+        if len(parts) != 2 or parts[1] not in CASES:
+            print("error", flush=True)
+            continue
+        engine, name = parts
+        ref, kernel, make = CASES[name]
+        if name not in inputs:
+            inputs[name] = make()
+        key = (engine, name)
+        if key not in jitted:
+            jitted[key] = jax.jit(ref if engine == "xla" else kernel)
+        med, mn = times_ms(jitted[key], inputs[name], budget)
+        print(f"{med:.6f} {mn:.6f}", flush=True)
+
+
 def main():
     budget = 0.3 if QUICK else 1.0
+    if "--serve" in sys.argv:
+        serve(budget)
+        return
     for name, (ref, kernel, make) in CASES.items():
         args = make()
         xla, xla_min = times_ms(jax.jit(ref), args, budget)
