@@ -429,3 +429,49 @@ fn error_inside_a_traced_branch_is_located_in_the_branch() {
         .build();
     expect_err(r, ErrorKind::Shape, "branch", &["[8, 1]", "[8, 128]"]);
 }
+
+#[test]
+fn absurd_grids_are_errors_not_overflows() {
+    let build = |grid: [usize; 3]| {
+        pallas_call(copy_kernel)
+            .grid(grid) // E:grid
+            .input(f32s([8, 128]), BlockSpec::new([8, 128], |[_, _, _]| (0, 0)))
+            .output(f32s([8, 128]), BlockSpec::new([8, 128], |[_, _, _]| (0, 0)))
+            .build()
+    };
+    let huge = i32::MAX as usize;
+    expect_err(
+        build([huge, huge, huge]),
+        ErrorKind::Grid,
+        "grid",
+        &["2^48 steps"],
+    );
+    expect_err(build([4, 0, 1]), ErrorKind::Grid, "grid", &["empty axis 1"]);
+    expect_err(build([huge + 1, 1, 1]), ErrorKind::Grid, "grid", &["i32"]);
+}
+
+#[test]
+fn enormous_arrays_are_checked_without_overflow_or_huge_allocations() {
+    let n = 1usize << 40;
+    let r = pallas_call(copy_kernel)
+        .grid([1])
+        .input(f32s([n, n]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .scratch(Vmem::new([n, n], F32))
+        .build();
+    // The launch has 3 operands for a 2-parameter kernel: reported first, as a value.
+    assert_eq!(r.expect_err("mismatch").kind, ErrorKind::Signature);
+    #[tpu_kernel]
+    fn with_scratch(x: Ref<f32>, o: RefMut<f32>, s: RefMut<f32>) {
+        s.at((ds(0, 8), ds(0, 128))).store(x.load());
+        o.store(x.load());
+    }
+    let r = pallas_call(with_scratch)
+        .grid([1])
+        .input(f32s([n, n]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .scratch(Vmem::new([n, n], F32))
+        .build();
+    let e = r.expect_err("VMEM");
+    assert_eq!(e.kind, ErrorKind::Vmem, "{e}");
+}

@@ -27,6 +27,13 @@ pub fn grid(grid: &[usize]) -> Result<()> {
     if grid.iter().any(|&g| g > i32::MAX as usize) {
         return Err(kerr!(Grid, "grid {grid:?} does not fit in i32 indices"));
     }
+    if grid
+        .iter()
+        .try_fold(1u64, |acc, &g| acc.checked_mul(g as u64))
+        .is_none_or(|n| n > 1 << 48)
+    {
+        return Err(kerr!(Grid, "grid {grid:?} has more than 2^48 steps"));
+    }
     Ok(())
 }
 
@@ -103,14 +110,16 @@ fn check_index_map(op: &Operand, grid: &[usize]) -> Result<()> {
         .map(|(a, b)| a.div_ceil(*b))
         .collect();
     let total: usize = grid.iter().product();
-    let mut covered = vec![
-        false;
-        if op.role == OperandRole::Output {
-            nblocks.iter().product()
-        } else {
-            0
-        }
-    ];
+    // Coverage of outputs is tracked exactly up to this many blocks (a bitmap); beyond it, bounds only.
+    const MAX_TRACKED_BLOCKS: u64 = 1 << 26;
+    let n_blocks = nblocks
+        .iter()
+        .try_fold(1u64, |a, &n| a.checked_mul(n as u64));
+    let tracked = match n_blocks {
+        Some(n) if op.role == OperandRole::Output && n <= MAX_TRACKED_BLOCKS => n as usize,
+        _ => 0,
+    };
+    let mut covered = vec![false; tracked];
     let stride = total.div_ceil(MAX_GRID_POINTS_CHECKED).max(1);
     let mut point = vec![0usize; grid.len()];
     for flat in (0..total).step_by(stride) {
@@ -132,7 +141,7 @@ fn check_index_map(op: &Operand, grid: &[usize]) -> Result<()> {
                     op.shape
                 ));
             }
-            lin = lin * nblocks[d] + i as usize;
+            lin = lin.wrapping_mul(nblocks[d]).wrapping_add(i as usize);
         }
         if let Some(c) = covered.get_mut(lin) {
             *c = true;
@@ -305,7 +314,9 @@ pub fn padded_bytes(shape: &[usize], dtype: DType) -> u64 {
             rows.div_ceil(SUBLANES) * SUBLANES
         };
     }
-    dims.iter().map(|&d| d as u64).product::<u64>() * dtype.size_bytes() as u64
+    dims.iter().fold(dtype.size_bytes() as u64, |acc, &d| {
+        acc.saturating_mul(d as u64)
+    })
 }
 
 /// Estimated VMEM use: pipelined blocks are double-buffered (single when the block never changes, as
@@ -321,10 +332,10 @@ pub fn vmem_estimate(k: &Kernel) -> u64 {
                 } else {
                     2
                 };
-                buffers * padded_bytes(&b.kernel_shape(), o.dtype)
+                padded_bytes(&b.kernel_shape(), o.dtype).saturating_mul(buffers)
             }
             (None, MemSpace::Vmem) => padded_bytes(&o.shape, o.dtype),
             (None, _) => 0,
         })
-        .sum()
+        .fold(0u64, u64::saturating_add)
 }
