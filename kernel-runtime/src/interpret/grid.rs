@@ -14,7 +14,7 @@ use super::machine::{fill_literal, plan, write_view, write_view_raw, Machine, Pl
 use super::tensor::{internal, recycle, row_major_strides, Tensor};
 use super::InterpretOptions;
 use crate::dtype::DType;
-use crate::error::{kerr, Result};
+use crate::error::{kerr, KernelError, Result};
 use crate::ir::{BlockIr, DimensionSemantics, Kernel, OperandRole};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,23 +95,36 @@ pub(crate) fn run(
     } else {
         Vec::new()
     };
-    let chunks = chunk_keys(&k.grid, &par_axes);
-    let results: Vec<Result<()>> = if chunks.len() > 1 {
-        chunks
-            .par_iter()
+    // Chunks are numbered, not listed, so huge grids cost no per-chunk memory; the first error in
+    // chunk order is the one reported, whatever the scheduling.
+    let sizes: Vec<usize> = par_axes.iter().map(|&a| k.grid[a]).collect();
+    let n_chunks: usize = sizes.iter().product();
+    let first_error: Option<(usize, KernelError)> = if n_chunks > 1 {
+        (0..n_chunks)
+            .into_par_iter()
             .map_init(
                 || runner.machine(),
-                |m, key| runner.chunk(m, &par_axes, key),
+                |m, c| {
+                    runner
+                        .chunk(m, &par_axes, &chunk_key(&sizes, c))
+                        .err()
+                        .map(|e| (c, e))
+                },
             )
-            .collect()
+            .flatten()
+            .min_by_key(|(c, _)| *c)
     } else {
         let mut m = runner.machine();
-        chunks
-            .iter()
-            .map(|key| runner.chunk(&mut m, &par_axes, key))
-            .collect()
+        (0..n_chunks.max(1)).find_map(|c| {
+            runner
+                .chunk(&mut m, &par_axes, &chunk_key(&sizes, c))
+                .err()
+                .map(|e| (c, e))
+        })
     };
-    results.into_iter().collect::<Result<Vec<()>>>()?;
+    if let Some((_, e)) = first_error {
+        return Err(e);
+    }
     // Blocks no grid step wrote (a grid that does not cover the array) read as the fill value.
     let outs: Vec<usize> = (0..k.operands.len())
         .filter(|&i| k.operands[i].role == OperandRole::Output)
@@ -285,15 +298,14 @@ fn for_each_point(grid: &[usize], mut f: impl FnMut(&[i64]) -> Result<bool>) -> 
     }
 }
 
-/// One key per combination of parallel-axis coordinates (in Pallas order); a single empty key otherwise.
-fn chunk_keys(grid: &[usize], par_axes: &[usize]) -> Vec<Vec<i64>> {
-    let sub: Vec<usize> = par_axes.iter().map(|&a| grid[a]).collect();
-    let mut keys = Vec::new();
-    let _ = for_each_point(&sub, |p| {
-        keys.push(p.to_vec());
-        Ok(true)
-    });
-    keys
+/// The parallel-axis coordinates of chunk number `c` (row-major over `sizes`; empty for no axes).
+fn chunk_key(sizes: &[usize], mut c: usize) -> Vec<i64> {
+    let mut key = vec![0i64; sizes.len()];
+    for d in (0..sizes.len()).rev() {
+        key[d] = (c % sizes[d]) as i64;
+        c /= sizes[d];
+    }
+    key
 }
 
 struct Runner<'a> {
