@@ -272,6 +272,12 @@ fn source<'a>(
     match (d, s) {
         (FData::F32(x), 1) => Src::Slice(&x[o..o + n]),
         (FData::F32(x), 0) => Src::Scalar(x[o]),
+        (FData::BF16(x), 1) => {
+            for (t, &b) in tmp[..n].iter_mut().zip(&x[o..o + n]) {
+                *t = bf16_to_f32(b);
+            }
+            Src::Slice(&tmp[..n])
+        }
         (FData::BF16(x), 0) => Src::Scalar(bf16_to_f32(x[o])),
         (FData::F32(x), s) => {
             for (i, t) in tmp[..n].iter_mut().enumerate() {
@@ -375,6 +381,10 @@ fn chain_impl(
         strides.push(&red_strides);
         offsets.push(0);
     }
+    // The first external operand is the chain's input itself (same buffer and strides).
+    let same_first = exts
+        .first()
+        .is_some_and(|e| std::sync::Arc::ptr_eq(&e.buf, &first.buf) && e.strides == first.strides);
     let mut rows = RowsN::new(&shape, &strides, &offsets);
     let inner = rows.inner;
     let inner_strides = rows.inner_strides.clone();
@@ -395,7 +405,12 @@ fn chain_impl(
             match (links.first(), first_src) {
                 (Some(&Link::Binary(b, true, d)), first_src) if k > 0 => {
                     let s1 = inner_strides[1];
-                    let ext = source(&ext_d[0], row[1] + c0 * s1, s1, c, &mut tmp2);
+                    // `x * x`: the same elements need not be read (or widened) twice.
+                    let ext = if same_first && row[1] == row[0] && s1 == s0 {
+                        first_src
+                    } else {
+                        source(&ext_d[0], row[1] + c0 * s1, s1, c, &mut tmp2)
+                    };
                     binary_from(b, &mut v[..c], first_src, ext);
                     if !(links.len() == 1 && out_dtype == DType::BF16 && epi.is_none()) {
                         round(&mut v[..c], d);

@@ -10,7 +10,9 @@
 use super::elementwise::RawDest;
 use super::host::{take_output, HostArray, HostData, HostElement};
 use super::index_map::IndexMap;
-use super::machine::{fill_literal, plan, write_view, write_view_raw, Machine, Plan, RefState};
+use super::machine::{
+    fill_literal, plan, write_view, write_view_raw, Machine, Plan, RefState, WidenCache,
+};
 use super::tensor::{internal, recycle, row_major_strides, Tensor};
 use super::InterpretOptions;
 use crate::dtype::DType;
@@ -332,7 +334,8 @@ impl<'a> Runner<'a> {
                 written_through: false,
             })
             .collect();
-        Machine::new(&self.k.body, refs, self.poison)
+        let inputs = self.inputs.iter().map(|a| a.shared_data()).collect();
+        Machine::new(&self.k.body, refs, self.poison, WidenCache::new(inputs))
     }
 
     /// Run every grid point whose parallel coordinates are `key`, in order, then write back.

@@ -207,6 +207,53 @@ fn epilogue(
     }
 }
 
+/// A bf16 → f32 cast whose every use is an operand read by fused chains is not materialized: the chains
+/// read the bf16 operand and widen it as they go (exact, so the bits are those of the cast's result).
+/// The cast's operand then lives until the last of those chains has run.
+fn defer_widening_casts(
+    f: &Func,
+    r: &Region,
+    all_uses: &HashMap<ValueId, usize>,
+    skip: &mut [bool],
+    chain: &mut [Option<Chain>],
+    exec_at: &mut [usize],
+) {
+    for (i, op) in r.ops.iter().enumerate() {
+        let (OpKind::Cast(DType::F32), [u], [v]) = (&op.kind, &op.operands[..], &op.results[..])
+        else {
+            continue;
+        };
+        if skip[i] || chain[i].is_some() || f.ty(*u).dtype() != DType::BF16 {
+            continue;
+        }
+        let reads =
+            |ch: &Chain| usize::from(ch.first == *v) + ch.exts.iter().filter(|e| *e == v).count();
+        let (mut n, mut last) = (0, i);
+        for (j, ch) in chain.iter().enumerate() {
+            if let Some(ch) = ch {
+                let k = reads(ch);
+                if k > 0 {
+                    n += k;
+                    last = last.max(j);
+                }
+            }
+        }
+        if n == 0 || all_uses.get(v) != Some(&n) {
+            continue;
+        }
+        for ch in chain.iter_mut().flatten() {
+            if ch.first == *v {
+                ch.first = *u;
+            }
+            for e in ch.exts.iter_mut().filter(|e| **e == *v) {
+                *e = *u;
+            }
+        }
+        skip[i] = true;
+        exec_at[i] = last;
+    }
+}
+
 fn deep_uses(op: &Op, out: &mut Vec<ValueId>) {
     out.extend_from_slice(&op.operands);
     for r in &op.regions {
@@ -228,7 +275,9 @@ pub(crate) fn plan(f: &Func, fuse: bool) -> Plan {
 
 fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: bool) -> Plan {
     let (skip, chain, exec_at) = if fuse {
-        find_chains(f, r, all_uses)
+        let (mut skip, mut chain, mut exec_at) = find_chains(f, r, all_uses);
+        defer_widening_casts(f, r, all_uses, &mut skip, &mut chain, &mut exec_at);
+        (skip, chain, exec_at)
     } else {
         (
             vec![false; r.ops.len()],
@@ -331,10 +380,59 @@ pub(crate) struct Machine<'k> {
     pub refs: Vec<RefState>,
     /// Per ref: the current output block inside the output array, when it may be written directly.
     pub dests: Vec<Option<RawDest>>,
+    /// f32 copies of bf16 `dot` operands that are views of the caller's input arrays (see
+    /// [`WidenCache`]).
+    widened: WidenCache,
+}
+
+/// The f32 widening of bf16 views of the caller's input arrays, kept across grid steps: a matmul's input
+/// blocks recur (block (i, k) of `x` for every j), and widening them again on every step cost as much as
+/// a tenth of a large matmul. The input buffers are immutable for the whole run (we hold a reference to
+/// each, so none is freed or reused), so a view's buffer, offset, shape and strides determine its
+/// contents, and the cached copy has exactly the bits a fresh widening would.
+pub(crate) struct WidenCache {
+    inputs: Vec<Arc<HostData>>,
+    map: HashMap<(usize, usize, Dims, Dims), Tensor>,
+    bytes: usize,
+}
+
+/// At most this many bytes of widened copies per machine; past it, operands are widened per use.
+const WIDEN_BUDGET: usize = 64 << 20;
+
+impl WidenCache {
+    pub fn new(inputs: Vec<Arc<HostData>>) -> Self {
+        WidenCache {
+            inputs,
+            map: HashMap::new(),
+            bytes: 0,
+        }
+    }
+
+    /// `t` widened to f32 when it is a bf16 view of an input array (cached), else None.
+    fn widen(&mut self, t: &Tensor) -> Result<Option<Tensor>> {
+        if t.dtype != DType::BF16 {
+            return Ok(None);
+        }
+        let Some(no) = self.inputs.iter().position(|b| Arc::ptr_eq(b, &t.buf)) else {
+            return Ok(None);
+        };
+        let key = (no, t.offset, t.shape.clone(), t.strides.clone());
+        if let Some(w) = self.map.get(&key) {
+            return Ok(Some(w.clone()));
+        }
+        let bytes = t.shape.iter().product::<usize>() * 4;
+        if self.bytes + bytes > WIDEN_BUDGET {
+            return Ok(None);
+        }
+        let w = elementwise::cast(t, DType::F32)?;
+        self.bytes += bytes;
+        self.map.insert(key, w.clone());
+        Ok(Some(w))
+    }
 }
 
 impl<'k> Machine<'k> {
-    pub fn new(func: &'k Func, refs: Vec<RefState>, poison: bool) -> Self {
+    pub fn new(func: &'k Func, refs: Vec<RefState>, poison: bool, widened: WidenCache) -> Self {
         let dests = refs.iter().map(|_| None).collect();
         Machine {
             func,
@@ -342,6 +440,7 @@ impl<'k> Machine<'k> {
             env: vec![None; func.values.len()],
             refs,
             dests,
+            widened,
         }
     }
 
@@ -553,12 +652,26 @@ impl<'k> Machine<'k> {
                 transpose_lhs,
                 transpose_rhs,
             } => {
+                let (wl, wr) = {
+                    let (l, r) = (
+                        self.tensor(op.operands[0])?.clone(),
+                        self.tensor(op.operands[1])?.clone(),
+                    );
+                    (self.widened.widen(&l)?, self.widened.widen(&r)?)
+                };
                 let acc = match op.operands.get(2) {
                     Some(v) => Some(self.tensor(*v)?),
                     None => None,
                 };
                 let out = self.func.ty(op.results[0]).dtype();
-                let (l, r) = (self.tensor(op.operands[0])?, self.tensor(op.operands[1])?);
+                let l = match &wl {
+                    Some(w) => w,
+                    None => self.tensor(op.operands[0])?,
+                };
+                let r = match &wr {
+                    Some(w) => w,
+                    None => self.tensor(op.operands[1])?,
+                };
                 one(dot(l, r, acc, *transpose_lhs, *transpose_rhs, out)?)
             }
             OpKind::Load(w) => one(self.load(op, w)?),
