@@ -317,6 +317,17 @@ mod tests {
             .map(|i| if i % 3 == 0 { -0.0 } else { 0.0 })
             .collect();
         check(&zeros);
+        // Zero ties at the extremum (the fast max/min path must defer to the exact one), infinities.
+        let mut neg: Vec<f32> = (0..77).map(|i| -1.0 - i as f32).collect();
+        neg[40] = -0.0;
+        neg[41] = 0.0;
+        neg[70] = -0.0;
+        check(&neg);
+        let pos: Vec<f32> = neg.iter().map(|x| -x).collect();
+        check(&pos);
+        check(&[f32::NEG_INFINITY; 35]);
+        check(&[f32::INFINITY; 35]);
+        check(&[f32::from_bits(1), -f32::from_bits(1), 0.0, -0.0]);
         row[500] = f32::NAN;
         let id = |x: f32| x;
         // SAFETY: AVX2 checked above.

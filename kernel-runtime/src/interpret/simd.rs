@@ -32,6 +32,12 @@ pub(crate) unsafe fn reduce_row_f32<const K: u8>(row: &[f32]) -> f32 {
         MAX => max_f32(a, b),
         _ => min_f32(a, b),
     };
+    if K != SUM {
+        // SAFETY: AVX2 per this function's contract.
+        if let Some(r) = unsafe { max_min_no_nan::<K>(row, identity) } {
+            return r;
+        }
+    }
     let mut a0 = _mm256_set1_ps(identity);
     let mut a1 = _mm256_set1_ps(identity);
     let chunks = row.chunks_exact(16);
@@ -62,6 +68,61 @@ pub(crate) unsafe fn reduce_row_f32<const K: u8>(row: &[f32]) -> f32 {
         }
     }
     scalar(lanes[0], r)
+}
+
+/// Max / min of a row with plain `vmaxps` / `vminps`, when that is provably the answer of the 16-lane
+/// NaN-propagating reduction: without NaNs, that reduction (which orders -0 below +0) computes the
+/// order-independent extremum, and `vmaxps` / `vminps` differ from it only in the sign of a zero tie,
+/// which can matter only when the extremum itself is a zero. None for a row with a NaN or a zero result.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn max_min_no_nan<const K: u8>(row: &[f32], identity: f32) -> Option<f32> {
+    use super::reduce::MAX;
+    use std::arch::x86_64::*;
+    let mut a0 = _mm256_set1_ps(identity);
+    let mut a1 = _mm256_set1_ps(identity);
+    let mut nan = _mm256_setzero_ps();
+    let chunks = row.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        // SAFETY: `c` has 16 elements; unaligned loads.
+        let (x0, x1) = unsafe {
+            (
+                _mm256_loadu_ps(c.as_ptr()),
+                _mm256_loadu_ps(c.as_ptr().add(8)),
+            )
+        };
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(x0, x1));
+        if K == MAX {
+            a0 = _mm256_max_ps(a0, x0);
+            a1 = _mm256_max_ps(a1, x1);
+        } else {
+            a0 = _mm256_min_ps(a0, x0);
+            a1 = _mm256_min_ps(a1, x1);
+        }
+    }
+    if _mm256_movemask_ps(nan) != 0 {
+        return None;
+    }
+    let mut lanes = [0f32; 16];
+    // SAFETY: `lanes` has room for two 8-lane stores.
+    unsafe {
+        _mm256_storeu_ps(lanes.as_mut_ptr(), a0);
+        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a1);
+    }
+    let mut r = identity;
+    for &x in lanes.iter().chain(rest) {
+        if x.is_nan() {
+            return None;
+        }
+        if (K == MAX && x > r) || (K != MAX && x < r) {
+            r = x;
+        }
+    }
+    (r != 0.0).then_some(r)
 }
 
 /// One 8-lane step of a sum / NaN-propagating max / min (the vector form of `reduce`'s combine).
