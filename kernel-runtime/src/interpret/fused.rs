@@ -33,6 +33,12 @@ pub(crate) fn supported_binary(b: BinaryOp) -> bool {
 
 const CHUNK: usize = 1024;
 
+thread_local! {
+    /// Working chunks of [`chain_impl`], kept per thread (taken while a chain runs).
+    static SCRATCH: std::cell::Cell<Option<Box<[[f32; CHUNK]; 3]>>> =
+        const { std::cell::Cell::new(None) };
+}
+
 /// An operand chunk: a contiguous f32 slice, a broadcast scalar, or a gathered copy.
 #[derive(Clone, Copy)]
 enum Src<'a> {
@@ -389,17 +395,30 @@ fn chain_impl(
     let inner = rows.inner;
     let inner_strides = rows.inner_strides.clone();
     let k = exts.len();
-    let mut v = [0f32; CHUNK];
-    let mut tmp = [0f32; CHUNK];
-    let mut tmp2 = [0f32; CHUNK];
+    // Per-thread working chunks, reused rather than zeroed on every call (each is written before read).
+    let mut bufs = SCRATCH
+        .with(|b| b.take())
+        .unwrap_or_else(|| Box::new([[0f32; CHUNK]; 3]));
+    let [v, tmp, tmp2] = &mut *bufs;
     while let Some(row) = rows.next_row() {
         let mut c0 = 0;
         let (mut lanes, mut rest) = ([identity; 16], identity);
         while c0 < inner {
             let c = CHUNK.min(inner - c0);
+            let (o, s) = (row[k + 1] + c0 * inner_strides[k + 1], inner_strides[k + 1]);
+            // A contiguous f32 store: the chunk is computed in the destination itself (no copy).
+            let direct = store && s == 1 && out_dtype == DType::F32;
+            let w: &mut [f32] = if direct {
+                // SAFETY: `o..o + c` is below `off + reach < len` (checked above) in a buffer that is
+                // exclusively ours (see the store below) and that no operand reads; every element is
+                // written by the chain's first step before it is read.
+                unsafe { std::slice::from_raw_parts_mut((ptr as *mut f32).add(o), c) }
+            } else {
+                &mut v[..c]
+            };
             // The chain's input; a leading binary op reads it in place rather than from a copy.
             let s0 = inner_strides[0];
-            let first_src = source(&first_d, row[0] + c0 * s0, s0, c, &mut tmp);
+            let first_src = source(&first_d, row[0] + c0 * s0, s0, c, tmp);
             let mut e = 0;
             let mut start = 0;
             match (links.first(), first_src) {
@@ -409,17 +428,17 @@ fn chain_impl(
                     let ext = if same_first && row[1] == row[0] && s1 == s0 {
                         first_src
                     } else {
-                        source(&ext_d[0], row[1] + c0 * s1, s1, c, &mut tmp2)
+                        source(&ext_d[0], row[1] + c0 * s1, s1, c, tmp2)
                     };
-                    binary_from(b, &mut v[..c], first_src, ext);
+                    binary_from(b, &mut *w, first_src, ext);
                     if !(links.len() == 1 && out_dtype == DType::BF16 && epi.is_none()) {
-                        round(&mut v[..c], d);
+                        round(&mut *w, d);
                     }
                     e = 1;
                     start = 1;
                 }
-                (_, Src::Slice(s)) => v[..c].copy_from_slice(s),
-                (_, Src::Scalar(x)) => v[..c].fill(x),
+                (_, Src::Slice(s)) => w.copy_from_slice(s),
+                (_, Src::Scalar(x)) => w.fill(x),
             }
             for (li, link) in links.iter().enumerate().skip(start) {
                 // The store below rounds to bf16 itself, so the last link need not (rounding twice to
@@ -433,34 +452,37 @@ fn chain_impl(
                 };
                 match *link {
                     Link::Unary(u, d) => {
-                        unary(u, &mut v[..c]);
-                        rnd(&mut v[..c], d);
+                        unary(u, &mut *w);
+                        rnd(&mut *w, d);
                     }
                     Link::Binary(b, lhs, d) => {
                         if e >= k {
                             return Err(internal("fused chain external operands"));
                         }
                         let s = inner_strides[1 + e];
-                        let src = source(&ext_d[e], row[1 + e] + c0 * s, s, c, &mut tmp);
-                        binary(b, &mut v[..c], src, lhs);
-                        rnd(&mut v[..c], d);
+                        let src = source(&ext_d[e], row[1 + e] + c0 * s, s, c, tmp);
+                        binary(b, &mut *w, src, lhs);
+                        rnd(&mut *w, d);
                         e += 1;
                     }
-                    Link::Cast(d) => rnd(&mut v[..c], d),
+                    Link::Cast(d) => rnd(&mut *w, d),
                 }
             }
             match epi.map(|e| e.kind) {
-                Some(ReduceKind::Sum) => fold_lanes::<SUM>(&mut lanes, &mut rest, &v[..c]),
-                Some(ReduceKind::Max) => fold_lanes::<MAX>(&mut lanes, &mut rest, &v[..c]),
-                Some(ReduceKind::Min) => fold_lanes::<MIN>(&mut lanes, &mut rest, &v[..c]),
+                Some(ReduceKind::Sum) => fold_lanes::<SUM>(&mut lanes, &mut rest, &*w),
+                Some(ReduceKind::Max) => fold_lanes::<MAX>(&mut lanes, &mut rest, &*w),
+                Some(ReduceKind::Min) => fold_lanes::<MIN>(&mut lanes, &mut rest, &*w),
                 None => {}
             }
             if !store {
                 c0 += c;
                 continue;
             }
+            if direct {
+                c0 += c;
+                continue;
+            }
             // Store the chunk.
-            let (o, s) = (row[k + 1] + c0 * inner_strides[k + 1], inner_strides[k + 1]);
             // SAFETY: every offset reached is below `off + reach < len` (checked above); rows of one
             // result never overlap; the destination is exclusively ours (fresh buffer or an owned
             // output block, see `Machine::sunk_op`).
@@ -502,6 +524,7 @@ fn chain_impl(
             };
         }
     }
+    SCRATCH.with(|b| b.set(Some(bufs)));
     let reduced = match epi {
         Some(e) if e.shape.iter().product::<usize>() != n_red => {
             return Err(internal("fused reduction shape"))
