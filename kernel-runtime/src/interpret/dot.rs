@@ -58,12 +58,12 @@ fn widen(t: &Tensor) -> Result<Tensor> {
 
 fn dot_f32(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool) -> Result<Tensor> {
     let (a, b) = (widen(lhs)?, widen(rhs)?);
-    let (m, k, rsa, csa) = matrix(&a, tl)?;
-    let (k2, n, rsb, csb) = matrix(&b, tr)?;
+    let (m, k, _, _) = matrix(&a, tl)?;
+    let (k2, n, _, _) = matrix(&b, tr)?;
     if k != k2 {
         return Err(internal("dot contraction sizes differ"));
     }
-    let (mut c, beta) = match acc {
+    let (c, beta) = match acc {
         Some(t) if t.shape[..] == [m, n] => (widen(t)?.to_vec::<f32>()?, 1.0),
         Some(_) => return Err(internal("dot accumulator shape")),
         None => {
@@ -72,6 +72,35 @@ fn dot_f32(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool)
             (c, 0.0)
         }
     };
+    gemm(&a, &b, tl, tr, c, beta)
+}
+
+/// An f32 `dot` accumulating into `acc` (row-major, `acc_shape`), which becomes the result: the same
+/// bits as [`dot`] with that accumulator, without copying it.
+pub(crate) fn dot_f32_into(
+    lhs: &Tensor,
+    rhs: &Tensor,
+    acc_shape: &[usize],
+    acc: Vec<f32>,
+    tl: bool,
+    tr: bool,
+) -> Result<Tensor> {
+    let (a, b) = (widen(lhs)?, widen(rhs)?);
+    let (m, _, _, _) = matrix(&a, tl)?;
+    let (_, n, _, _) = matrix(&b, tr)?;
+    if acc_shape[..] != [m, n] || acc.len() != m * n {
+        return Err(internal("dot accumulator shape"));
+    }
+    gemm(&a, &b, tl, tr, acc, 1.0)
+}
+
+/// `c = a·b + beta·c` for f32 views `a`, `b` and a row-major `m x n` buffer `c`; returns `c`.
+fn gemm(a: &Tensor, b: &Tensor, tl: bool, tr: bool, mut c: Vec<f32>, beta: f32) -> Result<Tensor> {
+    let (m, k, rsa, csa) = matrix(a, tl)?;
+    let (k2, n, rsb, csb) = matrix(b, tr)?;
+    if k != k2 || c.len() != m * n {
+        return Err(internal("dot contraction sizes differ"));
+    }
     let (ad, bd) = (a.data::<f32>()?, b.data::<f32>()?);
     // Every element the strides reach must be inside the buffers (views are built in bounds; this
     // re-check makes the unsafe call below sound whatever produced them).

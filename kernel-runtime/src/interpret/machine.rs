@@ -2,7 +2,7 @@
 //! op. Values are freed after their last use (a liveness plan mirrors the region tree), so partial stores
 //! into a ref rarely have to copy it.
 
-use super::dot::dot;
+use super::dot::{dot, dot_f32_into};
 use super::elementwise::{self, into_dest, with_dtype, RawDest};
 use super::fused::{self, Epilogue, Link};
 use super::host::{HostData, HostElement};
@@ -44,6 +44,10 @@ pub(crate) struct Plan {
     skip: Vec<bool>,
     /// Fused chains, at the op that ends them.
     chain: Vec<Option<Chain>>,
+    /// `dot`s whose accumulator is a full load of a ref used only by the dot, and whose result is only
+    /// stored whole into that same ref with no use of the ref in between: the ref (may accumulate in
+    /// place into the ref's buffer).
+    acc_in_place: Vec<Option<ValueId>>,
     sub: Vec<Vec<Plan>>,
 }
 
@@ -339,6 +343,17 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: b
             }
         }
     }
+    let acc_in_place = r
+        .ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| {
+            if !fuse {
+                return None;
+            }
+            acc_in_place_ref(f, r, i, op, all_uses)
+        })
+        .collect();
     let sub = r
         .ops
         .iter()
@@ -354,8 +369,60 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: b
         sink_to,
         skip,
         chain,
+        acc_in_place,
         sub,
     }
+}
+
+/// The ref a `dot` (op `i`) may accumulate into in place: its accumulator is a full, single-use load of
+/// the ref in this region, and its result's single use is a full unmasked store into the same ref, with
+/// no other use of the ref between the dot and the store.
+fn acc_in_place_ref(
+    f: &Func,
+    r: &Region,
+    i: usize,
+    op: &Op,
+    all_uses: &HashMap<ValueId, usize>,
+) -> Option<ValueId> {
+    let (OpKind::Dot { .. }, [_, _, acc], [res]) = (&op.kind, &op.operands[..], &op.results[..])
+    else {
+        return None;
+    };
+    if all_uses.get(acc) != Some(&1) || all_uses.get(res) != Some(&1) {
+        return None;
+    }
+    let load = r.ops[..i].iter().find(|o| o.results.contains(acc))?;
+    let OpKind::Load(w) = &load.kind else {
+        return None;
+    };
+    let rf = *load.operands.first()?;
+    if !w.is_full(f.ty(rf).shape()) {
+        return None;
+    }
+    let j = (i + 1..r.ops.len()).find(|&j| r.ops[j].operands.contains(res))?;
+    match &r.ops[j] {
+        Op {
+            kind:
+                OpKind::Store {
+                    window,
+                    masked: false,
+                },
+            operands,
+            ..
+        } if operands.first() == Some(&rf)
+            && operands.get(1) == Some(res)
+            && window.is_full(f.ty(rf).shape()) => {}
+        _ => return None,
+    }
+    let mut uses = Vec::new();
+    for o in &r.ops[i + 1..j] {
+        uses.clear();
+        deep_uses(o, &mut uses);
+        if uses.contains(&rf) {
+            return None;
+        }
+    }
+    Some(rf)
 }
 
 /// What uninitialized memory reads as: zeros, or with poisoning NaN / a bit pattern.
@@ -504,7 +571,10 @@ impl<'k> Machine<'k> {
             let results = match (&plan.chain[i], plan.sink_to[i]) {
                 (Some(ch), sink) => self.chain(op, ch, sink),
                 (None, Some(r)) => self.sunk_op(op, r),
-                (None, None) => self.op(op, &plan.sub[i]),
+                (None, None) => match plan.acc_in_place[i] {
+                    Some(rf) => self.dot_in_place(op, rf, &plan.sub[i]),
+                    None => self.op(op, &plan.sub[i]),
+                },
             }
             .map_err(|e| e.at(op.loc))?;
             if results.len() != op.results.len() {
@@ -590,6 +660,83 @@ impl<'k> Machine<'k> {
             None => Ok(vec![Value::Sunk]),
             Some(t) => Ok(vec![Value::T(t)]),
         }
+    }
+
+    /// A `dot` accumulating in place into the buffer of ref `rf` (see [`Plan`]): when the accumulator
+    /// is exactly the ref's contents in an f32 buffer nothing else holds, the buffer is taken from the
+    /// ref (the result's only use stores it back whole) instead of being copied; else a plain `dot`.
+    fn dot_in_place(&mut self, op: &Op, rf: ValueId, sub: &[Plan]) -> Result<Vec<Value>> {
+        let (
+            OpKind::Dot {
+                transpose_lhs,
+                transpose_rhs,
+            },
+            [lv, rv, av],
+        ) = (&op.kind, &op.operands[..])
+        else {
+            return self.op(op, sub);
+        };
+        let out = self.func.ty(op.results[0]).dtype();
+        let r = self.ref_index(rf)?;
+        let same = match (&self.refs[r].content, self.env.get(av.0 as usize)) {
+            (Some(c), Some(Some(Value::T(a)))) => {
+                Arc::ptr_eq(&c.buf, &a.buf)
+                    && c.offset == a.offset
+                    && c.shape == a.shape
+                    && c.strides == a.strides
+            }
+            _ => false,
+        };
+        if !same || out != DType::F32 {
+            return self.op(op, sub);
+        }
+        // The accumulator value has no other use (see `acc_in_place_ref`); drop it so the ref holds
+        // the only reference to the buffer.
+        self.env[av.0 as usize] = None;
+        let content = self.refs[r]
+            .content
+            .take()
+            .ok_or_else(|| internal("acc contents"))?;
+        let owned = if content.dtype == DType::F32
+            && content.is_contiguous()
+            && content.offset == 0
+            && content.buf.len() == content.numel()
+        {
+            match Arc::try_unwrap(content.buf) {
+                Ok(HostData::F32(v)) => Ok((content.shape, v)),
+                Ok(other) => Err(Tensor {
+                    dtype: content.dtype,
+                    shape: content.shape,
+                    strides: content.strides,
+                    offset: content.offset,
+                    buf: Arc::new(other),
+                }),
+                Err(buf) => Err(Tensor { buf, ..content }),
+            }
+        } else {
+            Err(content)
+        };
+        let (wl, wr) = {
+            let (l, r) = (self.tensor(*lv)?.clone(), self.tensor(*rv)?.clone());
+            (self.widened.widen(&l)?, self.widened.widen(&r)?)
+        };
+        let l = match &wl {
+            Some(w) => w,
+            None => self.tensor(*lv)?,
+        };
+        let rt = match &wr {
+            Some(w) => w,
+            None => self.tensor(*rv)?,
+        };
+        let res = match owned {
+            Ok((shape, v)) => dot_f32_into(l, rt, &shape, v, *transpose_lhs, *transpose_rhs)?,
+            Err(acc) => {
+                let t = dot(l, rt, Some(&acc), *transpose_lhs, *transpose_rhs, out)?;
+                recycle(acc);
+                t
+            }
+        };
+        Ok(vec![Value::T(res)])
     }
 
     fn op(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
