@@ -108,6 +108,17 @@ impl Literal {
             bits: (v as u64) & mask,
         }
     }
+    /// The same value as a constant of `dtype` (float literals convert by value, integers by value with
+    /// wraparound).
+    pub fn convert(self, dtype: DType) -> Self {
+        if self.dtype == dtype {
+            self
+        } else if self.dtype.is_float() {
+            Literal::from_f64(dtype, self.as_f64())
+        } else {
+            Literal::from_i64(dtype, self.as_i64())
+        }
+    }
     /// The value as f64 (exact for every supported dtype).
     pub fn as_f64(self) -> f64 {
         match self.dtype {

@@ -243,6 +243,22 @@ impl<'c, 'f> Lowerer<'c, 'f> {
         Ok(unsafe { Value::from_raw(raw) })
     }
 
+    /// Make `result` the same MLIR value as `operand` (an op that lowers to nothing).
+    pub fn alias(&mut self, result: ValueId, operand: ValueId) -> Result<()> {
+        let raw = self.values.get(operand.0 as usize).copied().flatten();
+        let raw = raw.ok_or_else(|| {
+            kerr!(
+                Lowering,
+                "value %{} aliased before it was lowered",
+                operand.0
+            )
+        })?;
+        if let Some(slot) = self.values.get_mut(result.0 as usize) {
+            *slot = Some(raw);
+        }
+        Ok(())
+    }
+
     pub fn bind(&mut self, id: ValueId, v: Value<'c, '_>) {
         if let Some(slot) = self.values.get_mut(id.0 as usize) {
             *slot = Some(v.to_raw());
@@ -285,4 +301,11 @@ pub(crate) fn vector_type_text(shape: &[usize], elem: &str) -> String {
         .collect::<Vec<_>>()
         .join("x");
     format!("vector<{dims}x{elem}>")
+}
+
+/// Detach an op result from the borrow of the `OperationRef` it came from.
+pub(crate) fn detach<'c>(v: impl ValueLike<'c>) -> Value<'c, 'static> {
+    // SAFETY: as in `Lowerer::v`: the value belongs to an op of the module being built, which MLIR keeps
+    // alive at a fixed address until the module is dropped, after every use of the returned handle.
+    unsafe { Value::from_raw(v.to_raw()) }
 }

@@ -97,8 +97,7 @@ fn emit<'c>(
         let v = r
             .result(i)
             .map_err(|e| kerr!(Lowering, "{name} result {i}: {e}"))?;
-        // SAFETY: see `Lowerer::v`; the value lives as long as the module.
-        out.push(unsafe { Value::from_raw(melior::ir::ValueLike::to_raw(&v)) });
+        out.push(super::detach(v));
     }
     Ok(out)
 }
@@ -291,11 +290,7 @@ fn cast<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, to: DType) -> 
     let name = match (from, to) {
         _ if from.mlir() == to.mlir() => {
             // Same bits, different signedness (i32 <-> u32): no op.
-            let v = lw.v(op.operands[0])?;
-            let v: Value<'c, 'static> =
-                unsafe { Value::from_raw(melior::ir::ValueLike::to_raw(&v)) };
-            lw.bind(op.results[0], v);
-            return Ok(());
+            return lw.alias(op.results[0], op.operands[0]);
         }
         (DType::F32, DType::BF16) => "arith.truncf",
         (DType::BF16, DType::F32) => "arith.extf",
@@ -558,8 +553,7 @@ fn with_regions<'c>(
         let v = r
             .result(i)
             .map_err(|e| kerr!(Lowering, "{name} result {i}: {e}"))?;
-        let v: Value<'c, 'static> = unsafe { Value::from_raw(melior::ir::ValueLike::to_raw(&v)) };
-        lw.bind(*id, v);
+        lw.bind(*id, v.into());
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use super::array::{binary, IntoArg};
 use super::{emit, with, Arg, Array, Scalar};
-use crate::dtype::{DType, DotElement, Element, Float, Literal, Numeric};
+use crate::dtype::{DType, DotElement, Element, Float, Numeric};
 use crate::error::{kerr, SourceLoc};
 use crate::ir::{BinaryOp, OpKind, Type};
 
@@ -188,21 +188,13 @@ pub fn select<T: Element>(
                 }
             }
         }
-        let to_lit = |a: Arg| match a {
-            Arg::Lit(l) if l.dtype != T::DTYPE => Arg::Lit(if l.dtype.is_float() {
-                Literal::from_f64(T::DTYPE, l.as_f64())
-            } else {
-                Literal::from_i64(T::DTYPE, l.as_i64())
-            }),
-            other => other,
-        };
         let c = t.materialize(
             Arg::Val(cond.v),
             &Type::Vector(shape.clone(), DType::Bool),
             loc,
         )?;
-        let x = t.materialize(to_lit(a), &Type::Vector(shape.clone(), T::DTYPE), loc)?;
-        let y = t.materialize(to_lit(b), &Type::Vector(shape.clone(), T::DTYPE), loc)?;
+        let x = t.materialize(a, &Type::Vector(shape.clone(), T::DTYPE), loc)?;
+        let y = t.materialize(b, &Type::Vector(shape.clone(), T::DTYPE), loc)?;
         Ok(t.push1(
             OpKind::Select,
             vec![c, x, y],

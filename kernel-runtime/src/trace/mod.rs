@@ -314,14 +314,12 @@ impl Tracer {
     pub(crate) fn materialize(&mut self, a: Arg, target: &Type, loc: SourceLoc) -> Result<ValueId> {
         match a {
             Arg::Lit(l) => {
-                let l = if l.dtype == target.dtype() {
-                    l
-                } else if l.dtype.is_float() {
-                    Literal::from_f64(target.dtype(), l.as_f64())
-                } else {
-                    Literal::from_i64(target.dtype(), l.as_i64())
-                };
-                let v = self.push1(OpKind::Const(l), vec![], target.clone(), loc);
+                let v = self.push1(
+                    OpKind::Const(l.convert(target.dtype())),
+                    vec![],
+                    target.clone(),
+                    loc,
+                );
                 self.check(v)
             }
             Arg::Val(v) => {
