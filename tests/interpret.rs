@@ -474,6 +474,92 @@ fn check_against_reference_named(call: &PallasCall, name: &str, opts: &Interpret
 }
 
 #[tpu_kernel]
+fn mixed_elementwise_kernel(x: Ref<f32>, y: Ref<i32>, o: RefMut<bf16>, m: RefMut<i32>) {
+    let a = x.load();
+    let b = y.load();
+    o.store(select(b.cast::<f32>() > a, a * 3.0, (a - 1.0).exp()).cast::<bf16>());
+    m.store(b * 7 + 1);
+}
+
+#[test]
+fn elementwise_kernels_run_over_row_bands_with_the_same_bits() {
+    // Purely elementwise with identity maps: the interpreter runs it over contiguous row bands instead
+    // of (32, 128) blocks (see interpret/coalesce.rs). Every mode must give the same bits.
+    let spec = || BlockSpec::new([32, 128], |[i, j]| [i, j]);
+    let call = pallas_call(mixed_elementwise_kernel)
+        .grid([8, 3])
+        .input(ArrayType::new([256, 384], F32), spec())
+        .input(ArrayType::new([256, 384], I32), spec())
+        .output(ArrayType::new([256, 384], BF16), spec())
+        .output(ArrayType::new([256, 384], I32), spec())
+        .dimension_semantics([Parallel, Arbitrary])
+        .build()
+        .expect("build");
+    let x = HostArray::random([256, 384], F32, 5);
+    let y = HostArray::from_vec(
+        [256, 384],
+        (0..256 * 384).map(|i| (i % 5) - 2).collect::<Vec<i32>>(),
+    )
+    .unwrap();
+    let inputs = [x, y];
+    let runs: Vec<Vec<HostArray>> = [(true, true), (true, false), (false, true), (false, false)]
+        .into_iter()
+        .map(|(fuse, parallel)| {
+            let opts = InterpretOptions {
+                fuse,
+                parallel,
+                ..InterpretOptions::poisoned()
+            };
+            call.interpret_with(&inputs, &opts).expect("run")
+        })
+        .collect();
+    for r in &runs[1..] {
+        assert_eq!(r, &runs[0]);
+    }
+    let xs = inputs[0].as_slice::<f32>().unwrap();
+    let ys = inputs[1].as_slice::<i32>().unwrap();
+    let m = runs[0][1].as_slice::<i32>().unwrap();
+    let o = runs[0][0].as_slice::<half::bf16>().unwrap();
+    for i in 0..xs.len() {
+        assert_eq!(m[i], ys[i] * 7 + 1, "element {i}");
+        let want = if ys[i] as f32 > xs[i] {
+            xs[i] * 3.0
+        } else {
+            (xs[i] - 1.0).exp()
+        };
+        let got = o[i].to_f32();
+        assert!(
+            (got - want).abs() <= want.abs() / 128.0,
+            "element {i}: {got} vs {want}"
+        );
+    }
+}
+
+#[tpu_kernel]
+fn column_block_id_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load() + program_id(1).cast::<f32>());
+}
+
+#[test]
+fn kernels_reading_grid_indices_keep_their_blocks() {
+    // Identity maps, elementwise arithmetic, but the body reads program_id: the blocks matter.
+    let spec = || BlockSpec::new([64, 128], |[i, j]| [i, j]);
+    let call = pallas_call(column_block_id_kernel)
+        .grid([4, 4])
+        .input(ArrayType::new([256, 512], F32), spec())
+        .output(ArrayType::new([256, 512], F32), spec())
+        .dimension_semantics([Parallel, Parallel])
+        .build()
+        .expect("build");
+    let x = HostArray::zeros([256, 512], F32);
+    let out = call.interpret(&[x]).expect("run");
+    let o = out[0].as_slice::<f32>().unwrap();
+    for (i, v) in o.iter().enumerate() {
+        assert_eq!(*v, ((i % 512) / 128) as f32, "element {i}");
+    }
+}
+
+#[tpu_kernel]
 fn step_count_kernel(o: RefMut<i32>, seen: RefMut<i32>) {
     // Scratch persists across steps; the output block revisited along the arbitrary axis keeps its value.
     if program_id(0) == 0 {

@@ -4,8 +4,9 @@
 //! persists across steps.
 //!
 //! Grid points are split into chunks by their coordinates on the `parallel` axes; each chunk runs its
-//! steps in order with its own block buffers and scratch (like a TPU core), and chunks run on rayon's
-//! pool when no output block is written by two chunks (checked by evaluating the index maps).
+//! steps in order with its own block buffers and scratch (like a TPU core), and chunks run on the
+//! calling thread and rayon's workers (see `workers`) when no output block is written by two chunks
+//! (checked by evaluating the index maps).
 
 use super::elementwise::RawDest;
 use super::host::{take_output, HostArray, HostData, HostElement};
@@ -18,9 +19,8 @@ use super::InterpretOptions;
 use crate::dtype::DType;
 use crate::error::{kerr, KernelError, Result};
 use crate::ir::{BlockIr, DimensionSemantics, Kernel, OperandRole};
-use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A raw view of one output array, shared by the chunks.
 struct Sink {
@@ -63,6 +63,13 @@ pub(crate) fn run(
     opts: &InterpretOptions,
 ) -> Result<Vec<HostArray>> {
     check_inputs(k, inputs)?;
+    // Purely elementwise kernels run over contiguous row bands (same bits, see `coalesce`).
+    let coalesced = if opts.fuse {
+        super::coalesce::coalesce(k, rayon::current_num_threads())
+    } else {
+        None
+    };
+    let k = coalesced.as_ref().unwrap_or(k);
     // Outputs start uninitialized: every block is written back (or filled below) before `assume_init`.
     let mut outputs: Vec<(Vec<usize>, HostData)> = k
         .outputs()
@@ -102,19 +109,24 @@ pub(crate) fn run(
     let sizes: Vec<usize> = par_axes.iter().map(|&a| k.grid[a]).collect();
     let n_chunks: usize = sizes.iter().product();
     let first_error: Option<(usize, KernelError)> = if n_chunks > 1 {
-        (0..n_chunks)
-            .into_par_iter()
-            .map_init(
-                || runner.machine(),
-                |m, c| {
-                    runner
-                        .chunk(m, &par_axes, &chunk_key(&sizes, c))
-                        .err()
-                        .map(|e| (c, e))
-                },
-            )
-            .flatten()
-            .min_by_key(|(c, _)| *c)
+        let first = Mutex::new(None::<(usize, KernelError)>);
+        let ok = super::workers::run(
+            n_chunks,
+            rayon::current_num_threads(),
+            || runner.machine(),
+            |m, c| {
+                if let Err(e) = runner.chunk(m, &par_axes, &chunk_key(&sizes, c)) {
+                    let mut f = first.lock().unwrap_or_else(|p| p.into_inner());
+                    if f.as_ref().is_none_or(|(fc, _)| c < *fc) {
+                        *f = Some((c, e));
+                    }
+                }
+            },
+        );
+        if !ok {
+            return Err(internal("a grid chunk panicked in the interpreter"));
+        }
+        first.into_inner().unwrap_or_else(|p| p.into_inner())
     } else {
         let mut m = runner.machine();
         (0..n_chunks.max(1)).find_map(|c| {

@@ -4,8 +4,9 @@
 //!
 //! - `grid`: the grid loop (Pallas order, last axis fastest; input blocks re-read when their block
 //!   index changes; output blocks written back when it changes and at the end, so an output revisited on
-//!   consecutive steps keeps its contents; scratch persisting), chunked over `parallel` axes on rayon
-//!   when the index maps show no output block is shared between chunks.
+//!   consecutive steps keeps its contents; scratch persisting), chunked over `parallel` axes when the
+//!   index maps show no output block is shared between chunks; `workers` runs the chunks on the calling
+//!   thread and rayon's workers. `coalesce`: purely elementwise kernels run over row bands instead.
 //! - `machine`: one grid step — an environment of values freed after their last use, the refs, and one
 //!   rule per op family; a plan per region says which values die where, which elementwise chains fuse,
 //!   and which results may be written straight into the output array (their only use is a full store).
@@ -24,6 +25,7 @@
 //! Errors are values: an out-of-bounds dynamic slice is a [`KernelError`](crate::KernelError) naming the
 //! Rust line of the load or store; bad inputs are errors naming the argument.
 
+mod coalesce;
 mod dot;
 mod elementwise;
 mod fused;
@@ -35,6 +37,7 @@ mod math;
 mod reduce;
 mod simd;
 mod tensor;
+mod workers;
 
 pub use host::{HostArray, HostData, HostElement};
 
@@ -50,9 +53,10 @@ pub struct InterpretOptions {
     pub poison_uninitialized: bool,
     /// Run independent chunks of `parallel` grid axes on rayon's thread pool.
     pub parallel: bool,
-    /// Evaluate chains of elementwise ops in one pass, and write results that are only stored into an
-    /// output block straight into the output array. Results are bit-identical either way; switch off
-    /// to debug the interpreter itself.
+    /// Evaluate chains of elementwise ops in one pass, write results that are only stored into an
+    /// output block straight into the output array, and run purely elementwise kernels over contiguous
+    /// row bands rather than their blocks. Results are bit-identical either way; switch off to debug
+    /// the interpreter itself.
     pub fuse: bool,
 }
 
