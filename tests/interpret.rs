@@ -560,6 +560,87 @@ fn kernels_reading_grid_indices_keep_their_blocks() {
 }
 
 #[tpu_kernel]
+fn block_column_sum_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    // Mixes the rows of a block: each block's column sums, broadcast over its rows, plus the row index.
+    let x = x.load();
+    let rows = iota::<i32>(x.shape(), 0).cast::<f32>();
+    o.store(x.sum_keepdims(0).broadcast_to(x.shape()) + rows * 1000.0);
+}
+
+#[tpu_kernel]
+fn row_scale_kernel(x: Ref<f32>, w: Ref<f32>, o: RefMut<f32>) {
+    // Keeps rows apart: a row max, a row-invariant weight row broadcast, elementwise math.
+    let x = x.load();
+    let m = x.max_keepdims(-1);
+    o.store((x - m).exp() * w.load() + 0.5);
+}
+
+#[test]
+fn row_kernels_merge_blocks_only_when_rows_stay_apart() {
+    let row_spec = || BlockSpec::new([8, 256], |[i]| (i, 0));
+    let mixing = pallas_call(block_column_sum_kernel)
+        .grid([16])
+        .input(ArrayType::new([128, 256], F32), row_spec())
+        .output(ArrayType::new([128, 256], F32), row_spec())
+        .dimension_semantics([Parallel])
+        .build()
+        .expect("build");
+    let x = HostArray::random([128, 256], F32, 21);
+    let xs = x.as_slice::<f32>().unwrap().to_vec();
+    let out = mixing.interpret(std::slice::from_ref(&x)).expect("run");
+    let o = out[0].as_slice::<f32>().unwrap();
+    for r in 0..128 {
+        for c in 0..256 {
+            let b = r / 8 * 8;
+            // Sum in the interpreter's order is not ours; compare within a few ulp of the column sum.
+            let sum: f32 = (b..b + 8).map(|i| xs[i * 256 + c]).sum();
+            let want = sum + (r % 8) as f32 * 1000.0;
+            let got = o[r * 256 + c];
+            assert!((got - want).abs() <= 1e-3, "[{r}, {c}]: {got} vs {want}");
+        }
+    }
+
+    let keeping = pallas_call(row_scale_kernel)
+        .grid([16])
+        .input(ArrayType::new([128, 256], F32), row_spec())
+        .input(
+            ArrayType::new([1, 256], F32),
+            BlockSpec::new([1, 256], |[_]| (0, 0)),
+        )
+        .output(ArrayType::new([128, 256], F32), row_spec())
+        .dimension_semantics([Arbitrary])
+        .build()
+        .expect("build");
+    let w = HostArray::random([1, 256], F32, 22);
+    let inputs = [x, w];
+    let runs: Vec<Vec<HostArray>> = [(true, true), (true, false), (false, false)]
+        .into_iter()
+        .map(|(fuse, parallel)| {
+            let opts = InterpretOptions {
+                fuse,
+                parallel,
+                ..InterpretOptions::poisoned()
+            };
+            keeping.interpret_with(&inputs, &opts).expect("run")
+        })
+        .collect();
+    for r in &runs[1..] {
+        assert_eq!(r, &runs[0]);
+    }
+    let ws = inputs[1].as_slice::<f32>().unwrap();
+    let o = runs[0][0].as_slice::<f32>().unwrap();
+    for r in 0..128 {
+        let row = &xs[r * 256..(r + 1) * 256];
+        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        for c in 0..256 {
+            let want = (row[c] - m).exp() * ws[c] + 0.5;
+            let got = o[r * 256 + c];
+            assert!((got - want).abs() <= 1e-5, "[{r}, {c}]: {got} vs {want}");
+        }
+    }
+}
+
+#[tpu_kernel]
 fn step_count_kernel(o: RefMut<i32>, seen: RefMut<i32>) {
     // Scratch persists across steps; the output block revisited along the arbitrary axis keeps its value.
     if program_id(0) == 0 {

@@ -8,7 +8,7 @@
 //! steps, and each step streams whole rows of memory instead of strided block rows. An `add` over
 //! (256, 256) blocks of 1024² arrays runs as 8 bands of 128 full rows.
 
-use crate::ir::{DimensionSemantics, Func, Kernel, OpKind, OperandRole, Type, Window};
+use crate::ir::{DimensionSemantics, Func, Kernel, OpKind, OperandRole, Type, ValueId, Window};
 
 /// Elements per band aimed for: large enough that the per-step cost vanishes, small enough that a
 /// band's operands stay in a core's L2.
@@ -125,6 +125,213 @@ fn elementwise_body(f: &Func, block: &[usize]) -> bool {
                     .all(|r| !matches!(f.ty(*r), Type::Scalar(_)))
                 && !op.operands.iter().any(|v| scalar_args.contains(&v))
         })
+}
+
+/// The kernel rewritten to run over larger bands of rows, or None (see the module docs): a one-axis
+/// grid, every operand blocked, outputs and "row" inputs indexed `(i, const..)` with the same block rows
+/// tiling the arrays exactly, other inputs under constant maps, no scratch, and a body that keeps rows
+/// apart.
+pub(crate) fn coalesce_rows(k: &Kernel, threads: usize) -> Option<Kernel> {
+    let [g] = k.grid[..] else { return None };
+    if g < 2 {
+        return None;
+    }
+    // Per operand: Some(true) for a row operand, Some(false) for a row-invariant input.
+    let mut rows_of = None;
+    let mut is_row = Vec::new();
+    for o in &k.operands {
+        let b = o.block.as_ref()?;
+        if o.role == OperandRole::Scratch || b.squeezed.iter().any(|s| *s) || o.shape.is_empty() {
+            return None;
+        }
+        if o.role == OperandRole::Input && b.index_map.is_constant_map() {
+            is_row.push(false);
+            continue;
+        }
+        if !is_row_map(&b.index_map) || b.block_shape[0] * g != o.shape[0] {
+            return None;
+        }
+        if *rows_of.get_or_insert(b.block_shape[0]) != b.block_shape[0] {
+            return None;
+        }
+        is_row.push(true);
+    }
+    let rows = rows_of?;
+    let band_of = row_values(&k.body, &is_row, rows)?;
+    // Bands: a whole number of blocks dividing the grid, about BAND_ELEMENTS each, one per thread at least.
+    let row: usize = k
+        .operands
+        .iter()
+        .zip(&is_row)
+        .filter(|(_, r)| **r)
+        .map(|(o, _)| o.shape[1..].iter().product::<usize>())
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let per_block = rows * row;
+    let m = (1..=g)
+        .filter(|m| g % m == 0)
+        .filter(|m| m * per_block <= BAND_ELEMENTS.max(per_block))
+        .filter(|m| g / m >= threads.min(g) || *m == 1)
+        .max()?;
+    if m == 1 {
+        return None;
+    }
+    let band = rows * m;
+    let mut out = k.clone();
+    out.grid = vec![g / m];
+    out.dimension_semantics = vec![DimensionSemantics::Parallel];
+    for (o, r) in out.operands.iter_mut().zip(&is_row) {
+        if let (true, Some(b)) = (r, &mut o.block) {
+            b.block_shape[0] = band;
+        }
+    }
+    for (t, in_band) in out.body.values.iter_mut().zip(&band_of) {
+        if let (true, Type::Vector(s, _) | Type::Ref(s, _, _)) = (in_band, t) {
+            s[0] = band;
+        }
+    }
+    for op in &mut out.body.body.ops {
+        let shape = match op.operands.first() {
+            Some(r) => band_of[r.0 as usize],
+            None => false,
+        };
+        match &mut op.kind {
+            OpKind::Load(w) | OpKind::Store { window: w, .. } if shape => w.sizes[0] = band,
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
+/// `|i| (i, c1, c2, ..)` with constants `c`.
+fn is_row_map(f: &Func) -> bool {
+    let Some(ret) = f.body.ops.last() else {
+        return false;
+    };
+    let consts: Vec<ValueId> = f
+        .body
+        .ops
+        .iter()
+        .filter(|o| matches!(o.kind, OpKind::Const(_)))
+        .flat_map(|o| o.results.iter().copied())
+        .collect();
+    matches!(ret.kind, OpKind::Return)
+        && f.body.args.len() == 1
+        && ret.operands.first() == f.body.args.first()
+        && ret.operands[1..].iter().all(|v| consts.contains(v))
+}
+
+/// Which values of the body carry the rows of the band in their first dimension (`rows` long now), or
+/// None when the body mixes rows or uses something the check does not model. Union-find over values
+/// whose first dimensions must stay equal, with two anchors: the band, and "fixed" (must keep its
+/// shape: row-invariant operands, iotas along rows, reduction operands over rows).
+fn row_values(f: &Func, is_row: &[bool], rows: usize) -> Option<Vec<bool>> {
+    let n = f.values.len();
+    let (band, fixed) = (n, n + 1);
+    let mut uf = UnionFind::new(n + 2);
+    let vector = |v: &ValueId| !matches!(f.ty(*v), Type::Scalar(_));
+    // Body args: the grid index (must be unused), then one ref per operand.
+    let (grid_args, refs) = f
+        .body
+        .args
+        .split_at(f.body.args.len().checked_sub(is_row.len())?);
+    for (r, row) in refs.iter().zip(is_row) {
+        uf.union(r.0 as usize, if *row { band } else { fixed });
+    }
+    for op in &f.body.ops {
+        if !op.regions.is_empty() || op.operands.iter().any(|v| grid_args.contains(v)) {
+            return None;
+        }
+        let res = op.results.first().map(|v| v.0 as usize);
+        match &op.kind {
+            OpKind::Const(_) | OpKind::Return => {}
+            OpKind::Unary(_)
+            | OpKind::Binary(_)
+            | OpKind::Compare(_)
+            | OpKind::Select
+            | OpKind::Cast(_) => {
+                let res = res?;
+                if !vector(&op.results[0]) {
+                    return None;
+                }
+                for v in &op.operands {
+                    if !vector(v) {
+                        return None;
+                    }
+                    uf.union(res, v.0 as usize);
+                }
+            }
+            OpKind::Broadcast => {
+                let (v, res) = (*op.operands.first()?, res?);
+                let (from, to) = (f.ty(v).shape(), f.ty(op.results[0]).shape());
+                if from.is_empty() || to.is_empty() {
+                    // A scalar splat: the result's rows are free.
+                } else if from.len() == to.len() && from[0] == to[0] {
+                    uf.union(res, v.0 as usize);
+                } else if from.len() < to.len() || from[0] != 1 {
+                    // The operand's first dimension is not the result's: it must not be the band.
+                    uf.union(v.0 as usize, fixed);
+                }
+            }
+            OpKind::Iota { dim } => {
+                if *dim == 0 {
+                    uf.union(res?, fixed);
+                }
+            }
+            OpKind::Reduce { axes, keepdims, .. } => {
+                let (v, res) = (*op.operands.first()?, res?);
+                if axes.contains(&0) {
+                    uf.union(v.0 as usize, fixed);
+                } else if *keepdims || !f.ty(op.results[0]).shape().is_empty() {
+                    uf.union(res, v.0 as usize);
+                }
+            }
+            OpKind::Load(w) => {
+                if w.n_dynamic() != 0 || !w.is_full(f.ty(*op.operands.first()?).shape()) {
+                    return None;
+                }
+                uf.union(res?, op.operands[0].0 as usize);
+            }
+            OpKind::Store { window, masked } => {
+                let (r, v) = (*op.operands.first()?, *op.operands.get(1)?);
+                if *masked || window.n_dynamic() != 0 || !window.is_full(f.ty(r).shape()) {
+                    return None;
+                }
+                uf.union(r.0 as usize, v.0 as usize);
+            }
+            _ => return None,
+        }
+    }
+    if uf.find(band) == uf.find(fixed) {
+        return None;
+    }
+    let in_band: Vec<bool> = (0..n).map(|v| uf.find(v) == uf.find(band)).collect();
+    for (v, b) in in_band.iter().enumerate() {
+        if *b && f.values[v].shape().first() != Some(&rows) {
+            return None;
+        }
+    }
+    Some(in_band)
+}
+
+struct UnionFind(Vec<usize>);
+
+impl UnionFind {
+    fn new(n: usize) -> Self {
+        UnionFind((0..n).collect())
+    }
+    fn find(&mut self, mut x: usize) -> usize {
+        while self.0[x] != x {
+            self.0[x] = self.0[self.0[x]];
+            x = self.0[x];
+        }
+        x
+    }
+    fn union(&mut self, a: usize, b: usize) {
+        let (a, b) = (self.find(a), self.find(b));
+        self.0[a] = b;
+    }
 }
 
 #[cfg(test)]

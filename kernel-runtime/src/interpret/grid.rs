@@ -63,9 +63,10 @@ pub(crate) fn run(
     opts: &InterpretOptions,
 ) -> Result<Vec<HostArray>> {
     check_inputs(k, inputs)?;
-    // Purely elementwise kernels run over contiguous row bands (same bits, see `coalesce`).
+    // Kernels that never mix rows run over larger row bands (same bits, see `coalesce`).
     let coalesced = if opts.fuse {
-        super::coalesce::coalesce(k, rayon::current_num_threads())
+        let threads = rayon::current_num_threads();
+        super::coalesce::coalesce(k, threads).or_else(|| super::coalesce::coalesce_rows(k, threads))
     } else {
         None
     };
