@@ -13,7 +13,7 @@
 //! - `tensor`: the value type, a strided view of a shared buffer (broadcasts, splats, iota, windows and
 //!   transposes are views, not copies), the row iterator every loop uses, and a per-thread buffer pool.
 //! - `elementwise`, `fused`, `reduce`, `dot`, `math`, `simd`: the numeric rules — bf16 rounded on every
-//!   op (fused or not), f32 accumulation (reductions, `dot` through `matrixmultiply`), wrapping integers
+//!   op (fused or not), f32 accumulation (reductions, `dot` through `gemm`), wrapping integers
 //!   with XLA's division rules, NaN-propagating max/min, a vectorized polynomial `exp`; hot loops are
 //!   compiled for AVX2+FMA and picked at run time, with bit-identical results.
 //!
