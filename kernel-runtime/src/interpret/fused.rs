@@ -70,7 +70,15 @@ fn unary(u: UnaryOp, v: &mut [f32]) {
     match u {
         UnaryOp::Neg => each!(|x| -x),
         UnaryOp::Abs => each!(|x| x.abs()),
-        UnaryOp::Exp => each!(|x| math::exp_f32(x)),
+        UnaryOp::Exp => {
+            #[cfg(target_arch = "x86_64")]
+            if super::simd::avx2() {
+                // SAFETY: the CPU has AVX2 and FMA (checked at run time); same bits as `exp_f32`.
+                unsafe { super::simd::exp_in_place(v) };
+                return;
+            }
+            each!(|x| math::exp_f32(x))
+        }
         UnaryOp::Log => each!(|x| x.ln()),
         UnaryOp::Tanh => each!(|x| x.tanh()),
         UnaryOp::Rsqrt => each!(|x| math::rsqrt_f32(x)),

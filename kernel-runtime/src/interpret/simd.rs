@@ -181,3 +181,76 @@ pub(crate) unsafe fn fold16<const K: u8>(lanes: &mut [f32; 16], v: &[f32]) {
         _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a1);
     }
 }
+
+/// `v[i] = exp_f32(v[i])` with AVX2+FMA, bit for bit [`super::math::exp_f32`]: the same clamp, range
+/// reduction and polynomial, op for op. The only shortcut: `exp_f32` scales by `2^n` in two factors so
+/// that subnormal results round once; when every lane of a vector has `n >= -126` both factors and
+/// their product are normal powers of two, `y·2^n` is one rounding either way, and a single factor
+/// gives the same bits with five fewer instructions. Vectors with a lane below take the two-factor path.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn exp_in_place(v: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let full = v.len() / 8 * 8;
+    let (body, tail) = v.split_at_mut(full);
+    let lo = _mm256_set1_ps(-110.0);
+    let hi = _mm256_set1_ps(89.0);
+    let log2e = _mm256_set1_ps(std::f32::consts::LOG2_E);
+    let round = _mm256_set1_ps(12_582_912.0);
+    let neg_ln2_hi = _mm256_set1_ps(-0.693_359_4);
+    let neg_ln2_lo = _mm256_set1_ps(2.121_944_4e-4);
+    let c = [
+        _mm256_set1_ps(1.987_569_1e-4),
+        _mm256_set1_ps(1.398_199_9e-3),
+        _mm256_set1_ps(8.333_452e-3),
+        _mm256_set1_ps(4.166_579_6e-2),
+        _mm256_set1_ps(1.666_666_5e-1),
+        _mm256_set1_ps(0.5),
+    ];
+    let one = _mm256_set1_ps(1.0);
+    let bias = _mm256_set1_epi32(127);
+    let round_bits = _mm256_set1_epi32(0x4B40_0000);
+    let (below, above) = (_mm256_set1_epi32(-126), _mm256_set1_epi32(127));
+    for chunk in body.chunks_exact_mut(8) {
+        // SAFETY: `chunk` has 8 elements; unaligned load and store.
+        let x = unsafe { _mm256_loadu_ps(chunk.as_ptr()) };
+        // clamp(x, LO, HI) with NaN kept: MAXPS/MINPS return their second operand on NaN.
+        let xc = _mm256_min_ps(hi, _mm256_max_ps(lo, x));
+        let t = _mm256_fmadd_ps(xc, log2e, round);
+        let n = _mm256_sub_ps(t, round);
+        let ni = _mm256_sub_epi32(_mm256_castps_si256(t), round_bits);
+        // (-n)·LN2_HI + xc, then (-n)·LN2_LO + r: fma(n, -LN2_HI, xc) is the same exact product.
+        let r = _mm256_fmadd_ps(n, neg_ln2_hi, xc);
+        let r = _mm256_fmadd_ps(n, neg_ln2_lo, r);
+        let mut p = c[0];
+        for ck in &c[1..] {
+            p = _mm256_fmadd_ps(p, r, *ck);
+        }
+        let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), one);
+        let outside = _mm256_or_si256(_mm256_cmpgt_epi32(below, ni), _mm256_cmpgt_epi32(ni, above));
+        let out = if _mm256_testz_si256(outside, outside) == 1 {
+            let s = _mm256_slli_epi32::<23>(_mm256_add_epi32(ni, bias));
+            _mm256_mul_ps(y, _mm256_castsi256_ps(s))
+        } else {
+            let n1 = _mm256_srai_epi32::<1>(ni);
+            let n2 = _mm256_sub_epi32(ni, n1);
+            let s1 = _mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias));
+            let s2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias));
+            let scaled = _mm256_mul_ps(
+                _mm256_mul_ps(y, _mm256_castsi256_ps(s1)),
+                _mm256_castsi256_ps(s2),
+            );
+            // NaN lanes (always here: their `n` is out of range) give `x + x`, as in `exp_f32`.
+            let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x);
+            _mm256_blendv_ps(scaled, _mm256_add_ps(x, x), nan)
+        };
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(chunk.as_mut_ptr(), out) };
+    }
+    for x in tail {
+        *x = super::math::exp_f32(*x);
+    }
+}
