@@ -12,6 +12,8 @@ echo "== cargo test"
 # Benches are compiled by clippy above but not run here: they are benchmarks, not tests (cargo bench).
 cargo test --workspace --lib --bins --tests --examples
 cargo test --workspace --doc --quiet
+echo "== cargo doc (broken intra-doc links fail)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 if [ -d python/tests ] && ls python/tests/test_*.py >/dev/null 2>&1; then
     echo "== pytest (real toolchain)"

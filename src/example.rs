@@ -2,8 +2,8 @@
 //! module only (the exact contract), `--emit ir` for the kernel IR, `--emit stablehlo` for the StableHLO
 //! program calling the kernel, `--emit config` for the `tpu_custom_call` backend_config JSON, `--emit body`
 //! for the serialized (stable_mosaic) body as generic text, and `--check <v5e|v6e|...>` to run the kernel
-//! through the real toolchain (jaxlib verify + libtpu compile, see [`check`]), and `--run` to execute it on
-//! the CPU in interpret mode against the plain-Rust reference (see [`run`]).
+//! through the real toolchain (jaxlib verify + libtpu compile, see `check`), and `--run` to execute it on
+//! the CPU in interpret mode against the plain-Rust reference (see `run`).
 
 mod check;
 mod run;

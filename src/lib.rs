@@ -1,7 +1,7 @@
 //! # tpu-kernel
 //!
 //! Pallas-style TPU kernels written in Rust. Annotate a function with [`tpu_kernel`], describe the launch
-//! with [`pallas_call`](prelude::pallas_call) (grid, BlockSpecs, outputs, scratch), and `build()` traces it
+//! with [`pallas_call`] (grid, BlockSpecs, outputs, scratch), and `build()` traces it
 //! into the kernel IR, checks it against Mosaic's rules and lowers it to Mosaic MLIR.
 //!
 //! ```ignore

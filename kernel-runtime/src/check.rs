@@ -1,5 +1,5 @@
 //! Trace-time checks against Mosaic's rules: grid, block shapes (tiling), index maps (rank, bounds,
-//! coverage), kernel parameters, and the VMEM budget. Each returns a [`KernelError`] the caller locates.
+//! coverage), kernel parameters, and the VMEM budget. Each returns a [`KernelError`](crate::error::KernelError) the caller locates.
 
 use crate::dtype::DType;
 use crate::error::{kerr, Result};

@@ -270,7 +270,7 @@ impl HostArray {
 }
 
 impl Drop for HostArray {
-    /// Large buffers go back to the interpreter's output pool (see [`take_output`]).
+    /// Large buffers go back to the interpreter's output pool (see `take_output`).
     fn drop(&mut self) {
         if let Some(d) = Arc::get_mut(&mut self.data) {
             if d.capacity() * d.dtype().size_bytes() >= OUTPUT_POOL_MIN_BYTES {

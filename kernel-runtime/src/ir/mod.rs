@@ -191,7 +191,7 @@ pub enum OpKind {
     },
     /// Operands: ref, dynamic starts...
     Load(Window),
-    /// Operands: ref, value, dynamic starts..., [mask].
+    /// Operands: ref, value, dynamic starts..., `[mask]`.
     Store {
         window: Window,
         masked: bool,

@@ -3,7 +3,7 @@
 //! The module has the shape Pallas gives it (see `tests/data/pallas/`): `module @name attributes
 //! {stable_mosaic.version}`, the kernel `func.func` with arguments (grid i32s, inputs, outputs, scratch) and
 //! the Mosaic func attributes, then one `func.func @transform_k` per BlockSpec index map. Ops are lowered by
-//! small per-family rules in [`rules`]. Rust source locations become MLIR `FileLineColLoc`s.
+//! small per-family rules in `rules`. Rust source locations become MLIR `FileLineColLoc`s.
 //!
 //! Only this module (and later `serialize`) touches melior.
 

@@ -2,7 +2,7 @@
 //!
 //! The `#[tpu_kernel]` macro leaves most of a body alone: the handle types ([`Array`], [`Scalar`], [`Ref`],
 //! [`RefMut`]) overload operators, every API function is `#[track_caller]` (so each op carries the user's
-//! `file:line:col`), and the macro only routes comparisons and `if`/`for`/`while` through [`control`].
+//! `file:line:col`), and the macro only routes comparisons and `if`/`for`/`while` through `control`.
 //!
 //! Errors never panic: the first error of a trace is kept (with its location) and later ops return poisoned
 //! handles; `build()` reports the error as a value.
