@@ -218,13 +218,7 @@ fn is_row_map(f: &Func) -> bool {
     let Some(ret) = f.body.ops.last() else {
         return false;
     };
-    let consts: Vec<ValueId> = f
-        .body
-        .ops
-        .iter()
-        .filter(|o| matches!(o.kind, OpKind::Const(_)))
-        .flat_map(|o| o.results.iter().copied())
-        .collect();
+    let consts = f.constants();
     matches!(ret.kind, OpKind::Return)
         && f.body.args.len() == 1
         && ret.operands.first() == f.body.args.first()

@@ -246,17 +246,20 @@ impl Func {
     /// True for an index map whose results are all constants: the block never changes across the grid,
     /// so Pallas single-buffers it (`pipeline_mode = #tpu.pipeline_mode<synchronous>`).
     pub fn is_constant_map(&self) -> bool {
-        let consts: Vec<ValueId> = self
-            .body
-            .ops
-            .iter()
-            .filter(|o| matches!(o.kind, OpKind::Const(_)))
-            .flat_map(|o| o.results.iter().copied())
-            .collect();
+        let consts = self.constants();
         self.body
             .ops
             .last()
             .is_some_and(|ret| ret.operands.iter().all(|v| consts.contains(v)))
+    }
+    /// The values defined by `Const` ops at the top level of the body.
+    pub fn constants(&self) -> Vec<ValueId> {
+        self.body
+            .ops
+            .iter()
+            .filter(|o| matches!(o.kind, OpKind::Const(_)))
+            .flat_map(|o| o.results.iter().copied())
+            .collect()
     }
     /// Visit every op (pre-order, nested regions included).
     pub fn walk<'a>(&'a self, f: &mut impl FnMut(&'a Op)) {
