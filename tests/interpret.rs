@@ -837,6 +837,70 @@ fn loads_between_a_direct_write_and_its_store_see_the_old_block() {
 }
 
 #[tpu_kernel]
+fn exp_sum_kernel(x: Ref<f32>, o: RefMut<f32>, s: RefMut<f32>) {
+    let x = x.load();
+    let e = (x - x.max_keepdims(-1)).exp();
+    let total = e.sum_keepdims(-1);
+    s.store(total.broadcast_to(s.shape()));
+    o.store(e / total);
+}
+
+#[test]
+fn exp_of_a_difference_summed_in_one_pass_matches_unfused_bit_for_bit() {
+    // exp(x - m) with its sum folded into the same AVX2 pass: rows of 200 (a lone 8-lane vector after
+    // the whole 16s) and 203 (a scalar tail too), with NaN, -inf, inf and values whose exp is subnormal.
+    for n in [200usize, 203] {
+        let spec = || BlockSpec::new([8, n], |[i]| (i, 0));
+        let call = pallas_call(exp_sum_kernel)
+            .grid([3])
+            .input(ArrayType::new([24, n], F32), spec())
+            .output(ArrayType::new([24, n], F32), spec())
+            .output(ArrayType::new([24, n], F32), spec())
+            .dimension_semantics([Parallel])
+            .build()
+            .expect("build");
+        let mut xs = HostArray::random([24, n], F32, 31)
+            .into_vec::<f32>()
+            .unwrap();
+        for (i, x) in xs.iter_mut().enumerate() {
+            *x *= 120.0; // exp underflows to subnormals and zero for many elements
+            if i % 97 == 3 {
+                *x = -90.0;
+            }
+        }
+        xs[n + 5] = f32::NAN;
+        xs[2 * n + 1] = f32::NEG_INFINITY;
+        xs[3 * n + 7] = f32::INFINITY;
+        let x = HostArray::from_vec([24, n], xs).unwrap();
+        let run = |fuse| {
+            let opts = InterpretOptions {
+                fuse,
+                ..Default::default()
+            };
+            call.interpret_with(std::slice::from_ref(&x), &opts)
+                .expect("run")
+        };
+        let (fused, plain) = (run(true), run(false));
+        for (f, p) in fused.iter().zip(&plain) {
+            let bits = |a: &HostArray| {
+                a.as_slice::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(bits(f), bits(p), "rows of {n}");
+        }
+        let o = fused[0].as_slice::<f32>().unwrap();
+        assert!(o[n..2 * n].iter().all(|v| v.is_nan()), "the NaN row");
+        assert!(
+            o[..n].iter().any(|v| *v > 0.0 && *v < f32::MIN_POSITIVE),
+            "a subnormal"
+        );
+    }
+}
+
+#[tpu_kernel]
 fn fused_reductions_kernel(x: Ref<f32>, a: RefMut<f32>, b: RefMut<f32>, c: RefMut<bf16>) {
     let v = x.load();
     // A lone op, a chain and a bf16 chain, each reduced over the last axis (folded into the pass).

@@ -74,7 +74,7 @@ fn unary(u: UnaryOp, v: &mut [f32]) {
             #[cfg(target_arch = "x86_64")]
             if super::simd::avx2() {
                 // SAFETY: the CPU has AVX2 and FMA (checked at run time); same bits as `exp_f32`.
-                unsafe { super::simd::exp_in_place(v) };
+                unsafe { super::simd::exp_run(v, super::simd::ExpIn::InPlace, None) };
                 return;
             }
             each!(|x| math::exp_f32(x))
@@ -399,6 +399,12 @@ fn chain_impl(
     let same_first = exts
         .first()
         .is_some_and(|e| std::sync::Arc::ptr_eq(&e.buf, &first.buf) && e.strides == first.strides);
+    #[cfg(target_arch = "x86_64")]
+    let sub_exp = !exts.is_empty()
+        && links.len() >= 2
+        && links[0] == Link::Binary(BinaryOp::Sub, true, DType::F32)
+        && links[1] == Link::Unary(UnaryOp::Exp, DType::F32)
+        && super::simd::avx2();
     let mut rows = RowsN::new(&shape, &strides, &offsets);
     let inner = rows.inner;
     let inner_strides = rows.inner_strides.clone();
@@ -429,7 +435,28 @@ fn chain_impl(
             let first_src = source(&first_d, row[0] + c0 * s0, s0, c, tmp);
             let mut e = 0;
             let mut start = 0;
+            // `exp(x - m)` with a broadcast `m` (softmax): one pass reading `x`, and when the chain ends
+            // there, its sum folded in the same pass (same lanes, same order as `fold_lanes`).
+            #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+            let mut folded = false;
+            #[cfg(target_arch = "x86_64")]
+            if sub_exp {
+                let s1 = inner_strides[1];
+                if let (Src::Slice(xs), Src::Scalar(m)) =
+                    (first_src, source(&ext_d[0], row[1] + c0 * s1, s1, c, tmp2))
+                {
+                    let sum = (links.len() == 2 && epi.map(|e| e.kind) == Some(ReduceKind::Sum))
+                        .then_some((&mut lanes, &mut rest));
+                    folded = sum.is_some();
+                    // SAFETY: `sub_exp` implies the CPU has AVX2 and FMA (checked at run time).
+                    unsafe {
+                        super::simd::exp_run(&mut *w, super::simd::ExpIn::SubScalar(xs, m), sum)
+                    };
+                    (e, start) = (1, 2);
+                }
+            }
             match (links.first(), first_src) {
+                _ if start == 2 => {}
                 (Some(&Link::Binary(b, true, d)), first_src) if k > 0 => {
                     let s1 = inner_strides[1];
                     // `x * x`: the same elements need not be read (or widened) twice.
@@ -477,6 +504,7 @@ fn chain_impl(
                 }
             }
             match epi.map(|e| e.kind) {
+                _ if folded => {}
                 Some(ReduceKind::Sum) => fold_lanes::<SUM>(&mut lanes, &mut rest, &*w),
                 Some(ReduceKind::Max) => fold_lanes::<MAX>(&mut lanes, &mut rest, &*w),
                 Some(ReduceKind::Min) => fold_lanes::<MIN>(&mut lanes, &mut rest, &*w),

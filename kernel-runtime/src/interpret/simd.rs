@@ -182,75 +182,155 @@ pub(crate) unsafe fn fold16<const K: u8>(lanes: &mut [f32; 16], v: &[f32]) {
     }
 }
 
-/// `v[i] = exp_f32(v[i])` with AVX2+FMA, bit for bit [`super::math::exp_f32`]: the same clamp, range
-/// reduction and polynomial, op for op. The only shortcut: `exp_f32` scales by `2^n` in two factors so
-/// that subnormal results round once; when every lane of a vector has `n >= -126` both factors and
-/// their product are normal powers of two, `y·2^n` is one rounding either way, and a single factor
-/// gives the same bits with five fewer instructions. Vectors with a lane below take the two-factor path.
+/// Where [`exp_run`] reads its input.
+#[derive(Clone, Copy)]
+pub(crate) enum ExpIn<'a> {
+    /// The destination itself (`v = exp(v)`).
+    InPlace,
+    /// `exp(src[i] - m)`: a fused chain's leading subtraction of a broadcast scalar (f32, no rounding
+    /// step between), read straight from the operand.
+    SubScalar(&'a [f32], f32),
+}
+
+/// `dst[i] = exp_f32(input[i])` with AVX2+FMA, bit for bit [`super::math::exp_f32`]: the same clamp,
+/// range reduction and polynomial, op for op. With `sum`, the results are also folded into the 16 running
+/// lanes and the tail exactly as [`fold16`] and the scalar tail loop of a fused reduction would (lane `j`
+/// takes elements `16q + j`; the elements past the last whole 16 go to `rest` in order).
+///
+/// The one shortcut: `exp_f32` scales by `2^n` in two factors so that subnormal results round once;
+/// when every lane of a vector has `-126 <= n <= 127`, `2^n` is itself a normal f32, `y·2^n` is one
+/// rounding either way, and a single factor gives the same bits with five fewer instructions. Vectors
+/// with a lane outside (NaN lanes included) take the two-factor path.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn exp_in_place(v: &mut [f32]) {
+pub(crate) unsafe fn exp_run(
+    dst: &mut [f32],
+    input: ExpIn<'_>,
+    sum: Option<(&mut [f32; 16], &mut f32)>,
+) {
     use std::arch::x86_64::*;
-    let full = v.len() / 8 * 8;
-    let (body, tail) = v.split_at_mut(full);
-    let lo = _mm256_set1_ps(-110.0);
-    let hi = _mm256_set1_ps(89.0);
-    let log2e = _mm256_set1_ps(std::f32::consts::LOG2_E);
-    let round = _mm256_set1_ps(12_582_912.0);
-    let neg_ln2_hi = _mm256_set1_ps(-0.693_359_4);
-    let neg_ln2_lo = _mm256_set1_ps(2.121_944_4e-4);
-    let c = [
-        _mm256_set1_ps(1.987_569_1e-4),
-        _mm256_set1_ps(1.398_199_9e-3),
-        _mm256_set1_ps(8.333_452e-3),
-        _mm256_set1_ps(4.166_579_6e-2),
-        _mm256_set1_ps(1.666_666_5e-1),
-        _mm256_set1_ps(0.5),
-    ];
-    let one = _mm256_set1_ps(1.0);
-    let bias = _mm256_set1_epi32(127);
-    let round_bits = _mm256_set1_epi32(0x4B40_0000);
-    let (below, above) = (_mm256_set1_epi32(-126), _mm256_set1_epi32(127));
-    for chunk in body.chunks_exact_mut(8) {
-        // SAFETY: `chunk` has 8 elements; unaligned load and store.
-        let x = unsafe { _mm256_loadu_ps(chunk.as_ptr()) };
-        // clamp(x, LO, HI) with NaN kept: MAXPS/MINPS return their second operand on NaN.
-        let xc = _mm256_min_ps(hi, _mm256_max_ps(lo, x));
-        let t = _mm256_fmadd_ps(xc, log2e, round);
-        let n = _mm256_sub_ps(t, round);
-        let ni = _mm256_sub_epi32(_mm256_castps_si256(t), round_bits);
-        // (-n)·LN2_HI + xc, then (-n)·LN2_LO + r: fma(n, -LN2_HI, xc) is the same exact product.
-        let r = _mm256_fmadd_ps(n, neg_ln2_hi, xc);
-        let r = _mm256_fmadd_ps(n, neg_ln2_lo, r);
-        let mut p = c[0];
-        for ck in &c[1..] {
-            p = _mm256_fmadd_ps(p, r, *ck);
-        }
-        let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), one);
-        let outside = _mm256_or_si256(_mm256_cmpgt_epi32(below, ni), _mm256_cmpgt_epi32(ni, above));
-        let out = if _mm256_testz_si256(outside, outside) == 1 {
-            let s = _mm256_slli_epi32::<23>(_mm256_add_epi32(ni, bias));
-            _mm256_mul_ps(y, _mm256_castsi256_ps(s))
-        } else {
-            let n1 = _mm256_srai_epi32::<1>(ni);
-            let n2 = _mm256_sub_epi32(ni, n1);
-            let s1 = _mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias));
-            let s2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias));
-            let scaled = _mm256_mul_ps(
-                _mm256_mul_ps(y, _mm256_castsi256_ps(s1)),
-                _mm256_castsi256_ps(s2),
-            );
-            // NaN lanes (always here: their `n` is out of range) give `x + x`, as in `exp_f32`.
-            let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x);
-            _mm256_blendv_ps(scaled, _mm256_add_ps(x, x), nan)
-        };
-        // SAFETY: as above.
-        unsafe { _mm256_storeu_ps(chunk.as_mut_ptr(), out) };
+    let len = dst.len();
+    if let ExpIn::SubScalar(src, _) = input {
+        assert_eq!(src.len(), len, "exp_run operand length");
     }
-    for x in tail {
-        *x = super::math::exp_f32(*x);
+    let (full8, full16) = (len / 8 * 8, len / 16 * 16);
+    let p = dst.as_mut_ptr();
+    // SAFETY (every load/store below): offsets `i..i + 8` with `i + 8 <= full8 <= len`, in `dst` or in
+    // `src` (checked to be as long); unaligned accesses.
+    let load = |i: usize| unsafe {
+        match input {
+            ExpIn::InPlace => _mm256_loadu_ps(p.add(i)),
+            ExpIn::SubScalar(src, m) => {
+                _mm256_sub_ps(_mm256_loadu_ps(src.as_ptr().add(i)), _mm256_set1_ps(m))
+            }
+        }
+    };
+    match sum {
+        Some((lanes, rest)) => {
+            // SAFETY: as above; `lanes` has 16 elements.
+            unsafe {
+                let mut a0 = _mm256_loadu_ps(lanes.as_ptr());
+                let mut a1 = _mm256_loadu_ps(lanes.as_ptr().add(8));
+                let mut i = 0;
+                while i < full16 {
+                    let (e0, e1) = (exp8(load(i)), exp8(load(i + 8)));
+                    _mm256_storeu_ps(p.add(i), e0);
+                    _mm256_storeu_ps(p.add(i + 8), e1);
+                    a0 = comb_ps::<{ super::reduce::SUM }>(a0, e0);
+                    a1 = comb_ps::<{ super::reduce::SUM }>(a1, e1);
+                    i += 16;
+                }
+                _mm256_storeu_ps(lanes.as_mut_ptr(), a0);
+                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a1);
+                if i < full8 {
+                    _mm256_storeu_ps(p.add(i), exp8(load(i)));
+                }
+            }
+            exp_tail(dst, input, full8);
+            for &e in &dst[full16..] {
+                *rest += e;
+            }
+        }
+        None => {
+            let mut i = 0;
+            while i < full8 {
+                // SAFETY: as above.
+                unsafe { _mm256_storeu_ps(p.add(i), exp8(load(i))) };
+                i += 8;
+            }
+            exp_tail(dst, input, full8);
+        }
+    }
+}
+
+/// The scalar tail of [`exp_run`] from `from` on.
+#[inline(always)]
+fn exp_tail(dst: &mut [f32], input: ExpIn<'_>, from: usize) {
+    for i in from..dst.len() {
+        let x = match input {
+            ExpIn::InPlace => dst[i],
+            ExpIn::SubScalar(src, m) => src[i] - m,
+        };
+        dst[i] = super::math::exp_f32(x);
+    }
+}
+
+/// Eight lanes of `exp_f32` (see [`exp_run`]).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let c = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ];
+    let bias = _mm256_set1_epi32(127);
+    // clamp(x, LO, HI) with NaN kept: MAXPS/MINPS return their second operand on NaN.
+    let xc = _mm256_min_ps(
+        _mm256_set1_ps(89.0),
+        _mm256_max_ps(_mm256_set1_ps(-110.0), x),
+    );
+    let round = _mm256_set1_ps(12_582_912.0);
+    let t = _mm256_fmadd_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E), round);
+    let n = _mm256_sub_ps(t, round);
+    let ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B40_0000));
+    // (-n)·LN2_HI + xc, then (-n)·LN2_LO + r: fma(n, -LN2_HI, xc) is the same exact product.
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693_359_4), xc);
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.121_944_4e-4), r);
+    let mut p = _mm256_set1_ps(c[0]);
+    for ck in &c[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*ck));
+    }
+    let y = _mm256_add_ps(
+        _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r),
+        _mm256_set1_ps(1.0),
+    );
+    let outside = _mm256_or_si256(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(-126), ni),
+        _mm256_cmpgt_epi32(ni, _mm256_set1_epi32(127)),
+    );
+    if _mm256_testz_si256(outside, outside) == 1 {
+        let s = _mm256_slli_epi32::<23>(_mm256_add_epi32(ni, bias));
+        _mm256_mul_ps(y, _mm256_castsi256_ps(s))
+    } else {
+        let n1 = _mm256_srai_epi32::<1>(ni);
+        let n2 = _mm256_sub_epi32(ni, n1);
+        let s1 = _mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias));
+        let s2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias));
+        let scaled = _mm256_mul_ps(
+            _mm256_mul_ps(y, _mm256_castsi256_ps(s1)),
+            _mm256_castsi256_ps(s2),
+        );
+        // NaN lanes (always here: their `n` is out of range) give `x + x`, as in `exp_f32`.
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x);
+        _mm256_blendv_ps(scaled, _mm256_add_ps(x, x), nan)
     }
 }
