@@ -65,28 +65,50 @@ pub(crate) fn coalesce(k: &Kernel, threads: usize) -> Option<Kernel> {
     if new_block == block {
         return None;
     }
+    let mut grid = vec![1; rank];
+    grid[0] = shape[0].div_ceil(band);
+    let all = |n| vec![true; n];
+    Some(rebanded(
+        k,
+        grid,
+        &all(k.operands.len()),
+        &all(k.body.values.len()),
+        |s| s.clone_from(&new_block),
+    ))
+}
+
+/// `k` on a new grid (every axis parallel), with `resize` applied to the block shape of each operand
+/// and the shape of each body value marked in `operands` / `values`; whole-block loads and stores
+/// follow their ref's new shape.
+fn rebanded(
+    k: &Kernel,
+    grid: Vec<usize>,
+    operands: &[bool],
+    values: &[bool],
+    resize: impl Fn(&mut Vec<usize>),
+) -> Kernel {
     let mut out = k.clone();
-    out.grid = vec![1; rank];
-    out.grid[0] = shape[0].div_ceil(band);
-    out.dimension_semantics = vec![DimensionSemantics::Parallel; rank];
-    for o in &mut out.operands {
-        if let Some(b) = &mut o.block {
-            b.block_shape = new_block.clone();
+    out.dimension_semantics = vec![DimensionSemantics::Parallel; grid.len()];
+    out.grid = grid;
+    for (o, r) in out.operands.iter_mut().zip(operands) {
+        if let (true, Some(b)) = (r, &mut o.block) {
+            resize(&mut b.block_shape);
         }
     }
-    for t in &mut out.body.values {
-        match t {
-            Type::Vector(s, _) | Type::Ref(s, _, _) => *s = new_block.clone(),
-            Type::Scalar(_) => {}
+    for (t, r) in out.body.values.iter_mut().zip(values) {
+        if let (true, Type::Vector(s, _) | Type::Ref(s, _, _)) = (r, t) {
+            resize(s);
         }
     }
+    let types = &out.body.values;
     for op in &mut out.body.body.ops {
-        match &mut op.kind {
-            OpKind::Load(w) | OpKind::Store { window: w, .. } => *w = Window::full(&new_block),
-            _ => {}
+        if let (OpKind::Load(w) | OpKind::Store { window: w, .. }, Some(r)) =
+            (&mut op.kind, op.operands.first())
+        {
+            *w = Window::full(types[r.0 as usize].shape());
         }
     }
-    Some(out)
+    out
 }
 
 /// `|i, j, ..| (i, j, ..)`.
@@ -187,30 +209,7 @@ pub(crate) fn coalesce_rows(k: &Kernel, threads: usize) -> Option<Kernel> {
         return None;
     }
     let band = rows * m;
-    let mut out = k.clone();
-    out.grid = vec![g / m];
-    out.dimension_semantics = vec![DimensionSemantics::Parallel];
-    for (o, r) in out.operands.iter_mut().zip(&is_row) {
-        if let (true, Some(b)) = (r, &mut o.block) {
-            b.block_shape[0] = band;
-        }
-    }
-    for (t, in_band) in out.body.values.iter_mut().zip(&band_of) {
-        if let (true, Type::Vector(s, _) | Type::Ref(s, _, _)) = (in_band, t) {
-            s[0] = band;
-        }
-    }
-    for op in &mut out.body.body.ops {
-        let shape = match op.operands.first() {
-            Some(r) => band_of[r.0 as usize],
-            None => false,
-        };
-        match &mut op.kind {
-            OpKind::Load(w) | OpKind::Store { window: w, .. } if shape => w.sizes[0] = band,
-            _ => {}
-        }
-    }
-    Some(out)
+    Some(rebanded(k, vec![g / m], &is_row, &band_of, |s| s[0] = band))
 }
 
 /// `|i| (i, c1, c2, ..)` with constants `c`.

@@ -64,8 +64,8 @@ pub(crate) fn run(
 ) -> Result<Vec<HostArray>> {
     check_inputs(k, inputs)?;
     // Kernels that never mix rows run over larger row bands (same bits, see `coalesce`).
+    let threads = rayon::current_num_threads();
     let coalesced = if opts.fuse {
-        let threads = rayon::current_num_threads();
         super::coalesce::coalesce(k, threads).or_else(|| super::coalesce::coalesce_rows(k, threads))
     } else {
         None
@@ -113,7 +113,7 @@ pub(crate) fn run(
         let first = Mutex::new(None::<(usize, KernelError)>);
         let ok = super::workers::run(
             n_chunks,
-            rayon::current_num_threads(),
+            threads,
             || runner.machine(),
             |m, c| {
                 if let Err(e) = runner.chunk(m, &par_axes, &chunk_key(&sizes, c)) {
