@@ -568,27 +568,11 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 }
 
 fn float_binary<T: FloatElem>(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    macro_rules! f2 {
-        (|$x:ident, $y:ident| $e:expr) => {
-            map2(a, b, |x: T, y: T| {
-                let ($x, $y) = (x.f(), y.f());
-                T::from_f($e)
-            })
-        };
-    }
-    match op {
-        BinaryOp::Add => f2!(|x, y| x + y),
-        BinaryOp::Sub => f2!(|x, y| x - y),
-        BinaryOp::Mul => f2!(|x, y| x * y),
-        BinaryOp::Div => f2!(|x, y| x / y),
-        BinaryOp::Rem => f2!(|x, y| x % y),
-        BinaryOp::Max => f2!(|x, y| math::max_f32(x, y)),
-        BinaryOp::Min => f2!(|x, y| math::min_f32(x, y)),
-        BinaryOp::Pow => f2!(|x, y| x.powf(y)),
-        BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => {
-            Err(unsupported(format!("{op:?} on {}", T::DTYPE)))
-        }
-    }
+    math::float_binop!(
+        op,
+        f => map2(a, b, |x: T, y: T| T::from_f(f(x.f(), y.f()))),
+        else Err(unsupported(format!("{op:?} on {}", T::DTYPE)))
+    )
 }
 
 fn int_binary<T: HostElement + IntOps>(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {

@@ -139,32 +139,12 @@ fn binary_from(op: BinaryOp, v: &mut [f32], a: Src<'_>, b: Src<'_>) {
             (Src::Scalar(x), Src::Scalar(y)) => v.fill(f(x, y)),
         }
     }
-    match op {
-        BinaryOp::Add => zip2(v, a, b, |x, y| x + y),
-        BinaryOp::Sub => zip2(v, a, b, |x, y| x - y),
-        BinaryOp::Mul => zip2(v, a, b, |x, y| x * y),
-        BinaryOp::Div => zip2(v, a, b, |x, y| x / y),
-        BinaryOp::Rem => zip2(v, a, b, |x, y| x % y),
-        BinaryOp::Max => zip2(v, a, b, math::max_f32),
-        BinaryOp::Min => zip2(v, a, b, math::min_f32),
-        BinaryOp::Pow => zip2(v, a, b, f32::powf),
-        BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => {}
-    }
+    math::float_binop!(op, f => zip2(v, a, b, f), else {})
 }
 
 #[inline(always)]
 fn binary(b: BinaryOp, v: &mut [f32], e: Src<'_>, lhs: bool) {
-    match b {
-        BinaryOp::Add => zip(v, e, lhs, |x, y| x + y),
-        BinaryOp::Sub => zip(v, e, lhs, |x, y| x - y),
-        BinaryOp::Mul => zip(v, e, lhs, |x, y| x * y),
-        BinaryOp::Div => zip(v, e, lhs, |x, y| x / y),
-        BinaryOp::Rem => zip(v, e, lhs, |x, y| x % y),
-        BinaryOp::Max => zip(v, e, lhs, math::max_f32),
-        BinaryOp::Min => zip(v, e, lhs, math::min_f32),
-        BinaryOp::Pow => zip(v, e, lhs, f32::powf),
-        BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => {}
-    }
+    math::float_binop!(b, f => zip(v, e, lhs, f), else {})
 }
 
 /// A reduction over the last axis folded into a chain: its kind and the reduction's result type.
