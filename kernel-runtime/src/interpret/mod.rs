@@ -6,7 +6,8 @@
 //!   index changes; output blocks written back when it changes and at the end, so an output revisited on
 //!   consecutive steps keeps its contents; scratch persisting), chunked over `parallel` axes when the
 //!   index maps show no output block is shared between chunks; `workers` runs the chunks on the calling
-//!   thread and rayon's workers. `coalesce`: purely elementwise kernels run over row bands instead.
+//!   thread and rayon's workers. `coalesce`: kernels whose blocks are independent slices of rows
+//!   (elementwise, or row-wise like softmax) run over larger row bands instead.
 //! - `machine`: one grid step — an environment of values freed after their last use, the refs, and one
 //!   rule per op family; a plan per region says which values die where, which elementwise chains fuse,
 //!   and which results may be written straight into the output array (their only use is a full store).

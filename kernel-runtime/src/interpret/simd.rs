@@ -183,6 +183,7 @@ pub(crate) unsafe fn fold16<const K: u8>(lanes: &mut [f32; 16], v: &[f32]) {
 }
 
 /// Where [`exp_run`] reads its input.
+#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 pub(crate) enum ExpIn<'a> {
     /// The destination itself (`v = exp(v)`).
@@ -267,6 +268,7 @@ pub(crate) unsafe fn exp_run(
 }
 
 /// The scalar tail of [`exp_run`] from `from` on.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn exp_tail(dst: &mut [f32], input: ExpIn<'_>, from: usize) {
     for i in from..dst.len() {
