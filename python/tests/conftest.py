@@ -11,7 +11,14 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "python"))
+# Eight host CPU devices for the shard_map tests; XLA reads the flag once, when jax starts its CPU
+# backend, so it must be in the environment before anything imports jax.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+# python/ is appended, not prepended: it holds the suite's helpers (tpu_toolchain.py) but also the
+# *source* of the tpu_kernel package, and the tests must import the installed package (with its
+# cargo-built library), never the source tree.
+sys.path.append(str(REPO / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pytest  # noqa: E402
@@ -112,3 +119,19 @@ def pytest_terminal_summary(terminalreporter):
         pl_ = p.llo_total if p and p.ok else None
         ratio = f"{ol / pl_:.3f}" if ol is not None and pl_ else "-"
         tr.write_line(f"{n:<14} {g:<4} {str(ol):>6} {str(pl_):>7} {ratio:>6}")
+
+
+# -------------------------------------------------------------- kernels as JAX ops (test_jax_*.py)
+
+USER_CRATE_LIB = TARGET_DIR / "debug" / "libtpu_kernel_user_crate.so"
+
+
+@pytest.fixture(scope="session")
+def user_crate():
+    """The test fixture crate `tests/user-crate` as a loaded `tpu_kernel.Library` (kernels with a
+    required parameter and with a run-time error). Built by scripts/test.sh; absent is a failure."""
+    import tpu_kernel
+    if not USER_CRATE_LIB.is_file():
+        pytest.fail(f"{USER_CRATE_LIB} is missing: build it with `cargo build -p tpu-kernel-user-crate` "
+                    f"(scripts/test.sh does)", pytrace=False)
+    return tpu_kernel.load(USER_CRATE_LIB)

@@ -1,0 +1,366 @@
+"""Loading a kernel library (a Rust cdylib speaking the tpu_kernel C ABI) and calling into it.
+
+The C ABI (version 1) is five symbols:
+
+    uint32_t       tpu_kernel_abi_version(void);
+    const char*    tpu_kernel_library_json(void);          // owned by the library
+    char*          tpu_kernel_call(const char* method, const char* request_json);
+    void           tpu_kernel_free(char* s);               // frees what tpu_kernel_call returned
+    XLA_FFI_Error* tpu_kernel_ffi(XLA_FFI_CallFrame*);     // the CPU implementation, an XLA FFI handler
+
+Everything but the FFI handler speaks JSON text, so the boundary has no structs whose layout could
+drift between the Rust and the Python side; the version number guards the meaning of the JSON.
+
+A `Library` is loaded once per real path per process (`load()` returns the same object again) and
+registers its FFI handler with XLA once: XLA's registry is process-wide and keyed by target name.
+Each exported kernel is a `Kernel` callable (`lib.matmul(x, y, block=(128, 128, 128))`).
+
+Build and lower answers are cached in Python per (method, kernel, input shapes and dtypes, static
+parameters, vmap levels): tracing the same signature again — another `jax.jit` of a new function, a
+second lowering for another platform, the backward pass looking up forward parameters — never calls
+into Rust. Errors are not cached (they are cheap, and a retry should ask again).
+"""
+from __future__ import annotations
+
+import ctypes
+import inspect
+import json
+import numbers
+import os
+import threading
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ._errors import AbiVersionError, KernelError, LibraryError
+
+#: The C ABI version this package speaks; a library reporting another one is refused by `load()`.
+ABI_VERSION = 1
+
+_SYMBOLS = ("tpu_kernel_abi_version", "tpu_kernel_library_json", "tpu_kernel_call", "tpu_kernel_free",
+            "tpu_kernel_ffi")
+
+# numpy dtype name -> the ABI's dtype name (and back). bfloat16 is ml_dtypes' (what jax uses).
+_DTYPE_TO_ABI = {"float32": "f32", "bfloat16": "bf16", "int32": "i32", "int8": "i8", "uint8": "u8",
+                 "uint32": "u32", "bool": "bool"}
+_ABI_TO_DTYPE = {v: k for k, v in _DTYPE_TO_ABI.items()}
+
+
+def abi_dtype(dtype: Any, *, kernel: str, argument: str) -> str:
+    """The ABI name of a numpy/jax dtype; a dtype the ABI has no name for is a KernelError naming the
+    operand (Rust never sees it, so Python must say it)."""
+    name = np.dtype(dtype).name
+    try:
+        return _DTYPE_TO_ABI[name]
+    except KeyError:
+        raise KernelError(
+            f"{kernel}: {argument} has dtype {name}, which tpu_kernel kernels cannot take "
+            f"(supported: {', '.join(_DTYPE_TO_ABI)})", kind="DType", argument=argument,
+            kernel=kernel) from None
+
+
+def numpy_dtype(abi_name: str) -> np.dtype:
+    """The numpy dtype of an ABI dtype name (`"bf16"` -> ml_dtypes' bfloat16)."""
+    import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
+    try:
+        return np.dtype(_ABI_TO_DTYPE[abi_name])
+    except KeyError:
+        raise LibraryError(f"the library answered an unknown dtype name {abi_name!r}") from None
+
+
+def _static_json(value: Any, *, kernel: str, name: str) -> Any:
+    """A static parameter as JSON data: tuples become lists, numpy scalars plain numbers. Anything
+    else (an array, a tracer, an object) is refused here, with the parameter's name, because it would
+    not be static: it could not be part of a cache key or of the compiled kernel."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (tuple, list)):
+        return [_static_json(v, kernel=kernel, name=name) for v in value]
+    raise KernelError(
+        f"{kernel}: parameter {name}={value!r:.80} is not a static value; static parameters are "
+        f"Python ints, floats, bools, strings and tuples of them (arrays are passed positionally)",
+        argument=name, kernel=kernel)
+
+
+def _display(value: Any) -> Any:
+    """JSON lists back as tuples, as a Python user writes block shapes."""
+    return tuple(_display(v) for v in value) if isinstance(value, list) else value
+
+
+class Kernel:
+    """One exported kernel as a Python callable: arrays positionally, static parameters by keyword
+    (defaults from the library), results as a jax array (or a tuple for several outputs).
+
+    Works under `jax.jit`, `jax.vmap`, `jax.grad` (when the kernel declares backward kernels),
+    `jax.shard_map` and `jax.export`; see the package docstring.
+    """
+
+    def __init__(self, library: "Library", spec: dict):
+        self.library = library
+        self.spec = spec
+        self.name: str = spec["name"]
+        self.inputs: list[str] = list(spec["inputs"])
+        self.params: list[dict] = list(spec.get("params") or [])
+        self.grad: list[dict] | None = spec.get("grad")
+        self.__name__ = self.__qualname__ = self.name
+        self.__doc__ = spec.get("doc") or f"The `{self.name}` kernel of library {library.name!r}."
+        self.__signature__ = inspect.Signature(
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in self.inputs]
+            + [inspect.Parameter(p["name"], inspect.Parameter.KEYWORD_ONLY,
+                                 default=_display(p["default"]) if "default" in p else inspect.Parameter.empty)
+               for p in self.params])
+        self._vjp_cache: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<tpu_kernel {self.library.name}.{self.name}{self.__signature__}>"
+
+    # -- arguments ---------------------------------------------------------------------------------
+
+    def _check_arity(self, arrays: Sequence[Any]) -> None:
+        if len(arrays) != len(self.inputs):
+            raise KernelError(
+                f"{self.name}() takes {len(self.inputs)} array argument(s) ({', '.join(self.inputs)}), "
+                f"got {len(arrays)}; static parameters are keyword-only "
+                f"({', '.join(p['name'] for p in self.params) or 'none'})", kernel=self.name)
+
+    def canonical_params(self, given: Mapping[str, Any]) -> str:
+        """The static parameters as the JSON text the primitive carries: every declared parameter,
+        the library's default where not given, tuples as lists, keys sorted. Unknown and missing
+        parameters are errors naming the kernel and the parameter."""
+        declared = {p["name"]: p for p in self.params}
+        unknown = [k for k in given if k not in declared]
+        if unknown:
+            known = ", ".join(f"{n}: {p.get('type', '?')}" for n, p in declared.items()) or "none"
+            raise KernelError(
+                f"{self.name}() got an unexpected keyword argument {unknown[0]!r}; its static parameters "
+                f"are: {known}", argument=unknown[0], kernel=self.name)
+        out = {}
+        for name, p in declared.items():
+            if name in given:
+                out[name] = _static_json(given[name], kernel=self.name, name=name)
+            elif "default" in p:
+                out[name] = p["default"]
+            else:
+                raise KernelError(
+                    f"{self.name}() missing required keyword argument {name!r} "
+                    f"(a static parameter of type {p.get('type', '?')}, declared without a default)",
+                    argument=name, kernel=self.name)
+        return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+    # -- calling -----------------------------------------------------------------------------------
+
+    def __call__(self, *arrays: Any, **params: Any):
+        from . import _primitive
+        self._check_arity(arrays)
+        params_json = self.canonical_params(params)
+        if self.grad:
+            outs = self._differentiable(params_json)(tuple(arrays))
+        else:
+            outs = _primitive.bind(self.library, self.name, params_json, arrays)
+        outs = tuple(outs)
+        return outs[0] if len(outs) == 1 else outs
+
+    def _differentiable(self, params_json: str):
+        """The `jax.custom_vjp` function of this kernel at these static parameters (made once)."""
+        f = self._vjp_cache.get(params_json)
+        if f is None:
+            from . import _grad
+            f = self._vjp_cache[params_json] = _grad.make_vjp(self, params_json)
+        return f
+
+    def build(self, *arrays: Any, **params: Any) -> dict:
+        """Rust's "build" answer for these arguments (arrays or `jax.ShapeDtypeStruct`s): output
+        shapes/dtypes, `kernel_name`, canonical `params`, `ffi_request`, `cost_estimate`. Cached."""
+        self._check_arity(arrays)
+        return self.library.request("build", self.name, arrays, self.canonical_params(params), ())
+
+    def lower(self, *arrays: Any, **params: Any) -> dict:
+        """Rust's "lower" answer: the build answer plus the `tpu_custom_call` `backend_config`. Cached."""
+        self._check_arity(arrays)
+        return self.library.request("lower", self.name, arrays, self.canonical_params(params), ())
+
+
+class Library:
+    """A loaded kernel library. Kernels are attributes (`lib.matmul`) and items (`lib["matmul"]`);
+    `lib.kernels` maps every name to its `Kernel`. Use `load()` to get one."""
+
+    def __init__(self, path: str, cdll: ctypes.CDLL, description: dict):
+        self.path = path
+        self._cdll = cdll
+        self.description = description
+        self.name: str = description["library"]
+        self.ffi_target: str = description["ffi_target"]
+        self.abi_version: int = description.get("abi_version", ABI_VERSION)
+        self._lock = threading.Lock()
+        self._cache: dict[tuple, dict] = {}
+        self.rust_calls = 0  # every call into tpu_kernel_call, cached or not (for tests of the cache)
+        self.kernels: dict[str, Kernel] = {k["name"]: Kernel(self, k) for k in description["kernels"]}
+
+    def __repr__(self) -> str:
+        return f"<tpu_kernel.Library {self.name!r} from {self.path}>"
+
+    # Identity semantics: one object per loaded library, so it can be a (hashable) primitive parameter.
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+
+    def __getattr__(self, name: str) -> Kernel:
+        kernels = self.__dict__.get("kernels")
+        if kernels is not None and name in kernels:
+            return kernels[name]
+        raise AttributeError(f"library {self.__dict__.get('name', '?')!r} has no kernel or attribute {name!r}"
+                             + (f"; its kernels: {', '.join(kernels)}" if kernels else ""))
+
+    def __getitem__(self, name: str) -> Kernel:
+        return self.kernels[name]
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self.kernels))
+
+    # -- the C ABI -------------------------------------------------------------------------------
+
+    def call(self, method: str, request: dict) -> dict:
+        """One `tpu_kernel_call(method, request)`: the parsed JSON answer, successful or not (no
+        cache, no raising on `ok: false`): the raw protocol, for tools and tests."""
+        raw = self._cdll.tpu_kernel_call(method.encode(), json.dumps(request).encode())
+        if not raw:
+            raise LibraryError(f"{self.path}: tpu_kernel_call({method!r}) returned NULL", path=self.path)
+        self.rust_calls += 1
+        try:
+            text = ctypes.string_at(raw).decode("utf-8")
+        finally:
+            self._cdll.tpu_kernel_free(raw)
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise LibraryError(f"{self.path}: tpu_kernel_call({method!r}) answered non-JSON text "
+                               f"({e}): {text[:200]!r}", path=self.path) from None
+
+    def _checked(self, method: str, request: dict, kernel: str | None = None) -> dict:
+        answer = self.call(method, request)
+        if not answer.get("ok"):
+            error = answer.get("error")
+            if not isinstance(error, dict):
+                raise LibraryError(f"{self.path}: malformed failure answer to {method!r}: {answer!r:.300}",
+                                   path=self.path)
+            raise KernelError.from_rust(error, kernel=kernel)
+        return answer
+
+    def request(self, method: str, kernel: str, arrays: Sequence[Any], params_json: str,
+                batch: tuple) -> dict:
+        """The cached "build"/"lower" answer for a kernel signature. `arrays` may be arrays, tracers,
+        avals or ShapeDtypeStructs: only `.shape` and `.dtype` are read."""
+        shapes = tuple(tuple(int(d) for d in a.shape) for a in arrays)
+        dtypes = tuple(abi_dtype(a.dtype, kernel=kernel, argument=f"input {i}") for i, a in enumerate(arrays))
+        key = (method, kernel, shapes, dtypes, params_json, batch)
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        req = {"kernel": kernel,
+               "inputs": [{"shape": list(s), "dtype": d} for s, d in zip(shapes, dtypes)],
+               "params": json.loads(params_json),
+               "batch": [[size, list(flags)] for size, flags in batch]}
+        answer = self._checked(method, req, kernel)
+        with self._lock:
+            self._cache[key] = answer
+        return answer
+
+    def stats(self) -> dict:
+        """Rust's counters of cache misses: `{"builds", "lowerings", "ffi_builds"}`."""
+        answer = self._checked("stats", {})
+        return {k: v for k, v in answer.items() if k != "ok"}
+
+    def export_safety_checks(self) -> list:
+        """What `jax.export.export(..., disabled_checks=...)` needs for programs using this library.
+
+        jax.export refuses custom calls outside its list of targets with a stability guarantee;
+        `tpu_custom_call` is on it, our CPU FFI target is not. The exported program stays usable in
+        any process that has loaded (and so registered) this library before calling it:
+
+            exp = jax.export.export(jax.jit(f), platforms=["cpu", "tpu"],
+                                    disabled_checks=lib.export_safety_checks())(*args)
+        """
+        import jax
+        return [jax.export.DisabledSafetyCheck.custom_call(self.ffi_target)]
+
+
+_LOADED: dict[str, Library] = {}
+_FFI_TARGETS: dict[str, str] = {}  # ffi target -> path of the library that registered it
+_LOAD_LOCK = threading.Lock()
+
+
+def _symbols(cdll: ctypes.CDLL, path: str) -> None:
+    missing = [s for s in _SYMBOLS if not hasattr(cdll, s)]
+    if missing:
+        raise LibraryError(
+            f"{path}: not a tpu_kernel library: missing symbol(s) {', '.join(missing)} "
+            f"(a kernel library exports {', '.join(_SYMBOLS)})", path=path)
+    cdll.tpu_kernel_library_json.restype = ctypes.c_char_p
+    cdll.tpu_kernel_library_json.argtypes = []
+    cdll.tpu_kernel_call.restype = ctypes.c_void_p  # not c_char_p: we must free the very pointer
+    cdll.tpu_kernel_call.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    cdll.tpu_kernel_free.restype = None
+    cdll.tpu_kernel_free.argtypes = [ctypes.c_void_p]
+
+
+def _register_ffi(lib: Library) -> None:
+    """Register the library's FFI handler for XLA:CPU under its target name, once per process."""
+    import jax
+    owner = _FFI_TARGETS.get(lib.ffi_target)
+    if owner is not None:
+        if owner != lib.path:
+            raise LibraryError(
+                f"{lib.path}: FFI target {lib.ffi_target!r} is already registered in this process by "
+                f"{owner}; XLA's registry is process-wide, so two libraries cannot share a target name",
+                path=lib.path)
+        return
+    jax.ffi.register_ffi_target(lib.ffi_target, jax.ffi.pycapsule(lib._cdll.tpu_kernel_ffi),
+                                platform="cpu", api_version=1)
+    _FFI_TARGETS[lib.ffi_target] = lib.path
+
+
+def load(path: str | os.PathLike) -> Library:
+    """Load a kernel library (a cdylib built from a crate exporting tpu_kernel kernels).
+
+    Checks `tpu_kernel_abi_version()` before calling anything else (`AbiVersionError` on a mismatch),
+    checks the other symbols (`LibraryError`), reads the library description, and registers the CPU
+    FFI handler with XLA. Loading the same file again returns the same `Library`.
+    """
+    path = os.path.realpath(os.fspath(path))
+    with _LOAD_LOCK:
+        if path in _LOADED:
+            return _LOADED[path]
+        if not os.path.isfile(path):
+            raise LibraryError(f"{path}: no such file (a tpu_kernel library is a .so built by cargo)", path=path)
+        try:
+            cdll = ctypes.CDLL(path)
+        except OSError as e:
+            raise LibraryError(f"{path}: cannot be loaded: {e}", path=path) from None
+        if not hasattr(cdll, "tpu_kernel_abi_version"):
+            raise LibraryError(f"{path}: not a tpu_kernel library: no tpu_kernel_abi_version symbol", path=path)
+        cdll.tpu_kernel_abi_version.restype = ctypes.c_uint32
+        cdll.tpu_kernel_abi_version.argtypes = []
+        found = int(cdll.tpu_kernel_abi_version())
+        if found != ABI_VERSION:
+            raise AbiVersionError(path, found, ABI_VERSION)
+        _symbols(cdll, path)
+        raw = cdll.tpu_kernel_library_json()
+        try:
+            description = json.loads(raw.decode("utf-8")) if raw else None
+            for key in ("library", "ffi_target", "kernels"):
+                description[key]  # noqa: B018  (presence check)
+        except (ValueError, TypeError, KeyError) as e:
+            raise LibraryError(f"{path}: tpu_kernel_library_json() is not a library description ({e!r})",
+                               path=path) from None
+        if description.get("abi_version", ABI_VERSION) != ABI_VERSION:
+            raise AbiVersionError(path, description["abi_version"], ABI_VERSION)
+        lib = Library(path, cdll, description)
+        _register_ffi(lib)
+        _LOADED[path] = lib
+        return lib

@@ -1,0 +1,143 @@
+"""The one jax primitive behind every exported kernel: `tpu_kernel`.
+
+Parameters (all hashable, so jaxprs and jax's caches can key on them):
+    library  the `Library` object (identity-hashed; one per loaded file);
+    kernel   the exported kernel's name;
+    params   the static parameters as canonical JSON text (see `Kernel.canonical_params`);
+    batch    vmap levels, outermost first: ((size, (is input i batched, ...)), ...).
+
+Rules:
+- abstract eval: the output shapes/dtypes of Rust's "build" answer (so every shape, dtype, tiling and
+  parameter check is Rust's, and its KernelError surfaces at trace time with the Rust source line);
+- impl: compile-and-run the single primitive with jit (eager calls behave like jitted ones);
+- CPU lowering: an XLA FFI custom call to the library's handler, whose one attribute `request` is the
+  build answer's `ffi_request`: the handler rebuilds (cached) from it plus the buffer shapes, so an
+  exported program runs wherever the library is loaded;
+- TPU lowering: `stablehlo.custom_call @tpu_custom_call` with the "lower" answer's backend_config and
+  `kernel_name`, exactly as jax lowers a Pallas kernel (api_version 1, row-major layouts, pure);
+- batching: Pallas's rule — each vmap level becomes a new leading grid axis, and a squeezed leading
+  block dimension on every batched input and every output (Rust does the rewriting from `batch`);
+- JVP: none; differentiable kernels are wrapped in `jax.custom_vjp` (see `_grad`), and
+  differentiating any other kernel is a KernelError naming it.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+# Private jax modules: the same ones jax's own tpu_custom_call lowering uses (jax is pinned).
+from jax._src import dispatch as _dispatch
+from jax._src import sharding_impls as _sharding_impls
+from jax._src.interpreters import mlir as _mlir
+from jaxlib.mlir import ir
+
+from ._errors import KernelError
+from ._library import numpy_dtype
+
+tpu_kernel_p = Primitive("tpu_kernel")
+tpu_kernel_p.multiple_results = True
+
+
+def bind(library, kernel: str, params: str, arrays, batch: tuple = ()):
+    """Bind the primitive (the list of outputs)."""
+    return tpu_kernel_p.bind(*arrays, library=library, kernel=kernel, params=params, batch=batch)
+
+
+def _abstract_eval(*avals, library, kernel, params, batch):
+    answer = library.request("build", kernel, avals, params, batch)
+    return [jax.core.ShapedArray(tuple(o["shape"]), numpy_dtype(o["dtype"])) for o in answer["outputs"]]
+
+
+tpu_kernel_p.def_abstract_eval(_abstract_eval)
+tpu_kernel_p.def_impl(partial(_dispatch.apply_primitive, tpu_kernel_p))
+
+
+# -- CPU: the library's XLA FFI handler runs the interpreter on XLA's buffers ------------------------
+
+def _cpu_lowering(ctx, *operands, library, kernel, params, batch):
+    answer = library.request("build", kernel, ctx.avals_in, params, batch)
+    rule = jax.ffi.ffi_lowering(library.ffi_target)
+    return rule(ctx, *operands, request=answer["ffi_request"])
+
+
+mlir.register_lowering(tpu_kernel_p, _cpu_lowering, platform="cpu")
+
+
+# -- TPU: the Mosaic kernel as a tpu_custom_call, as Pallas emits it ---------------------------------
+
+def _row_major(avals):
+    return [tuple(range(a.ndim - 1, -1, -1)) for a in avals]
+
+
+def _check_not_auto_partitioned(kernel: str, ctx) -> None:
+    """A Mosaic kernel sees whole per-device arrays; XLA cannot split it across devices by itself.
+    Same rule (and advice) as jax's lowering of Pallas kernels."""
+    axis_context = ctx.module_context.axis_context
+    if isinstance(axis_context, _sharding_impls.SPMDAxisContext):
+        manual = axis_context.manual_axes | set(axis_context.mesh.manual_axes)
+        if axis_context.manual_axes and manual != frozenset(axis_context.mesh.axis_names):
+            raise KernelError(f"{kernel}: a TPU kernel cannot be partitioned automatically over the mesh "
+                              f"axes {sorted(set(axis_context.mesh.axis_names) - manual)}; call it inside a "
+                              f"jax.shard_map that is manual over every mesh axis", kernel=kernel)
+    elif isinstance(axis_context, _sharding_impls.ShardingContext) and axis_context.num_devices != 1:
+        raise KernelError(f"{kernel}: a TPU kernel cannot be partitioned automatically over "
+                          f"{axis_context.num_devices} devices; call it inside jax.shard_map", kernel=kernel)
+
+
+def _tpu_lowering(ctx, *operands, library, kernel, params, batch):
+    _check_not_auto_partitioned(kernel, ctx)
+    answer = library.request("lower", kernel, ctx.avals_in, params, batch)
+    result_types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
+    call = _mlir.custom_call(
+        "tpu_custom_call",
+        result_types=result_types,
+        operands=list(operands),
+        backend_config=answer["backend_config"],
+        api_version=1,
+        has_side_effect=False,
+        operand_layouts=_row_major(ctx.avals_in),
+        result_layouts=_row_major(ctx.avals_out),
+        extra_attributes={"kernel_name": ir.StringAttr.get(answer["kernel_name"])},
+    )
+    return call.results
+
+
+mlir.register_lowering(tpu_kernel_p, _tpu_lowering, platform="tpu")
+
+
+# -- vmap ------------------------------------------------------------------------------------------
+
+_NOT_MAPPED = None  # how jax marks an operand without a batch axis (jax._src.interpreters.batching.not_mapped)
+
+def _batching_rule(axis_data, args, dims, *, library, kernel, params, batch):
+    if all(d is _NOT_MAPPED for d in dims):
+        outs = tpu_kernel_p.bind(*args, library=library, kernel=kernel, params=params, batch=batch)
+        return outs, [_NOT_MAPPED] * len(outs)
+    # The batch axis of every batched operand goes first (that is where the new grid axis reads it);
+    # unbatched operands stay as they are and are marked so in this level.
+    moved = [a if d is _NOT_MAPPED else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
+    level = (int(axis_data.size), tuple(d is not _NOT_MAPPED for d in dims))
+    outs = tpu_kernel_p.bind(*moved, library=library, kernel=kernel, params=params, batch=(level,) + batch)
+    return outs, [0] * len(outs)
+
+
+batching.fancy_primitive_batchers[tpu_kernel_p] = _batching_rule
+
+
+# -- autodiff --------------------------------------------------------------------------------------
+
+def _no_jvp(primals, tangents, *, library, kernel, params, batch):
+    spec = library.kernels.get(kernel)
+    why = ("it declares no backward kernels (grad: null in the library description)"
+           if spec is None or not spec.grad else
+           "a kernel with backward kernels is differentiable in reverse mode only (jax.grad/jax.vjp), "
+           "through its jax.custom_vjp")
+    raise KernelError(f"cannot differentiate kernel {kernel!r} of library {library.name!r}: {why}",
+                      kind="Grad", kernel=kernel)
+
+
+ad.primitive_jvps[tpu_kernel_p] = _no_jvp

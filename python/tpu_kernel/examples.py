@@ -1,0 +1,64 @@
+"""The repository's example kernels (`examples/*.rs`) as JAX operations.
+
+    import tpu_kernel.examples as ex
+    ex.matmul(x, y, block=(128, 128, 128))      # bf16 [m, k] @ [k, n]; differentiable in x and y
+    ex.softmax(x, block_rows=8)                 # f32 rows
+    ex.rmsnorm(x, w, eps=1e-6, block_rows=16)   # x bf16 [m, n], w f32 [1, n]; differentiable in x and w
+    ex.add(x, y, block=(256, 256))
+
+Arrays are positional, static parameters keyword-only with the examples' values as defaults; array
+shapes are whatever the launch accepts. `__all__` lists every kernel the library exports (backward
+kernels such as `matmul_dx` included); `help(ex.matmul)` shows the signature.
+
+The library is `libtpu_kernel_examples`, built by cargo from `examples-lib/` when this package is
+installed (`pip install .`) and shipped inside it. The environment variable `TPU_KERNEL_EXAMPLES_LIB`
+names another build to load instead (e.g. `target/release/libtpu_kernel_examples.so` while working on
+the Rust side, without reinstalling).
+"""
+from __future__ import annotations
+
+import glob
+import importlib.machinery
+import os
+
+from ._errors import LibraryError
+from ._library import load
+
+#: Environment variable naming the examples library file to load instead of the bundled one.
+ENV_VAR = "TPU_KERNEL_EXAMPLES_LIB"
+_STEM = "libtpu_kernel_examples"
+
+
+def library_path() -> str:
+    """The examples library file: `$TPU_KERNEL_EXAMPLES_LIB`, else the one installed in this package.
+
+    setuptools-rust installs a NoBinding cdylib under the module name it is given plus the
+    interpreter's extension suffix (`libtpu_kernel_examples.cpython-312-x86_64-linux-gnu.so`), so
+    the suffixes of this interpreter are tried first, then a plain `.so`.
+    """
+    override = os.environ.get(ENV_VAR)
+    if override:
+        return override
+    here = os.path.dirname(os.path.abspath(__file__))
+    for suffix in [*importlib.machinery.EXTENSION_SUFFIXES, ".so"]:
+        candidate = os.path.join(here, _STEM + suffix)
+        if os.path.isfile(candidate):
+            return candidate
+    found = sorted(glob.glob(os.path.join(here, _STEM + "*.so")))
+    if found:
+        return found[0]
+    raise LibraryError(
+        f"the examples library ({_STEM}*.so) is not in {here}: install the package with `pip install .` "
+        f"from the repository root (it builds examples-lib with cargo), or set {ENV_VAR} to a built "
+        f"library (cargo build --release -p tpu-kernel-examples -> target/release/{_STEM}.so)", path=here)
+
+
+#: The loaded examples `Library`.
+library = load(library_path())
+
+_clashes = sorted(set(library.kernels) & set(globals()))
+if _clashes:  # a kernel named like this module's own attributes would silently replace one of them
+    raise LibraryError(f"{library.path}: kernel name(s) {', '.join(_clashes)} clash with attributes of "
+                       f"tpu_kernel.examples; use tpu_kernel.examples.library.kernels[name]", path=library.path)
+globals().update(library.kernels)
+__all__ = sorted(library.kernels)
