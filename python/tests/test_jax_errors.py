@@ -1,0 +1,138 @@
+"""Bad input at the Python/Rust boundary: each mistake is a Python exception carrying the Rust message
+(and, where Rust has one, the Rust source line), never a crash. One test per kind of mistake."""
+import re
+import subprocess
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tpu_kernel
+import tpu_kernel.examples as ex
+from conftest import REPO
+
+f32, bf16 = jnp.float32, jnp.bfloat16
+LOCATION = re.compile(r"([\w./-]+\.rs):(\d+):(\d+)")
+
+
+def rust_error(excinfo, kind=None):
+    """The KernelError raised, checked to carry the Rust text: its message, and a location naming a
+    real line of a real .rs file of this repository."""
+    e = excinfo.value
+    assert isinstance(e, tpu_kernel.KernelError)
+    assert str(e) == e.text and e.message and e.message in str(e)
+    if kind is not None:
+        assert e.kind == kind, (e.kind, str(e))
+    assert e.location, f"no Rust location in: {e}"
+    m = LOCATION.fullmatch(e.location)
+    assert m, e.location
+    assert e.location in str(e)
+    path = REPO / m.group(1)
+    assert path.is_file(), f"{path} (from {e.location}) does not exist"
+    assert int(m.group(2)) <= len(path.read_text().splitlines())
+    return e
+
+
+def test_wrong_rank():
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        jax.jit(ex.softmax)(jnp.zeros((8, 16, 128), f32))
+    e = rust_error(e)
+    assert "rank" in e.message.lower() or "dimension" in e.message.lower(), e.message
+
+
+def test_wrong_dtype():
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        ex.matmul(jnp.zeros((128, 128), f32), jnp.zeros((128, 128), f32))
+    e = rust_error(e)
+    assert "bf16" in str(e) and "f32" in str(e)
+
+
+def test_wrong_shape():
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        jax.jit(ex.matmul)(jnp.zeros((256, 384), bf16), jnp.zeros((512, 256), bf16))
+    e = rust_error(e)
+    assert "384" in str(e) and "512" in str(e)
+
+
+def test_grid_that_does_not_divide():
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        ex.softmax(jnp.zeros((1000, 128), f32), block_rows=16)
+    e = rust_error(e)
+    assert "1000" in str(e) and "16" in str(e)
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        ex.matmul(jnp.zeros((500, 128), bf16), jnp.zeros((128, 128), bf16))
+    assert "500" in str(rust_error(e))
+
+
+def test_missing_static_parameter(user_crate):
+    x = jnp.ones((8, 128), f32)
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        user_crate.scale(x)
+    msg = str(e.value)
+    assert "scale()" in msg and "'factor'" in msg and "f32" in msg and e.value.argument == "factor"
+    # Rust refuses it too (for callers that skip the Python check), naming the parameter
+    answer = user_crate.call("build", {"kernel": "scale", "inputs": [{"shape": [8, 128], "dtype": "f32"}],
+                                       "params": {}, "batch": []})
+    assert answer["ok"] is False and "factor" in answer["error"]["text"], answer
+    # and with the parameter it works
+    np.testing.assert_allclose(np.asarray(user_crate.scale(x, factor=2.5)), 2.5 * np.ones((8, 128)))
+
+
+def test_wrong_static_parameter_type():
+    x, y = jnp.zeros((128, 128), bf16), jnp.zeros((128, 128), bf16)
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        ex.matmul(x, y, block=(128, 128))
+    msg = str(e.value)
+    assert "block" in msg and "3" in msg and "2" in msg, msg
+    assert e.value.kind != "Argument"  # Rust's verdict, not a Python pre-check
+    with pytest.raises(tpu_kernel.KernelError, match="block_rows"):
+        ex.softmax(jnp.zeros((8, 128), f32), block_rows="eight")
+
+
+def test_library_built_for_another_abi_version(tmp_path):
+    src = tmp_path / "abi999.c"
+    src.write_text(textwrap.dedent("""
+        #include <stdint.h>
+        #include <stdlib.h>
+        uint32_t tpu_kernel_abi_version(void) { return 999; }
+        /* Called only if the loader ignored the version: then the test sees the abort. */
+        const char* tpu_kernel_library_json(void) { abort(); }
+    """))
+    so = tmp_path / "libabi999.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    with pytest.raises(tpu_kernel.AbiVersionError) as e:
+        tpu_kernel.load(so)
+    msg = str(e.value)
+    assert "999" in msg and str(tpu_kernel.ABI_VERSION) in msg and str(so) in msg
+    assert isinstance(e.value, tpu_kernel.KernelError) and e.value.found == 999
+
+
+def test_library_missing_symbols(tmp_path):
+    src = tmp_path / "partial.c"
+    src.write_text("unsigned tpu_kernel_abi_version(void) { return 1; }\n")
+    so = tmp_path / "libpartial.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    with pytest.raises(tpu_kernel.LibraryError) as e:
+        tpu_kernel.load(so)
+    assert "tpu_kernel_call" in str(e.value) and "tpu_kernel_ffi" in str(e.value)
+    with pytest.raises(tpu_kernel.LibraryError, match="no such file"):
+        tpu_kernel.load(tmp_path / "absent.so")
+
+
+def test_error_inside_the_ffi_handler_at_run_time(user_crate):
+    spec = user_crate.kernels["bad_rows"]
+    x = jnp.ones((8, 128), f32)
+    f = jax.jit(lambda x: user_crate.bad_rows(x))
+    f.lower(x)  # traces and lowers fine: the bad access only happens when the kernel runs
+    with pytest.raises(Exception) as e:
+        jax.block_until_ready(f(x))
+    assert isinstance(e.value, jax.errors.JaxRuntimeError), type(e.value)
+    msg = str(e.value)
+    m = LOCATION.search(msg)
+    assert m and (REPO / m.group(1)).is_file(), msg
+    assert "bounds" in msg.lower(), msg
+    # the process is fine afterwards: XLA reported the error, nothing aborted
+    np.testing.assert_allclose(np.asarray(user_crate.scale(x, factor=3.0)), 3.0 * np.ones((8, 128)))
+    assert spec.name == "bad_rows"

@@ -1,0 +1,131 @@
+"""The installed `tpu_kernel` package: where it comes from, the examples' public surface, the library
+description, and argument mistakes Python catches before Rust is asked."""
+import inspect
+import os
+import sysconfig
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tpu_kernel
+import tpu_kernel.examples as ex
+from conftest import REPO, example_names
+
+f32, bf16 = jnp.float32, jnp.bfloat16
+
+
+def test_the_installed_package_is_imported_not_the_source_tree():
+    site = Path(sysconfig.get_paths()["purelib"]).resolve()
+    platsite = Path(sysconfig.get_paths()["platlib"]).resolve()
+    here = Path(tpu_kernel.__file__).resolve()
+    assert site in here.parents or platsite in here.parents, \
+        f"tpu_kernel imported from {here}, not from {site}: run `pip install .` (scripts/test.sh does)"
+    assert REPO / "python" not in here.parents
+    # ... and the examples library is the one shipped inside it (unless overridden on purpose).
+    lib = Path(ex.library.path)
+    if ex.ENV_VAR not in os.environ:
+        assert lib.parent == here.parent, lib
+        assert lib.name.startswith("libtpu_kernel_examples"), lib.name
+
+
+def test_every_example_is_exported_with_its_pallas_surface():
+    names = set(ex.__all__)
+    missing = set(example_names()) - names
+    assert not missing, f"examples/ kernels not exported by the examples library: {sorted(missing)}"
+    assert set(ex.__all__) == set(ex.library.kernels)
+    for name in ex.__all__:
+        assert getattr(ex, name) is ex.library.kernels[name]
+
+    def surface(kernel):
+        sig = inspect.signature(kernel)
+        return [(p.name, p.kind, p.default) for p in sig.parameters.values()]
+
+    P, K = inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.KEYWORD_ONLY
+    assert surface(ex.matmul) == [("x", P, inspect.Parameter.empty), ("y", P, inspect.Parameter.empty),
+                                  ("block", K, (128, 128, 128))]
+    assert surface(ex.softmax) == [("x", P, inspect.Parameter.empty), ("block_rows", K, 8)]
+    assert surface(ex.add) == [("x", P, inspect.Parameter.empty), ("y", P, inspect.Parameter.empty),
+                               ("block", K, (256, 256))]
+    rms = dict((n, d) for n, _, d in surface(ex.rmsnorm))
+    assert list(rms) == ["x", "w", "eps", "block_rows"]
+    assert rms["block_rows"] == 16 and rms["eps"] == pytest.approx(1e-6, rel=1e-6)
+    assert ex.matmul.__doc__ and "matmul" in repr(ex.matmul)
+
+
+def test_library_description_follows_the_abi():
+    d = ex.library.description
+    assert d["abi_version"] == tpu_kernel.ABI_VERSION == 1
+    assert d["library"] == "examples" and d["ffi_target"] == "tpu_kernel_examples"
+    kernels = {k["name"]: k for k in d["kernels"]}
+    for k in kernels.values():
+        assert isinstance(k["inputs"], list) and k["inputs"], k
+        for p in k["params"]:
+            assert set(p) <= {"name", "type", "default"} and "type" in p, p
+        for entry in k["grad"] or []:
+            back = kernels[entry["kernel"]]  # the backward kernel is exported too
+            assert len(entry["args"]) == len(back["inputs"]), entry
+            assert set(entry["params"]) <= {p["name"] for p in back["params"]}
+            assert set(entry["params"].values()) <= {p["name"] for p in k["params"]}
+    # matmul and rmsnorm are differentiable in every input, each input covered exactly once
+    for name in ("matmul", "rmsnorm"):
+        covered = [i for e in kernels[name]["grad"] for i in e["inputs"]]
+        assert sorted(covered) == sorted(kernels[name]["inputs"]), covered
+    assert kernels["softmax"]["grad"] is None
+
+
+def test_load_returns_one_library_per_file_and_registers_ffi_once():
+    again = tpu_kernel.load(ex.library.path)
+    assert again is ex.library
+    assert ex.library.stats().keys() >= {"builds", "lowerings", "ffi_builds"}
+
+
+def test_export_safety_checks_name_the_ffi_target():
+    checks = ex.library.export_safety_checks()
+    assert checks == [jax.export.DisabledSafetyCheck.custom_call("tpu_kernel_examples")]
+
+
+def _x(shape, dtype=f32):
+    return jnp.zeros(shape, dtype)
+
+
+def test_wrong_number_of_arrays_names_kernel_and_inputs():
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        ex.matmul(_x((128, 128), bf16))
+    msg = str(e.value)
+    assert "matmul()" in msg and "2 array" in msg and "x, y" in msg and "got 1" in msg
+    assert e.value.kind == "Argument" and e.value.kernel == "matmul"
+
+
+def test_unknown_keyword_names_it_and_lists_the_real_ones():
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        ex.softmax(_x((8, 128)), block_row=8)
+    msg = str(e.value)
+    assert "'block_row'" in msg and "softmax()" in msg and "block_rows" in msg
+    assert e.value.argument == "block_row"
+
+
+def test_static_parameter_must_be_static():
+    with pytest.raises(tpu_kernel.KernelError, match="block_rows.*not a static value"):
+        ex.softmax(_x((8, 128)), block_rows=jnp.int32(8))
+
+
+def test_unsupported_dtype_is_named_before_rust_is_asked():
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        ex.softmax(np.zeros((8, 128), np.float16))
+    assert "float16" in str(e.value) and "input 0" in str(e.value) and e.value.kind == "DType"
+
+
+def test_kernels_are_attributes_and_items():
+    assert ex.library["softmax"] is ex.library.softmax is ex.softmax
+    assert "softmax" in dir(ex.library)
+    with pytest.raises(AttributeError, match="no kernel or attribute 'nope'"):
+        ex.library.nope  # noqa: B018
+
+
+def test_numpy_inputs_work_like_jax_arrays():
+    x = np.random.default_rng(0).uniform(-1, 1, (16, 128)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(ex.softmax(x)), np.asarray(jax.nn.softmax(x, axis=-1)),
+                               rtol=2e-6, atol=1e-7)

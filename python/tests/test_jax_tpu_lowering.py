@@ -1,0 +1,65 @@
+"""The TPU lowering of the primitive: `jax.jit(f).lower(lowering_platforms=("tpu",))` holds the
+`tpu_custom_call` Rust's "lower" answer describes (backend_config, kernel_name), and libtpu compiles
+the program for v5e — plain, inside a jnp program, and vmapped (a batch grid axis)."""
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import pallas_kernels as pk
+import tpu_kernel.examples as ex
+import tpu_toolchain as tc
+from conftest import example_names
+
+f32, bf16 = jnp.float32, jnp.bfloat16
+
+
+def only_custom_call(text):
+    calls = tc.tpu_custom_calls(text)
+    assert len(calls) == 1, f"expected one tpu_custom_call, found {len(calls)}"
+    return calls[0]
+
+
+@pytest.mark.parametrize("name", example_names())
+def test_tpu_lowering_is_our_custom_call_and_compiles_for_v5e(name):
+    args = pk.KERNELS[name][1]
+    kernel = getattr(ex, name)
+    expected = kernel.lower(*args)
+    text = tc.lower_jax_for_tpu(kernel, args)
+    call = only_custom_call(text)
+    assert call["config"] == json.loads(expected["backend_config"])
+    assert call["attrs"]["kernel_name"] == json.dumps(expected["kernel_name"])
+    assert call["attrs"]["api_version"].startswith("1")
+    assert "has_side_effect" not in call["attrs"] or call["attrs"]["has_side_effect"] == "false"
+    assert len(call["result_types"]) == len(expected["outputs"])
+    assert "tpu_kernel_examples" not in text  # the CPU FFI call is not in a TPU program
+    res = tc.compile_jax(kernel, args, "v5e")
+    assert res.ok, res.error
+    assert res.n_custom_calls == 1
+
+
+def test_tpu_lowering_inside_a_jnp_program_with_cost_estimate():
+    x, y = jax.ShapeDtypeStruct((256, 512), bf16), jax.ShapeDtypeStruct((512, 256), bf16)
+
+    def f(x, y):
+        return jnp.tanh(ex.matmul(x * 2, y).astype(f32)).sum(axis=0)
+
+    call = only_custom_call(tc.lower_jax_for_tpu(f, [x, y]))
+    lower = ex.matmul.lower(x, y)
+    assert call["config"] == json.loads(lower["backend_config"])
+    if lower.get("cost_estimate"):  # what Rust estimates reaches libtpu inside the custom call config
+        assert "cost_estimate" in call["config"]["custom_call_config"]
+    res = tc.compile_jax(f, [x, y], "v5e")
+    assert res.ok, res.error
+
+
+def test_vmapped_kernel_lowers_with_a_batch_grid_axis_and_compiles():
+    xb, y = jax.ShapeDtypeStruct((3, 256, 256), bf16), jax.ShapeDtypeStruct((256, 256), bf16)
+    f = jax.vmap(ex.matmul, in_axes=(0, None))
+    call = only_custom_call(tc.lower_jax_for_tpu(f, [xb, y]))
+    assert call["result_types"] == ["tensor<3x256x256xbf16>"]
+    plain = ex.matmul.lower(jax.ShapeDtypeStruct((256, 256), bf16), y)
+    assert call["config"] != json.loads(plain["backend_config"])  # another kernel: one more grid axis
+    res = tc.compile_jax(f, [xb, y], "v5e")
+    assert res.ok, res.error
