@@ -18,5 +18,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 if [ -d python/tests ] && ls python/tests/test_*.py >/dev/null 2>&1; then
     echo "== pytest (real toolchain)"
     cargo build --quiet --examples
+    # The tpu_kernel package, installed as a user would (its build runs cargo on examples-lib/, into
+    # the same target/), and the user-crate fixture of the error tests.
+    .venv/bin/pip install -q --disable-pip-version-check .
+    cargo build --quiet -p tpu-kernel-user-crate
     .venv/bin/python -m pytest python/tests -q
 fi

@@ -1,0 +1,134 @@
+"""P2: CPU execution inside `jax.jit`, side by side in one process: our kernels (tpu_kernel.examples:
+the interpreter behind XLA FFI, call overhead included) vs the XLA-fused jnp baseline vs Pallas
+`interpret=True` — the same cases, shapes and blocks as `cargo bench --bench interpret`.
+
+    .venv/bin/python benches/jax_cpu.py            # 3 interleaved rounds, ~1 s per case, engine and round
+    .venv/bin/python benches/jax_cpu.py --quick    # 1 round, shorter budgets
+    .venv/bin/python benches/jax_cpu.py --no-pallas
+
+Needs the package installed (`pip install .`, or TPU_KERNEL_EXAMPLES_LIB pointing at a built library).
+Each figure is the median of warm runs (`block_until_ready` each); rounds interleave the engines case by
+case, rotating their order, so load from other processes hits all alike, and each engine keeps its
+best round. Before timing, our output is checked against the jnp result (exit status 1 if it differs).
+The jnp and Pallas versions are benches/xla_baselines.py's (those of the Rust benchmark).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import tpu_kernel.examples as ex  # noqa: E402
+import xla_baselines as xb  # noqa: E402  (the jnp and Pallas interpret versions, and the inputs)
+
+# case -> our kernel call, with the example's blocks spelled out (they are also the defaults)
+OURS = {
+    "matmul_bf16_256": lambda x, y: ex.matmul(x, y, block=(128, 128, 128)),
+    "matmul_bf16_512": lambda x, y: ex.matmul(x, y, block=(128, 128, 128)),
+    "matmul_bf16_1024": lambda x, y: ex.matmul(x, y, block=(128, 128, 128)),
+    "softmax_f32_1024": lambda x: ex.softmax(x, block_rows=8),
+    "rmsnorm_bf16_1024": lambda x, w: ex.rmsnorm(x, w, eps=1e-6, block_rows=16),
+    "add_f32_1024": lambda x, y: ex.add(x, y, block=(256, 256)),
+}
+assert set(OURS) == set(xb.CASES), "benches/xla_baselines.py and this file must list the same cases"
+
+
+def median_ms(f, args, budget_s: float) -> float:
+    """Median of warm runs of an already compiled function."""
+    times = []
+    start = time.perf_counter()
+    while len(times) < 5 or (time.perf_counter() - start < budget_s and len(times) < 200):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def check(name: str, ours, ref) -> str | None:
+    """None if our output matches the jnp result (bf16: within a rounding step), else why not."""
+    o, r = np.asarray(ours, np.float32), np.asarray(ref, np.float32)
+    if o.shape != r.shape:
+        return f"shape {o.shape} != {r.shape}"
+    bf16 = ours.dtype == jnp.bfloat16
+    rtol, atol = (2e-2, 1e-2 * float(np.max(np.abs(r)))) if bf16 else (1e-5, 1e-6)
+    bad = ~np.isclose(o, r, rtol=rtol, atol=atol)
+    return f"{int(bad.sum())} elements differ (max |diff| {float(np.max(np.abs(o - r))):.3g})" if bad.any() else None
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one round, 0.3 s budgets")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--no-pallas", action="store_true", help="skip Pallas interpret=True (slow)")
+    ap.add_argument("--only", default=None, help="cases whose name contains this")
+    args = ap.parse_args()
+    rounds = args.rounds or (1 if args.quick else 3)
+    budget = 0.3 if args.quick else 1.0
+
+    engines = ["ours", "xla"] + ([] if args.no_pallas else ["pallas"])
+    cases = [c for c in xb.CASES if not args.only or args.only in c]
+    fns, inputs, failures = {}, {}, []
+    for name in cases:
+        ref, pallas, make = xb.CASES[name]
+        inputs[name] = make()
+        fns[(name, "ours")] = jax.jit(OURS[name])
+        fns[(name, "xla")] = jax.jit(ref)
+        fns[(name, "pallas")] = jax.jit(pallas)
+        for engine in engines:  # compile + warm up outside the timed rounds
+            jax.block_until_ready(fns[(name, engine)](*inputs[name]))
+            jax.block_until_ready(fns[(name, engine)](*inputs[name]))
+        why = check(name, fns[(name, "ours")](*inputs[name]), fns[(name, "xla")](*inputs[name]))
+        if why:
+            failures.append(f"{name}: ours != jnp: {why}")
+
+    best: dict[tuple[str, str], float] = {}
+    for r in range(rounds):
+        for name in cases:
+            order = engines[r % len(engines):] + engines[:r % len(engines)]
+            for engine in order:
+                ms = median_ms(fns[(name, engine)], inputs[name], budget)
+                key = (name, engine)
+                best[key] = min(best.get(key, math.inf), ms)
+
+    print(f"# CPU inside jax.jit, median ms of warm runs (best of {rounds} interleaved round(s)); "
+          f"jax {jax.__version__}, {os.cpu_count()} cores")
+    head = f"{'case':<20} {'ours':>9} {'XLA':>9} {'ours/XLA':>9}"
+    if "pallas" in engines:
+        head += f" {'Pallas':>10} {'Pallas/ours':>12}"
+    print(head)
+    r_xla, r_pallas = [], []
+    for name in cases:
+        o, x = best[(name, "ours")], best[(name, "xla")]
+        r_xla.append(o / x)
+        line = f"{name:<20} {o:>9.3f} {x:>9.3f} {o / x:>9.2f}"
+        if "pallas" in engines:
+            p = best[(name, "pallas")]
+            r_pallas.append(p / o)
+            line += f" {p:>10.3f} {p / o:>12.1f}"
+        print(line)
+    line = f"{'geomean':<20} {'':>9} {'':>9} {geomean(r_xla):>9.2f}"
+    if "pallas" in engines:
+        line += f" {'':>10} {geomean(r_pallas):>12.1f}"
+    print(line)
+    for f in failures:
+        print("NUMERICS MISMATCH:", f, file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
