@@ -82,6 +82,13 @@ def _static_json(value: Any, *, kernel: str, name: str) -> Any:
         return value
     if isinstance(value, (tuple, list)):
         return [_static_json(v, kernel=kernel, name=name) for v in value]
+    import jax
+    if isinstance(value, jax.core.Tracer):
+        raise KernelError(
+            f"{kernel}: parameter {name} is a traced value ({value.aval}); static parameters must be "
+            f"Python values at trace time — under jax.jit, bind them with functools.partial or mark them "
+            f"static (jax.jit(f, static_argnames=...)) instead of passing them as jit arguments",
+            argument=name, kernel=kernel)
     raise KernelError(
         f"{kernel}: parameter {name}={value!r:.80} is not a static value; static parameters are "
         f"Python ints, floats, bools, strings and tuples of them (arrays are passed positionally)",
@@ -227,7 +234,7 @@ class Library:
     def call(self, method: str, request: dict) -> dict:
         """One `tpu_kernel_call(method, request)`: the parsed JSON answer, successful or not (no
         cache, no raising on `ok: false`): the raw protocol, for tools and tests."""
-        raw = self._cdll.tpu_kernel_call(method.encode(), json.dumps(request).encode())
+        raw = self._cdll.tpu_kernel_call(method.encode(), json.dumps(request, separators=(",", ":")).encode())
         if not raw:
             raise LibraryError(f"{self.path}: tpu_kernel_call({method!r}) returned NULL", path=self.path)
         self.rust_calls += 1
