@@ -213,7 +213,7 @@ def test_second_trace_of_a_signature_does_not_call_rust():
     assert lib.rust_calls == calls, "a second trace of the same signature called into Rust"
     assert lib.stats() == stats
     # different static parameters are another signature: one new build
-    jax.make_jaxpr(lambda a, b: ex.matmul(a, b, block=(128, 128, 64)))(x, y)
+    jax.make_jaxpr(lambda a, b: ex.matmul(a, b, block=(128, 256, 128)))(x, y)
     assert lib.stats()["builds"] == stats["builds"] + 1
 
 
@@ -228,3 +228,11 @@ def test_ffi_handler_builds_once_per_signature():
     jax.jit(lambda a: ex.softmax(a) * 1)(x).block_until_ready()
     assert first - before <= 1
     assert lib.stats()["ffi_builds"] == first
+
+
+def test_a_user_crate_kernel_differentiates_through_its_declared_backward(user_crate):
+    """`scale(x, factor)`'s backward entry is `scale(g, factor=factor)`: the forward's static
+    parameter reaches the backward kernel."""
+    x = rand((16, 128))
+    g = jax.jit(jax.grad(lambda x: jnp.sum(user_crate.scale(x, factor=2.5) * x)))(x)
+    close(g, 2.5 * x + 2.5 * x)  # d/dx sum(2.5 x * x) = 5 x
