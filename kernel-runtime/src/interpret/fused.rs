@@ -5,7 +5,7 @@
 
 use super::elementwise::RawDest;
 use super::math;
-use super::tensor::{bf16_from_f32, bf16_to_f32, internal, take_vec, Tensor};
+use super::tensor::{bf16_from_f32, bf16_to_f32, internal, take_vec, Buf, Tensor};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::{BinaryOp, ReduceKind, UnaryOp};
@@ -378,7 +378,7 @@ fn chain_impl(
     // The first external operand is the chain's input itself (same buffer and strides).
     let same_first = exts
         .first()
-        .is_some_and(|e| std::sync::Arc::ptr_eq(&e.buf, &first.buf) && e.strides == first.strides);
+        .is_some_and(|e| Buf::same(&e.buf, &first.buf) && e.strides == first.strides);
     #[cfg(target_arch = "x86_64")]
     let sub_exp = !exts.is_empty()
         && links.len() >= 2

@@ -9,18 +9,18 @@
 //! (checked by evaluating the index maps).
 
 use super::elementwise::RawDest;
-use super::host::{take_output, HostArray, HostData, HostElement};
+use super::host::{take_output, ArrayView, ArrayViewMut, HostArray, HostData, HostElement};
 use super::index_map::IndexMap;
 use super::machine::{
     fill_literal, plan, write_view, write_view_raw, Machine, Plan, RefState, WidenCache,
 };
-use super::tensor::{internal, recycle, row_major_strides, Tensor};
+use super::tensor::{internal, recycle, row_major_strides, Buf, Foreign, Tensor};
 use super::InterpretOptions;
 use crate::dtype::DType;
 use crate::error::{kerr, KernelError, Result};
 use crate::ir::{BlockIr, DimensionSemantics, Kernel, OperandRole};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// A raw view of one output array, shared by the chunks.
 struct Sink {
@@ -34,27 +34,40 @@ struct Sink {
 unsafe impl Send for Sink {}
 unsafe impl Sync for Sink {}
 
-/// A sink over the whole capacity of an (uninitialized) output buffer.
-fn sink_of(data: &mut HostData, blocks: usize) -> Sink {
-    fn raw<T>(v: &mut Vec<T>, dtype: DType, blocks: usize) -> Sink {
-        let written = (0..blocks).map(|_| AtomicBool::new(false)).collect();
-        Sink {
+/// Where an output goes: `len` elements of `dtype` at `ptr`, written whole by the run.
+#[derive(Clone, Copy)]
+struct Target {
+    ptr: *mut u8,
+    len: usize,
+    dtype: DType,
+}
+
+/// A target over the whole capacity of an (uninitialized) output buffer.
+fn target_of(data: &mut HostData) -> Target {
+    fn raw<T>(v: &mut Vec<T>, dtype: DType) -> Target {
+        Target {
             ptr: v.as_mut_ptr() as *mut u8,
             len: v.capacity(),
             dtype,
-            written,
         }
     }
     let d = data.dtype();
     match data {
-        HostData::F32(v) => raw(v, d, blocks),
-        HostData::BF16(v) => raw(v, d, blocks),
-        HostData::I32(v) => raw(v, d, blocks),
-        HostData::I8(v) => raw(v, d, blocks),
-        HostData::U8(v) => raw(v, d, blocks),
-        HostData::U32(v) => raw(v, d, blocks),
-        HostData::Bool(v) => raw(v, d, blocks),
+        HostData::F32(v) => raw(v, d),
+        HostData::BF16(v) => raw(v, d),
+        HostData::I32(v) => raw(v, d),
+        HostData::I8(v) => raw(v, d),
+        HostData::U8(v) => raw(v, d),
+        HostData::U32(v) => raw(v, d),
+        HostData::Bool(v) => raw(v, d),
     }
+}
+
+/// One input array as the grid runner reads it.
+pub(crate) struct Input {
+    shape: Vec<usize>,
+    dtype: DType,
+    buf: Buf,
 }
 
 pub(crate) fn run(
@@ -62,16 +75,16 @@ pub(crate) fn run(
     inputs: &[HostArray],
     opts: &InterpretOptions,
 ) -> Result<Vec<HostArray>> {
-    check_inputs(k, inputs)?;
-    // Kernels that never mix rows run over larger row bands (same bits, see `coalesce`).
-    let threads = rayon::current_num_threads();
-    let coalesced = if opts.fuse {
-        super::coalesce::coalesce(k, threads).or_else(|| super::coalesce::coalesce_rows(k, threads))
-    } else {
-        None
-    };
-    let k = coalesced.as_ref().unwrap_or(k);
-    // Outputs start uninitialized: every block is written back (or filled below) before `assume_init`.
+    check_inputs(k, inputs.iter().map(|a| (a.shape(), a.dtype())))?;
+    let inputs: Vec<Input> = inputs
+        .iter()
+        .map(|a| Input {
+            shape: a.shape().to_vec(),
+            dtype: a.dtype(),
+            buf: Buf::Host(a.shared_data()),
+        })
+        .collect();
+    // Outputs start uninitialized: every block is written back (or filled) before `assume_init`.
     let mut outputs: Vec<(Vec<usize>, HostData)> = k
         .outputs()
         .map(|o| {
@@ -81,11 +94,135 @@ pub(crate) fn run(
             )
         })
         .collect();
-    let blocks: Vec<usize> = k.outputs().map(block_count).collect();
-    let sinks: Vec<Sink> = outputs
+    let targets: Vec<Target> = outputs.iter_mut().map(|(_, d)| target_of(d)).collect();
+    execute(k, &inputs, &targets, opts)?;
+    Ok(outputs
+        .into_iter()
+        .map(|(shape, mut data)| {
+            let n = shape.iter().product();
+            // SAFETY: `execute` returned Ok only after checking that every block of every output
+            // was written, and the blocks cover the array.
+            unsafe { data.assume_init(n) };
+            HostArray::from_parts(shape, data)
+        })
+        .collect())
+}
+
+/// [`run`] on borrowed arrays: inputs are read in place (copied only when misaligned), outputs are
+/// written in place.
+pub(crate) fn run_into(
+    k: &Kernel,
+    inputs: &[ArrayView<'_>],
+    outputs: &mut [ArrayViewMut<'_>],
+    opts: &InterpretOptions,
+) -> Result<()> {
+    check_inputs(k, inputs.iter().map(|a| (a.shape, a.dtype)))?;
+    let n_out = k.outputs().count();
+    if outputs.len() != n_out {
+        return Err(kerr!(
+            Signature,
+            "kernel `{}` has {n_out} outputs, got {} output arrays",
+            k.name,
+            outputs.len()
+        ));
+    }
+    for (o, a) in k.outputs().zip(outputs.iter()) {
+        if a.shape != o.shape.as_slice() || a.dtype != o.dtype {
+            return Err(kerr!(
+                Shape,
+                "expected a {:?} {} output array, got {:?} {}",
+                o.shape,
+                o.dtype,
+                a.shape,
+                a.dtype
+            )
+            .for_argument(o.label()));
+        }
+    }
+    let inputs: Vec<Input> = inputs
+        .iter()
+        .map(|a| {
+            let foreign = Buf::Foreign(Foreign {
+                dtype: a.dtype,
+                ptr: a.ptr(),
+                len: a.len(),
+            });
+            let aligned = super::elementwise::with_dtype!(a.dtype, T => foreign.slice::<T>().is_some());
+            let buf = if aligned || a.is_empty() {
+                foreign
+            } else {
+                // A misaligned buffer cannot be read as typed elements in place: copy it.
+                let bytes = a.len() * host_size(a.dtype);
+                // SAFETY: `bytes` readable bytes at `ptr` (the view's contract).
+                let raw = unsafe { std::slice::from_raw_parts(a.ptr(), bytes) };
+                Buf::host(super::elementwise::with_dtype!(a.dtype, T => {
+                    let mut v: Vec<T> = Vec::with_capacity(a.len());
+                    // SAFETY: `v` has room for `len` elements; the bytes are valid `T`s (the view's
+                    // contract) and are copied unaligned.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(raw.as_ptr(), v.as_mut_ptr().cast::<u8>(), bytes);
+                        v.set_len(a.len());
+                    }
+                    T::wrap(v)
+                }))
+            };
+            Input {
+                shape: a.shape.to_vec(),
+                dtype: a.dtype,
+                buf,
+            }
+        })
+        .collect();
+    let targets: Vec<Target> = outputs
         .iter_mut()
+        .map(|a| Target {
+            ptr: a.ptr(),
+            len: a.len(),
+            dtype: a.dtype,
+        })
+        .collect();
+    if let Some(t) = targets
+        .iter()
+        .find(|t| t.len > 0 && !(t.ptr as usize).is_multiple_of(host_size(t.dtype)))
+    {
+        return Err(internal(&format!(
+            "misaligned {} output buffer at {:p}",
+            t.dtype, t.ptr
+        )));
+    }
+    execute(k, &inputs, &targets, opts)
+}
+
+/// Bytes of one host element of `dtype` (bool is one byte on the host, like XLA's PRED).
+fn host_size(dtype: DType) -> usize {
+    super::elementwise::with_dtype!(dtype, T => std::mem::size_of::<T>())
+}
+
+/// Run every grid step of `k`, writing every block of every output into `targets`.
+fn execute(
+    k: &Kernel,
+    inputs: &[Input],
+    targets: &[Target],
+    opts: &InterpretOptions,
+) -> Result<()> {
+    // Kernels that never mix rows run over larger row bands (same bits, see `coalesce`).
+    let threads = rayon::current_num_threads();
+    let coalesced = if opts.fuse {
+        super::coalesce::coalesce(k, threads).or_else(|| super::coalesce::coalesce_rows(k, threads))
+    } else {
+        None
+    };
+    let k = coalesced.as_ref().unwrap_or(k);
+    let blocks: Vec<usize> = k.outputs().map(block_count).collect();
+    let sinks: Vec<Sink> = targets
+        .iter()
         .zip(&blocks)
-        .map(|((_, d), b)| sink_of(d, *b))
+        .map(|(t, b)| Sink {
+            ptr: t.ptr,
+            len: t.len,
+            dtype: t.dtype,
+            written: (0..*b).map(|_| AtomicBool::new(false)).collect(),
+        })
         .collect();
     let runner = Runner {
         k,
@@ -158,16 +295,7 @@ pub(crate) fn run(
             return Err(internal(&format!("output {out_no} not fully written")));
         }
     }
-    drop(sinks);
-    Ok(outputs
-        .into_iter()
-        .map(|(shape, mut data)| {
-            let n = shape.iter().product();
-            // SAFETY: every block of the output was written (checked above), and the blocks cover it.
-            unsafe { data.assume_init(n) };
-            HostArray::from_parts(shape, data)
-        })
-        .collect())
+    Ok(())
 }
 
 /// How many blocks an output's BlockSpec cuts it into.
@@ -202,7 +330,10 @@ fn block_index(o: &crate::ir::Operand, mut b: usize) -> Vec<i64> {
     idx
 }
 
-fn check_inputs(k: &Kernel, inputs: &[HostArray]) -> Result<()> {
+fn check_inputs<'s>(
+    k: &Kernel,
+    inputs: impl ExactSizeIterator<Item = (&'s [usize], DType)>,
+) -> Result<()> {
     let n = k.inputs().count();
     if inputs.len() != n {
         return Err(kerr!(
@@ -212,15 +343,15 @@ fn check_inputs(k: &Kernel, inputs: &[HostArray]) -> Result<()> {
             inputs.len()
         ));
     }
-    for (op, a) in k.inputs().zip(inputs) {
-        if a.shape() != op.shape.as_slice() || a.dtype() != op.dtype {
+    for (op, (shape, dtype)) in k.inputs().zip(inputs) {
+        if shape != op.shape.as_slice() || dtype != op.dtype {
             return Err(kerr!(
                 Shape,
                 "expected a {:?} {} array, got {:?} {}",
                 op.shape,
                 op.dtype,
-                a.shape(),
-                a.dtype()
+                shape,
+                dtype
             )
             .for_argument(op.label())
             .at(op.loc));
@@ -327,7 +458,7 @@ struct Runner<'a> {
     k: &'a Kernel,
     /// Each operand's index map (None for whole-array operands and scratch).
     maps: Vec<Option<IndexMap<'a>>>,
-    inputs: &'a [HostArray],
+    inputs: &'a [Input],
     sinks: &'a [Sink],
     plan: Plan,
     poison: bool,
@@ -347,7 +478,7 @@ impl<'a> Runner<'a> {
                 written_through: false,
             })
             .collect();
-        let inputs = self.inputs.iter().map(|a| a.shared_data()).collect();
+        let inputs = self.inputs.iter().map(|a| a.buf.clone()).collect();
         Machine::new(&self.k.body, refs, self.poison, WidenCache::new(inputs))
     }
 
@@ -564,13 +695,13 @@ impl<'a> Runner<'a> {
 }
 
 /// A whole input array as a tensor (shares the caller's buffer).
-fn whole(a: &HostArray) -> Tensor {
+fn whole(a: &Input) -> Tensor {
     Tensor {
-        dtype: a.dtype(),
-        shape: a.shape().into(),
-        strides: row_major_strides(a.shape()),
+        dtype: a.dtype,
+        shape: a.shape.as_slice().into(),
+        strides: row_major_strides(&a.shape),
         offset: 0,
-        buf: a.shared_data(),
+        buf: a.buf.clone(),
     }
 }
 
@@ -598,8 +729,8 @@ fn check_block(block: &BlockIr, shape: &[usize], idx: &[i64], point: &[i64]) -> 
 
 /// The input block at `idx`: a view of the caller's array, or a padded copy for an edge block that
 /// runs past the array (padding reads as the fill value, like unspecified VMEM on the TPU).
-fn input_block(a: &HostArray, block: &BlockIr, idx: &[i64], poison: bool) -> Result<Tensor> {
-    let shape = a.shape();
+fn input_block(a: &Input, block: &BlockIr, idx: &[i64], poison: bool) -> Result<Tensor> {
+    let shape = a.shape.as_slice();
     let starts: Vec<usize> = (0..shape.len())
         .map(|d| idx[d] as usize * block.block_shape[d])
         .collect();
@@ -614,17 +745,17 @@ fn input_block(a: &HostArray, block: &BlockIr, idx: &[i64], poison: bool) -> Res
     let src = w.window(&starts, &clipped, &block.squeezed);
     let kshape = block.kernel_shape();
     let n = kshape.iter().product();
-    let mut data = HostData::filled(fill_literal(a.dtype(), poison), n);
+    let mut data = HostData::filled(fill_literal(a.dtype, poison), n);
     let strides = row_major_strides(&kshape);
-    super::elementwise::with_dtype!(a.dtype(), T => {
+    super::elementwise::with_dtype!(a.dtype, T => {
         let dst = T::vec_mut(&mut data).ok_or_else(|| internal("block buffer type"))?;
         write_view(dst, 0, &strides, &src, None)?;
     });
     Ok(Tensor {
-        dtype: a.dtype(),
+        dtype: a.dtype,
         shape: kshape.into(),
         strides,
         offset: 0,
-        buf: Arc::new(data),
+        buf: Buf::host(data),
     })
 }

@@ -332,3 +332,68 @@ impl SplitMix {
         z ^ (z >> 31)
     }
 }
+
+/// A borrowed, read-only input array in foreign memory (an XLA buffer): row-major elements of `dtype`
+/// (bool as one byte 0/1), as [`interpret_into`](super::interpret_into) reads them.
+#[derive(Clone, Copy, Debug)]
+pub struct ArrayView<'a> {
+    pub shape: &'a [usize],
+    pub dtype: DType,
+    ptr: *const u8,
+    _life: std::marker::PhantomData<&'a [u8]>,
+}
+
+/// A borrowed output array in foreign memory, written whole by [`interpret_into`](super::interpret_into).
+#[derive(Debug)]
+pub struct ArrayViewMut<'a> {
+    pub shape: &'a [usize],
+    pub dtype: DType,
+    ptr: *mut u8,
+    _life: std::marker::PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> ArrayView<'a> {
+    /// # Safety
+    /// `ptr` must point to `shape.iter().product()` initialized elements of `dtype` (bools as bytes
+    /// 0 or 1), aligned for that dtype, not written by anyone while `'a` lasts.
+    pub unsafe fn from_raw(shape: &'a [usize], dtype: DType, ptr: *const u8) -> Self {
+        ArrayView {
+            shape,
+            dtype,
+            ptr,
+            _life: std::marker::PhantomData,
+        }
+    }
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub(crate) fn ptr(&self) -> *const u8 {
+        self.ptr
+    }
+}
+
+impl<'a> ArrayViewMut<'a> {
+    /// # Safety
+    /// `ptr` must point to room for `shape.iter().product()` elements of `dtype`, aligned for that
+    /// dtype, not read or written by anyone else while `'a` lasts.
+    pub unsafe fn from_raw(shape: &'a [usize], dtype: DType, ptr: *mut u8) -> Self {
+        ArrayViewMut {
+            shape,
+            dtype,
+            ptr,
+            _life: std::marker::PhantomData,
+        }
+    }
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}

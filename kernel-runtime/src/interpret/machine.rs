@@ -7,12 +7,11 @@ use super::elementwise::{self, into_dest, with_dtype, RawDest};
 use super::fused::{self, Epilogue, Link};
 use super::host::{HostData, HostElement};
 use super::reduce::reduce;
-use super::tensor::{for_each_row, internal, recycle, row_major_strides, Dims, Tensor};
+use super::tensor::{for_each_row, internal, recycle, row_major_strides, Buf, Dims, Tensor};
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, Result};
 use crate::ir::{Func, Op, OpKind, Region, Start, ValueId, Window};
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 #[derive(Clone, Debug)]
 pub(crate) enum Value {
@@ -458,7 +457,7 @@ pub(crate) struct Machine<'k> {
 /// each, so none is freed or reused), so a view's buffer, offset, shape and strides determine its
 /// contents, and the cached copy has exactly the bits a fresh widening would.
 pub(crate) struct WidenCache {
-    inputs: Vec<Arc<HostData>>,
+    inputs: Vec<Buf>,
     map: HashMap<(usize, usize, Dims, Dims), Tensor>,
     bytes: usize,
 }
@@ -467,7 +466,7 @@ pub(crate) struct WidenCache {
 const WIDEN_BUDGET: usize = 64 << 20;
 
 impl WidenCache {
-    pub fn new(inputs: Vec<Arc<HostData>>) -> Self {
+    pub fn new(inputs: Vec<Buf>) -> Self {
         WidenCache {
             inputs,
             map: HashMap::new(),
@@ -480,7 +479,7 @@ impl WidenCache {
         if t.dtype != DType::BF16 {
             return Ok(None);
         }
-        let Some(no) = self.inputs.iter().position(|b| Arc::ptr_eq(b, &t.buf)) else {
+        let Some(no) = self.inputs.iter().position(|b| Buf::same(b, &t.buf)) else {
             return Ok(None);
         };
         let key = (no, t.offset, t.shape.clone(), t.strides.clone());
@@ -680,7 +679,7 @@ impl<'k> Machine<'k> {
         let r = self.ref_index(rf)?;
         let same = match (&self.refs[r].content, self.env.get(av.0 as usize)) {
             (Some(c), Some(Some(Value::T(a)))) => {
-                Arc::ptr_eq(&c.buf, &a.buf)
+                Buf::same(&c.buf, &a.buf)
                     && c.offset == a.offset
                     && c.shape == a.shape
                     && c.strides == a.strides
@@ -702,14 +701,14 @@ impl<'k> Machine<'k> {
             && content.offset == 0
             && content.buf.len() == content.numel()
         {
-            match Arc::try_unwrap(content.buf) {
+            match content.buf.try_unwrap() {
                 Ok(HostData::F32(v)) => Ok((content.shape, v)),
                 Ok(other) => Err(Tensor {
                     dtype: content.dtype,
                     shape: content.shape,
                     strides: content.strides,
                     offset: content.offset,
-                    buf: Arc::new(other),
+                    buf: Buf::host(other),
                 }),
                 Err(buf) => Err(Tensor { buf, ..content }),
             }
@@ -776,7 +775,7 @@ impl<'k> Machine<'k> {
                     shape: shape.into(),
                     strides,
                     offset: 0,
-                    buf: Arc::new(HostData::I32((0..n as i32).collect())),
+                    buf: Buf::host(HostData::I32((0..n as i32).collect())),
                 };
                 let want = self.func.ty(op.results[0]).dtype();
                 one(if want == DType::I32 {
@@ -1024,7 +1023,7 @@ impl<'k> Machine<'k> {
                 dst_strides.push(rs[d]);
             }
         }
-        let data = Arc::make_mut(&mut buf);
+        let data = buf.make_mut(dtype)?;
         with_dtype!(dtype, T => {
             let dst = T::vec_mut(data).ok_or_else(|| internal("ref buffer type"))?;
             write_view(dst, dst_off, &dst_strides, &value, mask.as_ref())?;

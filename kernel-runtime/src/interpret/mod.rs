@@ -40,7 +40,7 @@ mod simd;
 mod tensor;
 mod workers;
 
-pub use host::{HostArray, HostData, HostElement};
+pub use host::{ArrayView, ArrayViewMut, HostArray, HostData, HostElement};
 
 use crate::error::Result;
 use crate::ir::Kernel;
@@ -88,4 +88,15 @@ pub fn interpret(
     options: &InterpretOptions,
 ) -> Result<Vec<HostArray>> {
     grid::run(kernel, inputs, options)
+}
+
+/// Run `kernel` on borrowed arrays, writing its outputs into borrowed memory (what the XLA FFI
+/// handler does with XLA's buffers). Shapes and dtypes must match the kernel's.
+pub fn interpret_into(
+    kernel: &Kernel,
+    inputs: &[ArrayView<'_>],
+    outputs: &mut [ArrayViewMut<'_>],
+    options: &InterpretOptions,
+) -> Result<()> {
+    grid::run_into(kernel, inputs, outputs, options)
 }

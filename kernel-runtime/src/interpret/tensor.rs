@@ -11,6 +11,83 @@ use std::sync::Arc;
 /// Shapes and strides: inline up to rank 4, so cloning a view allocates nothing.
 pub(crate) type Dims = smallvec::SmallVec<[usize; 4]>;
 
+/// A tensor's storage: an interpreter-owned buffer (shared between views), or a caller's array
+/// borrowed for the length of one run (`interpret_into`: XLA's input buffers, read in place).
+#[derive(Clone, Debug)]
+pub(crate) enum Buf {
+    Host(Arc<HostData>),
+    Foreign(Foreign),
+}
+
+/// A caller's read-only array: `len` elements of `dtype` at `ptr`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Foreign {
+    pub dtype: DType,
+    pub ptr: *const u8,
+    pub len: usize,
+}
+
+// SAFETY: a foreign array is read-only and outlives the run that borrows it (the contract of
+// `ArrayView::from_raw`); no tensor outlives its run (the machines and their caches are per run, and
+// the per-thread pool only keeps interpreter-owned buffers).
+unsafe impl Send for Foreign {}
+unsafe impl Sync for Foreign {}
+
+impl Buf {
+    pub fn host(d: HostData) -> Buf {
+        Buf::Host(Arc::new(d))
+    }
+    pub fn slice<T: HostElement>(&self) -> Option<&[T]> {
+        match self {
+            Buf::Host(d) => T::slice(d),
+            Buf::Foreign(f)
+                if f.dtype == T::DTYPE
+                    && (f.ptr as usize).is_multiple_of(std::mem::align_of::<T>()) =>
+            {
+                // SAFETY: `len` initialized, aligned elements of `T` that nobody writes during the run.
+                Some(unsafe { std::slice::from_raw_parts(f.ptr as *const T, f.len) })
+            }
+            Buf::Foreign(_) => None,
+        }
+    }
+    pub fn len(&self) -> usize {
+        match self {
+            Buf::Host(d) => d.len(),
+            Buf::Foreign(f) => f.len,
+        }
+    }
+    /// The same storage (views of one buffer).
+    pub fn same(a: &Buf, b: &Buf) -> bool {
+        match (a, b) {
+            (Buf::Host(x), Buf::Host(y)) => Arc::ptr_eq(x, y),
+            (Buf::Foreign(x), Buf::Foreign(y)) => x.ptr == y.ptr && x.len == y.len,
+            _ => false,
+        }
+    }
+    /// The owned data if this is the only handle to it (for reuse), else the buffer back.
+    pub fn try_unwrap(self) -> std::result::Result<HostData, Buf> {
+        match self {
+            Buf::Host(a) => Arc::try_unwrap(a).map_err(Buf::Host),
+            f => Err(f),
+        }
+    }
+    /// Owned, uniquely held data to write into (copying a shared or foreign buffer first).
+    pub fn make_mut(&mut self, dtype: DType) -> Result<&mut HostData> {
+        if let Buf::Foreign(f) = *self {
+            let data = super::elementwise::with_dtype!(dtype, T => {
+                let s = self.slice::<T>().ok_or_else(|| internal("foreign buffer type"))?;
+                let _ = f;
+                T::wrap(s.to_vec())
+            });
+            *self = Buf::host(data);
+        }
+        match self {
+            Buf::Host(a) => Ok(Arc::make_mut(a)),
+            Buf::Foreign(_) => Err(internal("foreign buffer")),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Tensor {
     pub dtype: DType,
@@ -18,7 +95,7 @@ pub(crate) struct Tensor {
     /// Element strides; 0 along broadcast dimensions.
     pub strides: Dims,
     pub offset: usize,
-    pub buf: Arc<HostData>,
+    pub buf: Buf,
 }
 
 pub(crate) fn row_major_strides(shape: &[usize]) -> Dims {
@@ -45,7 +122,7 @@ impl Tensor {
             shape,
             strides,
             offset: 0,
-            buf: Arc::new(data),
+            buf: Buf::host(data),
         }
     }
     pub fn from_vec<T: HostElement>(shape: impl AsRef<[usize]>, v: Vec<T>) -> Tensor {
@@ -58,7 +135,7 @@ impl Tensor {
             shape: Dims::from_slice(shape),
             strides: smallvec::smallvec![0; shape.len()],
             offset: 0,
-            buf: Arc::new(HostData::filled(lit, 1)),
+            buf: Buf::host(HostData::filled(lit, 1)),
         }
     }
     pub fn numel(&self) -> usize {
@@ -66,7 +143,9 @@ impl Tensor {
     }
     /// The whole underlying buffer as `T` (views index into it with `offset` and `strides`).
     pub fn data<T: HostElement>(&self) -> Result<&[T]> {
-        T::slice(&self.buf).ok_or_else(|| internal("tensor element type mismatch"))
+        self.buf
+            .slice::<T>()
+            .ok_or_else(|| internal("tensor element type mismatch"))
     }
     /// Row-major contiguous from `offset` (dims of size 1 may have any stride).
     pub fn is_contiguous(&self) -> bool {
@@ -187,14 +266,27 @@ impl Tensor {
     /// The first element as a literal (scalars, conditions, loop bounds).
     pub fn literal(&self) -> Result<Literal> {
         let o = self.offset;
-        let bits = match &*self.buf {
-            HostData::F32(v) => v.get(o).map(|x| x.to_bits() as u64),
-            HostData::BF16(v) => v.get(o).map(|x| x.to_bits() as u64),
-            HostData::I32(v) => v.get(o).map(|x| *x as u32 as u64),
-            HostData::I8(v) => v.get(o).map(|x| *x as u8 as u64),
-            HostData::U8(v) => v.get(o).map(|x| *x as u64),
-            HostData::U32(v) => v.get(o).map(|x| *x as u64),
-            HostData::Bool(v) => v.get(o).map(|x| *x as u64),
+        let b = &self.buf;
+        let bits = match self.dtype {
+            DType::F32 => b
+                .slice::<f32>()
+                .and_then(|v| v.get(o))
+                .map(|x| x.to_bits() as u64),
+            DType::BF16 => b
+                .slice::<bf16>()
+                .and_then(|v| v.get(o))
+                .map(|x| x.to_bits() as u64),
+            DType::I32 => b
+                .slice::<i32>()
+                .and_then(|v| v.get(o))
+                .map(|x| *x as u32 as u64),
+            DType::I8 => b
+                .slice::<i8>()
+                .and_then(|v| v.get(o))
+                .map(|x| *x as u8 as u64),
+            DType::U8 => b.slice::<u8>().and_then(|v| v.get(o)).map(|x| *x as u64),
+            DType::U32 => b.slice::<u32>().and_then(|v| v.get(o)).map(|x| *x as u64),
+            DType::Bool => b.slice::<bool>().and_then(|v| v.get(o)).map(|x| *x as u64),
         };
         Ok(Literal {
             dtype: self.dtype,
@@ -376,7 +468,7 @@ pub(crate) use pool::take as take_vec;
 
 /// Return a tensor's buffer to the pool if nothing else holds it.
 pub(crate) fn recycle(t: Tensor) {
-    if let Ok(d) = Arc::try_unwrap(t.buf) {
+    if let Ok(d) = t.buf.try_unwrap() {
         pool::give(d);
     }
 }
