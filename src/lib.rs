@@ -26,10 +26,11 @@
 //! comparisons on traced values give traced booleans; plain Rust values (shapes, constants) stay Rust and
 //! are folded at trace time.
 
-pub use kernel_macros::{kernel_fn, tpu_kernel};
+pub use kernel_macros::{export, export_library, kernel_fn, tpu_kernel};
 pub use kernel_runtime::{self as runtime, check, dtype, error, ir, launch, lower, trace};
 pub use kernel_runtime::{
-    pallas_call, ArrayType, BlockSpec, DType, ErrorKind, KernelError, PallasCall, SourceLoc, Vmem,
+    pallas_call, require, ArrayType, BlockSpec, DType, ErrorKind, KernelError, PallasCall,
+    SourceLoc, Vmem,
 };
 
 pub mod example;
@@ -37,7 +38,7 @@ pub mod reference;
 
 /// Everything a kernel file needs: `use tpu_kernel::prelude::*;`.
 pub mod prelude {
-    pub use crate::{kernel_fn, tpu_kernel};
+    pub use crate::{export, kernel_fn, tpu_kernel};
     pub use half::bf16;
     pub use kernel_runtime::dtype::{BF16, BOOL, F32, I32, I8, U32, U8};
     pub use kernel_runtime::ir::CostEstimate;
@@ -48,7 +49,7 @@ pub mod prelude {
         Array, Ref, RefMut, Scalar,
     };
     pub use kernel_runtime::{
-        pallas_call, ArrayType, BlockSpec, DType, KernelError, PallasCall, Vmem,
+        pallas_call, require, ArrayType, BlockSpec, DType, KernelError, PallasCall, Vmem,
     };
 }
 
@@ -58,4 +59,8 @@ pub mod __private {
     pub use kernel_runtime::trace::{
         for_range, for_range_step, if_else, while_loop, Carry, Cond, TraceEq, TraceLogic, TraceOrd,
     };
+    /// What `#[export]` and `export_library!` generate calls to.
+    pub mod export {
+        pub use kernel_runtime::export::*;
+    }
 }

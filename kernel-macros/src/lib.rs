@@ -41,6 +41,7 @@ use proc_macro2::TokenStream as TokenStream2;
 mod body;
 mod carried;
 mod check;
+mod export;
 mod generate;
 mod parse;
 mod syntax;
@@ -67,6 +68,30 @@ pub fn tpu_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn kernel_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand(MacroKind::KernelFn, attr.into(), item.into()).into()
+}
+
+/// Exposes a launch function to other languages (Python's `tpu_kernel` package, through a shared
+/// library's C ABI): parameters of type `ArrayType` are the kernel's arrays, the others are static
+/// parameters (`#[default(expr)]` gives one a default).
+///
+/// ```ignore
+/// #[export(grad(x = matmul_dx(g, y, block = block), y = matmul_dw(x, g, block = block)))]
+/// pub fn matmul(x: ArrayType, y: ArrayType, #[default((128, 128, 128))] block: (usize, usize, usize))
+///     -> Result<PallasCall, KernelError> { .. }
+/// ```
+/// `grad(..)` names, for each array, the exported kernel computing its cotangent from the forward
+/// arrays, `out`/`outN` and `g`/`gN` (the outputs' cotangents); `(a, b) = k(..)` for a kernel with two
+/// outputs. `name = ".."` renames the export.
+#[proc_macro_attribute]
+pub fn export(attr: TokenStream, item: TokenStream) -> TokenStream {
+    export::export(attr.into(), item.into()).into()
+}
+
+/// Generates the C ABI of a kernel library (a `cdylib` crate) over its `#[export]`ed launch
+/// functions: `export_library!("my_kernels", [module::kernel_a, kernel_b]);`.
+#[proc_macro]
+pub fn export_library(input: TokenStream) -> TokenStream {
+    export::export_library(input.into()).into()
 }
 
 /// `parse -> check -> generate`, with errors turned into `compile_error!`s

@@ -52,6 +52,20 @@ impl DType {
         }
     }
     /// The name users write (and error messages print).
+    /// The dtype called `name` (the spelling of [`DType::name`]: `f32`, `bf16`, `i32`, `i8`, `u8`, `u32`, `bool`).
+    pub fn from_name(name: &str) -> Option<DType> {
+        [
+            DType::F32,
+            DType::BF16,
+            DType::I32,
+            DType::I8,
+            DType::U8,
+            DType::U32,
+            DType::Bool,
+        ]
+        .into_iter()
+        .find(|d| d.name() == name)
+    }
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",

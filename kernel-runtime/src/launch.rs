@@ -26,6 +26,60 @@ impl ArrayType {
             dtype,
         }
     }
+
+    /// The shape as `[usize; R]`; an error at the caller's line when the array's rank is not `R`
+    /// (what an exported launch function checks before it indexes the shape).
+    #[track_caller]
+    pub fn dims<const R: usize>(&self) -> Result<[usize; R]> {
+        let loc = SourceLoc::caller();
+        <[usize; R]>::try_from(self.shape.as_slice()).map_err(|_| {
+            kerr!(
+                Shape,
+                "expected a rank-{R} array, got a {:?} {} array (rank {})",
+                self.shape,
+                self.dtype,
+                self.shape.len()
+            )
+            .at(loc)
+        })
+    }
+
+    /// How many blocks of `block` elements tile dimension `dim` — an error at the caller's line when
+    /// they do not tile it exactly (a grid that does not divide the array).
+    #[track_caller]
+    pub fn blocks(&self, dim: usize, block: usize) -> Result<usize> {
+        let loc = SourceLoc::caller();
+        let Some(&n) = self.shape.get(dim) else {
+            return Err(kerr!(
+                Shape,
+                "a {:?} {} array has no dimension {dim}",
+                self.shape,
+                self.dtype
+            )
+            .at(loc));
+        };
+        if block == 0 || n % block != 0 || n == 0 {
+            return Err(kerr!(
+                Grid,
+                "dimension {dim} of the {:?} {} array ({n}) is not a multiple of the block size {block}; pick a block size that divides it",
+                self.shape,
+                self.dtype
+            )
+            .at(loc));
+        }
+        Ok(n / block)
+    }
+}
+
+/// A shape rule of a launch function: `Ok` when `ok`, else a `Shape` error with `message` at the
+/// caller's line — e.g. `require(y.shape[0] == k, format!("y has {} rows, x has {k} columns", y.shape[0]))?`.
+#[track_caller]
+pub fn require(ok: bool, message: impl std::fmt::Display) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(kerr!(Shape, "{message}").at(SourceLoc::caller()))
+    }
 }
 
 /// A VMEM scratch buffer (`pltpu.VMEM(shape, dtype)`), persisting across grid steps.
@@ -295,6 +349,17 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
         });
         self
     }
+    /// A shape rule of a launch function: `Ok` when `ok`, else a `Shape` error with `message` at the
+    /// caller's line — e.g. `require(y.shape[0] == k, format!("y has {} rows, x has {k} columns", y.shape[0]))?`.
+    #[track_caller]
+    pub fn require(ok: bool, message: impl std::fmt::Display) -> Result<()> {
+        if ok {
+            Ok(())
+        } else {
+            Err(kerr!(Shape, "{message}").at(SourceLoc::caller()))
+        }
+    }
+
     /// A VMEM scratch buffer (`scratch_shapes`).
     #[track_caller]
     pub fn scratch(mut self, buf: Vmem) -> Self {

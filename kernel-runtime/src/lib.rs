@@ -3,9 +3,11 @@
 //!
 //! See `ARCHITECTURE.md` at the repository root for the code map and invariants.
 
+mod batch;
 pub mod check;
 pub mod dtype;
 pub mod error;
+pub mod export;
 pub mod interpret;
 pub mod ir;
 pub mod launch;
@@ -16,4 +18,4 @@ pub mod trace;
 
 pub use dtype::{DType, Element};
 pub use error::{ErrorKind, KernelError, SourceLoc};
-pub use launch::{pallas_call, ArrayType, BlockSpec, PallasCall, PallasCallBuilder, Vmem};
+pub use launch::{pallas_call, require, ArrayType, BlockSpec, PallasCall, PallasCallBuilder, Vmem};

@@ -1,0 +1,547 @@
+//! `#[export]` and `export_library!`: a launch function as a kernel other languages call.
+//!
+//! `#[export]` keeps the launch function as written (minus the `#[default(..)]` parameter attributes)
+//! and adds a hidden `__tpu_kernel_export_<name>()` describing it: its array parameters (those of type
+//! `ArrayType`), its static parameters with their types and defaults, its gradient rule, and a shim
+//! that calls it from (arrays, JSON parameters). `export_library!` lists the exports of a crate and
+//! generates the C ABI symbols over them (see `kernel_runtime::export::abi`).
+//!
+//! parse → check → generate, as for `#[tpu_kernel]`; every mistake is collected and spanned.
+
+use proc_macro2::{Span, TokenStream as TokenStream2};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::{parenthesized, Attribute, Expr, FnArg, Ident, ItemFn, LitStr, Pat, Path, Token, Type};
+
+use crate::check::Errors;
+
+const P: &str = "::tpu_kernel::__private::export";
+
+fn private() -> TokenStream2 {
+    P.parse().unwrap_or_default()
+}
+
+// ------------------------------------------------------------------------------------------ #[export]
+
+/// `#[export(name = "..", grad(x = k(g, y, block = block), (a, b) = k2(..)))]`.
+#[derive(Default)]
+struct ExportArgs {
+    name: Option<LitStr>,
+    grad: Option<(Ident, Vec<GradEntry>)>,
+}
+
+/// `(x, w) = rmsnorm_bwd(x, w, g, eps = eps)`.
+struct GradEntry {
+    inputs: Vec<Ident>,
+    kernel: Ident,
+    args: Vec<Ident>,
+    params: Vec<(Ident, Ident)>,
+}
+
+enum GradArg {
+    Array(Ident),
+    Param(Ident, Ident),
+}
+
+impl Parse for GradArg {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: Ident = input.parse()?;
+        if input.peek(Token![=]) {
+            input.parse::<Token![=]>()?;
+            Ok(GradArg::Param(name, input.parse()?))
+        } else {
+            Ok(GradArg::Array(name))
+        }
+    }
+}
+
+impl Parse for GradEntry {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let inputs = if input.peek(syn::token::Paren) {
+            let content;
+            parenthesized!(content in input);
+            Punctuated::<Ident, Token![,]>::parse_terminated(&content)?
+                .into_iter()
+                .collect()
+        } else {
+            vec![input.parse()?]
+        };
+        input.parse::<Token![=]>()?;
+        let kernel: Ident = input.parse()?;
+        let content;
+        parenthesized!(content in input);
+        let (mut args, mut params) = (Vec::new(), Vec::new());
+        for a in Punctuated::<GradArg, Token![,]>::parse_terminated(&content)? {
+            match a {
+                GradArg::Array(a) => args.push(a),
+                GradArg::Param(b, f) => params.push((b, f)),
+            }
+        }
+        Ok(GradEntry {
+            inputs,
+            kernel,
+            args,
+            params,
+        })
+    }
+}
+
+impl Parse for ExportArgs {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut out = ExportArgs::default();
+        while !input.is_empty() {
+            let key: Ident = input.parse()?;
+            if key == "name" {
+                input.parse::<Token![=]>()?;
+                out.name = Some(input.parse()?);
+            } else if key == "grad" {
+                let content;
+                parenthesized!(content in input);
+                let entries = Punctuated::<GradEntry, Token![,]>::parse_terminated(&content)?;
+                out.grad = Some((key, entries.into_iter().collect()));
+            } else {
+                return Err(syn::Error::new_spanned(
+                    key,
+                    "#[export] takes `name = \"...\"` and `grad(input = backward_kernel(args..), ..)`",
+                ));
+            }
+            if !input.is_empty() {
+                input.parse::<Token![,]>()?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One parameter of the launch function.
+struct Param {
+    name: Ident,
+    ty: Type,
+    array: bool,
+    default: Option<Expr>,
+}
+
+pub(crate) fn export(attr: TokenStream2, item: TokenStream2) -> TokenStream2 {
+    let mut func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(f) => f,
+        Err(_) => {
+            let mut out = syn::Error::new(
+                Span::call_site(),
+                "#[export] goes on a launch function: `fn name(x: ArrayType, .., block: (usize, usize)) -> Result<PallasCall, KernelError>`",
+            )
+            .into_compile_error();
+            out.extend(item);
+            return out;
+        }
+    };
+    let mut errors = Errors::default();
+    let args = match syn::parse2::<ExportArgs>(attr) {
+        Ok(a) => a,
+        Err(e) => {
+            errors.push(e);
+            ExportArgs::default()
+        }
+    };
+    let params = collect_params(&mut func, &mut errors);
+    check_signature(&func, &mut errors);
+    if let Some((_, entries)) = &args.grad {
+        check_grad(
+            entries,
+            &params,
+            &args.grad.as_ref().map(|g| g.0.clone()),
+            &mut errors,
+        );
+    }
+    let generated = generate_export(&func, &args, &params);
+    let mut out = match errors.finish() {
+        Ok(()) => TokenStream2::new(),
+        Err(e) => e.into_compile_error(),
+    };
+    out.extend(func.into_token_stream());
+    out.extend(generated);
+    out
+}
+
+fn is_array_type(ty: &Type) -> bool {
+    let ty = match ty {
+        Type::Reference(r) => &*r.elem,
+        t => t,
+    };
+    matches!(ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "ArrayType"))
+}
+
+/// The parameters, with `#[default(..)]` taken off (they are not Rust attributes).
+fn collect_params(func: &mut ItemFn, errors: &mut Errors) -> Vec<Param> {
+    let mut params = Vec::new();
+    for arg in func.sig.inputs.iter_mut() {
+        let FnArg::Typed(pt) = arg else {
+            errors.error(
+                &*arg,
+                "an exported launch function is a free function: no `self`",
+            );
+            continue;
+        };
+        let mut default = None;
+        let mut kept: Vec<Attribute> = Vec::new();
+        for a in pt.attrs.drain(..) {
+            if a.path().is_ident("default") {
+                match a.parse_args::<Expr>() {
+                    Ok(e) => default = Some(e),
+                    Err(e) => errors.push(e),
+                }
+            } else {
+                kept.push(a);
+            }
+        }
+        pt.attrs = kept;
+        let name = match &*pt.pat {
+            Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => p.ident.clone(),
+            other => {
+                errors.error(
+                    other,
+                    "exported parameters need plain names (Python passes them by name): write `block: (usize, usize)` and destructure inside",
+                );
+                continue;
+            }
+        };
+        let array = is_array_type(&pt.ty);
+        if array {
+            if let Some(d) = &default {
+                errors.error(
+                    d,
+                    "array parameters have no default; `#[default(..)]` is for static parameters",
+                );
+            }
+        }
+        params.push(Param {
+            name,
+            ty: (*pt.ty).clone(),
+            array,
+            default,
+        });
+    }
+    params
+}
+
+fn check_signature(func: &ItemFn, errors: &mut Errors) {
+    let sig = &func.sig;
+    if !sig.generics.params.is_empty() {
+        errors.error(
+            &sig.generics,
+            "an exported launch function cannot be generic: Python picks no type parameters; take dtypes from the `ArrayType`s",
+        );
+    }
+    if let Some(a) = &sig.asyncness {
+        errors.error(a, "an exported launch function cannot be async");
+    }
+    if matches!(sig.output, syn::ReturnType::Default) {
+        errors.error(
+            &sig.ident,
+            "an exported launch function returns `Result<PallasCall, KernelError>` (what `.build()` gives)",
+        );
+    }
+}
+
+fn check_grad(
+    entries: &[GradEntry],
+    params: &[Param],
+    grad_kw: &Option<Ident>,
+    errors: &mut Errors,
+) {
+    let arrays: Vec<String> = params
+        .iter()
+        .filter(|p| p.array)
+        .map(|p| p.name.to_string())
+        .collect();
+    let statics: Vec<String> = params
+        .iter()
+        .filter(|p| !p.array)
+        .map(|p| p.name.to_string())
+        .collect();
+    let mut covered: Vec<String> = Vec::new();
+    let is_special = |s: &str, base: &str| {
+        s == base
+            || (s.len() > base.len()
+                && s.starts_with(base)
+                && s[base.len()..].chars().all(|c| c.is_ascii_digit()))
+    };
+    for e in entries {
+        for i in &e.inputs {
+            let s = i.to_string();
+            if !arrays.contains(&s) {
+                errors.error(
+                    i,
+                    format!(
+                        "`{s}` is not an array parameter of this kernel; gradients are for: {}",
+                        arrays.join(", ")
+                    ),
+                );
+            } else if covered.contains(&s) {
+                errors.error(i, format!("the gradient of `{s}` is given twice"));
+            } else {
+                covered.push(s);
+            }
+        }
+        for a in &e.args {
+            let s = a.to_string();
+            if !arrays.contains(&s) && !is_special(&s, "g") && !is_special(&s, "out") {
+                errors.error(
+                    a,
+                    format!("unknown array `{s}`: backward kernels take the forward arrays ({}), `out`/`out0`.. (outputs) and `g`/`g0`.. (their cotangents)", arrays.join(", ")),
+                );
+            }
+        }
+        for (_, f) in &e.params {
+            if !statics.contains(&f.to_string()) {
+                errors.error(f, format!("`{f}` is not a static parameter of this kernel"));
+            }
+        }
+    }
+    if let Some(kw) = grad_kw {
+        let missing: Vec<&String> = arrays.iter().filter(|a| !covered.contains(a)).collect();
+        if !missing.is_empty() {
+            errors.error(
+                kw,
+                format!(
+                    "grad(..) must give the gradient of every array parameter; missing: {}",
+                    missing
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+    }
+}
+
+fn doc_of(attrs: &[Attribute]) -> String {
+    let lines: Vec<String> = attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            syn::Meta::NameValue(nv) => match &nv.value {
+                Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    lines
+        .iter()
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_string()
+}
+
+fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenStream2 {
+    let p = private();
+    let fn_name = &func.sig.ident;
+    let vis = &func.vis;
+    let export_fn = format_ident!("__tpu_kernel_export_{}", fn_name);
+    let name = args
+        .name
+        .as_ref()
+        .map(|n| n.value())
+        .unwrap_or_else(|| fn_name.to_string());
+    let doc = doc_of(&func.attrs);
+    let inputs: Vec<String> = params
+        .iter()
+        .filter(|x| x.array)
+        .map(|x| x.name.to_string())
+        .collect();
+    let mut array_no = 0usize;
+    let mut call_args = Vec::new();
+    let mut reads = Vec::new();
+    for x in params {
+        let n = &x.name;
+        if x.array {
+            let i = array_no;
+            array_no += 1;
+            call_args.push(match &x.ty {
+                Type::Reference(_) => quote!(&arrays[#i]),
+                _ => quote!(::core::clone::Clone::clone(&arrays[#i])),
+            });
+        } else {
+            let ty = &x.ty;
+            let key = n.to_string();
+            reads.push(quote_spanned!(n.span()=> let #n: #ty = params.get::<#ty>(#key)?;));
+            call_args.push(quote!(#n));
+        }
+    }
+    let specs = params.iter().filter(|x| !x.array).map(|x| {
+        let ty = &x.ty;
+        let key = x.name.to_string();
+        match &x.default {
+            Some(d) => quote_spanned!(d.span_or_call_site()=> #p::ParamSpec::new::<#ty>(#key, ::core::option::Option::Some(#d))),
+            None => quote!(#p::ParamSpec::new::<#ty>(#key, ::core::option::Option::None)),
+        }
+    });
+    let grad = match &args.grad {
+        None => quote!(::core::option::Option::None),
+        Some((_, entries)) => {
+            let es = entries.iter().map(|e| {
+                let ins = e.inputs.iter().map(|i| i.to_string());
+                let kernel = e.kernel.to_string();
+                let a = e.args.iter().map(|i| i.to_string());
+                let ps = e.params.iter().map(|(b, f)| {
+                    let (b, f) = (b.to_string(), f.to_string());
+                    quote!((#b, #f))
+                });
+                quote!(#p::GradSpec { inputs: &[#(#ins),*], kernel: #kernel, args: &[#(#a),*], params: &[#(#ps),*] })
+            });
+            quote!(::core::option::Option::Some(::std::vec![#(#es),*]))
+        }
+    };
+    let n_arrays = inputs.len();
+    let here = quote_spanned!(fn_name.span()=> ::tpu_kernel::SourceLoc { file: ::core::file!(), line: ::core::line!(), col: ::core::column!() });
+    quote! {
+        #[doc(hidden)]
+        #[allow(non_snake_case)]
+        #vis fn #export_fn() -> #p::KernelExport {
+            fn launch(
+                arrays: &[::tpu_kernel::ArrayType],
+                params: &#p::Params,
+            ) -> ::core::result::Result<::tpu_kernel::PallasCall, ::tpu_kernel::KernelError> {
+                if arrays.len() != #n_arrays {
+                    return ::core::result::Result::Err(#p::arity_error(#name, #n_arrays, arrays.len()));
+                }
+                #(#reads)*
+                #fn_name(#(#call_args),*)
+            }
+            #p::KernelExport {
+                name: #name,
+                doc: #doc,
+                location: #here,
+                inputs: &[#(#inputs),*],
+                params: ::std::vec![#(#specs),*],
+                grad: #grad,
+                launch,
+            }
+        }
+    }
+}
+
+trait SpanOrCallSite {
+    fn span_or_call_site(&self) -> Span;
+}
+impl SpanOrCallSite for Expr {
+    fn span_or_call_site(&self) -> Span {
+        syn::spanned::Spanned::span(self)
+    }
+}
+
+// ------------------------------------------------------------------------------------ export_library!
+
+/// `export_library!("examples", [add::add, matmul::matmul, ..])`.
+struct LibraryArgs {
+    name: LitStr,
+    kernels: Vec<Path>,
+}
+
+impl Parse for LibraryArgs {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: LitStr = input.parse()?;
+        input.parse::<Token![,]>()?;
+        let content;
+        syn::bracketed!(content in input);
+        let kernels = Punctuated::<Path, Token![,]>::parse_terminated(&content)?
+            .into_iter()
+            .collect();
+        if !input.is_empty() {
+            input.parse::<Token![,]>()?;
+        }
+        Ok(LibraryArgs { name, kernels })
+    }
+}
+
+pub(crate) fn export_library(input: TokenStream2) -> TokenStream2 {
+    let args = match syn::parse2::<LibraryArgs>(input) {
+        Ok(a) => a,
+        Err(e) => {
+            let mut e2 = syn::Error::new(
+                e.span(),
+                format!(
+                    "{e}; usage: `export_library!(\"my_kernels\", [module::kernel_a, kernel_b])`"
+                ),
+            );
+            e2.combine(e);
+            return e2.into_compile_error();
+        }
+    };
+    let name = args.name.value();
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return syn::Error::new_spanned(&args.name, "a library name is letters, digits and `_` (it names the XLA FFI target `tpu_kernel_<name>`)").into_compile_error();
+    }
+    let p = private();
+    let exports = args.kernels.iter().map(|path| {
+        let mut path = path.clone();
+        if let Some(last) = path.segments.last_mut() {
+            last.ident = format_ident!(
+                "__tpu_kernel_export_{}",
+                last.ident,
+                span = last.ident.span()
+            );
+        }
+        quote!(#path())
+    });
+    let lit = &args.name;
+    quote! {
+        #[doc(hidden)]
+        fn __tpu_kernel_library() -> &'static #p::Library {
+            static LIBRARY: ::std::sync::OnceLock<#p::Library> = ::std::sync::OnceLock::new();
+            LIBRARY.get_or_init(|| #p::Library::new(#lit, ::std::vec![#(#exports),*]))
+        }
+
+        /// The C ABI version of this library (see `tpu_kernel::export`).
+        #[no_mangle]
+        pub extern "C" fn tpu_kernel_abi_version() -> u32 {
+            #p::ABI_VERSION
+        }
+
+        /// The library description (JSON), owned by the library.
+        #[no_mangle]
+        pub extern "C" fn tpu_kernel_library_json() -> *const ::std::ffi::c_char {
+            #p::abi::library_json(__tpu_kernel_library())
+        }
+
+        /// Answer a method call (JSON); free the answer with `tpu_kernel_free`.
+        ///
+        /// # Safety
+        /// `method` and `request` are null or NUL-terminated strings.
+        #[no_mangle]
+        pub unsafe extern "C" fn tpu_kernel_call(
+            method: *const ::std::ffi::c_char,
+            request: *const ::std::ffi::c_char,
+        ) -> *mut ::std::ffi::c_char {
+            // SAFETY: forwarded to the caller.
+            unsafe { #p::abi::call(__tpu_kernel_library(), method, request) }
+        }
+
+        /// Free an answer of `tpu_kernel_call`.
+        ///
+        /// # Safety
+        /// `s` is null or an unfreed answer of `tpu_kernel_call`.
+        #[no_mangle]
+        pub unsafe extern "C" fn tpu_kernel_free(s: *mut ::std::ffi::c_char) {
+            // SAFETY: forwarded to the caller.
+            unsafe { #p::abi::free(s) }
+        }
+
+        /// The XLA FFI handler (CPU) running this library's kernels.
+        ///
+        /// # Safety
+        /// Called by XLA with a valid call frame.
+        #[no_mangle]
+        pub unsafe extern "C" fn tpu_kernel_ffi(frame: *mut ::std::ffi::c_void) -> *mut ::std::ffi::c_void {
+            // SAFETY: forwarded to the caller.
+            unsafe { #p::ffi::handle(__tpu_kernel_library(), frame as *mut #p::ffi::CallFrame) }
+        }
+    }
+}

@@ -1,0 +1,552 @@
+//! Kernels as a library other languages call: the registry a user crate's `export_library!` builds
+//! from its `#[export]`ed launch functions, the versioned C ABI over it (`abi`), and the XLA FFI handler
+//! that runs a kernel on XLA's CPU buffers (`ffi`).
+//!
+//! A request names a kernel, its input array types, its static parameters (JSON) and any batch levels
+//! (`jax.vmap`); the answer is the built kernel's output types, and on demand the `tpu_custom_call`
+//! backend_config. Built kernels are cached per canonical request, so a signature is traced, checked,
+//! lowered and serialized once per process.
+
+pub mod abi;
+pub mod ffi;
+mod params;
+
+pub use params::{ParamSpec, StaticParam};
+
+use crate::dtype::DType;
+use crate::error::{kerr, KernelError, Result, SourceLoc};
+use crate::launch::{ArrayType, PallasCall};
+use crate::serialize::CustomCall;
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// The version of the C ABI (`abi`): bumped whenever a symbol, a method or a JSON field changes
+/// meaning. The Python package refuses a library whose version differs from its own.
+pub const ABI_VERSION: u32 = 1;
+
+/// How to compute a kernel's vector-Jacobian product with other exported kernels: call `kernel` with
+/// the arrays named in `args` (forward inputs by name, `out`/`outN`, `g`/`gN` for cotangents) and the
+/// static parameters `params` (backward name → forward name); its outputs are the cotangents of the
+/// forward inputs named in `inputs`, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GradSpec {
+    pub inputs: &'static [&'static str],
+    pub kernel: &'static str,
+    pub args: &'static [&'static str],
+    pub params: &'static [(&'static str, &'static str)],
+}
+
+/// The launch function of an export: input array types and static parameters to a built kernel.
+pub type LaunchFn = fn(&[ArrayType], &Params) -> Result<PallasCall>;
+
+/// One exported kernel, as `#[export]` declares it.
+#[derive(Clone, Debug)]
+pub struct KernelExport {
+    pub name: &'static str,
+    pub doc: &'static str,
+    /// Where the launch function is written.
+    pub location: SourceLoc,
+    /// The array parameters' names, in order.
+    pub inputs: &'static [&'static str],
+    pub params: Vec<ParamSpec>,
+    pub grad: Option<Vec<GradSpec>>,
+    pub launch: LaunchFn,
+}
+
+/// A kernel's static parameters, complete (defaults filled in) and checked against their types.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Params {
+    kernel: &'static str,
+    values: Map<String, Value>,
+}
+
+impl Params {
+    /// The parameter `name` as a `T` (what the generated launch shim calls).
+    pub fn get<T: StaticParam>(&self, name: &str) -> Result<T> {
+        let v = self.values.get(name).ok_or_else(|| {
+            kerr!(
+                Signature,
+                "kernel `{}` has no static parameter `{name}`",
+                self.kernel
+            )
+        })?;
+        T::from_json(v).map_err(|e| {
+            kerr!(
+                Signature,
+                "static parameter `{name}` of kernel `{}`: {e}",
+                self.kernel
+            )
+            .for_argument(name)
+        })
+    }
+    pub fn to_json(&self) -> Value {
+        Value::Object(self.values.clone())
+    }
+}
+
+/// One `jax.vmap` level: the batch size and, per input, whether it is batched.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BatchLevel {
+    pub size: usize,
+    pub inputs: Vec<bool>,
+}
+
+/// A kernel built for one signature.
+#[derive(Debug)]
+pub struct Built {
+    pub call: PallasCall,
+    pub params: Params,
+    pub outputs: Vec<ArrayType>,
+    /// What the XLA FFI handler receives as its `request` attribute: kernel, params and batch levels
+    /// (the shapes come with the buffers).
+    pub ffi_request: String,
+    backend_config: OnceLock<Result<String>>,
+}
+
+impl Built {
+    /// The `tpu_custom_call` backend_config (lowered, verified and serialized once).
+    pub fn backend_config(&self, stats: &Stats) -> Result<String> {
+        self.backend_config
+            .get_or_init(|| {
+                stats.lowerings.fetch_add(1, Ordering::Relaxed);
+                CustomCall::new(&self.call.kernel).backend_config()
+            })
+            .clone()
+    }
+}
+
+/// Cache misses, for tests and benchmarks.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub builds: AtomicU64,
+    pub lowerings: AtomicU64,
+    pub ffi_builds: AtomicU64,
+}
+
+/// What a request asks to build.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    pub kernel: String,
+    /// Full input types, batch dimensions included.
+    pub inputs: Vec<ArrayType>,
+    pub params: Map<String, Value>,
+    pub batch: Vec<BatchLevel>,
+}
+
+impl Request {
+    /// Read `{"kernel", "inputs": [{"shape", "dtype"}], "params": {..}, "batch": [[size, [bool..]]..]}`;
+    /// `inputs` may be absent (the FFI handler takes them from the buffers).
+    pub fn from_json(v: &Value) -> Result<Request> {
+        let kernel = v
+            .get("kernel")
+            .and_then(Value::as_str)
+            .ok_or_else(|| kerr!(Signature, "request without a kernel name: {v}"))?
+            .to_string();
+        let mut inputs = Vec::new();
+        for (i, a) in v
+            .get("inputs")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            inputs.push(array_type(a).map_err(|e| e.for_argument(format!("array {i}")))?);
+        }
+        let params = match v.get("params") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(other) => {
+                return Err(kerr!(
+                    Signature,
+                    "static parameters must be a mapping, got {other}"
+                ))
+            }
+        };
+        let mut batch = Vec::new();
+        for level in v
+            .get("batch")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            let size = level.get(0).and_then(Value::as_u64);
+            let flags = level.get(1).and_then(Value::as_array).map(|f| {
+                f.iter()
+                    .map(|b| b.as_bool().unwrap_or(false))
+                    .collect::<Vec<_>>()
+            });
+            match (size, flags) {
+                (Some(size), Some(inputs)) => batch.push(BatchLevel {
+                    size: size as usize,
+                    inputs,
+                }),
+                _ => return Err(kerr!(Signature, "bad batch level {level}")),
+            }
+        }
+        Ok(Request {
+            kernel,
+            inputs,
+            params,
+            batch,
+        })
+    }
+}
+
+fn array_type(v: &Value) -> Result<ArrayType> {
+    let shape = v
+        .get("shape")
+        .and_then(Value::as_array)
+        .and_then(|s| {
+            s.iter()
+                .map(|d| d.as_u64().map(|d| d as usize))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| {
+            kerr!(
+                Shape,
+                "an array needs a shape of non-negative ints, got {v}"
+            )
+        })?;
+    let name = v.get("dtype").and_then(Value::as_str).unwrap_or("?");
+    let dtype = DType::from_name(name).ok_or_else(|| {
+        kerr!(
+            DType,
+            "unsupported dtype `{name}`; kernels take f32, bf16, i32, i8, u8, u32 or bool arrays"
+        )
+    })?;
+    Ok(ArrayType::new(shape, dtype))
+}
+
+fn array_json(a: &ArrayType) -> Value {
+    json!({"shape": a.shape, "dtype": a.dtype.name()})
+}
+
+/// The kernels of one shared library, with the cache of what has been built.
+pub struct Library {
+    pub name: &'static str,
+    pub kernels: Vec<KernelExport>,
+    description: CString,
+    cache: Mutex<HashMap<String, Arc<Built>>>,
+    /// The FFI handler's own index: (request attribute, buffer types) → built kernel, so a call
+    /// parses no JSON once its signature has run.
+    ffi_cache: Mutex<HashMap<String, Arc<Built>>>,
+    pub stats: Stats,
+}
+
+impl Library {
+    pub fn new(name: &'static str, kernels: Vec<KernelExport>) -> Library {
+        let description = describe(name, &kernels);
+        Library {
+            name,
+            kernels,
+            description: CString::new(description).unwrap_or_default(),
+            cache: Mutex::new(HashMap::new()),
+            ffi_cache: Mutex::new(HashMap::new()),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The XLA FFI target name the library's handler is registered under.
+    pub fn ffi_target(&self) -> String {
+        format!("tpu_kernel_{}", self.name)
+    }
+
+    /// The library description (JSON): ABI version, FFI target, every kernel's inputs, static
+    /// parameters with types and defaults, and gradient rules.
+    pub fn description(&self) -> &CString {
+        &self.description
+    }
+
+    pub fn kernel(&self, name: &str) -> Result<&KernelExport> {
+        self.kernels.iter().find(|k| k.name == name).ok_or_else(|| {
+            let names: Vec<&str> = self.kernels.iter().map(|k| k.name).collect();
+            kerr!(
+                Signature,
+                "library `{}` has no kernel `{name}`; it exports {}",
+                self.name,
+                names.join(", ")
+            )
+        })
+    }
+
+    /// The kernel built for `req` (from the cache when this signature was built before).
+    pub fn build(&self, req: &Request) -> Result<Arc<Built>> {
+        let export = self.kernel(&req.kernel)?;
+        let params = canonical_params(export, &req.params)?;
+        let base = base_inputs(export, req)?;
+        let batch: Vec<Value> = req
+            .batch
+            .iter()
+            .map(|l| json!([l.size, l.inputs]))
+            .collect();
+        let ffi_request = json!({
+            "kernel": export.name,
+            "params": params.to_json(),
+            "batch": batch,
+        })
+        .to_string();
+        let key = format!(
+            "{ffi_request}{}",
+            Value::Array(base.iter().map(array_json).collect())
+        );
+        if let Some(b) = self.lock().get(&key) {
+            return Ok(Arc::clone(b));
+        }
+        self.stats.builds.fetch_add(1, Ordering::Relaxed);
+        let call = catch_unwind(AssertUnwindSafe(|| (export.launch)(&base, &params)))
+            .unwrap_or_else(|p| {
+                Err(kerr!(
+                    Trace,
+                    "the launch function of kernel `{}` panicked: {}",
+                    export.name,
+                    panic_message(&p)
+                )
+                .at(export.location))
+            })?;
+        let mut call = call;
+        for level in req.batch.iter().rev() {
+            call = call.batched(level.size, &level.inputs)?;
+        }
+        let outputs = call
+            .kernel
+            .outputs()
+            .map(|o| ArrayType::new(&o.shape, o.dtype))
+            .collect();
+        let built = Arc::new(Built {
+            call,
+            params,
+            outputs,
+            ffi_request,
+            backend_config: OnceLock::new(),
+        });
+        self.lock().insert(key, Arc::clone(&built));
+        Ok(built)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Built>>> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn ffi_cache(&self) -> MutexGuard<'_, HashMap<String, Arc<Built>>> {
+        self.ffi_cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Answer one C-ABI method call (`build`, `lower`, `stats`) with a JSON value.
+    pub fn dispatch(&self, method: &str, request: &str) -> Value {
+        let answer = || -> Result<Value> {
+            if method == "stats" {
+                return Ok(json!({
+                    "ok": true,
+                    "builds": self.stats.builds.load(Ordering::Relaxed),
+                    "lowerings": self.stats.lowerings.load(Ordering::Relaxed),
+                    "ffi_builds": self.stats.ffi_builds.load(Ordering::Relaxed),
+                }));
+            }
+            let v: Value = serde_json::from_str(request)
+                .map_err(|e| kerr!(Signature, "request is not JSON ({e}): {request}"))?;
+            let req = Request::from_json(&v)?;
+            let built = self.build(&req)?;
+            let mut out = json!({
+                "ok": true,
+                "outputs": built.outputs.iter().map(array_json).collect::<Vec<_>>(),
+                "kernel_name": built.call.kernel.name,
+                "params": built.params.to_json(),
+                "ffi_request": built.ffi_request,
+                "cost_estimate": built.call.kernel.cost_estimate.map(|c| json!({
+                    "flops": c.flops,
+                    "transcendentals": c.transcendentals,
+                    "bytes_accessed": c.bytes_accessed,
+                })),
+            });
+            match method {
+                "build" => {}
+                "lower" => out["backend_config"] = Value::String(built.backend_config(&self.stats)?),
+                other => {
+                    return Err(kerr!(
+                        Unsupported,
+                        "unknown method `{other}` (this library speaks ABI version {ABI_VERSION}: build, lower, stats)"
+                    ))
+                }
+            }
+            Ok(out)
+        };
+        answer().unwrap_or_else(|e| error_json(&e))
+    }
+}
+
+/// `{"ok": false, "error": {...}}` for a failed call.
+pub fn error_json(e: &KernelError) -> Value {
+    json!({
+        "ok": false,
+        "error": {
+            "kind": format!("{:?}", e.kind),
+            "message": e.message,
+            "location": e.location.map(|l| l.to_string()),
+            "argument": e.argument,
+            "text": e.to_string(),
+        }
+    })
+}
+
+pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Every parameter of `export`, from the request or its default, checked against its type.
+fn canonical_params(export: &KernelExport, given: &Map<String, Value>) -> Result<Params> {
+    for name in given.keys() {
+        if !export.params.iter().any(|p| p.name == name) {
+            let known: Vec<&str> = export.params.iter().map(|p| p.name).collect();
+            return Err(kerr!(
+                Signature,
+                "kernel `{}` has no static parameter `{name}`; its parameters are: {}",
+                export.name,
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )
+            .for_argument(name.as_str())
+            .at(export.location));
+        }
+    }
+    let mut values = Map::new();
+    for p in &export.params {
+        let v = match (given.get(p.name), &p.default) {
+            (Some(v), _) => (p.canonical)(v).map_err(|e| {
+                kerr!(
+                    Signature,
+                    "static parameter `{}` of kernel `{}` must be {}: {e}",
+                    p.name,
+                    export.name,
+                    p.type_name
+                )
+                .for_argument(p.name)
+                .at(export.location)
+            })?,
+            (None, Some(d)) => d.clone(),
+            (None, None) => {
+                return Err(kerr!(
+                    Signature,
+                    "kernel `{}` needs the static parameter `{}` ({}), which has no default",
+                    export.name,
+                    p.name,
+                    p.type_name
+                )
+                .for_argument(p.name)
+                .at(export.location))
+            }
+        };
+        values.insert(p.name.to_string(), v);
+    }
+    Ok(Params {
+        kernel: export.name,
+        values,
+    })
+}
+
+/// The kernel's own input types: the request's, with each batch level's leading dimension removed.
+fn base_inputs(export: &KernelExport, req: &Request) -> Result<Vec<ArrayType>> {
+    if req.inputs.len() != export.inputs.len() {
+        return Err(kerr!(
+            Signature,
+            "kernel `{}` takes {} arrays ({}), got {}",
+            export.name,
+            export.inputs.len(),
+            export.inputs.join(", "),
+            req.inputs.len()
+        )
+        .at(export.location));
+    }
+    let mut base = req.inputs.clone();
+    for (l, level) in req.batch.iter().enumerate() {
+        if level.inputs.len() != base.len() {
+            return Err(kerr!(
+                Signature,
+                "batch level {l} has {} flags for {} inputs",
+                level.inputs.len(),
+                base.len()
+            ));
+        }
+        for (i, a) in base.iter_mut().enumerate() {
+            if !level.inputs[i] {
+                continue;
+            }
+            if a.shape.first() != Some(&level.size) {
+                return Err(kerr!(
+                    Shape,
+                    "batched array `{}` of shape {:?} does not lead with the batch size {}",
+                    export.inputs[i],
+                    a.shape,
+                    level.size
+                ));
+            }
+            a.shape.remove(0);
+        }
+    }
+    Ok(base)
+}
+
+fn describe(name: &str, kernels: &[KernelExport]) -> String {
+    let ks: Vec<Value> = kernels
+        .iter()
+        .map(|k| {
+            let params: Vec<Value> = k
+                .params
+                .iter()
+                .map(|p| {
+                    let mut o = json!({"name": p.name, "type": p.type_name});
+                    if let Some(d) = &p.default {
+                        o["default"] = d.clone();
+                    }
+                    o
+                })
+                .collect();
+            let grad = k.grad.as_ref().map(|g| {
+                g.iter()
+                    .map(|e| {
+                        json!({
+                            "inputs": e.inputs,
+                            "kernel": e.kernel,
+                            "args": e.args,
+                            "params": e.params.iter().map(|(b, f)| (b.to_string(), Value::from(*f))).collect::<Map<_, _>>(),
+                        })
+                    })
+                    .collect::<Vec<_>>()
+            });
+            json!({
+                "name": k.name,
+                "doc": k.doc,
+                "location": k.location.to_string(),
+                "inputs": k.inputs,
+                "params": params,
+                "grad": grad,
+            })
+        })
+        .collect();
+    json!({
+        "abi_version": ABI_VERSION,
+        "library": name,
+        "ffi_target": format!("tpu_kernel_{name}"),
+        "kernels": ks,
+    })
+    .to_string()
+}
+
+/// The launch shim's answer to a wrong number of arrays (the library checks first; this guards
+/// direct calls of the shim).
+pub fn arity_error(kernel: &str, want: usize, got: usize) -> KernelError {
+    kerr!(
+        Signature,
+        "kernel `{kernel}` takes {want} arrays, got {got}"
+    )
+}

@@ -1,0 +1,209 @@
+//! Static parameters: the plain Rust values a launch function takes besides its arrays (block shapes,
+//! epsilons, flags — Pallas's `functools.partial` arguments), read from and written to JSON at the
+//! library boundary. Each type says what it is called in messages, so a wrong value from Python is an
+//! error naming the parameter and the type it expects.
+
+use serde_json::Value;
+
+/// A value a kernel export takes as a static parameter: ints, floats, bools, strings, and tuples or
+/// arrays of them.
+pub trait StaticParam: Sized {
+    /// The Rust spelling of the type, shown in messages and in the library description.
+    fn type_name() -> String;
+    /// Read a value; `Err` says what was wrong (the caller adds the parameter name).
+    fn from_json(v: &Value) -> Result<Self, String>;
+    fn to_json(&self) -> Value;
+}
+
+fn describe(v: &Value) -> String {
+    let text = v.to_string();
+    if text.len() > 60 {
+        format!("{}…", &text[..57])
+    } else {
+        text
+    }
+}
+
+macro_rules! int_param {
+    ($($t:ty),*) => {$(
+        impl StaticParam for $t {
+            fn type_name() -> String {
+                stringify!($t).to_string()
+            }
+            fn from_json(v: &Value) -> Result<Self, String> {
+                let n = v.as_i64().map(i128::from).or_else(|| v.as_u64().map(i128::from));
+                match n {
+                    Some(n) => <$t>::try_from(n).map_err(|_| {
+                        format!("{n} is out of range for {}", stringify!($t))
+                    }),
+                    None => Err(format!("expected an integer ({}), got {}", stringify!($t), describe(v))),
+                }
+            }
+            fn to_json(&self) -> Value {
+                Value::from(*self)
+            }
+        }
+    )*};
+}
+int_param!(usize, u32, u64, i32, i64);
+
+macro_rules! float_param {
+    ($($t:ty),*) => {$(
+        impl StaticParam for $t {
+            fn type_name() -> String {
+                stringify!($t).to_string()
+            }
+            fn from_json(v: &Value) -> Result<Self, String> {
+                // Integers are accepted where a float is expected (`eps=1` in Python).
+                v.as_f64()
+                    .filter(|_| !v.is_boolean())
+                    .map(|x| x as $t)
+                    .ok_or_else(|| format!("expected a number ({}), got {}", stringify!($t), describe(v)))
+            }
+            fn to_json(&self) -> Value {
+                serde_json::Number::from_f64(*self as f64).map_or(Value::Null, Value::Number)
+            }
+        }
+    )*};
+}
+float_param!(f32, f64);
+
+impl StaticParam for bool {
+    fn type_name() -> String {
+        "bool".into()
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        v.as_bool()
+            .ok_or_else(|| format!("expected a bool, got {}", describe(v)))
+    }
+    fn to_json(&self) -> Value {
+        Value::Bool(*self)
+    }
+}
+
+impl StaticParam for String {
+    fn type_name() -> String {
+        "String".into()
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        v.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| format!("expected a string, got {}", describe(v)))
+    }
+    fn to_json(&self) -> Value {
+        Value::String(self.clone())
+    }
+}
+
+fn elements(v: &Value, n: usize, what: &str) -> Result<Vec<Value>, String> {
+    match v.as_array() {
+        Some(items) if items.len() == n => Ok(items.clone()),
+        Some(items) => Err(format!(
+            "expected {what} of {n} elements, got {} elements: {}",
+            items.len(),
+            describe(v)
+        )),
+        None => Err(format!(
+            "expected {what} of {n} elements, got {}",
+            describe(v)
+        )),
+    }
+}
+
+impl<T: StaticParam, const N: usize> StaticParam for [T; N] {
+    fn type_name() -> String {
+        format!("[{}; {N}]", T::type_name())
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let items = elements(v, N, "a sequence")?;
+        let parsed: Vec<T> = items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| T::from_json(x).map_err(|e| format!("element {i}: {e}")))
+            .collect::<Result<_, _>>()?;
+        parsed
+            .try_into()
+            .map_err(|_| "internal: array length".to_string())
+    }
+    fn to_json(&self) -> Value {
+        Value::Array(self.iter().map(T::to_json).collect())
+    }
+}
+
+macro_rules! tuple_param {
+    ($n:literal; $($t:ident $i:tt),*) => {
+        impl<$($t: StaticParam),*> StaticParam for ($($t,)*) {
+            fn type_name() -> String {
+                let names: Vec<String> = vec![$($t::type_name()),*];
+                if names.len() == 1 {
+                    format!("({},)", names[0])
+                } else {
+                    format!("({})", names.join(", "))
+                }
+            }
+            fn from_json(v: &Value) -> Result<Self, String> {
+                let items = elements(v, $n, "a tuple")?;
+                Ok(($(
+                    $t::from_json(&items[$i]).map_err(|e| format!("element {}: {e}", $i))?,
+                )*))
+            }
+            fn to_json(&self) -> Value {
+                Value::Array(vec![$(self.$i.to_json()),*])
+            }
+        }
+    };
+}
+tuple_param!(1; A 0);
+tuple_param!(2; A 0, B 1);
+tuple_param!(3; A 0, B 1, C 2);
+tuple_param!(4; A 0, B 1, C 2, D 3);
+tuple_param!(5; A 0, B 1, C 2, D 3, E 4);
+tuple_param!(6; A 0, B 1, C 2, D 3, E 4, F 5);
+
+/// One static parameter of an exported kernel: its name, type and default.
+#[derive(Clone, Debug)]
+pub struct ParamSpec {
+    pub name: &'static str,
+    pub type_name: String,
+    /// `None`: the caller must pass it.
+    pub default: Option<Value>,
+    /// Parse a value as the parameter's type and write it back: the canonical form of a valid value
+    /// (so `eps=1` and `eps=1.0` build one kernel), or what is wrong with an invalid one.
+    pub canonical: fn(&Value) -> Result<Value, String>,
+}
+
+impl ParamSpec {
+    pub fn new<T: StaticParam>(name: &'static str, default: Option<T>) -> Self {
+        ParamSpec {
+            name,
+            type_name: T::type_name(),
+            default: default.as_ref().map(T::to_json),
+            canonical: |v| T::from_json(v).map(|t| t.to_json()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn round_trips_and_messages() {
+        let b = <(usize, usize, usize)>::from_json(&json!([128, 256, 512])).unwrap();
+        assert_eq!(b, (128, 256, 512));
+        assert_eq!(b.to_json(), json!([128, 256, 512]));
+        assert_eq!(<(usize, usize)>::type_name(), "(usize, usize)");
+        let e = <(usize, usize, usize)>::from_json(&json!([128, 128])).unwrap_err();
+        assert!(e.contains("3 elements, got 2"), "{e}");
+        let e = usize::from_json(&json!(-1)).unwrap_err();
+        assert!(e.contains("out of range"), "{e}");
+        let e = usize::from_json(&json!(1.5)).unwrap_err();
+        assert!(e.contains("expected an integer"), "{e}");
+        assert_eq!(f32::from_json(&json!(1)).unwrap(), 1.0);
+        assert!(f32::from_json(&json!(true)).is_err());
+        assert_eq!(<[i32; 2]>::from_json(&json!([1, -2])).unwrap(), [1, -2]);
+        let e = <[i32; 2]>::from_json(&json!([1, "a"])).unwrap_err();
+        assert!(e.starts_with("element 1"), "{e}");
+    }
+}
