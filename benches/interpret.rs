@@ -12,12 +12,16 @@
 //! output is checked against the plain-Rust reference. `--ab` compares fused vs unfused interpretation.
 
 #[path = "../examples/add.rs"]
+#[allow(dead_code)]
 mod add;
 #[path = "../examples/matmul.rs"]
+#[allow(dead_code)]
 mod matmul;
 #[path = "../examples/rmsnorm.rs"]
+#[allow(dead_code)]
 mod rmsnorm;
 #[path = "../examples/softmax.rs"]
+#[allow(dead_code)]
 mod softmax;
 
 use std::collections::HashMap;
@@ -25,37 +29,52 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
+use tpu_kernel::dtype::{BF16, F32};
 use tpu_kernel::reference;
 use tpu_kernel::runtime::interpret::InterpretOptions;
-use tpu_kernel::{KernelError, PallasCall};
+use tpu_kernel::{ArrayType, DType, KernelError, PallasCall};
 
 type Build = Box<dyn Fn() -> Result<PallasCall, KernelError>>;
+
+fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
+    ArrayType::new(shape, dtype)
+}
 
 fn cases() -> Vec<(&'static str, Build)> {
     vec![
         (
             "matmul_bf16_256",
-            Box::new(|| matmul::matmul(256, 256, 256, [128, 128, 128])),
+            Box::new(|| {
+                matmul::matmul(at([256, 256], BF16), at([256, 256], BF16), (128, 128, 128))
+            }),
         ),
         (
             "matmul_bf16_512",
-            Box::new(|| matmul::matmul(512, 512, 512, [128, 128, 128])),
+            Box::new(|| {
+                matmul::matmul(at([512, 512], BF16), at([512, 512], BF16), (128, 128, 128))
+            }),
         ),
         (
             "matmul_bf16_1024",
-            Box::new(|| matmul::matmul(1024, 1024, 1024, [128, 128, 128])),
+            Box::new(|| {
+                matmul::matmul(
+                    at([1024, 1024], BF16),
+                    at([1024, 1024], BF16),
+                    (128, 128, 128),
+                )
+            }),
         ),
         (
             "softmax_f32_1024",
-            Box::new(|| softmax::softmax(1024, 1024, 8)),
+            Box::new(|| softmax::softmax(at([1024, 1024], F32), 8)),
         ),
         (
             "rmsnorm_bf16_1024",
-            Box::new(|| rmsnorm::rmsnorm(1024, 1024, 16, 1e-6)),
+            Box::new(|| rmsnorm::rmsnorm(at([1024, 1024], BF16), at([1, 1024], F32), 1e-6, 16)),
         ),
         (
             "add_f32_1024",
-            Box::new(|| add::add(1024, 1024, [256, 256])),
+            Box::new(|| add::add(at([1024, 1024], F32), at([1024, 1024], F32), (256, 256))),
         ),
     ]
 }

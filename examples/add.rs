@@ -7,20 +7,35 @@ fn add_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
     o.store(x.load() + y.load());
 }
 
-/// `o = x + y` for f32 arrays of shape `[m, n]`, in `[bm, bn]` blocks.
-pub fn add(m: usize, n: usize, [bm, bn]: [usize; 2]) -> Result<PallasCall, KernelError> {
+/// `o = x + y` for f32 arrays of shape `[m, n]`, in `(bm, bn)` blocks.
+#[export]
+pub fn add(
+    x: ArrayType,
+    y: ArrayType,
+    #[default((256, 256))] block: (usize, usize),
+) -> Result<PallasCall, KernelError> {
+    let (bm, bn) = block;
+    let [m, n] = x.dims()?;
+    require(
+        y.shape == x.shape,
+        format!(
+            "x is {:?} but y is {:?}: add takes two arrays of one shape",
+            x.shape, y.shape
+        ),
+    )?;
     let spec = || BlockSpec::new([bm, bn], |[i, j]| [i, j]);
     pallas_call(add_kernel)
-        .grid([m / bm, n / bn])
-        .input(ArrayType::new([m, n], F32), spec())
-        .input(ArrayType::new([m, n], F32), spec())
+        .grid([x.blocks(0, bm)?, x.blocks(1, bn)?])
+        .input(x, spec())
+        .input(y, spec())
         .output(ArrayType::new([m, n], F32), spec())
         .dimension_semantics([Parallel, Parallel])
         .build()
 }
 
 pub fn build() -> Result<PallasCall, KernelError> {
-    add(1024, 1024, [256, 256])
+    let a = ArrayType::new([1024, 1024], F32);
+    add(a.clone(), a, (256, 256))
 }
 
 #[allow(dead_code)]

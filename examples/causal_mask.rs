@@ -14,24 +14,26 @@ fn causal_mask_kernel(x: Ref<f32>, o: RefMut<f32>, scale: f32) {
 }
 
 /// `o[r, c] = x[r, c] * scale` where `r >= c`, else `-inf`, for an f32 `[m, n]` array.
+#[export]
 pub fn causal_mask(
-    m: usize,
-    n: usize,
-    [bm, bn]: [usize; 2],
-    scale: f32,
+    x: ArrayType,
+    #[default((128, 128))] block: (usize, usize),
+    #[default(0.125)] scale: f32,
 ) -> Result<PallasCall, KernelError> {
+    let (bm, bn) = block;
+    let [m, n] = x.dims()?;
     let spec = || BlockSpec::new([bm, bn], |[i, j]| [i, j]);
     pallas_call(move |x: Ref<f32>, o: RefMut<f32>| causal_mask_kernel(x, o, scale))
         .name("causal_mask_kernel")
-        .grid([m / bm, n / bn])
-        .input(ArrayType::new([m, n], F32), spec())
+        .grid([x.blocks(0, bm)?, x.blocks(1, bn)?])
+        .input(x, spec())
         .output(ArrayType::new([m, n], F32), spec())
         .dimension_semantics([Parallel, Parallel])
         .build()
 }
 
 pub fn build() -> Result<PallasCall, KernelError> {
-    causal_mask(512, 512, [128, 128], 0.125)
+    causal_mask(ArrayType::new([512, 512], F32), (128, 128), 0.125)
 }
 
 #[allow(dead_code)]

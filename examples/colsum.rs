@@ -14,13 +14,16 @@ fn colsum_kernel(x: Ref<f32>, o: RefMut<f32>) {
 }
 
 /// Column sums of an f32 `[m, n]` array, broadcast to an `[8, n]` output.
-pub fn colsum(m: usize, n: usize, [bm, bn]: [usize; 2]) -> Result<PallasCall, KernelError> {
+#[export]
+pub fn colsum(
+    x: ArrayType,
+    #[default((128, 128))] block: (usize, usize),
+) -> Result<PallasCall, KernelError> {
+    let (bm, bn) = block;
+    let [_, n] = x.dims()?;
     pallas_call(colsum_kernel)
-        .grid([n / bn, m / bm])
-        .input(
-            ArrayType::new([m, n], F32),
-            BlockSpec::new([bm, bn], |[j, k]| [k, j]),
-        )
+        .grid([x.blocks(1, bn)?, x.blocks(0, bm)?])
+        .input(x, BlockSpec::new([bm, bn], |[j, k]| [k, j]))
         .output(
             ArrayType::new([8, n], F32),
             BlockSpec::new([8, bn], |[j, _]| (0, j)),
@@ -30,7 +33,7 @@ pub fn colsum(m: usize, n: usize, [bm, bn]: [usize; 2]) -> Result<PallasCall, Ke
 }
 
 pub fn build() -> Result<PallasCall, KernelError> {
-    colsum(1024, 256, [128, 128])
+    colsum(ArrayType::new([1024, 256], F32), (128, 128))
 }
 
 #[allow(dead_code)]

@@ -16,13 +16,16 @@ fn fori_rowsum_kernel(x: Ref<f32>, o: RefMut<f32>) {
 }
 
 /// Row-chunk sums of an f32 `[m, n]` array into an `[8, n]` output, `bn` columns per grid step.
-pub fn fori_rowsum(m: usize, n: usize, bn: usize) -> Result<PallasCall, KernelError> {
+#[export]
+pub fn fori_rowsum(
+    x: ArrayType,
+    #[default(128)] block_cols: usize,
+) -> Result<PallasCall, KernelError> {
+    let bn = block_cols;
+    let [m, n] = x.dims()?;
     pallas_call(fori_rowsum_kernel)
-        .grid([n / bn])
-        .input(
-            ArrayType::new([m, n], F32),
-            BlockSpec::new([m, bn], |[j]| (0, j)),
-        )
+        .grid([x.blocks(1, bn)?])
+        .input(x, BlockSpec::new([m, bn], |[j]| (0, j)))
         .output(
             ArrayType::new([8, n], F32),
             BlockSpec::new([8, bn], |[j]| (0, j)),
@@ -32,7 +35,7 @@ pub fn fori_rowsum(m: usize, n: usize, bn: usize) -> Result<PallasCall, KernelEr
 }
 
 pub fn build() -> Result<PallasCall, KernelError> {
-    fori_rowsum(256, 1024, 128)
+    fori_rowsum(ArrayType::new([256, 1024], F32), 128)
 }
 
 #[allow(dead_code)]

@@ -45,17 +45,22 @@ fn ops_tour_kernel(x: Ref<f32>, w: Ref<f32>, o: RefMut<f32>, counts: RefMut<i32>
 
 /// `x: [m, n]` f32 in `bm`-row blocks, `w: [n, n]` f32 (whole), outputs `o: [m, n]` f32 and
 /// `counts: [8 * m / bm, n]` i32 (per block: how many kept elements in each column).
-pub fn ops_tour(m: usize, n: usize, bm: usize) -> Result<PallasCall, KernelError> {
+#[export]
+pub fn ops_tour(
+    x: ArrayType,
+    w: ArrayType,
+    #[default(64)] block_rows: usize,
+) -> Result<PallasCall, KernelError> {
+    let bm = block_rows;
+    let [m, n] = x.dims()?;
+    require(
+        w.shape == [n, n],
+        format!("x is [{m}, {n}] so w must be [{n}, {n}], got {:?}", w.shape),
+    )?;
     pallas_call(ops_tour_kernel)
-        .grid([m / bm])
-        .input(
-            ArrayType::new([m, n], F32),
-            BlockSpec::new([bm, n], |[i]| (i, 0)),
-        )
-        .input(
-            ArrayType::new([n, n], F32),
-            BlockSpec::new([n, n], |[_]| (0, 0)),
-        )
+        .grid([x.blocks(0, bm)?])
+        .input(x, BlockSpec::new([bm, n], |[i]| (i, 0)))
+        .input(w, BlockSpec::new([n, n], |[_]| (0, 0)))
         .output(
             ArrayType::new([m, n], F32),
             BlockSpec::new([bm, n], |[i]| (i, 0)),
@@ -69,7 +74,11 @@ pub fn ops_tour(m: usize, n: usize, bm: usize) -> Result<PallasCall, KernelError
 }
 
 pub fn build() -> Result<PallasCall, KernelError> {
-    ops_tour(256, 128, 64)
+    ops_tour(
+        ArrayType::new([256, 128], F32),
+        ArrayType::new([128, 128], F32),
+        64,
+    )
 }
 
 #[allow(dead_code)]

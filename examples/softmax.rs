@@ -11,19 +11,21 @@ fn softmax_kernel(x: Ref<f32>, o: RefMut<f32>) {
     o.store(e / s);
 }
 
-/// Softmax over the last axis of an f32 `[m, n]` array, `br` rows per block.
-pub fn softmax(m: usize, n: usize, br: usize) -> Result<PallasCall, KernelError> {
-    let spec = || BlockSpec::new([br, n], |[i]| (i, 0));
+/// Softmax over the last axis of an f32 `[m, n]` array, `block_rows` rows per block.
+#[export]
+pub fn softmax(x: ArrayType, #[default(8)] block_rows: usize) -> Result<PallasCall, KernelError> {
+    let [m, n] = x.dims()?;
+    let spec = || BlockSpec::new([block_rows, n], |[i]| (i, 0));
     pallas_call(softmax_kernel)
-        .grid([m / br])
-        .input(ArrayType::new([m, n], F32), spec())
+        .grid([x.blocks(0, block_rows)?])
+        .input(x, spec())
         .output(ArrayType::new([m, n], F32), spec())
         .dimension_semantics([Parallel])
         .build()
 }
 
 pub fn build() -> Result<PallasCall, KernelError> {
-    softmax(1024, 1024, 8)
+    softmax(ArrayType::new([1024, 1024], F32), 8)
 }
 
 #[allow(dead_code)]

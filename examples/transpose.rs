@@ -9,13 +9,16 @@ fn transpose_kernel(x: Ref<f32>, o: RefMut<f32>) {
 }
 
 /// `o = x.T` for an f32 `[m, n]` array.
-pub fn transpose(m: usize, n: usize, [bm, bn]: [usize; 2]) -> Result<PallasCall, KernelError> {
+#[export]
+pub fn transpose(
+    x: ArrayType,
+    #[default((128, 128))] block: (usize, usize),
+) -> Result<PallasCall, KernelError> {
+    let (bm, bn) = block;
+    let [m, n] = x.dims()?;
     pallas_call(transpose_kernel)
-        .grid([m / bm, n / bn])
-        .input(
-            ArrayType::new([m, n], F32),
-            BlockSpec::new([bm, bn], |[i, j]| [i, j]),
-        )
+        .grid([x.blocks(0, bm)?, x.blocks(1, bn)?])
+        .input(x, BlockSpec::new([bm, bn], |[i, j]| [i, j]))
         .output(
             ArrayType::new([n, m], F32),
             BlockSpec::new([bn, bm], |[i, j]| [j, i]),
@@ -25,7 +28,7 @@ pub fn transpose(m: usize, n: usize, [bm, bn]: [usize; 2]) -> Result<PallasCall,
 }
 
 pub fn build() -> Result<PallasCall, KernelError> {
-    transpose(512, 512, [128, 128])
+    transpose(ArrayType::new([512, 512], F32), (128, 128))
 }
 
 #[allow(dead_code)]

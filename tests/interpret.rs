@@ -3,22 +3,31 @@
 //! of uninitialized memory, and out-of-bounds slices reported at the Rust line.
 
 #[path = "../examples/add.rs"]
+#[allow(dead_code)]
 mod add;
 #[path = "../examples/causal_mask.rs"]
+#[allow(dead_code)]
 mod causal_mask;
 #[path = "../examples/colsum.rs"]
+#[allow(dead_code)]
 mod colsum;
 #[path = "../examples/fori_rowsum.rs"]
+#[allow(dead_code)]
 mod fori_rowsum;
 #[path = "../examples/matmul.rs"]
+#[allow(dead_code)]
 mod matmul;
 #[path = "../examples/ops_tour.rs"]
+#[allow(dead_code)]
 mod ops_tour;
 #[path = "../examples/rmsnorm.rs"]
+#[allow(dead_code)]
 mod rmsnorm;
 #[path = "../examples/softmax.rs"]
+#[allow(dead_code)]
 mod softmax;
 #[path = "../examples/transpose.rs"]
+#[allow(dead_code)]
 mod transpose;
 
 use tpu_kernel::prelude::*;
@@ -735,35 +744,35 @@ mod props {
         #[test]
         fn elementwise_add(bm_t in 1usize..4, bn_t in 1usize..3, gm in 1usize..4, gn in 1usize..3, seed in 0u64..1000) {
             let (bm, bn) = (8 * bm_t, 128 * bn_t);
-            let call = add::add(bm * gm, bn * gn, [bm, bn]).expect("build");
+            let call = add::add(at([bm * gm, bn * gn], F32), at([bm * gm, bn * gn], F32), (bm, bn)).expect("build");
             check_against_reference(&call, seed, &InterpretOptions::poisoned());
         }
 
         #[test]
         fn row_softmax(rows_t in 1usize..4, n_t in 1usize..5, g in 1usize..5, seed in 0u64..1000) {
             let (br, n) = (8 * rows_t, 128 * n_t);
-            let call = softmax::softmax(br * g, n, br).expect("build");
+            let call = softmax::softmax(at([br * g, n], F32), br).expect("build");
             check_against_reference(&call, seed, &InterpretOptions::default());
         }
 
         #[test]
         fn column_sum_over_an_arbitrary_axis(bm_t in 1usize..4, bn_t in 1usize..3, gm in 1usize..5, gn in 1usize..3, seed in 0u64..1000) {
             let (bm, bn) = (8 * bm_t, 128 * bn_t);
-            let call = colsum::colsum(bm * gm, bn * gn, [bm, bn]).expect("build");
+            let call = colsum::colsum(at([bm * gm, bn * gn], F32), (bm, bn)).expect("build");
             check_against_reference(&call, seed, &InterpretOptions::poisoned());
         }
 
         #[test]
         fn rmsnorm_rows(rows_t in 1usize..3, n_t in 1usize..4, g in 1usize..4, seed in 0u64..1000) {
             let (br, n) = (16 * rows_t, 128 * n_t);
-            let call = rmsnorm::rmsnorm(br * g, n, br, 1e-6).expect("build");
+            let call = rmsnorm::rmsnorm(at([br * g, n], BF16), at([1, n], F32), 1e-6, br).expect("build");
             check_against_reference(&call, seed, &InterpretOptions::default());
         }
 
         #[test]
         fn tiled_matmul(bm_t in 1usize..3, bn_t in 1usize..3, bk_t in 1usize..3, gm in 1usize..3, gn in 1usize..3, gk in 1usize..4, seed in 0u64..1000) {
             let (bm, bn, bk) = (16 * bm_t, 128 * bn_t, 128 * bk_t);
-            let call = matmul::matmul(bm * gm, bn * gn, bk * gk, [bm, bn, bk]).expect("build");
+            let call = matmul::matmul(at([bm * gm, bk * gk], BF16), at([bk * gk, bn * gn], BF16), (bm, bn, bk)).expect("build");
             check_against_reference(&call, seed, &InterpretOptions::poisoned());
         }
     }
@@ -959,4 +968,8 @@ fn reductions_folded_into_fused_chains_match_unfused_bit_for_bit() {
             .fold(f32::NEG_INFINITY, |m, &v| m.max(v * 2.0));
         assert_eq!(a[r * 200], want, "row {r}");
     }
+}
+
+fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
+    ArrayType::new(shape, dtype)
 }

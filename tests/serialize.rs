@@ -76,9 +76,16 @@ fn backend_config_has_the_pallas_fields() {
     assert!(cfg.contains(
         "\"scoped_memory_configs\":[{\"memory_space\":1,\"offset\":0,\"size\":16777216}]"
     ));
+    // The matmul example declares a cost estimate; jax writes it with sorted keys.
+    assert!(cfg.contains(
+        "\"cost_estimate\":{\"bytes_accessed\":1572864,\"flops\":268435456,\"remote_bytes_transferred\":0,\"transcendentals\":0}"
+    ), "{cfg}");
     // Optional fields only when set.
+    let mut plain = call.kernel.clone();
+    plain.cost_estimate = None;
+    let plain_cfg = CustomCall::new(&plain).backend_config().expect("config");
+    assert!(!plain_cfg.contains("cost_estimate"));
     for key in [
-        "cost_estimate",
         "flag_configs",
         "allow_input_fusion",
         "has_communication",

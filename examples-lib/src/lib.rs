@@ -1,0 +1,49 @@
+//! The example kernels exported as a kernel library: the same `examples/*.rs` files the example
+//! binaries build, compiled into one `cdylib` whose C ABI the Python package loads as
+//! `tpu_kernel.examples` (`pip install .` builds it and ships it inside the package).
+
+#[allow(dead_code)]
+#[path = "../../examples/add.rs"]
+mod add;
+#[allow(dead_code)]
+#[path = "../../examples/causal_mask.rs"]
+mod causal_mask;
+#[allow(dead_code)]
+#[path = "../../examples/colsum.rs"]
+mod colsum;
+#[allow(dead_code)]
+#[path = "../../examples/fori_rowsum.rs"]
+mod fori_rowsum;
+#[allow(dead_code)]
+#[path = "../../examples/matmul.rs"]
+mod matmul;
+#[allow(dead_code)]
+#[path = "../../examples/ops_tour.rs"]
+mod ops_tour;
+#[allow(dead_code)]
+#[path = "../../examples/rmsnorm.rs"]
+mod rmsnorm;
+#[allow(dead_code)]
+#[path = "../../examples/softmax.rs"]
+mod softmax;
+#[allow(dead_code)]
+#[path = "../../examples/transpose.rs"]
+mod transpose;
+
+tpu_kernel::export_library!(
+    "examples",
+    [
+        add::add,
+        causal_mask::causal_mask,
+        colsum::colsum,
+        fori_rowsum::fori_rowsum,
+        matmul::matmul,
+        matmul::matmul_dx,
+        matmul::matmul_dw,
+        ops_tour::ops_tour,
+        rmsnorm::rmsnorm,
+        rmsnorm::rmsnorm_bwd,
+        softmax::softmax,
+        transpose::transpose,
+    ]
+);
