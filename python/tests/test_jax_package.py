@@ -1,6 +1,7 @@
 """The installed `tpu_kernel` package: where it comes from, the examples' public surface, the library
 description, and argument mistakes Python catches before Rust is asked."""
 import inspect
+import json
 import os
 import sysconfig
 from pathlib import Path
@@ -110,6 +111,22 @@ def test_unknown_keyword_names_it_and_lists_the_real_ones():
 def test_static_parameter_must_be_static():
     with pytest.raises(tpu_kernel.KernelError, match="block_rows.*not a static value"):
         ex.softmax(_x((8, 128)), block_rows=jnp.int32(8))
+
+
+def test_static_parameter_passed_as_a_jit_argument_says_how_to_fix_it():
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        jax.jit(ex.softmax)(_x((8, 128)), block_rows=8)  # jit traces keyword arguments too
+    assert "block_rows" in str(e.value) and "static_argnames" in str(e.value)
+    out = jax.jit(ex.softmax, static_argnames="block_rows")(_x((8, 128)), block_rows=8)
+    assert out.shape == (8, 128)
+
+
+def test_build_and_lower_answers_for_plain_arguments():
+    info = ex.add.build(np.zeros((256, 256), np.float32), np.zeros((256, 256), np.float32))
+    assert info["outputs"] == [{"shape": [256, 256], "dtype": "f32"}]
+    assert info["params"] == {"block": [256, 256]} and info["kernel_name"] and info["ffi_request"]
+    lower = ex.add.lower(jax.ShapeDtypeStruct((256, 256), f32), jax.ShapeDtypeStruct((256, 256), f32))
+    assert "custom_call_config" in json.loads(lower["backend_config"])
 
 
 def test_unsupported_dtype_is_named_before_rust_is_asked():

@@ -181,16 +181,21 @@ class Kernel:
             f = self._vjp_cache[params_json] = _grad.make_vjp(self, params_json)
         return f
 
+    def _avals(self, arrays: Sequence[Any]) -> list:
+        """Shapes and dtypes of the arguments, as jax would see them (Python scalars, lists and numpy
+        arrays included)."""
+        import jax
+        self._check_arity(arrays)
+        return [a if hasattr(a, "shape") and hasattr(a, "dtype") else jax.typeof(a) for a in arrays]
+
     def build(self, *arrays: Any, **params: Any) -> dict:
         """Rust's "build" answer for these arguments (arrays or `jax.ShapeDtypeStruct`s): output
         shapes/dtypes, `kernel_name`, canonical `params`, `ffi_request`, `cost_estimate`. Cached."""
-        self._check_arity(arrays)
-        return self.library.request("build", self.name, arrays, self.canonical_params(params), ())
+        return self.library.request("build", self.name, self._avals(arrays), self.canonical_params(params), ())
 
     def lower(self, *arrays: Any, **params: Any) -> dict:
         """Rust's "lower" answer: the build answer plus the `tpu_custom_call` `backend_config`. Cached."""
-        self._check_arity(arrays)
-        return self.library.request("lower", self.name, arrays, self.canonical_params(params), ())
+        return self.library.request("lower", self.name, self._avals(arrays), self.canonical_params(params), ())
 
 
 class Library:
