@@ -70,8 +70,9 @@ def test_missing_static_parameter(user_crate):
     x = jnp.ones((8, 128), f32)
     with pytest.raises(tpu_kernel.KernelError) as e:
         user_crate.scale(x)
-    msg = str(e.value)
-    assert "scale()" in msg and "'factor'" in msg and "f32" in msg and e.value.argument == "factor"
+    e = rust_error(e, kind="Argument")  # caught in Python, located at the kernel's Rust export
+    assert "scale()" in e.message and "'factor'" in e.message and "f32" in e.message
+    assert e.argument == "factor" and e.location == user_crate.kernels["scale"].spec["location"]
     # Rust refuses it too (for callers that skip the Python check), naming the parameter
     answer = user_crate.call("build", {"kernel": "scale", "inputs": [{"shape": [8, 128], "dtype": "f32"}],
                                        "params": {}, "batch": []})

@@ -129,12 +129,19 @@ class Kernel:
 
     # -- arguments ---------------------------------------------------------------------------------
 
+    def _argument_error(self, text: str, argument: str | None = None) -> KernelError:
+        """A call mistake caught in Python, pointing at the kernel's export in Rust (the library
+        description's `location`, when it has one) as Rust's own errors do."""
+        loc = self.spec.get("location")
+        return KernelError(f"{loc}: {text}" if loc else text, message=text, location=loc,
+                           argument=argument, kernel=self.name)
+
     def _check_arity(self, arrays: Sequence[Any]) -> None:
         if len(arrays) != len(self.inputs):
-            raise KernelError(
+            raise self._argument_error(
                 f"{self.name}() takes {len(self.inputs)} array argument(s) ({', '.join(self.inputs)}), "
                 f"got {len(arrays)}; static parameters are keyword-only "
-                f"({', '.join(p['name'] for p in self.params) or 'none'})", kernel=self.name)
+                f"({', '.join(p['name'] for p in self.params) or 'none'})")
 
     def canonical_params(self, given: Mapping[str, Any]) -> str:
         """The static parameters as the JSON text the primitive carries: every declared parameter,
@@ -144,9 +151,9 @@ class Kernel:
         unknown = [k for k in given if k not in declared]
         if unknown:
             known = ", ".join(f"{n}: {p.get('type', '?')}" for n, p in declared.items()) or "none"
-            raise KernelError(
+            raise self._argument_error(
                 f"{self.name}() got an unexpected keyword argument {unknown[0]!r}; its static parameters "
-                f"are: {known}", argument=unknown[0], kernel=self.name)
+                f"are: {known}", unknown[0])
         out = {}
         for name, p in declared.items():
             if name in given:
@@ -154,10 +161,9 @@ class Kernel:
             elif "default" in p:
                 out[name] = p["default"]
             else:
-                raise KernelError(
+                raise self._argument_error(
                     f"{self.name}() missing required keyword argument {name!r} "
-                    f"(a static parameter of type {p.get('type', '?')}, declared without a default)",
-                    argument=name, kernel=self.name)
+                    f"(a static parameter of type {p.get('type', '?')}, declared without a default)", name)
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
     # -- calling -----------------------------------------------------------------------------------
