@@ -52,8 +52,11 @@ def test_tpu_lowering_inside_a_jnp_program_with_cost_estimate():
     call = only_custom_call(tc.lower_jax_for_tpu(f, [x, y]))
     lower = ex.matmul.lower(x, y)
     assert call["config"] == json.loads(lower["backend_config"])
-    if lower.get("cost_estimate"):  # what Rust estimates reaches libtpu inside the custom call config
-        assert "cost_estimate" in call["config"]["custom_call_config"]
+    # Rust's cost estimate reaches XLA's scheduler inside the custom call config
+    cost = lower["cost_estimate"]
+    assert cost["flops"] == 2 * 256 * 512 * 256 and cost["bytes_accessed"] == 2 * (256 * 512 * 2 + 256 * 256)
+    in_config = call["config"]["custom_call_config"]["cost_estimate"]
+    assert {k: in_config[k] for k in cost} == cost
     res = tc.compile_jax(f, [x, y], "v5e")
     assert res.ok, res.error
 
