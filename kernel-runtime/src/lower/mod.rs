@@ -187,8 +187,9 @@ fn lower_func<'c>(
         .map_err(|e| kerr!(Lowering, "building func.func @{}: {e}", f.name))
 }
 
+/// The attribute `text` in `ctx`, parsed once per context (see `context::memo_attr`).
 pub(crate) fn parse_attr<'c>(ctx: &'c Context, text: &str) -> Result<Attribute<'c>> {
-    Attribute::parse(ctx, text)
+    context::memo_attr(ctx, text)
         .ok_or_else(|| kerr!(Lowering, "MLIR could not parse the attribute `{text}`"))
 }
 
@@ -223,7 +224,7 @@ impl<'c, 'f> Lowerer<'c, 'f> {
     }
 
     pub fn parse_type(&self, text: &str) -> Result<MType<'c>> {
-        MType::parse(self.ctx, text)
+        context::memo_type(self.ctx, text)
             .ok_or_else(|| kerr!(Lowering, "MLIR could not parse the type `{text}`"))
     }
 

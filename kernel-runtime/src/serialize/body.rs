@@ -166,12 +166,7 @@ unsafe fn mangle_op(context: &Context, op: MlirOperation, version: i64) -> Resul
     let mut attrs = unsafe { attributes(op) };
     for (op_name, attr, value) in TPU_DEFAULT_ATTRS {
         if *op_name == name && !attrs.iter().any(|(n, _)| n == attr) {
-            let parsed = Attribute::parse(context, value).ok_or_else(|| {
-                kerr!(
-                    Lowering,
-                    "cannot parse default attribute `{attr} = {value}`"
-                )
-            })?;
+            let parsed = lower::parse_attr(context, value)?;
             attrs.push((attr.to_string(), parsed.to_raw()));
         }
     }

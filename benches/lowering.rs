@@ -1,0 +1,293 @@
+//! P1, lowering latency, side by side in one run: for each example kernel, ours — build (trace +
+//! checks) + Mosaic (construction + verification) + serialization (stable_mosaic bytecode, base64,
+//! the `tpu_custom_call` backend_config), through the same `Library` calls the C ABI answers — vs
+//! Pallas trace + lower for TPU of the same kernel (`python/tests/pallas_kernels.py`), with a new
+//! signature for every sample on both sides (no cache hit), medians of ≥ 7 samples, and the ratio.
+//!
+//! ```text
+//! cargo bench --bench lowering               # 15 samples per kernel and side
+//! cargo bench --bench lowering -- --quick    # 7
+//! cargo bench --bench lowering -- --phases   # also ours split into build / Mosaic / serialize
+//! ```
+//! Pallas runs in `.venv/bin/python benches/pallas_lowering.py` (override with `TPU_KERNEL_PYTHON`).
+//! Per kernel, two rounds of (our samples, then Pallas's samples), each side keeping its better
+//! round: the sides alternate in time, but neither is timed right after the other trashed the caches.
+
+#[allow(dead_code)]
+#[path = "../examples/add.rs"]
+mod add;
+#[allow(dead_code)]
+#[path = "../examples/causal_mask.rs"]
+mod causal_mask;
+#[allow(dead_code)]
+#[path = "../examples/colsum.rs"]
+mod colsum;
+#[allow(dead_code)]
+#[path = "../examples/fori_rowsum.rs"]
+mod fori_rowsum;
+#[allow(dead_code)]
+#[path = "../examples/matmul.rs"]
+mod matmul;
+#[allow(dead_code)]
+#[path = "../examples/ops_tour.rs"]
+mod ops_tour;
+#[allow(dead_code)]
+#[path = "../examples/rmsnorm.rs"]
+mod rmsnorm;
+#[allow(dead_code)]
+#[path = "../examples/softmax.rs"]
+mod softmax;
+#[allow(dead_code)]
+#[path = "../examples/transpose.rs"]
+mod transpose;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+use tpu_kernel::__private::export::{Library, Request};
+use tpu_kernel::lower;
+
+/// The example's inputs with the first dimension of the arrays in `grow` made `i + 1` blocks longer:
+/// sample `i` of a case is a signature no earlier sample had.
+struct Case {
+    name: &'static str,
+    inputs: Vec<(Vec<usize>, &'static str)>,
+    grow: &'static [usize],
+    step: usize,
+}
+
+fn cases() -> Vec<Case> {
+    let c = |name, inputs: &[(&[usize], &'static str)], grow, step| Case {
+        name,
+        inputs: inputs.iter().map(|(s, d)| (s.to_vec(), *d)).collect(),
+        grow,
+        step,
+    };
+    vec![
+        c(
+            "add",
+            &[(&[1024, 1024], "f32"), (&[1024, 1024], "f32")],
+            &[0, 1],
+            256,
+        ),
+        c(
+            "matmul",
+            &[(&[512, 512], "bf16"), (&[512, 512], "bf16")],
+            &[0],
+            128,
+        ),
+        c("softmax", &[(&[1024, 1024], "f32")], &[0], 8),
+        c(
+            "rmsnorm",
+            &[(&[1024, 1024], "bf16"), (&[1, 1024], "f32")],
+            &[0],
+            16,
+        ),
+        c("causal_mask", &[(&[512, 512], "f32")], &[0], 128),
+        c("fori_rowsum", &[(&[256, 1024], "f32")], &[0], 8),
+        c("transpose", &[(&[512, 512], "f32")], &[0], 128),
+        c("colsum", &[(&[1024, 256], "f32")], &[0], 128),
+        c(
+            "ops_tour",
+            &[(&[256, 128], "f32"), (&[128, 128], "f32")],
+            &[0],
+            64,
+        ),
+    ]
+}
+
+impl Case {
+    fn shapes(&self, i: usize) -> Vec<(Vec<usize>, &'static str)> {
+        let mut s = self.inputs.clone();
+        for &g in self.grow {
+            s[g].0[0] += self.step * (i + 1);
+        }
+        s
+    }
+    fn request(&self, i: usize) -> Request {
+        let json = serde_json_text(&self.shapes(i));
+        let v = format!("{{\"kernel\": \"{}\", \"inputs\": {json}}}", self.name);
+        Request::from_json(&serde_json::from_str(&v).expect("request json")).expect("request")
+    }
+}
+
+fn serde_json_text(shapes: &[(Vec<usize>, &str)]) -> String {
+    let items: Vec<String> = shapes
+        .iter()
+        .map(|(s, d)| format!("{{\"shape\": {s:?}, \"dtype\": \"{d}\"}}"))
+        .collect();
+    format!("[{}]", items.join(", "))
+}
+
+fn library() -> Library {
+    Library::new(
+        "examples",
+        vec![
+            add::__tpu_kernel_export_add(),
+            causal_mask::__tpu_kernel_export_causal_mask(),
+            colsum::__tpu_kernel_export_colsum(),
+            fori_rowsum::__tpu_kernel_export_fori_rowsum(),
+            matmul::__tpu_kernel_export_matmul(),
+            ops_tour::__tpu_kernel_export_ops_tour(),
+            rmsnorm::__tpu_kernel_export_rmsnorm(),
+            softmax::__tpu_kernel_export_softmax(),
+            transpose::__tpu_kernel_export_transpose(),
+        ],
+    )
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let samples = if args.iter().any(|a| a == "--quick") {
+        7
+    } else {
+        15
+    };
+    let phases = args.iter().any(|a| a == "--phases");
+    let lib = library();
+    if let Some(i) = args.iter().position(|a| a == "--loop") {
+        // Profiling aid: build the Mosaic module of one kernel over and over.
+        let name = args.get(i + 1).map(String::as_str).unwrap_or("add");
+        let case = cases().into_iter().find(|c| c.name == name).expect("case");
+        let built = lib.build(&case.request(0)).expect("build");
+        let t = Instant::now();
+        for _ in 0..2000 {
+            lower::with_context(|ctx| lower::build_module(ctx, &built.call.kernel).map(|_| ()))
+                .expect("mosaic");
+        }
+        println!(
+            "{name}: Mosaic module + verify {:?} each",
+            t.elapsed() / 2000
+        );
+        let t = Instant::now();
+        for _ in 0..2000 {
+            tpu_kernel::runtime::serialize::CustomCall::new(&built.call.kernel)
+                .backend_config()
+                .expect("config");
+        }
+        println!("{name}: backend_config {:?} each", t.elapsed() / 2000);
+        let t = Instant::now();
+        for _ in 0..2000 {
+            tpu_kernel::runtime::serialize::body::body_bytecode(&built.call.kernel, 15)
+                .expect("body");
+        }
+        println!("{name}: body bytecode {:?} each", t.elapsed() / 2000);
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = std::env::var("TPU_KERNEL_PYTHON")
+        .unwrap_or_else(|_| root.join(".venv/bin/python").display().to_string());
+    let mut child = Command::new(&python)
+        .arg(root.join("benches/pallas_lowering.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {python} (scripts/setup.sh --python makes it): {e}")
+        });
+    let mut to_py = child.stdin.take().expect("stdin");
+    let mut from_py = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut pallas = |case: &Case, i: usize| -> Result<f64, String> {
+        let shapes: Vec<String> = case
+            .shapes(i)
+            .iter()
+            .map(|(s, d)| format!("[{s:?}, \"{d}\"]"))
+            .collect();
+        writeln!(to_py, "{} [{}]", case.name, shapes.join(", ")).map_err(|e| e.to_string())?;
+        to_py.flush().map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        from_py.read_line(&mut line).map_err(|e| e.to_string())?;
+        line.trim()
+            .parse::<f64>()
+            .map_err(|_| line.trim().to_string())
+    };
+
+    println!(
+        "P1 lowering latency: ours (build + Mosaic + serialize) vs Pallas (trace + lower for TPU); \
+         new shapes every sample, median of {samples}"
+    );
+    println!(
+        "{:<12} {:>10} {:>12} {:>9}",
+        "kernel", "ours µs", "Pallas µs", "Pallas/ours"
+    );
+    let mut ratios = Vec::new();
+    for case in cases() {
+        // Warm both sides (first calls load dialects, jax's tracing machinery, ...).
+        for i in 1000..1003 {
+            let b = lib.build(&case.request(i)).expect("build");
+            b.backend_config(&lib.stats).expect("lower");
+            let _ = pallas(&case, i);
+        }
+        // Two rounds, each: our samples back to back, then Pallas's (so neither runs with the other's
+        // working set in the caches); each side keeps its better round's median.
+        let (mut ours, mut theirs) = (f64::INFINITY, f64::INFINITY);
+        let (mut t_build, mut t_mosaic, mut t_config) = (Vec::new(), Vec::new(), Vec::new());
+        let mut failed = None;
+        for round in 0..2 {
+            let first = round * samples;
+            let mut o = Vec::new();
+            for i in first..first + samples {
+                let req = case.request(i);
+                let t = Instant::now();
+                let built = lib.build(&req).expect("build");
+                let tb = Instant::now();
+                let cfg = built.backend_config(&lib.stats).expect("lower");
+                o.push(t.elapsed().as_secs_f64() * 1e6);
+                t_build.push((tb - t).as_secs_f64() * 1e6);
+                t_config.push(tb.elapsed().as_secs_f64() * 1e6);
+                std::hint::black_box(cfg);
+                if phases {
+                    // The Mosaic module alone (construction + verification) for the same kernel.
+                    let t = Instant::now();
+                    lower::with_context(|ctx| {
+                        lower::build_module(ctx, &built.call.kernel).map(|_| ())
+                    })
+                    .expect("mosaic");
+                    t_mosaic.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            ours = ours.min(median(o));
+            let mut p = Vec::new();
+            for i in first..first + samples {
+                match pallas(&case, i) {
+                    Ok(ms) => p.push(ms * 1e3),
+                    Err(e) => failed = Some(e),
+                }
+            }
+            if !p.is_empty() {
+                theirs = theirs.min(median(p));
+            }
+        }
+        if let Some(e) = failed {
+            println!("  Pallas failed on {}: {e}", case.name);
+        }
+        let (o, p) = (ours, theirs);
+        if !p.is_finite() {
+            println!("{:<12} {:>10.1} {:>12} {:>9}", case.name, o, "-", "-");
+            continue;
+        }
+        ratios.push(p / o);
+        println!("{:<12} {:>10.1} {:>12.1} {:>8.0}×", case.name, o, p, p / o);
+        if phases {
+            println!(
+                "{:<12} build (trace + checks) {:.1} µs | Mosaic module + verify {:.1} µs | backend_config (module + serialize) {:.1} µs",
+                "",
+                median(t_build),
+                median(t_mosaic),
+                median(t_config)
+            );
+        }
+    }
+    let g = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len().max(1) as f64).exp();
+    let worst = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    println!("geomean Pallas/ours {g:.0}×, worst {worst:.0}× (target ≥ 100× on every kernel)");
+    drop(to_py);
+    let _ = child.wait();
+}
