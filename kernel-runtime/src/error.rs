@@ -30,8 +30,38 @@ impl From<&'static Location<'static>> for SourceLoc {
 }
 
 impl fmt::Display for SourceLoc {
+    /// `file:line:col`, the path with `a/../` steps folded (a module included with `#[path]` from
+    /// another crate reports `lib/src/../../examples/add.rs`; this prints `examples/add.rs`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.file, self.line, self.col)
+        write!(f, "{}:{}:{}", normalize(self.file), self.line, self.col)
+    }
+}
+
+fn normalize(path: &str) -> std::borrow::Cow<'_, str> {
+    if !path.contains("..") {
+        return path.into();
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in path.split('/') {
+        match seg {
+            ".." if parts.last().is_some_and(|p| *p != ".." && !p.is_empty()) => {
+                parts.pop();
+            }
+            "." => {}
+            s => parts.push(s),
+        }
+    }
+    parts.join("/").into()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn locations_print_folded_paths() {
+        assert_eq!(super::normalize("lib/src/../../examples/add.rs"), "examples/add.rs");
+        assert_eq!(super::normalize("../x/./y.rs"), "../x/y.rs");
+        assert_eq!(super::normalize("/a/b/../c.rs"), "/a/c.rs");
+        assert_eq!(super::normalize("src/lib.rs"), "src/lib.rs");
     }
 }
 

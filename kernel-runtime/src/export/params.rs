@@ -61,7 +61,10 @@ macro_rules! float_param {
                     .ok_or_else(|| format!("expected a number ({}), got {}", stringify!($t), describe(v)))
             }
             fn to_json(&self) -> Value {
-                serde_json::Number::from_f64(*self as f64).map_or(Value::Null, Value::Number)
+                // The shortest decimal that reads back as this value (`1e-6f32` is 1e-06 in
+                // Python, not 9.999999974752427e-07).
+                let shortest: f64 = self.to_string().parse().unwrap_or(*self as f64);
+                serde_json::Number::from_f64(shortest).map_or(Value::Null, Value::Number)
             }
         }
     )*};
@@ -201,6 +204,8 @@ mod tests {
         let e = usize::from_json(&json!(1.5)).unwrap_err();
         assert!(e.contains("expected an integer"), "{e}");
         assert_eq!(f32::from_json(&json!(1)).unwrap(), 1.0);
+        assert_eq!(1e-6f32.to_json(), json!(1e-6));
+        assert_eq!(f32::from_json(&1e-6f32.to_json()).unwrap(), 1e-6f32);
         assert!(f32::from_json(&json!(true)).is_err());
         assert_eq!(<[i32; 2]>::from_json(&json!([1, -2])).unwrap(), [1, -2]);
         let e = <[i32; 2]>::from_json(&json!([1, "a"])).unwrap_err();
