@@ -336,9 +336,21 @@ impl Library {
         self.ffi_cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Answer one C-ABI method call (`build`, `lower`, `stats`) with a JSON value.
+    /// Answer one C-ABI method call with a JSON value: `build` (output types, canonical params, the
+    /// FFI request), `lower` (also the `tpu_custom_call` backend_config), `stats` (cache misses),
+    /// `ffi_layout` (the FFI structs as the handler lays them out).
     pub fn dispatch(&self, method: &str, request: &str) -> Value {
         let answer = || -> Result<Value> {
+            if method == "ffi_layout" {
+                // The handler's view of XLA's structs, for a test against the C header.
+                let layout: Map<String, Value> = ffi::layout()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), Value::from(v)))
+                    .collect();
+                return Ok(
+                    json!({"ok": true, "layout": layout, "api_version": [ffi::API_MAJOR, ffi::API_MINOR]}),
+                );
+            }
             if method == "stats" {
                 return Ok(json!({
                     "ok": true,
@@ -369,7 +381,7 @@ impl Library {
                 other => {
                     return Err(kerr!(
                         Unsupported,
-                        "unknown method `{other}` (this library speaks ABI version {ABI_VERSION}: build, lower, stats)"
+                        "unknown method `{other}` (this library speaks ABI version {ABI_VERSION}: build, lower, stats, ffi_layout)"
                     ))
                 }
             }
