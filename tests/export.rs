@@ -220,7 +220,7 @@ fn a_batch_level_must_match_the_arrays() {
 fn borrowed_arrays_give_the_bits_of_owned_ones() {
     let call = softmax::softmax(ArrayType::new([64, 256], F32), 8).expect("build");
     let x = HostArray::random([64, 256], F32, 7);
-    let want = call.interpret(&[x.clone()]).expect("run");
+    let want = call.interpret(std::slice::from_ref(&x)).expect("run");
     let xs: Vec<f32> = x.as_slice::<f32>().expect("f32").to_vec();
     let shape = [64usize, 256];
     for misalign in [0usize, 1] {

@@ -58,7 +58,10 @@ fn normalize(path: &str) -> std::borrow::Cow<'_, str> {
 mod tests {
     #[test]
     fn locations_print_folded_paths() {
-        assert_eq!(super::normalize("lib/src/../../examples/add.rs"), "examples/add.rs");
+        assert_eq!(
+            super::normalize("lib/src/../../examples/add.rs"),
+            "examples/add.rs"
+        );
         assert_eq!(super::normalize("../x/./y.rs"), "../x/y.rs");
         assert_eq!(super::normalize("/a/b/../c.rs"), "/a/c.rs");
         assert_eq!(super::normalize("src/lib.rs"), "src/lib.rs");
