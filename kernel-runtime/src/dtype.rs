@@ -51,7 +51,6 @@ impl DType {
             DType::Bool => "i1",
         }
     }
-    /// The name users write (and error messages print).
     /// The dtype called `name` (the spelling of [`DType::name`]: `f32`, `bf16`, `i32`, `i8`, `u8`, `u32`, `bool`).
     pub fn from_name(name: &str) -> Option<DType> {
         [
@@ -66,6 +65,7 @@ impl DType {
         .into_iter()
         .find(|d| d.name() == name)
     }
+    /// The name users write (and error messages print).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",

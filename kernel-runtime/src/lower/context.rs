@@ -35,47 +35,55 @@ pub fn with_context<R>(f: impl FnOnce(&Context) -> R) -> R {
     CONTEXT.with(|ctx| f(ctx))
 }
 
-/// Parsed types and attributes by their text, per context. MLIR uniques types and attributes and
-/// keeps them for the context's whole life, so a handle parsed once stays valid and equal to a fresh
-/// parse; the per-thread contexts live as long as their thread. Parsing (a lexer, a parser, a source
-/// manager per call) was most of the cost of building a small module.
+/// Parsed attributes by their text, per context. MLIR uniques attributes and keeps them for the
+/// context's whole life, so a handle parsed once stays valid and equal to a fresh parse; the
+/// per-thread contexts live as long as their thread. (Types are built directly, not parsed.)
 mod memo {
-    use melior::ir::{Attribute, AttributeLike, Type, TypeLike};
+    use melior::ir::{Attribute, AttributeLike};
     use melior::Context;
-    use mlir_sys::{MlirAttribute, MlirContext, MlirType};
+    use mlir_sys::{MlirAttribute, MlirContext};
     use std::cell::RefCell;
     use std::collections::HashMap;
 
+    // Per context address, text → handle: a hit looks up by `&str` (no allocation).
+    type Memo<T> = RefCell<HashMap<usize, HashMap<String, T>>>;
+
     thread_local! {
-        static TYPES: RefCell<HashMap<(usize, String), MlirType>> = RefCell::new(HashMap::new());
-        static ATTRS: RefCell<HashMap<(usize, String), MlirAttribute>> = RefCell::new(HashMap::new());
+        static ATTRS: Memo<MlirAttribute> = RefCell::new(HashMap::new());
     }
 
-    fn key(ctx: &Context, text: &str) -> (usize, String) {
+    fn ctx_key(ctx: &Context) -> usize {
         let raw: MlirContext = ctx.to_raw();
-        (raw.ptr as usize, text.to_string())
+        raw.ptr as usize
     }
 
-    pub fn memo_type<'c>(ctx: &'c Context, text: &str) -> Option<Type<'c>> {
-        let k = key(ctx, text);
-        if let Some(raw) = TYPES.with(|m| m.borrow().get(&k).copied()) {
-            // SAFETY: parsed in this very context (the key holds its address), which is alive (`ctx`).
-            return Some(unsafe { Type::from_raw(raw) });
+    fn memo<T: Copy>(
+        table: &'static std::thread::LocalKey<Memo<T>>,
+        ctx: &Context,
+        text: &str,
+        parse: impl FnOnce() -> Option<T>,
+    ) -> Option<T> {
+        let k = ctx_key(ctx);
+        if let Some(raw) = table.with(|m| m.borrow().get(&k).and_then(|t| t.get(text)).copied()) {
+            return Some(raw);
         }
-        let t = Type::parse(ctx, text)?;
-        TYPES.with(|m| m.borrow_mut().insert(k, t.to_raw()));
-        Some(t)
+        let raw = parse()?;
+        table.with(|m| {
+            m.borrow_mut()
+                .entry(k)
+                .or_default()
+                .insert(text.to_string(), raw)
+        });
+        Some(raw)
     }
 
     pub fn memo_attr<'c>(ctx: &'c Context, text: &str) -> Option<Attribute<'c>> {
-        let k = key(ctx, text);
-        if let Some(raw) = ATTRS.with(|m| m.borrow().get(&k).copied()) {
-            // SAFETY: as for types.
-            return Some(unsafe { Attribute::from_raw(raw) });
-        }
-        let a = Attribute::parse(ctx, text)?;
-        ATTRS.with(|m| m.borrow_mut().insert(k, a.to_raw()));
-        Some(a)
+        let raw = memo(&ATTRS, ctx, text, || {
+            Attribute::parse(ctx, text).map(|a| a.to_raw())
+        })?;
+        // SAFETY: parsed in this very context (the key is its address), which is alive (`ctx`);
+        // MLIR keeps uniqued attributes for the context's life.
+        Some(unsafe { Attribute::from_raw(raw) })
     }
 }
-pub(crate) use memo::{memo_attr, memo_type};
+pub(crate) use memo::memo_attr;

@@ -16,7 +16,7 @@ pub use context::with_context;
 use melior::ir::attribute::{StringAttribute, TypeAttribute};
 use melior::ir::block::BlockLike;
 use melior::ir::operation::{OperationBuilder, OperationLike, OperationMutLike};
-use melior::ir::r#type::{FunctionType, MemRefType};
+use melior::ir::r#type::{FunctionType, IntegerType, MemRefType};
 use melior::ir::{
     Attribute, Block, Identifier, Location, Module, RegionLike, Type as MType, Value, ValueLike,
 };
@@ -207,10 +207,14 @@ pub(crate) struct Lowerer<'c, 'f> {
 impl<'c, 'f> Lowerer<'c, 'f> {
     pub fn ty(&self, t: &Type) -> Result<MType<'c>> {
         match t {
-            Type::Scalar(d) => self.parse_type(d.mlir()),
-            Type::Vector(s, d) => self.parse_type(&vector_type_text(s, d.mlir())),
+            Type::Scalar(d) => Ok(self.elem(*d)),
+            // A 0-d vector prints as its element type in our IR's convention (`vector_type_text`).
+            Type::Vector(s, d) if s.is_empty() => Ok(self.elem(*d)),
+            Type::Vector(s, d) => {
+                let dims: Vec<u64> = s.iter().map(|&x| x as u64).collect();
+                Ok(MType::vector(&dims, self.elem(*d)))
+            }
             Type::Ref(s, d, space) => {
-                let elem = self.parse_type(d.mlir())?;
                 let dims: Vec<i64> = s.iter().map(|&x| x as i64).collect();
                 let space = match space {
                     MemSpace::Vmem => "#tpu.memory_space<vmem>",
@@ -218,14 +222,21 @@ impl<'c, 'f> Lowerer<'c, 'f> {
                     MemSpace::Any => "#tpu.memory_space<any>",
                 };
                 let space = parse_attr(self.ctx, space)?;
-                Ok(MemRefType::new(elem, &dims, None, Some(space)).into())
+                Ok(MemRefType::new(self.elem(*d), &dims, None, Some(space)).into())
             }
         }
     }
 
-    pub fn parse_type(&self, text: &str) -> Result<MType<'c>> {
-        context::memo_type(self.ctx, text)
-            .ok_or_else(|| kerr!(Lowering, "MLIR could not parse the type `{text}`"))
+    /// The MLIR element type of a dtype (signless integers; signedness lives in the ops).
+    pub fn elem(&self, d: crate::dtype::DType) -> MType<'c> {
+        use crate::dtype::DType;
+        match d {
+            DType::F32 => MType::float32(self.ctx),
+            DType::BF16 => MType::bfloat16(self.ctx),
+            DType::I32 | DType::U32 => IntegerType::new(self.ctx, 32).into(),
+            DType::I8 | DType::U8 => IntegerType::new(self.ctx, 8).into(),
+            DType::Bool => IntegerType::new(self.ctx, 1).into(),
+        }
     }
 
     /// The MLIR value for an IR value (must already be lowered).

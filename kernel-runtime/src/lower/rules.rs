@@ -4,6 +4,7 @@ use super::{parse_attr, vector_type_text, Lowerer};
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, Result};
 use crate::ir::{BinaryOp, CmpOp, Op, OpKind, ReduceKind, Start, Type, UnaryOp, ValueId, Window};
+use melior::ir::attribute::IntegerAttribute;
 use melior::ir::block::BlockLike;
 use melior::ir::operation::{OperationBuilder, OperationLike};
 use melior::ir::{Block, Identifier, RegionLike, Type as MType, Value};
@@ -164,16 +165,18 @@ fn index_const<'c>(
     op: &Op,
     v: usize,
 ) -> Result<Value<'c, 'static>> {
-    let ity = lw.parse_type("index")?;
-    Ok(emit(
-        lw,
-        block,
-        op,
-        "arith.constant",
-        &[],
-        &[ity],
-        &[("value", format!("{v} : index"))],
-    )?[0])
+    let ity = MType::index(lw.ctx);
+    let value = IntegerAttribute::new(ity, v as i64).into();
+    let built = OperationBuilder::new("arith.constant", super::location(lw.ctx, &op.loc))
+        .add_results(&[ity])
+        .add_attributes(&[(Identifier::new(lw.ctx, "value"), value)])
+        .build()
+        .map_err(|e| kerr!(Lowering, "building arith.constant: {e}"))?;
+    let r = block.append_operation(built);
+    let v = r
+        .result(0)
+        .map_err(|e| kerr!(Lowering, "arith.constant result: {e}"))?;
+    Ok(super::detach(v))
 }
 
 fn constant<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, l: Literal) -> Result<()> {
@@ -443,7 +446,7 @@ fn window_indices<'c>(
 ) -> Result<Vec<Value<'c, 'static>>> {
     let mut dyn_it = dynamic.iter();
     let mut out = Vec::new();
-    let ity = lw.parse_type("index")?;
+    let ity = MType::index(lw.ctx);
     for s in &w.starts {
         out.push(match s {
             Start::Static(v) => index_const(lw, block, op, *v)?,

@@ -32,8 +32,8 @@ use mlir_sys::{
     mlirOperationGetRegion, mlirOperationGetResult, mlirOperationStateAddAttributes,
     mlirOperationStateAddOperands, mlirOperationStateAddOwnedRegions, mlirOperationStateAddResults,
     mlirOperationStateGet, mlirOperationWalk, mlirRegionCreate, mlirRegionTakeBody,
-    mlirValueGetType, mlirValueReplaceAllUsesOfWith, MlirAttribute, MlirNamedAttribute,
-    MlirOperation, MlirStringRef, MlirWalkOrder_MlirWalkPostOrder, MlirWalkResult,
+    mlirValueGetType, mlirValueReplaceAllUsesOfWith, MlirNamedAttribute, MlirOperation,
+    MlirStringRef, MlirWalkOrder_MlirWalkPostOrder, MlirWalkResult,
     MlirWalkResult_MlirWalkResultAdvance,
 };
 use std::os::raw::c_void;
@@ -132,29 +132,30 @@ fn string_ref(s: &str) -> MlirStringRef {
     }
 }
 
-fn str_of(r: MlirStringRef) -> String {
+/// The text of an MLIR string ref (owned by the context, so it lives as long as `'a` says).
+///
+/// # Safety
+/// `r` must point at `length` valid bytes for `'a`.
+unsafe fn str_of<'a>(r: MlirStringRef) -> &'a str {
     if r.data.is_null() {
-        return String::new();
+        return "";
     }
-    // SAFETY: MLIR string refs point at `length` valid bytes owned by the context.
+    // SAFETY: forwarded to the caller.
     let bytes = unsafe { std::slice::from_raw_parts(r.data as *const u8, r.length) };
-    String::from_utf8_lossy(bytes).into_owned()
+    std::str::from_utf8(bytes).unwrap_or("")
 }
 
-/// The attributes of an op as (name, attribute), inherent ones included (`Operation::getAttrs`).
-unsafe fn attributes(op: MlirOperation) -> Vec<(String, MlirAttribute)> {
-    let n = unsafe { mlirOperationGetNumAttributes(op) };
-    (0..n)
-        .map(|i| {
-            let a = unsafe { mlirOperationGetAttribute(op, i) };
-            (str_of(unsafe { mlirIdentifierStr(a.name) }), a.attribute)
-        })
-        .collect()
+/// The name of a named attribute.
+fn attr_name<'a>(a: &MlirNamedAttribute) -> &'a str {
+    // SAFETY: identifiers are uniqued in the context and never freed while it lives.
+    unsafe { str_of(mlirIdentifierStr(a.name)) }
 }
 
-/// Replace `op` by `stable_mosaic.<name>` with the same operands, results, attributes and regions.
+/// Replace `op` by `stable_mosaic.<name>` with the same operands, results, attributes (their
+/// identifiers reused) and regions.
 unsafe fn mangle_op(context: &Context, op: MlirOperation, version: i64) -> Result<()> {
-    let name = str_of(unsafe { mlirIdentifierStr(mlirOperationGetName(op)) });
+    // SAFETY (whole function): `op` is a live operation of a module in `context`.
+    let name = unsafe { str_of(mlirIdentifierStr(mlirOperationGetName(op))) };
     if unsafe { mlirOperationGetNumSuccessors(op) } != 0 {
         return Err(kerr!(
             Lowering,
@@ -163,14 +164,18 @@ unsafe fn mangle_op(context: &Context, op: MlirOperation, version: i64) -> Resul
     }
     let ctx = context.to_raw();
 
-    let mut attrs = unsafe { attributes(op) };
+    let mut named: Vec<MlirNamedAttribute> = (0..unsafe { mlirOperationGetNumAttributes(op) })
+        .map(|i| unsafe { mlirOperationGetAttribute(op, i) })
+        .collect();
     for (op_name, attr, value) in TPU_DEFAULT_ATTRS {
-        if *op_name == name && !attrs.iter().any(|(n, _)| n == attr) {
+        if *op_name == name && !named.iter().any(|a| attr_name(a) == *attr) {
             let parsed = lower::parse_attr(context, value)?;
-            attrs.push((attr.to_string(), parsed.to_raw()));
+            named.push(unsafe {
+                mlirNamedAttributeGet(mlirIdentifierGet(ctx, string_ref(attr)), parsed.to_raw())
+            });
         }
     }
-    downgrade(&name, &mut attrs, version)?;
+    downgrade(name, &mut named, version)?;
 
     let new_name = format!("{MANGLE_PREFIX}{name}");
     let operands: Vec<_> = (0..unsafe { mlirOperationGetNumOperands(op) })
@@ -182,10 +187,6 @@ unsafe fn mangle_op(context: &Context, op: MlirOperation, version: i64) -> Resul
     let result_types: Vec<_> = old_results
         .iter()
         .map(|v| unsafe { mlirValueGetType(*v) })
-        .collect();
-    let named: Vec<MlirNamedAttribute> = attrs
-        .iter()
-        .map(|(n, a)| unsafe { mlirNamedAttributeGet(mlirIdentifierGet(ctx, string_ref(n)), *a) })
         .collect();
     let regions: Vec<_> = (0..unsafe { mlirOperationGetNumRegions(op) })
         .map(|i| {
@@ -232,11 +233,11 @@ unsafe fn mangle_op(context: &Context, op: MlirOperation, version: i64) -> Resul
 /// than [`MIN_VERSION`] (`tpu.iota` < 6, `vector.multi_reduction` < 3, i1 `arith.constant` < 10) are out
 /// of range and deliberately not implemented. (jaxlib's v11 rule on `add` is for `tpu.store`, not the
 /// `tpu.vector_store` we emit, which keeps `add` at every version.)
-pub fn downgrade(name: &str, attrs: &mut Vec<(String, MlirAttribute)>, version: i64) -> Result<()> {
-    let bool_value = |attrs: &[(String, MlirAttribute)], key: &str| -> Option<bool> {
-        attrs.iter().find(|(n, _)| n == key).map(|(_, a)| {
+pub fn downgrade(name: &str, attrs: &mut Vec<MlirNamedAttribute>, version: i64) -> Result<()> {
+    let bool_value = |attrs: &[MlirNamedAttribute], key: &str| -> Option<bool> {
+        attrs.iter().find(|a| attr_name(a) == key).map(|a| {
             // SAFETY: the attribute handle is live (owned by the context).
-            let attr = unsafe { Attribute::from_raw(*a) };
+            let attr = unsafe { Attribute::from_raw(a.attribute) };
             attr.to_string() == "true"
         })
     };
@@ -249,7 +250,7 @@ pub fn downgrade(name: &str, attrs: &mut Vec<(String, MlirAttribute)>, version: 
                     "`transpose_lhs_hint = true` needs stable_mosaic version >= 13"
                 ));
             }
-            attrs.retain(|(n, _)| n != "transpose_lhs_hint");
+            attrs.retain(|a| attr_name(a) != "transpose_lhs_hint");
         }
         _ => {}
     }
