@@ -153,10 +153,11 @@ pub(crate) fn export(attr: TokenStream2, item: TokenStream2) -> TokenStream2 {
             &mut errors,
         );
     }
-    let generated = generate_export(&func, &args, &params);
-    let mut out = match errors.finish() {
-        Ok(()) => TokenStream2::new(),
-        Err(e) => e.into_compile_error(),
+    // On error: the messages and the user's fn (so names resolve), but no descriptor, whose shim
+    // would only add follow-up errors about the parameters already reported.
+    let (mut out, generated) = match errors.finish() {
+        Ok(()) => (TokenStream2::new(), generate_export(&func, &args, &params)),
+        Err(e) => (e.into_compile_error(), TokenStream2::new()),
     };
     out.extend(func.into_token_stream());
     out.extend(generated);
@@ -365,13 +366,15 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
             let i = array_no;
             array_no += 1;
             call_args.push(match &x.ty {
-                Type::Reference(_) => quote!(&arrays[#i]),
-                _ => quote!(::core::clone::Clone::clone(&arrays[#i])),
+                Type::Reference(_) => quote!(&__tpu_kernel_arrays[#i]),
+                _ => quote!(::core::clone::Clone::clone(&__tpu_kernel_arrays[#i])),
             });
         } else {
             let ty = &x.ty;
             let key = n.to_string();
-            reads.push(quote_spanned!(n.span()=> let #n: #ty = params.get::<#ty>(#key)?;));
+            reads.push(
+                quote_spanned!(n.span()=> let #n: #ty = __tpu_kernel_params.get::<#ty>(#key)?;),
+            );
             call_args.push(quote!(#n));
         }
     }
@@ -405,12 +408,13 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
         #[doc(hidden)]
         #[allow(non_snake_case)]
         #vis fn #export_fn() -> #p::KernelExport {
-            fn launch(
-                arrays: &[::tpu_kernel::ArrayType],
-                params: &#p::Params,
+            // Names the user's parameters cannot shadow (a static parameter may be called `params`).
+            fn __tpu_kernel_launch(
+                __tpu_kernel_arrays: &[::tpu_kernel::ArrayType],
+                __tpu_kernel_params: &#p::Params,
             ) -> ::core::result::Result<::tpu_kernel::PallasCall, ::tpu_kernel::KernelError> {
-                if arrays.len() != #n_arrays {
-                    return ::core::result::Result::Err(#p::arity_error(#name, #n_arrays, arrays.len()));
+                if __tpu_kernel_arrays.len() != #n_arrays {
+                    return ::core::result::Result::Err(#p::arity_error(#name, #n_arrays, __tpu_kernel_arrays.len()));
                 }
                 #(#reads)*
                 #fn_name(#(#call_args),*)
@@ -422,7 +426,7 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
                 inputs: &[#(#inputs),*],
                 params: ::std::vec![#(#specs),*],
                 grad: #grad,
-                launch,
+                launch: __tpu_kernel_launch,
             }
         }
     }

@@ -1,0 +1,11 @@
+// Mistake: export_library! lists a function that is not #[export]ed.
+use tpu_kernel::prelude::*;
+
+pub fn not_exported(x: ArrayType) -> Result<PallasCall, KernelError> {
+    let _ = x;
+    unimplemented!()
+}
+
+tpu_kernel::export_library!("lib", [not_exported]);
+
+fn main() {}
