@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
-import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -44,14 +42,8 @@ assert set(OURS) == set(xb.CASES), "benches/xla_baselines.py and this file must 
 
 
 def median_ms(f, args, budget_s: float) -> float:
-    """Median of warm runs of an already compiled function."""
-    times = []
-    start = time.perf_counter()
-    while len(times) < 5 or (time.perf_counter() - start < budget_s and len(times) < 200):
-        t0 = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    """Median of warm runs (xla_baselines.times_ms: the Rust benchmark's baselines time the same way)."""
+    return xb.times_ms(f, args, budget_s)[0]
 
 
 def check(name: str, ours, ref) -> str | None:

@@ -13,34 +13,13 @@
 //! Per kernel, two rounds of (our samples, then Pallas's samples), each side keeping its better
 //! round: the sides alternate in time, but neither is timed right after the other trashed the caches.
 
-#[allow(dead_code)]
-#[path = "../examples/add.rs"]
-mod add;
-#[allow(dead_code)]
-#[path = "../examples/causal_mask.rs"]
-mod causal_mask;
-#[allow(dead_code)]
-#[path = "../examples/colsum.rs"]
-mod colsum;
-#[allow(dead_code)]
-#[path = "../examples/fori_rowsum.rs"]
-mod fori_rowsum;
-#[allow(dead_code)]
-#[path = "../examples/matmul.rs"]
-mod matmul;
-#[allow(dead_code)]
-#[path = "../examples/ops_tour.rs"]
-mod ops_tour;
-#[allow(dead_code)]
-#[path = "../examples/rmsnorm.rs"]
-mod rmsnorm;
-#[allow(dead_code)]
-#[path = "../examples/softmax.rs"]
-mod softmax;
-#[allow(dead_code)]
-#[path = "../examples/transpose.rs"]
-mod transpose;
+// The example files, as the tests include them.
+#[path = "../tests/common/mod.rs"]
+mod common;
 
+use common::{
+    add, causal_mask, colsum, fori_rowsum, matmul, ops_tour, rmsnorm, softmax, transpose,
+};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -349,17 +349,6 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
         });
         self
     }
-    /// A shape rule of a launch function: `Ok` when `ok`, else a `Shape` error with `message` at the
-    /// caller's line — e.g. `require(y.shape[0] == k, format!("y has {} rows, x has {k} columns", y.shape[0]))?`.
-    #[track_caller]
-    pub fn require(ok: bool, message: impl std::fmt::Display) -> Result<()> {
-        if ok {
-            Ok(())
-        } else {
-            Err(kerr!(Shape, "{message}").at(SourceLoc::caller()))
-        }
-    }
-
     /// A VMEM scratch buffer (`scratch_shapes`).
     #[track_caller]
     pub fn scratch(mut self, buf: Vmem) -> Self {
