@@ -25,4 +25,4 @@ def test_readme_python_runs_as_pasted(user_crate):
     assert len(py.strip().splitlines()) <= 15, "the README promises a ≤ 15-line example"
     p = subprocess.run([sys.executable, "-c", py], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "tpu_kernel_user_crate" in p.stdout, p.stdout  # the CPU lowering is our FFI call
+    assert "stablehlo.custom_call @tpu_custom_call" in p.stdout, p.stdout  # the TPU lowering
