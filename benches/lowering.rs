@@ -8,6 +8,7 @@
 //! cargo bench --bench lowering               # 15 samples per kernel and side
 //! cargo bench --bench lowering -- --quick    # 7
 //! cargo bench --bench lowering -- --phases   # also ours split into build / Mosaic / serialize
+//! cargo bench --bench lowering -- --loop matmul  # one kernel, warm, phase by phase (for a profiler)
 //! ```
 //! Pallas runs in `.venv/bin/python benches/pallas_lowering.py` (override with `TPU_KERNEL_PYTHON`).
 //! Per kernel, two rounds of (our samples, then Pallas's samples), each side keeping its better
@@ -99,6 +100,16 @@ fn serde_json_text(shapes: &[(Vec<usize>, &str)]) -> String {
     format!("[{}]", items.join(", "))
 }
 
+/// Sample 0's input types of a case.
+fn arrays_of(case: &Case) -> Vec<tpu_kernel::ArrayType> {
+    case.shapes(0)
+        .iter()
+        .map(|(s, d)| {
+            tpu_kernel::ArrayType::new(s, tpu_kernel::DType::from_name(d).expect("dtype"))
+        })
+        .collect()
+}
+
 fn library() -> Library {
     Library::new(
         "examples",
@@ -157,6 +168,15 @@ fn main() {
                 .expect("body");
         }
         println!("{name}: body bytecode {:?} each", t.elapsed() / 2000);
+        let export = lib.kernel(name).expect("kernel");
+        let t = Instant::now();
+        for _ in 0..2000 {
+            (export.launch)(&arrays_of(&case), &built.params).expect("launch");
+        }
+        println!(
+            "{name}: launch fn (trace + checks) {:?} each",
+            t.elapsed() / 2000
+        );
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
