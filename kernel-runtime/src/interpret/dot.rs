@@ -5,7 +5,9 @@
 //! AVX2/FMA kernels, arbitrary row/column strides — so transposed operands (`dot_nt`,
 //! `dot_tn`, `.t()` views) and strided windows are multiplied in place with no copy — and run
 //! single-threaded here (the grid supplies the parallelism). On a 128³ block it does 84 GFLOP/s per core
-//! here where `matrixmultiply` did 69. bf16 operands are widened to f32 first.
+//! here where `matrixmultiply` did 69. bf16 operands are widened to f32 first — except on CPUs with
+//! AVX-512 BF16, where bf16 × bf16 goes to `dot_bf16` (the MXU's pairwise bf16 products in hardware,
+//! ~2× the f32 path): every path calls [`mul`], so on one machine all give the same bits.
 
 use super::elementwise::cast;
 use super::tensor::{internal, take_vec, Tensor};
@@ -58,10 +60,21 @@ fn widen(t: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// Whether bf16 × bf16 products run natively (then bf16 operands must not be widened first).
+pub(crate) fn bf16_native() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::dot_bf16::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 fn dot_f32(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool) -> Result<Tensor> {
-    let (a, b) = (widen(lhs)?, widen(rhs)?);
-    let (m, k, _, _) = matrix(&a, tl)?;
-    let (k2, n, _, _) = matrix(&b, tr)?;
+    let (m, k, _, _) = matrix(lhs, tl)?;
+    let (k2, n, _, _) = matrix(rhs, tr)?;
     if k != k2 {
         return Err(internal("dot contraction sizes differ"));
     }
@@ -74,7 +87,7 @@ fn dot_f32(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool)
             (c, 0.0)
         }
     };
-    gemm(&a, &b, tl, tr, c, beta)
+    mul(lhs, rhs, tl, tr, c, beta)
 }
 
 /// An f32 `dot` accumulating into `acc` (row-major, `acc_shape`), which becomes the result: the same
@@ -87,13 +100,72 @@ pub(crate) fn dot_f32_into(
     tl: bool,
     tr: bool,
 ) -> Result<Tensor> {
-    let (a, b) = (widen(lhs)?, widen(rhs)?);
-    let (m, _, _, _) = matrix(&a, tl)?;
-    let (_, n, _, _) = matrix(&b, tr)?;
+    let (m, _, _, _) = matrix(lhs, tl)?;
+    let (_, n, _, _) = matrix(rhs, tr)?;
     if acc_shape[..] != [m, n] || acc.len() != m * n {
         return Err(internal("dot accumulator shape"));
     }
-    gemm(&a, &b, tl, tr, acc, 1.0)
+    mul(lhs, rhs, tl, tr, acc, 1.0)
+}
+
+/// `c = lhs·rhs + beta·c` (beta 0 or 1): natively for bf16 × bf16 where the CPU can, else in f32.
+fn mul(lhs: &Tensor, rhs: &Tensor, tl: bool, tr: bool, c: Vec<f32>, beta: f32) -> Result<Tensor> {
+    #[cfg(target_arch = "x86_64")]
+    if lhs.dtype == DType::BF16 && rhs.dtype == DType::BF16 && bf16_native() {
+        return gemm_bf16(lhs, rhs, tl, tr, c, beta);
+    }
+    gemm(&widen(lhs)?, &widen(rhs)?, tl, tr, c, beta)
+}
+
+/// Whether every element the strides of an `rows x cols` view at `off` reach lies in `len` elements.
+fn in_bounds(len: usize, off: usize, rows: usize, cols: usize, rs: isize, cs: isize) -> bool {
+    rows * cols == 0
+        || (rs >= 0
+            && cs >= 0
+            && off + (rows - 1) * (rs as usize) + (cols - 1) * (cs as usize) < len)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn gemm_bf16(
+    a: &Tensor,
+    b: &Tensor,
+    tl: bool,
+    tr: bool,
+    mut c: Vec<f32>,
+    beta: f32,
+) -> Result<Tensor> {
+    use super::dot_bf16::{gemm, View};
+    let (m, k, rsa, csa) = matrix(a, tl)?;
+    let (k2, n, rsb, csb) = matrix(b, tr)?;
+    if k != k2 || c.len() != m * n {
+        return Err(internal("dot contraction sizes differ"));
+    }
+    let (ad, bd) = (a.data::<half::bf16>()?, b.data::<half::bf16>()?);
+    if !in_bounds(ad.len(), a.offset, m, k, rsa, csa)
+        || !in_bounds(bd.len(), b.offset, k, n, rsb, csb)
+    {
+        return Err(internal("dot operand view out of its buffer"));
+    }
+    if m * n > 0 && k > 0 {
+        let view = |data, off, rs: isize, cs: isize| View {
+            data,
+            off,
+            rs: rs as usize,
+            cs: cs as usize,
+        };
+        gemm(
+            m,
+            n,
+            k,
+            view(ad, a.offset, rsa, csa),
+            view(bd, b.offset, rsb, csb),
+            &mut c,
+            beta != 0.0,
+        );
+    } else if beta == 0.0 {
+        c.iter_mut().for_each(|x| *x = 0.0);
+    }
+    Ok(Tensor::from_vec(vec![m, n], c))
 }
 
 /// `c = a·b + beta·c` for f32 views `a`, `b` and a row-major `m x n` buffer `c`; returns `c`.

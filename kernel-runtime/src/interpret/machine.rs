@@ -476,7 +476,8 @@ impl WidenCache {
 
     /// `t` widened to f32 when it is a bf16 view of an input array (cached), else None.
     fn widen(&mut self, t: &Tensor) -> Result<Option<Tensor>> {
-        if t.dtype != DType::BF16 {
+        // Where bf16 products run natively, `dot` takes bf16 operands as they are.
+        if t.dtype != DType::BF16 || super::dot::bf16_native() {
             return Ok(None);
         }
         let Some(no) = self.inputs.iter().position(|b| Buf::same(b, &t.buf)) else {

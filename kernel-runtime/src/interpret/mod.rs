@@ -18,8 +18,9 @@
 //!   with XLA's division rules, NaN-propagating max/min, a vectorized polynomial `exp`; hot loops are
 //!   compiled for AVX2+FMA and picked at run time, with bit-identical results.
 //!
-//! Deliberate differences from the hardware: f32 `dot` is exact f32 (the MXU may use bf16 passes),
-//! `rsqrt`/`exp` are accurate to a few ulp (the TPU's are approximations), and reductions sum in a fixed
+//! Deliberate differences from the hardware: f32 `dot` is exact f32 (the MXU may use bf16 passes);
+//! bf16 `dot` sums exact products in f32 — on CPUs with AVX-512 BF16 pairwise in hardware, with bf16
+//! subnormals read as zero (`dot_bf16`), so its last bits depend on the CPU; `rsqrt`/`exp` are accurate to a few ulp (the TPU's are approximations), and reductions sum in a fixed
 //! 16-lane order. Memory the kernel never wrote reads as zeros, or as NaN / `0xDEADBEEF` with
 //! [`InterpretOptions::poison_uninitialized`].
 //!
@@ -28,6 +29,8 @@
 
 mod coalesce;
 mod dot;
+#[cfg(target_arch = "x86_64")]
+mod dot_bf16;
 mod elementwise;
 mod fused;
 mod grid;
