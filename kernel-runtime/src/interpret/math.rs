@@ -188,9 +188,10 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn avx2_exp_is_bit_identical_to_exp_f32() {
-        if !super::super::simd::avx2() {
-            eprintln!("skipped: this CPU has no AVX2+FMA, so the AVX2 exp is never used here");
+    fn vector_exps_are_bit_identical_to_exp_f32() {
+        use super::super::simd::{self, ExpIn};
+        if !simd::avx2() {
+            eprintln!("skipped: this CPU has no AVX2+FMA, so no vector exp is used here");
             return;
         }
         // Every 997th f32 bit pattern (all signs, exponents, NaNs), plus the edges of the fast path.
@@ -200,16 +201,49 @@ mod tests {
         xs.extend([
             -87.33655, -87.33654, -87.5, -103.9, -110.0, 88.72, 89.0, 0.0, -0.0,
         ]);
+        let check = |name: &str, v: &[f32]| {
+            for (x, got) in xs.iter().zip(v) {
+                let want = exp_f32(*x);
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{name} exp({x:e}): {got:e} vs {want:e}"
+                );
+            }
+        };
         let mut v = xs.clone();
         // SAFETY: AVX2 and FMA checked above.
-        unsafe { super::super::simd::exp_run(&mut v, super::super::simd::ExpIn::InPlace, None) };
-        for (x, got) in xs.iter().zip(&v) {
-            let want = exp_f32(*x);
-            assert_eq!(
-                got.to_bits(),
-                want.to_bits(),
-                "exp({x:e}): {got:e} vs {want:e}"
-            );
+        unsafe { simd::exp_run_avx2(&mut v, ExpIn::InPlace, None) };
+        check("avx2", &v);
+        if simd::avx512() {
+            let mut v = xs.clone();
+            // SAFETY: AVX-512F checked, AVX2 and FMA above.
+            unsafe { simd::exp_run_avx512(&mut v, ExpIn::InPlace, None) };
+            check("avx512", &v);
+            // With the sum folded in: the same lanes and tail as the AVX2 path, bit for bit.
+            let xs: Vec<f32> = (0..1003).map(|i| (i as f32) * 0.01 - 5.0).collect();
+            let (mut l2, mut l5) = ([0.5f32; 16], [0.5f32; 16]);
+            let (mut r2, mut r5) = (0.25f32, 0.25f32);
+            let (mut d2, mut d5) = (vec![0f32; xs.len()], vec![0f32; xs.len()]);
+            // SAFETY: as above.
+            unsafe {
+                simd::exp_run_avx2(
+                    &mut d2,
+                    ExpIn::SubScalar(&xs, 1.5),
+                    Some((&mut l2, &mut r2)),
+                );
+                simd::exp_run_avx512(
+                    &mut d5,
+                    ExpIn::SubScalar(&xs, 1.5),
+                    Some((&mut l5, &mut r5)),
+                );
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&d2), bits(&d5));
+            assert_eq!(bits(&l2), bits(&l5));
+            assert_eq!(r2.to_bits(), r5.to_bits());
+        } else {
+            eprintln!("this CPU has no AVX-512F: the 16-lane exp is not tested here");
         }
     }
 

@@ -9,6 +9,13 @@ pub(crate) fn avx2() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
+/// Whether this CPU has AVX-512F (checked once): `exp_run` then takes 16 lanes per step.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx512() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"))
+}
+
 /// Sum / NaN-propagating max / min of a contiguous f32 row with AVX2, lane for lane the same order as
 /// the portable `reduce_row` (16 lanes: element `i` goes to lane `i % 16`, then a pairwise tree), so
 /// both paths give identical bits.
@@ -206,8 +213,27 @@ pub(crate) enum ExpIn<'a> {
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn exp_run(
+    dst: &mut [f32],
+    input: ExpIn<'_>,
+    sum: Option<(&mut [f32; 16], &mut f32)>,
+) {
+    if avx512() {
+        // SAFETY: AVX-512F checked; AVX2 + FMA by the caller.
+        unsafe { exp_run_avx512(dst, input, sum) }
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { exp_run_avx2(dst, input, sum) }
+    }
+}
+
+/// [`exp_run`] with 8 lanes per step.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn exp_run_avx2(
     dst: &mut [f32],
     input: ExpIn<'_>,
     sum: Option<(&mut [f32; 16], &mut f32)>,
@@ -264,6 +290,125 @@ pub(crate) unsafe fn exp_run(
             }
             exp_tail(dst, input, full8);
         }
+    }
+}
+
+/// [`exp_run`] with 16 lanes per step: `exp16` is `exp8` op for op on twice the lanes, and the 16
+/// running sum lanes are one register holding what the AVX2 path keeps in two — the same bits.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn exp_run_avx512(
+    dst: &mut [f32],
+    input: ExpIn<'_>,
+    sum: Option<(&mut [f32; 16], &mut f32)>,
+) {
+    use std::arch::x86_64::*;
+    let len = dst.len();
+    if let ExpIn::SubScalar(src, _) = input {
+        assert_eq!(src.len(), len, "exp_run operand length");
+    }
+    let (full8, full16) = (len / 8 * 8, len / 16 * 16);
+    let p = dst.as_mut_ptr();
+    // SAFETY (every load/store below): offsets `i..i + 16` with `i + 16 <= full16`, or `i..i + 8`
+    // with `i + 8 <= full8`, in `dst` or in `src` (checked to be as long); unaligned accesses.
+    let load16 = |i: usize| unsafe {
+        match input {
+            ExpIn::InPlace => _mm512_loadu_ps(p.add(i)),
+            ExpIn::SubScalar(src, m) => {
+                _mm512_sub_ps(_mm512_loadu_ps(src.as_ptr().add(i)), _mm512_set1_ps(m))
+            }
+        }
+    };
+    let load8 = |i: usize| unsafe {
+        match input {
+            ExpIn::InPlace => _mm256_loadu_ps(p.add(i)),
+            ExpIn::SubScalar(src, m) => {
+                _mm256_sub_ps(_mm256_loadu_ps(src.as_ptr().add(i)), _mm256_set1_ps(m))
+            }
+        }
+    };
+    let mut lanes_acc = sum.as_ref().map(|(lanes, _)| {
+        // SAFETY: `lanes` has 16 elements.
+        unsafe { _mm512_loadu_ps(lanes.as_ptr()) }
+    });
+    let mut i = 0;
+    while i < full16 {
+        let e = exp16(load16(i));
+        // SAFETY: as above.
+        unsafe { _mm512_storeu_ps(p.add(i), e) };
+        if let Some(a) = &mut lanes_acc {
+            *a = _mm512_add_ps(*a, e);
+        }
+        i += 16;
+    }
+    if i < full8 {
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(p.add(i), exp8(load8(i))) };
+    }
+    exp_tail(dst, input, full8);
+    if let (Some((lanes, rest)), Some(a)) = (sum, lanes_acc) {
+        // SAFETY: `lanes` has 16 elements.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), a) };
+        for &e in &dst[full16..] {
+            *rest += e;
+        }
+    }
+}
+
+/// Sixteen lanes of `exp_f32`: [`exp8`] op for op.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn exp16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let c = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ];
+    let bias = _mm512_set1_epi32(127);
+    // clamp(x, LO, HI) with NaN kept: MAXPS/MINPS return their second operand on NaN.
+    let xc = _mm512_min_ps(
+        _mm512_set1_ps(89.0),
+        _mm512_max_ps(_mm512_set1_ps(-110.0), x),
+    );
+    let round = _mm512_set1_ps(12_582_912.0);
+    let t = _mm512_fmadd_ps(xc, _mm512_set1_ps(std::f32::consts::LOG2_E), round);
+    let n = _mm512_sub_ps(t, round);
+    let ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B40_0000));
+    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693_359_4), xc);
+    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.121_944_4e-4), r);
+    let mut p = _mm512_set1_ps(c[0]);
+    for ck in &c[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*ck));
+    }
+    let y = _mm512_add_ps(
+        _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
+        _mm512_set1_ps(1.0),
+    );
+    let outside = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(-126), ni)
+        | _mm512_cmpgt_epi32_mask(ni, _mm512_set1_epi32(127));
+    if outside == 0 {
+        let s = _mm512_slli_epi32::<23>(_mm512_add_epi32(ni, bias));
+        _mm512_mul_ps(y, _mm512_castsi512_ps(s))
+    } else {
+        let n1 = _mm512_srai_epi32::<1>(ni);
+        let n2 = _mm512_sub_epi32(ni, n1);
+        let s1 = _mm512_slli_epi32::<23>(_mm512_add_epi32(n1, bias));
+        let s2 = _mm512_slli_epi32::<23>(_mm512_add_epi32(n2, bias));
+        let scaled = _mm512_mul_ps(
+            _mm512_mul_ps(y, _mm512_castsi512_ps(s1)),
+            _mm512_castsi512_ps(s2),
+        );
+        // NaN lanes (always here: their `n` is out of range) give `x + x`, as in `exp_f32`.
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+        _mm512_mask_blend_ps(nan, scaled, _mm512_add_ps(x, x))
     }
 }
 
