@@ -177,6 +177,16 @@ fn main() {
             "{name}: launch fn (trace + checks) {:?} each",
             t.elapsed() / 2000
         );
+        // The whole path on a new signature each time (what the comparison times), back to back.
+        let t = Instant::now();
+        for i in 0..30 {
+            let built = lib.build(&case.request(i + 1)).expect("build");
+            built.backend_config(&lib.stats).expect("lower");
+        }
+        println!(
+            "{name}: build + backend_config, new shapes {:?} each",
+            t.elapsed() / 30
+        );
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

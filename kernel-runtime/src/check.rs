@@ -120,6 +120,8 @@ fn check_index_map(op: &Operand, grid: &[usize]) -> Result<()> {
         _ => 0,
     };
     let mut covered = vec![false; tracked];
+    let map = crate::index_map::IndexMap::new(&block.index_map);
+    let (mut args, mut env, mut idx) = (Vec::new(), Vec::new(), Vec::new());
     let stride = total.div_ceil(MAX_GRID_POINTS_CHECKED).max(1);
     let mut point = vec![0usize; grid.len()];
     for flat in (0..total).step_by(stride) {
@@ -128,8 +130,9 @@ fn check_index_map(op: &Operand, grid: &[usize]) -> Result<()> {
             point[ax] = rem % grid[ax];
             rem /= grid[ax];
         }
-        let args: Vec<i64> = point.iter().map(|&p| p as i64).collect();
-        let idx = eval_index_map(&block.index_map, &args)?;
+        args.clear();
+        args.extend(point.iter().map(|&p| p as i64));
+        map.eval(&args, &mut env, &mut idx)?;
         let mut lin = 0usize;
         for (d, &i) in idx.iter().enumerate() {
             if i < 0 || i as usize >= nblocks[d] {

@@ -8,6 +8,7 @@ pub mod check;
 pub mod dtype;
 pub mod error;
 pub mod export;
+mod index_map;
 pub mod interpret;
 pub mod ir;
 pub mod launch;

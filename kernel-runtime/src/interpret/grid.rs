@@ -10,7 +10,6 @@
 
 use super::elementwise::RawDest;
 use super::host::{take_output, ArrayView, ArrayViewMut, HostArray, HostData, HostElement};
-use super::index_map::IndexMap;
 use super::machine::{
     fill_literal, plan, write_view, write_view_raw, Machine, Plan, RefState, WidenCache,
 };
@@ -18,6 +17,7 @@ use super::tensor::{internal, recycle, row_major_strides, Buf, Foreign, Tensor};
 use super::InterpretOptions;
 use crate::dtype::DType;
 use crate::error::{kerr, KernelError, Result};
+use crate::index_map::IndexMap;
 use crate::ir::{BlockIr, DimensionSemantics, Kernel, OperandRole};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;

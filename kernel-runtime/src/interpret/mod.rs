@@ -35,7 +35,6 @@ mod elementwise;
 mod fused;
 mod grid;
 mod host;
-mod index_map;
 mod machine;
 mod math;
 mod reduce;

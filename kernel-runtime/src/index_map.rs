@@ -1,5 +1,6 @@
-//! Index maps compiled once per launch into a flat program over an `i64` register file, so the grid
-//! loop evaluates them per step without allocating. Same arithmetic as [`crate::check::eval_index_map`]
+//! Index maps compiled once into a flat program over an `i64` register file, so the checks (every
+//! grid point of a launch) and the interpreter's grid loop (every step) evaluate them without
+//! allocating. Same arithmetic as [`crate::check::eval_index_map`]
 //! (which reports the errors for anything this does not handle).
 
 use crate::check::eval_index_map;
