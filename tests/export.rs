@@ -300,3 +300,41 @@ fn the_library_description_lists_kernels_params_and_grads() {
     assert_eq!(rms["grad"][0]["inputs"], json!(["x", "w"]));
     assert_eq!(d["kernels"][3]["grad"], json!(null));
 }
+
+/// A gradient rule is checked against the library when it is made: the backward kernel must be
+/// exported, take as many arrays as the rule passes, and have the parameters it sets.
+#[test]
+fn gradient_rules_must_fit_the_library() {
+    let complete = vec![
+        matmul::__tpu_kernel_export_matmul(),
+        matmul::__tpu_kernel_export_matmul_dx(),
+        matmul::__tpu_kernel_export_matmul_dw(),
+        rmsnorm::__tpu_kernel_export_rmsnorm(),
+        rmsnorm::__tpu_kernel_export_rmsnorm_bwd(),
+    ];
+    assert_eq!(
+        tpu_kernel::__private::export::problems(&complete),
+        Vec::<String>::new()
+    );
+    // matmul without its matmul_dw: the library says so (and the Python loader refuses it).
+    let lib = Library::new(
+        "partial",
+        vec![
+            matmul::__tpu_kernel_export_matmul(),
+            matmul::__tpu_kernel_export_matmul_dx(),
+        ],
+    );
+    let d: serde_json::Value =
+        serde_json::from_str(lib.description().to_str().expect("utf8")).expect("json");
+    let problems = d["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    let p = problems[0].as_str().expect("text");
+    assert!(
+        p.contains("calls `matmul_dw`, which this library does not export"),
+        "{p}"
+    );
+    assert!(
+        p.contains("examples/matmul.rs"),
+        "located at the export: {p}"
+    );
+}

@@ -122,6 +122,30 @@ def test_library_missing_symbols(tmp_path):
         tpu_kernel.load(tmp_path / "absent.so")
 
 
+def test_library_whose_exports_do_not_fit_together(tmp_path):
+    """A library whose description reports problems (e.g. a gradient rule naming a kernel it does not
+    export, found by Rust's `Library::new`) is refused at load with those problems."""
+    src = tmp_path / "problems.c"
+    src.write_text(textwrap.dedent(r"""
+        #include <stdint.h>
+        #include <stdlib.h>
+        uint32_t tpu_kernel_abi_version(void) { return 1; }
+        const char* tpu_kernel_library_json(void) {
+            return "{\"abi_version\": 1, \"library\": \"p\", \"ffi_target\": \"tpu_kernel_p\", "
+                   "\"kernels\": [], \"problems\": [\"src/lib.rs:3:8: the gradient of kernel `f` "
+                   "calls `f_bwd`, which this library does not export (list it in export_library!)\"]}";
+        }
+        char* tpu_kernel_call(const char* m, const char* r) { abort(); }
+        void tpu_kernel_free(char* s) { abort(); }
+        void* tpu_kernel_ffi(void* frame) { abort(); }
+    """))
+    so = tmp_path / "libproblems.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    with pytest.raises(tpu_kernel.LibraryError) as e:
+        tpu_kernel.load(so)
+    assert "calls `f_bwd`, which this library does not export" in str(e.value) and str(so) in str(e.value)
+
+
 def test_error_inside_the_ffi_handler_at_run_time(user_crate):
     # bad_rows reads rows past its block with a dynamic slice: fine for 8 rows, out of bounds from 16
     f = jax.jit(lambda x: user_crate.bad_rows(x))

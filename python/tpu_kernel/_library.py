@@ -378,6 +378,9 @@ def load(path: str | os.PathLike) -> Library:
                                path=path) from None
         if description.get("abi_version", ABI_VERSION) != ABI_VERSION:
             raise AbiVersionError(path, description["abi_version"], ABI_VERSION)
+        if description.get("problems"):
+            raise LibraryError(f"{path}: the library's exports do not fit together:\n  "
+                               + "\n  ".join(description["problems"]), path=path)
         lib = Library(path, cdll, description)
         _register_ffi(lib)
         _LOADED[path] = lib

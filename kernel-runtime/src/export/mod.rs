@@ -240,7 +240,7 @@ pub struct Library {
 
 impl Library {
     pub fn new(name: &'static str, kernels: Vec<KernelExport>) -> Library {
-        let description = describe(name, &kernels);
+        let description = describe(name, &kernels, &problems(&kernels));
         Library {
             name,
             kernels,
@@ -508,7 +508,46 @@ fn base_inputs(export: &KernelExport, req: &Request) -> Result<Vec<ArrayType>> {
     Ok(base)
 }
 
-fn describe(name: &str, kernels: &[KernelExport]) -> String {
+/// What is wrong with the library as a whole (checked when it is made; `#[export]` checks each rule
+/// against its own kernel at compile time, but the backward kernels are only known here): a gradient
+/// rule naming a kernel the library does not export, passing it the wrong number of arrays, or a
+/// static parameter it does not have.
+pub fn problems(kernels: &[KernelExport]) -> Vec<String> {
+    let mut out = Vec::new();
+    for k in kernels {
+        for g in k.grad.iter().flatten() {
+            let Some(b) = kernels.iter().find(|b| b.name == g.kernel) else {
+                out.push(format!(
+                    "{}: the gradient of kernel `{}` calls `{}`, which this library does not export (list it in export_library!)",
+                    k.location, k.name, g.kernel
+                ));
+                continue;
+            };
+            if b.inputs.len() != g.args.len() {
+                out.push(format!(
+                    "{}: the gradient of kernel `{}` passes {} arrays to `{}`, which takes {} ({})",
+                    k.location,
+                    k.name,
+                    g.args.len(),
+                    b.name,
+                    b.inputs.len(),
+                    b.inputs.join(", ")
+                ));
+            }
+            for (param, _) in g.params {
+                if !b.params.iter().any(|p| p.name == *param) {
+                    out.push(format!(
+                        "{}: the gradient of kernel `{}` sets `{param}`, which `{}` does not take",
+                        k.location, k.name, b.name
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn describe(name: &str, kernels: &[KernelExport], problems: &[String]) -> String {
     let ks: Vec<Value> = kernels
         .iter()
         .map(|k| {
@@ -550,6 +589,7 @@ fn describe(name: &str, kernels: &[KernelExport]) -> String {
         "library": name,
         "ffi_target": format!("tpu_kernel_{name}"),
         "kernels": ks,
+        "problems": problems,
     })
     .to_string()
 }
