@@ -144,6 +144,15 @@ impl std::error::Error for KernelError {}
 
 pub type Result<T, E = KernelError> = std::result::Result<T, E>;
 
+/// The message of a caught panic (`&str` or `String` payloads; anything else is "unknown panic").
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 /// Shorthand for building an error of a kind with `format!` arguments.
 macro_rules! kerr {
     ($kind:ident, $($fmt:tt)+) => {

@@ -389,14 +389,10 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
             Ok(r) => r,
             Err(payload) => {
                 trace::abort();
-                let msg = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
                 Err(kerr!(
                     Trace,
-                    "the kernel body panicked while tracing: {msg}"
+                    "the kernel body panicked while tracing: {}",
+                    crate::error::panic_message(&*payload)
                 ))
             }
         }

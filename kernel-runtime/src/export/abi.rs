@@ -11,8 +11,8 @@
 //!
 //! Strings are UTF-8 JSON. Nothing unwinds across the boundary: panics become error answers.
 
-use super::{error_json, panic_message, Library};
-use crate::error::kerr;
+use super::{error_json, Library};
+use crate::error::{kerr, panic_message};
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -36,7 +36,7 @@ pub unsafe fn call(lib: &Library, method: *const c_char, request: *const c_char)
         error_json(&kerr!(
             Unsupported,
             "internal error (please report): a library call panicked: {}",
-            panic_message(&p)
+            panic_message(&*p)
         ))
     });
     // JSON text never holds a NUL byte (serde_json escapes control characters).

@@ -11,8 +11,9 @@
 //! levels). Shapes and dtypes come from the buffers, so a serialized program (`jax.export`) runs in a
 //! fresh process once the library is loaded there.
 
-use super::{panic_message, Built, Library, Request};
+use super::{Built, Library, Request};
 use crate::dtype::DType;
+use crate::error::panic_message;
 use crate::error::{kerr, Result};
 use crate::interpret::{interpret_into, ArrayView, ArrayViewMut, InterpretOptions};
 use crate::launch::ArrayType;
@@ -225,7 +226,7 @@ pub unsafe fn handle(lib: &Library, frame: *mut CallFrame) -> *mut c_void {
             ERROR_INTERNAL,
             format!(
                 "internal error in tpu-kernel's FFI handler (please report): {}",
-                panic_message(&p)
+                panic_message(&*p)
             ),
         ),
     };

@@ -14,7 +14,7 @@ mod params;
 pub use params::{ParamSpec, StaticParam};
 
 use crate::dtype::DType;
-use crate::error::{kerr, KernelError, Result, SourceLoc};
+use crate::error::{kerr, panic_message, KernelError, Result, SourceLoc};
 use crate::launch::{ArrayType, PallasCall};
 use crate::serialize::CustomCall;
 use serde_json::{json, Map, Value};
@@ -304,7 +304,7 @@ impl Library {
                     Trace,
                     "the launch function of kernel `{}` panicked: {}",
                     export.name,
-                    panic_message(&p)
+                    panic_message(&*p)
                 )
                 .at(export.location))
             })?;
@@ -403,13 +403,6 @@ pub fn error_json(e: &KernelError) -> Value {
             "text": e.to_string(),
         }
     })
-}
-
-pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// Every parameter of `export`, from the request or its default, checked against its type.

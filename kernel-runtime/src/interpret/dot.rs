@@ -178,12 +178,8 @@ fn gemm(a: &Tensor, b: &Tensor, tl: bool, tr: bool, mut c: Vec<f32>, beta: f32) 
     let (ad, bd) = (a.data::<f32>()?, b.data::<f32>()?);
     // Every element the strides reach must be inside the buffers (views are built in bounds; this
     // re-check makes the unsafe call below sound whatever produced them).
-    let reach = |off: usize, rows: usize, cols: usize, rs: isize, cs: isize| {
-        off + (rows.saturating_sub(1)) * rs as usize + (cols.saturating_sub(1)) * cs as usize
-    };
-    if m * n * k > 0
-        && (reach(a.offset, m, k, rsa, csa) >= ad.len()
-            || reach(b.offset, k, n, rsb, csb) >= bd.len())
+    if !in_bounds(ad.len(), a.offset, m, k, rsa, csa)
+        || !in_bounds(bd.len(), b.offset, k, n, rsb, csb)
     {
         return Err(internal("dot operand view out of its buffer"));
     }

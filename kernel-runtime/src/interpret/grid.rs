@@ -75,7 +75,11 @@ pub(crate) fn run(
     inputs: &[HostArray],
     opts: &InterpretOptions,
 ) -> Result<Vec<HostArray>> {
-    check_inputs(k, inputs.iter().map(|a| (a.shape(), a.dtype())))?;
+    check_arrays(
+        k,
+        OperandRole::Input,
+        inputs.iter().map(|a| (a.shape(), a.dtype())),
+    )?;
     let inputs: Vec<Input> = inputs
         .iter()
         .map(|a| Input {
@@ -116,29 +120,16 @@ pub(crate) fn run_into(
     outputs: &mut [ArrayViewMut<'_>],
     opts: &InterpretOptions,
 ) -> Result<()> {
-    check_inputs(k, inputs.iter().map(|a| (a.shape, a.dtype)))?;
-    let n_out = k.outputs().count();
-    if outputs.len() != n_out {
-        return Err(kerr!(
-            Signature,
-            "kernel `{}` has {n_out} outputs, got {} output arrays",
-            k.name,
-            outputs.len()
-        ));
-    }
-    for (o, a) in k.outputs().zip(outputs.iter()) {
-        if a.shape != o.shape.as_slice() || a.dtype != o.dtype {
-            return Err(kerr!(
-                Shape,
-                "expected a {:?} {} output array, got {:?} {}",
-                o.shape,
-                o.dtype,
-                a.shape,
-                a.dtype
-            )
-            .for_argument(o.label()));
-        }
-    }
+    check_arrays(
+        k,
+        OperandRole::Input,
+        inputs.iter().map(|a| (a.shape, a.dtype)),
+    )?;
+    check_arrays(
+        k,
+        OperandRole::Output,
+        outputs.iter().map(|a| (a.shape, a.dtype)),
+    )?;
     let inputs: Vec<Input> = inputs
         .iter()
         .map(|a| {
@@ -330,24 +321,28 @@ fn block_index(o: &crate::ir::Operand, mut b: usize) -> Vec<i64> {
     idx
 }
 
-fn check_inputs<'s>(
+/// The caller's arrays for the kernel's operands of `role` (inputs, or outputs to write): as many, and
+/// each of its operand's shape and dtype.
+fn check_arrays<'s>(
     k: &Kernel,
-    inputs: impl ExactSizeIterator<Item = (&'s [usize], DType)>,
+    role: OperandRole,
+    arrays: impl ExactSizeIterator<Item = (&'s [usize], DType)>,
 ) -> Result<()> {
-    let n = k.inputs().count();
-    if inputs.len() != n {
+    let ops: Vec<&crate::ir::Operand> = k.operands.iter().filter(|o| o.role == role).collect();
+    let (n, what) = (ops.len(), role.name());
+    if arrays.len() != n {
         return Err(kerr!(
             Signature,
-            "kernel `{}` takes {n} inputs, got {}",
+            "kernel `{}` takes {n} {what}s, got {} {what} arrays",
             k.name,
-            inputs.len()
+            arrays.len()
         ));
     }
-    for (op, (shape, dtype)) in k.inputs().zip(inputs) {
+    for (op, (shape, dtype)) in ops.into_iter().zip(arrays) {
         if shape != op.shape.as_slice() || dtype != op.dtype {
             return Err(kerr!(
                 Shape,
-                "expected a {:?} {} array, got {:?} {}",
+                "expected a {:?} {} {what} array, got {:?} {}",
                 op.shape,
                 op.dtype,
                 shape,
