@@ -2,30 +2,46 @@
 //! it matters so the block loops vectorize. They follow XLA: NaN-propagating max/min, integer division by
 //! zero gives -1 (all ones) and remainder by zero gives the dividend, `MIN / -1` wraps.
 
+/// The constants of [`exp_f32`], shared with its 8- and 16-lane forms (`simd::exp8`, `simd::exp16`),
+/// which must give the same bits.
+pub(crate) mod exp_consts {
+    pub const HI: f32 = 89.0;
+    pub const LO: f32 = -110.0;
+    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
+    pub const LN2_HI: f32 = 0.693_359_4;
+    pub const LN2_LO: f32 = -2.121_944_4e-4;
+    /// 1.5 · 2^23: adding it rounds to an integer (ties to even) ...
+    pub const ROUND: f32 = 12_582_912.0;
+    /// ... whose bits minus these are that integer.
+    pub const ROUND_BITS: i32 = 0x4B40_0000;
+    /// The polynomial's coefficients, highest degree first (Horner order).
+    pub const POLY: [f32; 6] = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ];
+}
+
 /// `e^x` for f32 by range reduction and a degree-6 polynomial (Cephes `expf` coefficients, ≤ 2 ulp on
 /// the normal range, gradual underflow kept), branch-free with fused multiply-adds so whole rows
 /// vectorize (libm `expf` made softmax 18× slower than XLA here). Over- and underflow come out of the
 /// arithmetic itself: the clamped input scales by at most 2^128 (→ inf) or at least 2^-159 (→ 0).
 #[inline(always)]
 pub(crate) fn exp_f32(x: f32) -> f32 {
-    const HI: f32 = 89.0;
-    const LO: f32 = -110.0;
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer (ties to even)
+    use exp_consts::*;
     let xc = x.clamp(LO, HI); // NaN stays NaN
     let t = xc.mul_add(LOG2E, ROUND);
     let n = t - ROUND;
-    let ni = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    let ni = (t.to_bits() as i32).wrapping_sub(ROUND_BITS);
     let r = (-n).mul_add(LN2_HI, xc);
     let r = (-n).mul_add(LN2_LO, r);
-    let mut p = 1.987_569_1e-4f32;
-    p = p.mul_add(r, 1.398_199_9e-3);
-    p = p.mul_add(r, 8.333_452e-3);
-    p = p.mul_add(r, 4.166_579_6e-2);
-    p = p.mul_add(r, 1.666_666_5e-1);
-    p = p.mul_add(r, 0.5);
+    let mut p = POLY[0];
+    for c in &POLY[1..] {
+        p = p.mul_add(r, *c);
+    }
     let y = p.mul_add(r * r, r) + 1.0;
     // 2^n in two factors so results down to the subnormal range round once.
     let n1 = ni >> 1;

@@ -363,29 +363,19 @@ pub(crate) unsafe fn exp_run_avx512(
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn exp16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use super::math::exp_consts::*;
     use std::arch::x86_64::*;
-    let c = [
-        1.987_569_1e-4,
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        1.666_666_5e-1,
-        0.5,
-    ];
     let bias = _mm512_set1_epi32(127);
     // clamp(x, LO, HI) with NaN kept: MAXPS/MINPS return their second operand on NaN.
-    let xc = _mm512_min_ps(
-        _mm512_set1_ps(89.0),
-        _mm512_max_ps(_mm512_set1_ps(-110.0), x),
-    );
-    let round = _mm512_set1_ps(12_582_912.0);
-    let t = _mm512_fmadd_ps(xc, _mm512_set1_ps(std::f32::consts::LOG2_E), round);
+    let xc = _mm512_min_ps(_mm512_set1_ps(HI), _mm512_max_ps(_mm512_set1_ps(LO), x));
+    let round = _mm512_set1_ps(ROUND);
+    let t = _mm512_fmadd_ps(xc, _mm512_set1_ps(LOG2E), round);
     let n = _mm512_sub_ps(t, round);
-    let ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B40_0000));
-    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693_359_4), xc);
-    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.121_944_4e-4), r);
-    let mut p = _mm512_set1_ps(c[0]);
-    for ck in &c[1..] {
+    let ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(ROUND_BITS));
+    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), xc);
+    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
+    let mut p = _mm512_set1_ps(POLY[0]);
+    for ck in &POLY[1..] {
         p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*ck));
     }
     let y = _mm512_add_ps(
@@ -430,30 +420,20 @@ fn exp_tail(dst: &mut [f32], input: ExpIn<'_>, from: usize) {
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use super::math::exp_consts::*;
     use std::arch::x86_64::*;
-    let c = [
-        1.987_569_1e-4,
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        1.666_666_5e-1,
-        0.5,
-    ];
     let bias = _mm256_set1_epi32(127);
     // clamp(x, LO, HI) with NaN kept: MAXPS/MINPS return their second operand on NaN.
-    let xc = _mm256_min_ps(
-        _mm256_set1_ps(89.0),
-        _mm256_max_ps(_mm256_set1_ps(-110.0), x),
-    );
-    let round = _mm256_set1_ps(12_582_912.0);
-    let t = _mm256_fmadd_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E), round);
+    let xc = _mm256_min_ps(_mm256_set1_ps(HI), _mm256_max_ps(_mm256_set1_ps(LO), x));
+    let round = _mm256_set1_ps(ROUND);
+    let t = _mm256_fmadd_ps(xc, _mm256_set1_ps(LOG2E), round);
     let n = _mm256_sub_ps(t, round);
-    let ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B40_0000));
+    let ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(ROUND_BITS));
     // (-n)·LN2_HI + xc, then (-n)·LN2_LO + r: fma(n, -LN2_HI, xc) is the same exact product.
-    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693_359_4), xc);
-    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.121_944_4e-4), r);
-    let mut p = _mm256_set1_ps(c[0]);
-    for ck in &c[1..] {
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), xc);
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
+    let mut p = _mm256_set1_ps(POLY[0]);
+    for ck in &POLY[1..] {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*ck));
     }
     let y = _mm256_add_ps(
