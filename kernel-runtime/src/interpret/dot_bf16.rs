@@ -64,44 +64,40 @@ pub(crate) fn gemm(
     // `(a(i, 2p), a(i, 2p+1))` is one u32 of row i. Otherwise (transposed views, odd k) it is packed.
     let direct =
         a.cs == 1 && k.is_multiple_of(2) && a.off.is_multiple_of(2) && a.rs.is_multiple_of(2);
-    let pa = if direct {
-        Vec::new()
-    } else {
-        pack_a(m, k, kp, a)
-    };
+    // Packed A: all of it, or — when it is read in place — only a trailing block of fewer than 8
+    // rows (a tile reads 8 rows; past m, the packed copy supplies zeros).
+    let packed_from = if direct { m / MR * MR } else { 0 };
+    let pa = pack_a(
+        m - packed_from,
+        k,
+        kp,
+        View {
+            off: a.off + packed_from * a.rs,
+            ..a
+        },
+    );
     let mut pb = vec![0u16; kp * 2 * NR];
     let mut tile = [0f32; MR * NR];
     for j0 in (0..n).step_by(NR) {
         let nc = NR.min(n - j0);
         pack_b_panel(k, kp, j0, nc, b, &mut pb);
-        for (g, i0) in (0..m).step_by(MR).enumerate() {
+        for i0 in (0..m).step_by(MR) {
             let mr = MR.min(m - i0);
-            // (first pair of row i0, u32 stride between rows, between pairs); rows past m come
-            // from the packed copy, zero-padded.
-            let (ablock, row_stride, pair_stride, _pa_edge);
-            if direct && mr == MR {
-                // SAFETY: rows i0..i0+8 and pairs 0..kp of A lie in `a.data` (the caller checked
-                // the view; even offset and stride make each pair one u32, read unaligned).
-                ablock = unsafe { (a.data.as_ptr().add(a.off + i0 * a.rs)) as *const u32 };
-                (row_stride, pair_stride) = (a.rs / 2, 1);
-                _pa_edge = Vec::new();
-            } else if direct {
-                let edge = View {
-                    off: a.off + i0 * a.rs,
-                    ..a
-                };
-                _pa_edge = pack_a(mr, k, kp, edge);
-                ablock = _pa_edge.as_ptr();
-                (row_stride, pair_stride) = (1, MR);
+            let a_at = if i0 < packed_from {
+                ARef {
+                    // SAFETY: rows i0..i0+8 and pairs 0..kp of A lie in `a.data` (the caller
+                    // checked the view; even offset and stride make each pair one u32, read
+                    // unaligned).
+                    ptr: unsafe { a.data.as_ptr().add(a.off + i0 * a.rs) as *const u32 },
+                    row_stride: a.rs / 2,
+                    pair_stride: 1,
+                }
             } else {
-                ablock = pa[g * kp * MR..].as_ptr();
-                (row_stride, pair_stride) = (1, MR);
-                _pa_edge = Vec::new();
-            }
-            let a_at = ARef {
-                ptr: ablock,
-                row_stride,
-                pair_stride,
+                ARef {
+                    ptr: pa[(i0 - packed_from) / MR * kp * MR..].as_ptr(),
+                    row_stride: 1,
+                    pair_stride: MR,
+                }
             };
             if mr == MR && nc == NR {
                 // SAFETY: the CPU has avx512f + avx512bf16 (`available`); `a_at` reaches 8 rows
