@@ -27,6 +27,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 use tpu_kernel::__private::export::{Library, Request};
 use tpu_kernel::lower;
+use tpu_kernel::{ArrayType, DType};
 
 /// The example's inputs with the first dimension of the arrays in `grow` made `i + 1` blocks longer:
 /// sample `i` of a case is a signature no earlier sample had.
@@ -85,29 +86,21 @@ impl Case {
         }
         s
     }
-    fn request(&self, i: usize) -> Request {
-        let json = serde_json_text(&self.shapes(i));
-        let v = format!("{{\"kernel\": \"{}\", \"inputs\": {json}}}", self.name);
-        Request::from_json(&serde_json::from_str(&v).expect("request json")).expect("request")
+    /// Sample `i`'s input types.
+    fn arrays(&self, i: usize) -> Vec<ArrayType> {
+        self.shapes(i)
+            .iter()
+            .map(|(s, d)| ArrayType::new(s, DType::from_name(d).expect("dtype")))
+            .collect()
     }
-}
-
-fn serde_json_text(shapes: &[(Vec<usize>, &str)]) -> String {
-    let items: Vec<String> = shapes
-        .iter()
-        .map(|(s, d)| format!("{{\"shape\": {s:?}, \"dtype\": \"{d}\"}}"))
-        .collect();
-    format!("[{}]", items.join(", "))
-}
-
-/// Sample 0's input types of a case.
-fn arrays_of(case: &Case) -> Vec<tpu_kernel::ArrayType> {
-    case.shapes(0)
-        .iter()
-        .map(|(s, d)| {
-            tpu_kernel::ArrayType::new(s, tpu_kernel::DType::from_name(d).expect("dtype"))
-        })
-        .collect()
+    fn request(&self, i: usize) -> Request {
+        Request {
+            kernel: self.name.to_string(),
+            inputs: self.arrays(i),
+            params: Default::default(),
+            batch: Vec::new(),
+        }
+    }
 }
 
 fn library() -> Library {
@@ -171,7 +164,7 @@ fn main() {
         let export = lib.kernel(name).expect("kernel");
         let t = Instant::now();
         for _ in 0..2000 {
-            (export.launch)(&arrays_of(&case), &built.params).expect("launch");
+            (export.launch)(&case.arrays(0), &built.params).expect("launch");
         }
         println!(
             "{name}: launch fn (trace + checks) {:?} each",

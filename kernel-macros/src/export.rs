@@ -12,6 +12,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
 use syn::{parenthesized, Attribute, Expr, FnArg, Ident, ItemFn, LitStr, Pat, Path, Token, Type};
 
 use crate::check::Errors;
@@ -382,7 +383,7 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
         let ty = &x.ty;
         let key = x.name.to_string();
         match &x.default {
-            Some(d) => quote_spanned!(d.span_or_call_site()=> #p::ParamSpec::new::<#ty>(#key, ::core::option::Option::Some(#d))),
+            Some(d) => quote_spanned!(d.span()=> #p::ParamSpec::new::<#ty>(#key, ::core::option::Option::Some(#d))),
             None => quote!(#p::ParamSpec::new::<#ty>(#key, ::core::option::Option::None)),
         }
     });
@@ -429,15 +430,6 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
                 launch: __tpu_kernel_launch,
             }
         }
-    }
-}
-
-trait SpanOrCallSite {
-    fn span_or_call_site(&self) -> Span;
-}
-impl SpanOrCallSite for Expr {
-    fn span_or_call_site(&self) -> Span {
-        syn::spanned::Spanned::span(self)
     }
 }
 
