@@ -175,11 +175,11 @@ impl Request {
             .unwrap_or_default()
         {
             let size = level.get(0).and_then(Value::as_u64);
-            let flags = level.get(1).and_then(Value::as_array).map(|f| {
-                f.iter()
-                    .map(|b| b.as_bool().unwrap_or(false))
-                    .collect::<Vec<_>>()
-            });
+            // `[size, [is input i batched, ..]]`; a flag that is not a bool makes the level bad.
+            let flags = level
+                .get(1)
+                .and_then(Value::as_array)
+                .and_then(|f| f.iter().map(Value::as_bool).collect::<Option<Vec<_>>>());
             match (size, flags) {
                 (Some(size), Some(inputs)) => batch.push(BatchLevel {
                     size: size as usize,
