@@ -35,13 +35,13 @@ pub fn with_context<R>(f: impl FnOnce(&Context) -> R) -> R {
     CONTEXT.with(|ctx| f(ctx))
 }
 
-/// Parsed attributes by their text, per context. MLIR uniques attributes and keeps them for the
+/// Parsed attributes by their text, per context. MLIR uniques attributes and types and keeps them for the
 /// context's whole life, so a handle parsed once stays valid and equal to a fresh parse; the
-/// per-thread contexts live as long as their thread. (Types are built directly, not parsed.)
+/// per-thread contexts live as long as their thread.
 mod memo {
-    use melior::ir::{Attribute, AttributeLike};
+    use melior::ir::{Attribute, AttributeLike, Type, TypeLike};
     use melior::Context;
-    use mlir_sys::{MlirAttribute, MlirContext};
+    use mlir_sys::{MlirAttribute, MlirContext, MlirType};
     use std::cell::RefCell;
     use std::collections::HashMap;
 
@@ -50,6 +50,7 @@ mod memo {
 
     thread_local! {
         static ATTRS: Memo<MlirAttribute> = RefCell::new(HashMap::new());
+        static TYPES: Memo<MlirType> = RefCell::new(HashMap::new());
     }
 
     fn ctx_key(ctx: &Context) -> usize {
@@ -85,5 +86,13 @@ mod memo {
         // MLIR keeps uniqued attributes for the context's life.
         Some(unsafe { Attribute::from_raw(raw) })
     }
+
+    pub fn memo_type<'c>(ctx: &'c Context, text: &str) -> Option<Type<'c>> {
+        let raw = memo(&TYPES, ctx, text, || {
+            Type::parse(ctx, text).map(|t| t.to_raw())
+        })?;
+        // SAFETY: as for attributes: parsed in this live context, uniqued for its whole life.
+        Some(unsafe { Type::from_raw(raw) })
+    }
 }
-pub(crate) use memo::memo_attr;
+pub(crate) use memo::{memo_attr, memo_type};

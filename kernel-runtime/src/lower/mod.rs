@@ -5,23 +5,22 @@
 //! the Mosaic func attributes, then one `func.func @transform_k` per BlockSpec index map. Ops are lowered by
 //! small per-family rules in `rules`. Rust source locations become MLIR `FileLineColLoc`s.
 //!
-//! Only this module (and later `serialize`) touches melior.
+//! The rules build the module as data ([`mosaic`]); [`build_module`] makes it an MLIR module through
+//! melior and verifies it, and `serialize::bytecode` writes the same data straight to bytecode.
+//! Only this module and `serialize` touch melior.
 
 mod context;
+mod mlir;
+pub mod mosaic;
 mod rules;
 
 use crate::error::{kerr, Result};
 use crate::ir::{Func, Kernel, MemSpace, OperandRole, Region, Type, ValueId};
 pub use context::with_context;
-use melior::ir::attribute::{StringAttribute, TypeAttribute};
-use melior::ir::block::BlockLike;
-use melior::ir::operation::{OperationBuilder, OperationLike, OperationMutLike};
-use melior::ir::r#type::{FunctionType, IntegerType, MemRefType};
-use melior::ir::{
-    Attribute, Block, Identifier, Location, Module, RegionLike, Type as MType, Value, ValueLike,
-};
+use melior::ir::operation::OperationLike;
+use melior::ir::{Attribute, Location, Module};
 use melior::Context;
-use mlir_sys::MlirValue;
+use mosaic::{MBlock, MFunc, MModule, MType, MValue};
 
 /// The `stable_mosaic.version` written on the module (what Pallas's cross-platform lowering writes).
 pub const MOSAIC_VERSION: i64 = 15;
@@ -50,24 +49,8 @@ pub fn to_mosaic_text_with_locations(k: &Kernel) -> Result<String> {
 
 /// Build and verify the Mosaic module for a kernel in `ctx`.
 pub fn build_module<'c>(ctx: &'c Context, k: &Kernel) -> Result<Module<'c>> {
-    let loc = location(ctx, &k.body.loc);
-    let mut module = Module::new(loc);
-    {
-        let mut op = module.as_operation_mut();
-        op.set_attribute("sym_name", StringAttribute::new(ctx, &k.name).into());
-        op.set_attribute(
-            "stable_mosaic.version",
-            parse_attr(ctx, &format!("{MOSAIC_VERSION} : i64"))?,
-        );
-    }
-    let kernel_fn = lower_kernel_fn(ctx, k)?;
-    module.body().append_operation(kernel_fn);
-    for o in &k.operands {
-        if let Some(b) = &o.block {
-            let f = lower_func(ctx, &b.index_map, vec![])?;
-            module.body().append_operation(f);
-        }
-    }
+    let m = lower_module(k)?;
+    let module = mlir::module(ctx, &m)?;
     if !module.as_operation().verify() {
         return Err(kerr!(
             Lowering,
@@ -79,7 +62,23 @@ pub fn build_module<'c>(ctx: &'c Context, k: &Kernel) -> Result<Module<'c>> {
     Ok(module)
 }
 
-fn lower_kernel_fn<'c>(ctx: &'c Context, k: &Kernel) -> Result<melior::ir::Operation<'c>> {
+/// Lower a kernel to the Mosaic module as data (no MLIR involved).
+pub fn lower_module(k: &Kernel) -> Result<MModule> {
+    let mut funcs = vec![lower_kernel_fn(k)?];
+    for o in &k.operands {
+        if let Some(b) = &o.block {
+            funcs.push(lower_func(&b.index_map, vec![])?);
+        }
+    }
+    Ok(MModule {
+        name: k.name.clone(),
+        loc: k.body.loc,
+        version: MOSAIC_VERSION,
+        funcs,
+    })
+}
+
+fn lower_kernel_fn(k: &Kernel) -> Result<MFunc> {
     let grid = k
         .grid
         .iter()
@@ -122,7 +121,7 @@ fn lower_kernel_fn<'c>(ctx: &'c Context, k: &Kernel) -> Result<melior::ir::Opera
         .iter()
         .filter(|o| o.role == OperandRole::Scratch)
         .count();
-    let attrs = [
+    let attrs = vec![
         ("dimension_semantics", format!("[{sem}]")),
         (
             "iteration_bounds",
@@ -137,22 +136,14 @@ fn lower_kernel_fn<'c>(ctx: &'c Context, k: &Kernel) -> Result<melior::ir::Opera
         ("tpu.core_type", "#tpu.core_type<tc>".into()),
         ("window_params", format!("[{}]", windows.join(", "))),
     ];
-    let mut parsed = Vec::new();
-    for (name, text) in attrs {
-        parsed.push((Identifier::new(ctx, name), parse_attr(ctx, &text)?));
-    }
-    lower_func(ctx, &k.body, parsed)
+    lower_func(&k.body, attrs)
 }
 
-fn lower_func<'c>(
-    ctx: &'c Context,
-    f: &Func,
-    extra_attrs: Vec<(Identifier<'c>, Attribute<'c>)>,
-) -> Result<melior::ir::Operation<'c>> {
+fn lower_func(f: &Func, attrs: Vec<(&'static str, String)>) -> Result<MFunc> {
     let mut lw = Lowerer {
-        ctx,
         func: f,
         values: vec![None; f.values.len()],
+        next: 0,
     };
     let inputs: Vec<MType> = f
         .body
@@ -165,26 +156,16 @@ fn lower_func<'c>(
         .iter()
         .map(|t| lw.ty(t))
         .collect::<Result<_>>()?;
-    let fty = FunctionType::new(ctx, &inputs, &results);
     let body = lw.region(&f.body)?;
-    let region = melior::ir::Region::new();
-    region.append_block(body);
-    let mut attrs = vec![
-        (
-            Identifier::new(ctx, "sym_name"),
-            StringAttribute::new(ctx, &f.name).into(),
-        ),
-        (
-            Identifier::new(ctx, "function_type"),
-            TypeAttribute::new(fty.into()).into(),
-        ),
-    ];
-    attrs.extend(extra_attrs);
-    OperationBuilder::new("func.func", location(ctx, &f.loc))
-        .add_attributes(&attrs)
-        .add_regions([region])
-        .build()
-        .map_err(|e| kerr!(Lowering, "building func.func @{}: {e}", f.name))
+    Ok(MFunc {
+        name: f.name.clone(),
+        loc: f.loc,
+        inputs,
+        results,
+        attrs,
+        body,
+        num_values: lw.next,
+    })
 }
 
 /// The attribute `text` in `ctx`, parsed once per context (see `context::memo_attr`).
@@ -193,111 +174,92 @@ pub(crate) fn parse_attr<'c>(ctx: &'c Context, text: &str) -> Result<Attribute<'
         .ok_or_else(|| kerr!(Lowering, "MLIR could not parse the attribute `{text}`"))
 }
 
+/// The type `text` in `ctx`, parsed once per context.
+pub(crate) fn parse_type<'c>(ctx: &'c Context, text: &str) -> Result<melior::ir::Type<'c>> {
+    context::memo_type(ctx, text)
+        .ok_or_else(|| kerr!(Lowering, "MLIR could not parse the type `{text}`"))
+}
+
 pub(crate) fn location<'c>(ctx: &'c Context, loc: &crate::error::SourceLoc) -> Location<'c> {
     Location::new(ctx, loc.file, loc.line as usize, loc.col as usize)
 }
 
-/// Lowers the ops of one function; `values` maps IR values to MLIR values.
-pub(crate) struct Lowerer<'c, 'f> {
-    pub ctx: &'c Context,
+/// Lowers the ops of one function; `values` maps IR values to Mosaic values.
+pub(crate) struct Lowerer<'f> {
     pub func: &'f Func,
-    values: Vec<Option<MlirValue>>,
+    values: Vec<Option<MValue>>,
+    next: MValue,
 }
 
-impl<'c, 'f> Lowerer<'c, 'f> {
-    pub fn ty(&self, t: &Type) -> Result<MType<'c>> {
-        match t {
-            Type::Scalar(d) => Ok(self.elem(*d)),
-            // A 0-d vector prints as its element type in our IR's convention (`vector_type_text`).
-            Type::Vector(s, d) if s.is_empty() => Ok(self.elem(*d)),
-            Type::Vector(s, d) => {
-                let dims: Vec<u64> = s.iter().map(|&x| x as u64).collect();
-                Ok(MType::vector(&dims, self.elem(*d)))
-            }
-            Type::Ref(s, d, space) => {
-                let dims: Vec<i64> = s.iter().map(|&x| x as i64).collect();
-                let space = match space {
+impl<'f> Lowerer<'f> {
+    /// The Mosaic type of an IR type.
+    pub fn ty(&self, t: &Type) -> Result<MType> {
+        Ok(match t {
+            Type::Scalar(d) => MType::Plain(d.mlir().to_string()),
+            // A 0-d vector is its element type in our IR's convention (`vector_type_text`).
+            Type::Vector(s, d) => MType::Plain(vector_type_text(s, d.mlir())),
+            Type::Ref(s, d, space) => MType::MemRef {
+                shape: s.clone(),
+                elem: d.mlir(),
+                space: match space {
                     MemSpace::Vmem => "#tpu.memory_space<vmem>",
                     MemSpace::Smem => "#tpu.memory_space<smem>",
                     MemSpace::Any => "#tpu.memory_space<any>",
-                };
-                let space = parse_attr(self.ctx, space)?;
-                Ok(MemRefType::new(self.elem(*d), &dims, None, Some(space)).into())
-            }
-        }
+                },
+            },
+        })
     }
 
-    /// The MLIR element type of a dtype (signless integers; signedness lives in the ops).
-    pub fn elem(&self, d: crate::dtype::DType) -> MType<'c> {
-        use crate::dtype::DType;
-        match d {
-            DType::F32 => MType::float32(self.ctx),
-            DType::BF16 => MType::bfloat16(self.ctx),
-            DType::I32 | DType::U32 => IntegerType::new(self.ctx, 32).into(),
-            DType::I8 | DType::U8 => IntegerType::new(self.ctx, 8).into(),
-            DType::Bool => IntegerType::new(self.ctx, 1).into(),
-        }
+    /// A new Mosaic value.
+    pub fn fresh(&mut self) -> MValue {
+        let v = self.next;
+        self.next += 1;
+        v
     }
 
-    /// The MLIR value for an IR value (must already be lowered).
-    pub fn v(&self, id: ValueId) -> Result<Value<'c, '_>> {
-        let raw = self.values.get(id.0 as usize).copied().flatten();
-        let raw = raw.ok_or_else(|| {
-            kerr!(
-                Lowering,
-                "value %{} used before it was lowered (internal error)",
-                id.0
-            )
-        })?;
-        // SAFETY: `raw` was produced by an operation or block argument of the module being built in
-        // `self.ctx`; MLIR keeps those objects alive (at a fixed address) until the module is dropped, which
-        // outlives this lowerer. Moving the Rust `Block` wrapper into its parent does not move the value.
-        Ok(unsafe { Value::from_raw(raw) })
+    /// The Mosaic value for an IR value (must already be lowered).
+    pub fn v(&self, id: ValueId) -> Result<MValue> {
+        self.values
+            .get(id.0 as usize)
+            .copied()
+            .flatten()
+            .ok_or_else(|| {
+                kerr!(
+                    Lowering,
+                    "value %{} used before it was lowered (internal error)",
+                    id.0
+                )
+            })
     }
 
-    /// Make `result` the same MLIR value as `operand` (an op that lowers to nothing).
+    /// Make `result` the same Mosaic value as `operand` (an op that lowers to nothing).
     pub fn alias(&mut self, result: ValueId, operand: ValueId) -> Result<()> {
-        let raw = self.values.get(operand.0 as usize).copied().flatten();
-        let raw = raw.ok_or_else(|| {
-            kerr!(
-                Lowering,
-                "value %{} aliased before it was lowered",
-                operand.0
-            )
-        })?;
-        if let Some(slot) = self.values.get_mut(result.0 as usize) {
-            *slot = Some(raw);
-        }
+        let v = self.v(operand)?;
+        self.bind(result, v);
         Ok(())
     }
 
-    pub fn bind(&mut self, id: ValueId, v: Value<'c, '_>) {
+    pub fn bind(&mut self, id: ValueId, v: MValue) {
         if let Some(slot) = self.values.get_mut(id.0 as usize) {
-            *slot = Some(v.to_raw());
+            *slot = Some(v);
         }
     }
 
     /// Lower a region into a new block (its args become block arguments).
-    pub fn region(&mut self, r: &Region) -> Result<Block<'c>> {
-        let args: Vec<(MType<'c>, Location<'c>)> = r
-            .args
-            .iter()
-            .map(|a| {
-                Ok((
-                    self.ty(self.func.ty(*a))?,
-                    location(self.ctx, &self.func.loc),
-                ))
-            })
-            .collect::<Result<_>>()?;
-        let block = Block::new(&args);
-        for (i, a) in r.args.iter().enumerate() {
-            let arg = block
-                .argument(i)
-                .map_err(|e| kerr!(Lowering, "block argument {i}: {e}"))?;
-            self.bind(*a, arg.into());
+    pub fn region(&mut self, r: &Region) -> Result<MBlock> {
+        let mut block = MBlock {
+            args: Vec::with_capacity(r.args.len()),
+            arg_loc: Some(self.func.loc),
+            ops: Vec::with_capacity(r.ops.len()),
+        };
+        for a in &r.args {
+            let ty = self.ty(self.func.ty(*a))?;
+            let v = self.fresh();
+            self.bind(*a, v);
+            block.args.push((v, ty));
         }
         for op in &r.ops {
-            rules::lower_op(self, &block, op).map_err(|e| e.at(op.loc))?;
+            rules::lower_op(self, &mut block.ops, op).map_err(|e| e.at(op.loc))?;
         }
         Ok(block)
     }
@@ -313,11 +275,4 @@ pub(crate) fn vector_type_text(shape: &[usize], elem: &str) -> String {
         .collect::<Vec<_>>()
         .join("x");
     format!("vector<{dims}x{elem}>")
-}
-
-/// Detach an op result from the borrow of the `OperationRef` it came from.
-pub(crate) fn detach<'c>(v: impl ValueLike<'c>) -> Value<'c, 'static> {
-    // SAFETY: as in `Lowerer::v`: the value belongs to an op of the module being built, which MLIR keeps
-    // alive at a fixed address until the module is dropped, after every use of the returned handle.
-    unsafe { Value::from_raw(v.to_raw()) }
 }

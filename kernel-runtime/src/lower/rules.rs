@@ -1,16 +1,13 @@
 //! One lowering rule per op family. Each appends Mosaic ops to `block` and binds the IR op's results.
 
-use super::{parse_attr, vector_type_text, Lowerer};
+use super::mosaic::{MBlock, MOp, MType, MValue};
+use super::{vector_type_text, Lowerer};
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, Result};
 use crate::ir::{BinaryOp, CmpOp, Op, OpKind, ReduceKind, Start, Type, UnaryOp, ValueId, Window};
-use melior::ir::attribute::IntegerAttribute;
-use melior::ir::block::BlockLike;
-use melior::ir::operation::{OperationBuilder, OperationLike};
-use melior::ir::{Block, Identifier, RegionLike, Type as MType, Value};
 
 /// Dispatch an op to its rule.
-pub(crate) fn lower_op<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op) -> Result<()> {
+pub(crate) fn lower_op(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> Result<()> {
     match &op.kind {
         OpKind::Const(l) => constant(lw, block, op, *l),
         OpKind::Unary(u) => unary(lw, block, op, *u),
@@ -71,43 +68,34 @@ fn join(v: &[usize]) -> String {
         .join(", ")
 }
 
-/// Build `name(operands) {attrs} -> results` in `block`, returning its results.
-fn emit<'c>(
-    lw: &Lowerer<'c, '_>,
-    block: &Block<'c>,
+/// Append `name(operands) {attrs} -> results` to `block`, returning its results.
+fn emit(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
     op: &Op,
-    name: &str,
-    operands: &[Value<'c, '_>],
-    results: &[MType<'c>],
-    attrs: &[(&str, String)],
-) -> Result<Vec<Value<'c, 'static>>> {
-    let ctx = lw.ctx;
-    let mut parsed = Vec::new();
-    for (k, text) in attrs {
-        parsed.push((Identifier::new(ctx, k), parse_attr(ctx, text)?));
-    }
-    let built = OperationBuilder::new(name, super::location(ctx, &op.loc))
-        .add_operands(operands)
-        .add_results(results)
-        .add_attributes(&parsed)
-        .build()
-        .map_err(|e| kerr!(Lowering, "building {name}: {e}"))?;
-    let r = block.append_operation(built);
-    let mut out = Vec::new();
-    for i in 0..r.result_count() {
-        let v = r
-            .result(i)
-            .map_err(|e| kerr!(Lowering, "{name} result {i}: {e}"))?;
-        out.push(super::detach(v));
-    }
+    name: &'static str,
+    operands: &[MValue],
+    results: &[MType],
+    attrs: &[(&'static str, String)],
+) -> Result<Vec<MValue>> {
+    let results: Vec<(MValue, MType)> = results.iter().map(|t| (lw.fresh(), t.clone())).collect();
+    let out = results.iter().map(|(v, _)| *v).collect();
+    block.push(MOp {
+        name,
+        loc: op.loc,
+        operands: operands.to_vec(),
+        results,
+        attrs: attrs.to_vec(),
+        regions: vec![],
+    });
     Ok(out)
 }
 
-fn operands<'c, 'a>(lw: &'a Lowerer<'c, '_>, ids: &[ValueId]) -> Result<Vec<Value<'c, 'a>>> {
+fn operands(lw: &Lowerer<'_>, ids: &[ValueId]) -> Result<Vec<MValue>> {
     ids.iter().map(|id| lw.v(*id)).collect()
 }
 
-fn result_type<'c>(lw: &Lowerer<'c, '_>, op: &Op, i: usize) -> Result<MType<'c>> {
+fn result_type(lw: &Lowerer<'_>, op: &Op, i: usize) -> Result<MType> {
     let id = op
         .results
         .get(i)
@@ -116,12 +104,12 @@ fn result_type<'c>(lw: &Lowerer<'c, '_>, op: &Op, i: usize) -> Result<MType<'c>>
 }
 
 /// An op whose operands and results map one to one.
-fn simple<'c>(
-    lw: &mut Lowerer<'c, '_>,
-    block: &Block<'c>,
+fn simple(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
     op: &Op,
-    name: &str,
-    attrs: &[(&str, String)],
+    name: &'static str,
+    attrs: &[(&'static str, String)],
 ) -> Result<()> {
     let tys: Vec<MType> = (0..op.results.len())
         .map(|i| result_type(lw, op, i))
@@ -134,13 +122,13 @@ fn simple<'c>(
     Ok(())
 }
 
-fn const_value<'c>(
-    lw: &Lowerer<'c, '_>,
-    block: &Block<'c>,
+fn const_value(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
     op: &Op,
     ty: &Type,
     l: Literal,
-) -> Result<Value<'c, 'static>> {
+) -> Result<MValue> {
     let elem = l.dtype.mlir();
     let text = match ty {
         Type::Scalar(_) => format!("{} : {elem}", l.mlir()),
@@ -159,34 +147,26 @@ fn const_value<'c>(
     )?[0])
 }
 
-fn index_const<'c>(
-    lw: &Lowerer<'c, '_>,
-    block: &Block<'c>,
-    op: &Op,
-    v: usize,
-) -> Result<Value<'c, 'static>> {
-    let ity = MType::index(lw.ctx);
-    let value = IntegerAttribute::new(ity, v as i64).into();
-    let built = OperationBuilder::new("arith.constant", super::location(lw.ctx, &op.loc))
-        .add_results(&[ity])
-        .add_attributes(&[(Identifier::new(lw.ctx, "value"), value)])
-        .build()
-        .map_err(|e| kerr!(Lowering, "building arith.constant: {e}"))?;
-    let r = block.append_operation(built);
-    let v = r
-        .result(0)
-        .map_err(|e| kerr!(Lowering, "arith.constant result: {e}"))?;
-    Ok(super::detach(v))
+fn index_const(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, v: usize) -> Result<MValue> {
+    Ok(emit(
+        lw,
+        block,
+        op,
+        "arith.constant",
+        &[],
+        &[MType::index()],
+        &[("value", format!("{v} : index"))],
+    )?[0])
 }
 
-fn constant<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, l: Literal) -> Result<()> {
+fn constant(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, l: Literal) -> Result<()> {
     let ty = lw.func.ty(op.results[0]).clone();
     let v = const_value(lw, block, op, &ty, l)?;
     lw.bind(op.results[0], v);
     Ok(())
 }
 
-fn unary<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, u: UnaryOp) -> Result<()> {
+fn unary(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, u: UnaryOp) -> Result<()> {
     let ty = lw.func.ty(op.results[0]).clone();
     let d = ty.dtype();
     let name = match (u, d.is_float()) {
@@ -219,7 +199,7 @@ fn unary<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, u: UnaryOp) -
     simple(lw, block, op, name, &[])
 }
 
-fn binary<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, b: BinaryOp) -> Result<()> {
+fn binary(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, b: BinaryOp) -> Result<()> {
     let d = lw.func.ty(op.results[0]).dtype();
     let (f, u) = (d.is_float(), d.is_unsigned());
     let name = match b {
@@ -249,7 +229,7 @@ fn binary<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, b: BinaryOp)
     simple(lw, block, op, name, &[])
 }
 
-fn compare<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, c: CmpOp) -> Result<()> {
+fn compare(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, c: CmpOp) -> Result<()> {
     let d = lw.func.ty(op.operands[0]).dtype();
     // arith.cmpf / arith.cmpi predicate numbers (ordered float compares, like XLA; `!=` is unordered).
     let (name, pred) = if d.is_float() {
@@ -287,7 +267,7 @@ fn compare<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, c: CmpOp) -
     )
 }
 
-fn cast<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, to: DType) -> Result<()> {
+fn cast(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, to: DType) -> Result<()> {
     let from_ty = lw.func.ty(op.operands[0]).clone();
     let from = from_ty.dtype();
     let name = match (from, to) {
@@ -346,9 +326,9 @@ fn cast<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, to: DType) -> 
     simple(lw, block, op, name, &[])
 }
 
-fn reduce<'c>(
-    lw: &mut Lowerer<'c, '_>,
-    block: &Block<'c>,
+fn reduce(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
     op: &Op,
     kind: ReduceKind,
     axes: &[usize],
@@ -413,14 +393,11 @@ fn min_signed(d: DType) -> i64 {
     -(1i64 << (d.bit_width() - 1))
 }
 
-fn dot<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, tl: bool, tr: bool) -> Result<()> {
+fn dot(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, tl: bool, tr: bool) -> Result<()> {
     let out_ty = lw.func.ty(op.results[0]).clone();
     let acc = match op.operands.get(2) {
         Some(a) => lw.v(*a)?,
-        None => {
-            let z = const_value(lw, block, op, &out_ty, Literal::zero(out_ty.dtype()))?;
-            z
-        }
+        None => const_value(lw, block, op, &out_ty, Literal::zero(out_ty.dtype()))?,
     };
     let (lc, lnc) = if tl { (0, 1) } else { (1, 0) };
     let (rc, rnc) = if tr { (1, 0) } else { (0, 1) };
@@ -437,16 +414,16 @@ fn dot<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, tl: bool, tr: b
 }
 
 /// Index operands of a window: constants for static starts, `index_cast`s of the dynamic i32 starts.
-fn window_indices<'c>(
-    lw: &Lowerer<'c, '_>,
-    block: &Block<'c>,
+fn window_indices(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
     op: &Op,
     w: &Window,
     dynamic: &[ValueId],
-) -> Result<Vec<Value<'c, 'static>>> {
+) -> Result<Vec<MValue>> {
     let mut dyn_it = dynamic.iter();
     let mut out = Vec::new();
-    let ity = MType::index(lw.ctx);
+    let ity = MType::index();
     for s in &w.starts {
         out.push(match s {
             Start::Static(v) => index_const(lw, block, op, *v)?,
@@ -455,14 +432,22 @@ fn window_indices<'c>(
                     .next()
                     .ok_or_else(|| kerr!(Lowering, "missing dynamic index operand"))?;
                 let v = lw.v(*id)?;
-                emit(lw, block, op, "arith.index_cast", &[v], &[ity], &[])?[0]
+                emit(
+                    lw,
+                    block,
+                    op,
+                    "arith.index_cast",
+                    &[v],
+                    std::slice::from_ref(&ity),
+                    &[],
+                )?[0]
             }
         });
     }
     Ok(out)
 }
 
-fn load<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, w: &Window) -> Result<()> {
+fn load(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, w: &Window) -> Result<()> {
     let ref_ty = lw.func.ty(op.operands[0]).clone();
     let out_ty = lw.func.ty(op.results[0]).clone();
     if matches!(out_ty, Type::Scalar(_)) {
@@ -482,9 +467,9 @@ fn load<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, w: &Window) ->
     Ok(())
 }
 
-fn store<'c>(
-    lw: &mut Lowerer<'c, '_>,
-    block: &Block<'c>,
+fn store(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
     op: &Op,
     w: &Window,
     masked: bool,
@@ -527,69 +512,58 @@ fn store<'c>(
     Ok(())
 }
 
-fn terminator<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op, name: &str) -> Result<()> {
+fn terminator(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
+    op: &Op,
+    name: &'static str,
+) -> Result<()> {
     let args = operands(lw, &op.operands)?;
     emit(lw, block, op, name, &args, &[], &[])?;
     Ok(())
 }
 
-/// Build an op with regions (scf.if / scf.for / scf.while).
-fn with_regions<'c>(
-    lw: &mut Lowerer<'c, '_>,
-    block: &Block<'c>,
+/// Append an op with regions (scf.if / scf.for / scf.while) and bind its results.
+fn with_regions(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
     op: &Op,
-    name: &str,
-    regions: Vec<melior::ir::Region<'c>>,
+    name: &'static str,
+    regions: Vec<Option<MBlock>>,
 ) -> Result<()> {
     let tys: Vec<MType> = (0..op.results.len())
         .map(|i| result_type(lw, op, i))
         .collect::<Result<_>>()?;
     let args = operands(lw, &op.operands)?;
-    let built = OperationBuilder::new(name, super::location(lw.ctx, &op.loc))
-        .add_operands(&args)
-        .add_results(&tys)
-        .add_regions_vec(regions)
-        .build()
-        .map_err(|e| kerr!(Lowering, "building {name}: {e}"))?;
-    let r = block.append_operation(built);
-    for (i, id) in op.results.iter().enumerate() {
-        let v = r
-            .result(i)
-            .map_err(|e| kerr!(Lowering, "{name} result {i}: {e}"))?;
-        lw.bind(*id, v.into());
+    let res = emit(lw, block, op, name, &args, &tys, &[])?;
+    if let Some(last) = block.last_mut() {
+        last.regions = regions;
+    }
+    for (id, v) in op.results.iter().zip(res) {
+        lw.bind(*id, v);
     }
     Ok(())
 }
 
-fn region_of<'c>(
-    lw: &mut Lowerer<'c, '_>,
-    r: &crate::ir::Region,
-) -> Result<melior::ir::Region<'c>> {
-    let region = melior::ir::Region::new();
-    let b = lw.region(r)?;
-    region.append_block(b);
-    Ok(region)
-}
-
-fn if_<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op) -> Result<()> {
-    let then_r = region_of(lw, &op.regions[0])?;
+fn if_(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> Result<()> {
+    let then_r = Some(lw.region(&op.regions[0])?);
     // An else that only yields nothing is left empty (scf.if allows that without results).
     let else_ir = &op.regions[1];
     let else_r = if op.results.is_empty() && else_ir.ops.len() == 1 {
-        melior::ir::Region::new()
+        None
     } else {
-        region_of(lw, else_ir)?
+        Some(lw.region(else_ir)?)
     };
     with_regions(lw, block, op, "scf.if", vec![then_r, else_r])
 }
 
-fn for_<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op) -> Result<()> {
-    let body = region_of(lw, &op.regions[0])?;
-    with_regions(lw, block, op, "scf.for", vec![body])
+fn for_(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> Result<()> {
+    let body = lw.region(&op.regions[0])?;
+    with_regions(lw, block, op, "scf.for", vec![Some(body)])
 }
 
-fn while_<'c>(lw: &mut Lowerer<'c, '_>, block: &Block<'c>, op: &Op) -> Result<()> {
-    let before = region_of(lw, &op.regions[0])?;
-    let after = region_of(lw, &op.regions[1])?;
+fn while_(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> Result<()> {
+    let before = Some(lw.region(&op.regions[0])?);
+    let after = Some(lw.region(&op.regions[1])?);
     with_regions(lw, block, op, "scf.while", vec![before, after])
 }
