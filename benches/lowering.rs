@@ -134,6 +134,37 @@ fn main() {
     };
     let phases = args.iter().any(|a| a == "--phases");
     let lib = library();
+    if let Some(i) = args.iter().position(|a| a == "--loop-writer") {
+        let name = args.get(i + 1).map(String::as_str).unwrap_or("add");
+        let case = cases().into_iter().find(|c| c.name == name).expect("case");
+        let built = lib.build(&case.request(0)).expect("build");
+        let m = lower::lower_module(&built.call.kernel).expect("lower");
+        let t = Instant::now();
+        let n = if args.iter().any(|a| a == "--path-only") {
+            0
+        } else {
+            20000
+        };
+        for _ in 0..n {
+            tpu_kernel::runtime::serialize::bytecode::body(&m, 15).expect("body");
+        }
+        println!("{name}: writer {:?} each", t.elapsed() / 20000);
+        let t = Instant::now();
+        for r in 0..20 {
+            let lib = library();
+            for i in 0..150 {
+                let built = lib.build(&case.request(i + 1)).expect("build");
+                built.backend_config(&lib.stats).expect("lower");
+            }
+            if r == 0 {
+                println!(
+                    "{name}: whole path, new shapes {:?} each",
+                    t.elapsed() / 150
+                );
+            }
+        }
+        return;
+    }
     if let Some(i) = args.iter().position(|a| a == "--loop") {
         // Profiling aid: build the Mosaic module of one kernel over and over.
         let name = args.get(i + 1).map(String::as_str).unwrap_or("add");
@@ -161,6 +192,14 @@ fn main() {
                 .expect("body");
         }
         println!("{name}: body bytecode {:?} each", t.elapsed() / 2000);
+        let t = Instant::now();
+        for _ in 0..2000 {
+            lower::lower_module(&built.call.kernel).expect("lower");
+        }
+        println!(
+            "{name}:   of which lowering to data {:?} each",
+            t.elapsed() / 2000
+        );
         let export = lib.kernel(name).expect("kernel");
         let t = Instant::now();
         for _ in 0..2000 {

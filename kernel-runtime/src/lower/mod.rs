@@ -144,6 +144,7 @@ fn lower_func(f: &Func, attrs: Vec<(&'static str, String)>) -> Result<MFunc> {
         func: f,
         values: vec![None; f.values.len()],
         next: 0,
+        types: Default::default(),
     };
     let inputs: Vec<MType> = f
         .body
@@ -189,15 +190,26 @@ pub(crate) struct Lowerer<'f> {
     pub func: &'f Func,
     values: Vec<Option<MValue>>,
     next: MValue,
+    types: std::cell::RefCell<Vec<(Type, MType)>>,
 }
 
 impl<'f> Lowerer<'f> {
-    /// The Mosaic type of an IR type.
+    /// The Mosaic type of an IR type (spelled once per function).
     pub fn ty(&self, t: &Type) -> Result<MType> {
-        Ok(match t {
-            Type::Scalar(d) => MType::Plain(d.mlir().to_string()),
+        let mut seen = self.types.borrow_mut();
+        if let Some((_, m)) = seen.iter().find(|(k, _)| k == t) {
+            return Ok(m.clone());
+        }
+        let m = Self::new_ty(t);
+        seen.push((t.clone(), m.clone()));
+        Ok(m)
+    }
+
+    fn new_ty(t: &Type) -> MType {
+        match t {
+            Type::Scalar(d) => MType::Plain(d.mlir().into()),
             // A 0-d vector is its element type in our IR's convention (`vector_type_text`).
-            Type::Vector(s, d) => MType::Plain(vector_type_text(s, d.mlir())),
+            Type::Vector(s, d) => MType::Plain(vector_type_text(s, d.mlir()).into()),
             Type::Ref(s, d, space) => MType::MemRef {
                 shape: s.clone(),
                 elem: d.mlir(),
@@ -207,7 +219,7 @@ impl<'f> Lowerer<'f> {
                     MemSpace::Any => "#tpu.memory_space<any>",
                 },
             },
-        })
+        }
     }
 
     /// A new Mosaic value.

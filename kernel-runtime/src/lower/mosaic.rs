@@ -7,6 +7,7 @@
 //! both consumers mean exactly the same module.
 
 use crate::error::SourceLoc;
+use std::rc::Rc;
 
 /// A value of the module: numbered in definition order within its function.
 pub type MValue = u32;
@@ -16,8 +17,8 @@ pub type MValue = u32;
 /// build but not parse inside a type.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum MType {
-    /// `i32`, `f32`, `index`, `vector<8x128xf32>`, ...
-    Plain(String),
+    /// `i32`, `f32`, `index`, `vector<8x128xf32>`, ... (shared: a function repeats few types)
+    Plain(Rc<str>),
     /// `memref<{shape}x{elem}, {space}>`: element type text, memory-space attribute text.
     MemRef {
         shape: Vec<usize>,
@@ -28,7 +29,7 @@ pub enum MType {
 
 impl MType {
     pub fn index() -> Self {
-        MType::Plain("index".into())
+        MType::Plain(Rc::from("index"))
     }
 }
 

@@ -1,11 +1,12 @@
-//! The kernel body in the form libtpu reads: the verified Mosaic module rewritten to the mosaic-serde
-//! form, then MLIR bytecode.
+//! The kernel body in the form libtpu reads: the Mosaic module in the mosaic-serde form, as MLIR
+//! bytecode. [`body_bytecode`] writes it directly from the module as data ([`super::bytecode`]);
+//! [`reference_bytecode`] gets it the long way through MLIR, and the tests hold the two equal.
 //!
-//! The rewrite is what jaxlib's `mosaic-serde{serialize=true target-version=V}` pass does, done here on
-//! our own module: every op except `builtin.module` is rebuilt under the name `stable_mosaic.<op name>`
+//! The rewrite (both paths) is what jaxlib's `mosaic-serde{serialize=true target-version=V}` pass does,
+//! done here on our own module: every op except `builtin.module` is rebuilt under the name `stable_mosaic.<op name>`
 //! (so it becomes an unregistered op, printed and written in generic form) carrying all its attributes,
 //! the inherent ones included; ops newer than the target version are downgraded by the per-op rules in
-//! [`downgrade`]; the module gets `stable_mosaic.version = V`.
+//! [`downgrade_drops`]; the module gets `stable_mosaic.version = V`.
 //!
 //! One difference from jaxlib had to be made up for: our context does not register the `tpu` dialect, so
 //! `tpu.*` ops carry only the attributes the lowering set, while jaxlib's registered ops also carry their
@@ -50,31 +51,62 @@ pub const TPU_DEFAULT_ATTRS: &[(&str, &str, &str)] = &[
     ("tpu.matmul", "transpose_rhs", "false"),
 ];
 
-/// Serialize a kernel: verified Mosaic module → mosaic-serde form at `version` → MLIR bytecode.
+/// Serialize a kernel: the Mosaic module as data → mosaic-serde form at `version` → MLIR bytecode,
+/// written directly ([`super::bytecode`]; no MLIR module is built).
 pub fn body_bytecode(k: &Kernel, version: i64) -> Result<Vec<u8>> {
+    check_version(version)?;
+    let m = lower::lower_module(k)?;
+    super::bytecode::body(&m, version)
+}
+
+/// The serialized body as MLIR reads it back, printed in generic form (what `--emit body` prints; for
+/// reading, not for libtpu).
+pub fn body_text(k: &Kernel, version: i64) -> Result<String> {
+    read_body(&body_bytecode(k, version)?, false)
+}
+
+/// Parse a serialized body with MLIR and print it (generic form; `with_locations` adds `loc(..)`s).
+pub fn read_body(bytes: &[u8], with_locations: bool) -> Result<String> {
+    lower::with_context(|ctx| {
+        // SAFETY: `bytes` outlives the call; MLIR copies what it keeps. A null module is a parse error.
+        let raw = unsafe {
+            mlir_sys::mlirModuleCreateParse(
+                ctx.to_raw(),
+                MlirStringRef {
+                    data: bytes.as_ptr() as *const _,
+                    length: bytes.len(),
+                },
+            )
+        };
+        if raw.ptr.is_null() {
+            return Err(kerr!(Lowering, "MLIR cannot read the serialized body"));
+        }
+        // SAFETY: a valid module just created in `ctx`; the wrapper owns and destroys it.
+        let module = unsafe { Module::from_raw(raw) };
+        let flags = melior::ir::operation::OperationPrintingFlags::new()
+            .enable_debug_info(with_locations, false);
+        module
+            .as_operation()
+            .to_string_with_flags(flags)
+            .map_err(|e| kerr!(Lowering, "printing the serialized body: {e}"))
+    })
+}
+
+/// The reference serializer the direct writer is tested against: build and verify the module with MLIR,
+/// rewrite it to the mosaic-serde form in place ([`to_serialized_form`]), and let MLIR's bytecode writer
+/// write it. Slower (it builds the module twice over); not used to ship kernels.
+pub fn reference_bytecode(k: &Kernel, version: i64) -> Result<Vec<u8>> {
     check_version(version)?;
     lower::with_context(|ctx| {
         let mut module = lower::build_module(ctx, k)?;
         to_serialized_form(ctx, &mut module, version)?;
-        // Bytecode format version 0, as jax writes it (`write_bytecode(desired_version=0)`): the oldest
-        // format, readable by any libtpu. All ops but the module are unregistered, so nothing needs the
-        // newer properties encoding.
+        // Bytecode format version 0, as jax writes it (`write_bytecode(desired_version=0)`).
         let config = BytecodeWriterConfig::new();
         config.set_desired_emit_version(0);
         module
             .as_operation()
             .write_bytecode_with_config(&config)
             .map_err(|e| kerr!(Lowering, "writing the MLIR bytecode of `{}`: {e}", k.name))
-    })
-}
-
-/// The serialized module as generic MLIR text (what `--emit body` prints; for reading, not for libtpu).
-pub fn body_text(k: &Kernel, version: i64) -> Result<String> {
-    check_version(version)?;
-    lower::with_context(|ctx| {
-        let mut module = lower::build_module(ctx, k)?;
-        to_serialized_form(ctx, &mut module, version)?;
-        Ok(module.as_operation().to_string())
     })
 }
 
@@ -175,7 +207,7 @@ unsafe fn mangle_op(context: &Context, op: MlirOperation, version: i64) -> Resul
             });
         }
     }
-    downgrade(name, &mut named, version)?;
+    downgrade_named(name, &mut named, version)?;
 
     let new_name = format!("{MANGLE_PREFIX}{name}");
     let operands: Vec<_> = (0..unsafe { mlirOperationGetNumOperands(op) })
@@ -228,31 +260,44 @@ unsafe fn mangle_op(context: &Context, op: MlirOperation, version: i64) -> Resul
     Ok(())
 }
 
-/// The per-version downgrade rules of jaxlib's mosaic-serde, for the ops tpu-kernel emits. Our ops are
-/// built in the newest form ([`MAX_VERSION`]); older targets need these rewrites. Rules of older versions
-/// than [`MIN_VERSION`] (`tpu.iota` < 6, `vector.multi_reduction` < 3, i1 `arith.constant` < 10) are out
-/// of range and deliberately not implemented. (jaxlib's v11 rule on `add` is for `tpu.store`, not the
-/// `tpu.vector_store` we emit, which keeps `add` at every version.)
-pub fn downgrade(name: &str, attrs: &mut Vec<MlirNamedAttribute>, version: i64) -> Result<()> {
-    let bool_value = |attrs: &[MlirNamedAttribute], key: &str| -> Option<bool> {
-        attrs.iter().find(|a| attr_name(a) == key).map(|a| {
-            // SAFETY: the attribute handle is live (owned by the context).
-            let attr = unsafe { Attribute::from_raw(a.attribute) };
-            attr.to_string() == "true"
-        })
-    };
+/// The per-version downgrade rules of jaxlib's mosaic-serde, for the ops tpu-kernel emits: the attributes
+/// of op `name` (`value_of` gives an attribute's text) to drop at `version`, or an error when the op
+/// cannot be expressed there. Our ops are built in the newest form ([`MAX_VERSION`]). Rules of older
+/// versions than [`MIN_VERSION`] (`tpu.iota` < 6, `vector.multi_reduction` < 3, i1 `arith.constant` < 10)
+/// are out of range and deliberately not implemented. (jaxlib's v11 rule on `add` is for `tpu.store`, not
+/// the `tpu.vector_store` we emit, which keeps `add` at every version.)
+pub fn downgrade_drops(
+    name: &str,
+    value_of: impl Fn(&str) -> Option<String>,
+    version: i64,
+) -> Result<&'static [&'static str]> {
     match name {
         // v13 added `transpose_lhs_hint`.
         "tpu.matmul" if version < 13 => {
-            if bool_value(attrs, "transpose_lhs_hint") == Some(true) {
+            if value_of("transpose_lhs_hint").as_deref() == Some("true") {
                 return Err(kerr!(
                     Unsupported,
                     "`transpose_lhs_hint = true` needs stable_mosaic version >= 13"
                 ));
             }
-            attrs.retain(|a| attr_name(a) != "transpose_lhs_hint");
+            Ok(&["transpose_lhs_hint"])
         }
-        _ => {}
+        _ => Ok(&[]),
     }
+}
+
+/// [`downgrade_drops`] applied to MLIR named attributes (the reference path).
+fn downgrade_named(name: &str, attrs: &mut Vec<MlirNamedAttribute>, version: i64) -> Result<()> {
+    let drops = downgrade_drops(
+        name,
+        |k| {
+            attrs.iter().find(|a| attr_name(a) == k).map(|a| {
+                // SAFETY: the attribute handle is live (owned by the context).
+                unsafe { Attribute::from_raw(a.attribute) }.to_string()
+            })
+        },
+        version,
+    )?;
+    attrs.retain(|a| !drops.contains(&attr_name(a)));
     Ok(())
 }

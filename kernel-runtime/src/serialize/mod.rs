@@ -1,7 +1,9 @@
 //! Serialization: what XLA and libtpu receive for a kernel.
 //!
 //! - [`body`]: the Mosaic module in the mosaic-serde form (`stable_mosaic.<dialect>.<op>` ops in generic
-//!   form, module attribute `stable_mosaic.version`, per-version downgrades), as MLIR bytecode;
+//!   form, module attribute `stable_mosaic.version`, per-version downgrades), as MLIR bytecode, written
+//!   by [`bytecode`] straight from the lowered module as data (no MLIR module is built to ship a kernel;
+//!   `body::reference_bytecode` is the MLIR path the tests hold it to);
 //! - [`config`]: the `tpu_custom_call` backend_config JSON (base64 body, `serialization_format`,
 //!   `needs_layout_passes`, and the optional fields — cost estimate, flags, input fusion, memory-space
 //!   colors, ... — only when set). One deliberate difference from Pallas: `scoped_memory_configs` is
@@ -14,7 +16,7 @@
 //! [`DEFAULT_VERSION`] is **15**: what JAX's Pallas writes when it lowers for TPU without a TPU backend
 //! at hand (its forward-compatible version), the same number our Mosaic text carries, and accepted by
 //! every libtpu from before 0.0.50 on (libtpu 0.0.51 reads 14..=18; 19 is refused). Our ops are built in
-//! the newest form; [`body::downgrade`] holds the rules that change the ops we emit between
+//! the newest form; [`body::downgrade_drops`] holds the rules that change the ops we emit between
 //! [`MIN_VERSION`] and [`MAX_VERSION`] (between 14 and 18 none of them does: the body at 15 and at 18
 //! differ only in the version attribute, measured with jaxlib 0.12.0.1). `CallOptions::version` picks
 //! another.
@@ -22,6 +24,7 @@
 //! Only `lower` and `serialize` touch melior.
 
 pub mod body;
+pub mod bytecode;
 pub mod config;
 pub mod stablehlo;
 
