@@ -1,0 +1,198 @@
+"""tpu_kernel.torch: the kernels of a `tpu_kernel.Library` on torch tensors, through torchax.
+
+    import torch, torchax
+    import tpu_kernel.torch as tkt
+
+    y = tkt.examples.matmul(x, w, block=(128, 128, 128))   # torch tensors in, a torch tensor out
+    norm = tkt.RMSNorm(1024)                                # nn.Modules on our rmsnorm / matmul
+    proj = tkt.Linear(1024, 4096)
+
+Tensors may be torchax tensors (device `jax`, `torchax.default_env().to_xla(t)`), which stay torchax
+tensors, or plain CPU tensors, which come back as plain CPU tensors. The call is the JAX op of
+`tpu_kernel` applied to the tensors' jax views (`torchax.interop.jax_view` / `torch_view` for torchax
+tensors; a dlpack copy for CPU ones), so the same op runs inside `torchax.interop.jax_jit` (traced
+into the jitted program), on TPU as the `tpu_custom_call`, and on CPU through XLA FFI.
+
+Gradients: when a kernel declares backward kernels (the examples' `matmul`, `rmsnorm`) and an input
+requires grad, the call is a `torch.autograd.Function` whose backward is `jax.vjp` of the op, i.e.
+the kernel's `jax.custom_vjp`, i.e. the backward kernels written in Rust. `loss.backward()` reaches
+them. A kernel without backward kernels raises a `KernelError` naming it when asked for a gradient.
+
+Static parameters are keyword-only, as in `tpu_kernel`: `op(*tensors, block=(...))`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+import torch
+import torchax
+from torchax import interop
+from torchax.ops import mappings
+
+from .._errors import KernelError
+from .._library import Kernel, Library
+
+__all__ = ["Linear", "RMSNorm", "op", "ops"]
+
+
+def _is_torchax(t: Any) -> bool:
+    return isinstance(t, (torchax.tensor.Tensor, torchax.tensor.View))
+
+
+def _to_jax(tensors: Sequence[torch.Tensor], kernel: str) -> list:
+    out = []
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise KernelError(f"{kernel}(): argument {i} is a {type(t).__name__}, expected a torch tensor "
+                              f"(a torchax tensor or a CPU tensor)", argument=str(i), kernel=kernel)
+        if _is_torchax(t):
+            out.append(interop.jax_view(t))
+        elif t.device.type != "cpu":
+            raise KernelError(f"{kernel}(): argument {i} is on device {t.device}; pass CPU tensors or "
+                              f"torchax tensors (torchax.default_env().to_xla(t))", argument=str(i),
+                              kernel=kernel)
+        else:
+            out.append(_cpu_to_jax(t))
+    return out
+
+
+def _cpu_to_jax(t: torch.Tensor):
+    """A copy (the caller may change its tensor while jax still reads it: dispatch is asynchronous)."""
+    t = t.detach().contiguous()
+    try:
+        return jax.numpy.array(jax.dlpack.from_dlpack(t), copy=True)
+    except (TypeError, RuntimeError, BufferError):
+        return jax.numpy.array(mappings.t2j(t), copy=True)
+
+
+def _jax_to_cpu(a) -> torch.Tensor:
+    """A copy (jax arrays are immutable; the torch tensor given out may be written to)."""
+    try:
+        return torch.from_dlpack(a).clone()
+    except (TypeError, RuntimeError, BufferError):
+        return mappings.j2t(a).clone()
+
+
+def _to_torch(value: Any, torchax_out: bool):
+    """A jax result as torch: torchax tensors when the call had torchax inputs, else CPU tensors."""
+    if torchax_out:
+        return interop.torch_view(value)
+    return jax.tree.map(_jax_to_cpu, value)
+
+
+class _KernelGrad(torch.autograd.Function):
+    """One differentiable kernel call: forward runs `jax.vjp` of the op, backward its vjp function."""
+
+    @staticmethod
+    def forward(ctx, kernel: Kernel, params: dict, torchax_out: bool, *tensors):
+        xs = _to_jax(tensors, kernel.name)
+        outs, vjp = jax.vjp(lambda *a: kernel(*a, **params), *xs)
+        ctx.vjp, ctx.torchax_out, ctx.single = vjp, torchax_out, not isinstance(outs, tuple)
+        ctx.kernel = kernel.name
+        return _to_torch(outs, torchax_out)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        cts = _to_jax(grads, ctx.kernel)
+        in_grads = ctx.vjp(cts[0] if ctx.single else tuple(cts))
+        return (None, None, None, *(_to_torch(g, ctx.torchax_out) for g in in_grads))
+
+
+def op(kernel: Kernel) -> Callable:
+    """The torch-facing callable of one kernel: `f(*tensors, **static_params)` → torch tensor(s)."""
+
+    def call(*tensors: torch.Tensor, **params: Any):
+        kernel._check_arity(tensors)
+        kernel.canonical_params(params)  # unknown / missing static parameters fail here, in Python
+        kinds = {_is_torchax(t) for t in tensors if isinstance(t, torch.Tensor)}
+        if len(kinds) > 1:
+            raise KernelError(f"{kernel.name}(): mixes torchax tensors and plain CPU tensors; move them all "
+                              f"with torchax.default_env().to_xla(t) or keep them all on the CPU",
+                              kernel=kernel.name)
+        torchax_out = kinds == {True}
+        wants_grad = torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+        if wants_grad:
+            if not kernel.grad:
+                raise KernelError(f"{kernel.name}(): an input requires grad but the kernel declares no "
+                                  f"backward kernels (Rust: #[export(grad(...))])", kernel=kernel.name)
+            return _KernelGrad.apply(kernel, params, torchax_out, *tensors)
+        if torchax_out:
+            return interop.call_jax(lambda *a: kernel(*a, **params), *tensors)
+        return _to_torch(kernel(*_to_jax(tensors, kernel.name), **params), False)
+
+    call.__name__ = call.__qualname__ = kernel.name
+    call.__doc__ = kernel.__doc__
+    call.__signature__ = kernel.__signature__
+    call.kernel = kernel
+    return call
+
+
+class _Ops:
+    """A library's kernels as torch ops, by attribute (`ops(lib).matmul`)."""
+
+    def __init__(self, library: Library):
+        self.library = library
+        self._ops = {name: op(k) for name, k in library.kernels.items()}
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["_ops"][name]
+        except KeyError:
+            raise AttributeError(f"library {self.library.name!r} has no kernel {name!r}; it has: "
+                                 f"{', '.join(sorted(self._ops))}") from None
+
+    def __dir__(self):
+        return sorted(self._ops)
+
+
+def ops(library: Library) -> _Ops:
+    """Every kernel of `library` as a torch op."""
+    return _Ops(library)
+
+
+def _examples():
+    from . import examples
+    return examples
+
+
+class RMSNorm(torch.nn.Module):
+    """RMSNorm on the `rmsnorm` kernel: `x * rsqrt(mean(x², -1) + eps) * weight`, x bf16 `[..., dim]`
+    (rows a multiple of `block_rows`), weight f32 `[dim]` (initialized to ones). Differentiable in x
+    and weight through the Rust backward kernel."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, block_rows: int = 16):
+        super().__init__()
+        self.dim, self.eps, self.block_rows = dim, eps, block_rows
+        self.weight = torch.nn.Parameter(torch.ones(dim, dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.dim)
+        y = _examples().rmsnorm(rows, self.weight.reshape(1, self.dim), eps=self.eps,
+                                block_rows=self.block_rows)
+        return y.reshape(x.shape)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, block_rows={self.block_rows}"
+
+
+class Linear(torch.nn.Module):
+    """`y = x @ weight` on the `matmul` kernel (bf16 in and out, f32 accumulation), weight bf16
+    `[in_features, out_features]` — the layout the kernel multiplies (jax's, not torch.nn.Linear's
+    `[out, in]`). No bias. Differentiable in x and weight through the Rust backward kernels."""
+
+    def __init__(self, in_features: int, out_features: int, block: tuple = (128, 128, 128)):
+        super().__init__()
+        self.in_features, self.out_features, self.block = in_features, out_features, tuple(block)
+        w = torch.empty(in_features, out_features, dtype=torch.float32)
+        torch.nn.init.kaiming_uniform_(w.T, a=5 ** 0.5)
+        self.weight = torch.nn.Parameter(w.to(torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        y = _examples().matmul(rows, self.weight, block=self.block)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, block={self.block}"
