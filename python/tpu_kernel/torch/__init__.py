@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import jax
+import numpy as np
 import torch
 import torchax
 from torchax import interop
@@ -70,8 +71,11 @@ def _jax_to_cpu(a) -> torch.Tensor:
     """A copy (jax arrays are immutable; the torch tensor given out may be written to)."""
     try:
         return torch.from_dlpack(a).clone()
-    except (TypeError, RuntimeError, BufferError):
-        return mappings.j2t(a).clone()
+    except (TypeError, RuntimeError, BufferError):  # e.g. an array sharded over several devices
+        host = np.array(jax.device_get(a))  # gathered, writable
+        if host.dtype == jax.numpy.bfloat16:
+            return torch.from_numpy(host.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(host)
 
 
 def _to_torch(value: Any, torchax_out: bool):
@@ -157,42 +161,105 @@ def _examples():
     return examples
 
 
+def _shard_map(layer, key, fn, in_specs, out_specs):
+    """`fn` (jax arrays per shard → per-shard result) as a jitted `jax.shard_map` over the layer's
+    mesh, made once per layer and key (jit places the inputs as `in_specs` say)."""
+    cache = layer.__dict__.setdefault("_sharded_fns", {})
+    if key not in cache:
+        cache[key] = jax.jit(jax.shard_map(fn, mesh=layer.mesh, in_specs=in_specs, out_specs=out_specs))
+    return cache[key]
+
+
+def _check_sharded_input(layer, x):
+    if not _is_torchax(x):
+        raise KernelError(f"{type(layer).__name__} with a mesh takes torchax tensors (placed on the mesh's "
+                          f"devices), got a {type(x).__name__} on {getattr(x, 'device', '?')}")
+
+
 class RMSNorm(torch.nn.Module):
     """RMSNorm on the `rmsnorm` kernel: `x * rsqrt(mean(x², -1) + eps) * weight`, x bf16 `[..., dim]`
     (rows a multiple of `block_rows`), weight f32 `[dim]` (initialized to ones). Differentiable in x
-    and weight through the Rust backward kernel."""
+    and weight through the Rust backward kernel.
 
-    def __init__(self, dim: int, eps: float = 1e-6, block_rows: int = 16):
+    With `mesh` (a `jax.sharding.Mesh`), the kernel runs per shard inside `jax.shard_map`: rows split
+    over `data_axis`, the weight replicated (torchax tensors only; forward only)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, block_rows: int = 16, *, mesh=None, data_axis: str = "x"):
         super().__init__()
         self.dim, self.eps, self.block_rows = dim, eps, block_rows
+        self.mesh, self.data_axis = mesh, data_axis
         self.weight = torch.nn.Parameter(torch.ones(dim, dtype=torch.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.dim)
-        y = _examples().rmsnorm(rows, self.weight.reshape(1, self.dim), eps=self.eps,
-                                block_rows=self.block_rows)
+        w = self.weight.reshape(1, self.dim)
+        params = dict(eps=self.eps, block_rows=self.block_rows)
+        if self.mesh is None:
+            y = _examples().rmsnorm(rows, w, **params)
+        else:
+            from jax.sharding import PartitionSpec as P
+            _check_sharded_input(self, x)
+            k = _examples().library.kernels["rmsnorm"]
+            f = _shard_map(self, "rmsnorm", lambda xs, ws: k(xs, ws, **params),
+                           (P(self.data_axis, None), P(None, None)), P(self.data_axis, None))
+            y = interop.call_jax(f, rows, w)
         return y.reshape(x.shape)
 
     def extra_repr(self) -> str:
-        return f"{self.dim}, eps={self.eps}, block_rows={self.block_rows}"
+        sharded = f", mesh axes {self.mesh.axis_names}, rows over {self.data_axis!r}" if self.mesh else ""
+        return f"{self.dim}, eps={self.eps}, block_rows={self.block_rows}{sharded}"
 
 
 class Linear(torch.nn.Module):
     """`y = x @ weight` on the `matmul` kernel (bf16 in and out, f32 accumulation), weight bf16
     `[in_features, out_features]` — the layout the kernel multiplies (jax's, not torch.nn.Linear's
-    `[out, in]`). No bias. Differentiable in x and weight through the Rust backward kernels."""
+    `[out, in]`). No bias. Differentiable in x and weight through the Rust backward kernels.
 
-    def __init__(self, in_features: int, out_features: int, block: tuple = (128, 128, 128)):
+    With `mesh` and `parallel`, the kernel runs per shard inside `jax.shard_map` (torchax tensors only;
+    forward only), rows split over `axes[0]` and, Megatron-style, over `axes[1]`:
+    - `parallel="column"`: weight `P(None, axes[1])`, x `P(axes[0], None)`, y `P(axes[0], axes[1])`,
+      no collective;
+    - `parallel="row"`: weight `P(axes[1], None)`, x `P(axes[0], axes[1])`, per-shard partial products
+      summed with `psum` over `axes[1]` (in f32), y `P(axes[0], None)`.
+    Place the weight accordingly (`weight.apply_jax_(jax.device_put, NamedSharding(mesh, spec))`);
+    jit reshards whatever is not."""
+
+    def __init__(self, in_features: int, out_features: int, block: tuple = (128, 128, 128), *,
+                 mesh=None, parallel: str | None = None, axes: tuple = ("x", "y")):
         super().__init__()
+        if (mesh is None) != (parallel is None) or parallel not in (None, "column", "row"):
+            raise ValueError("Linear: give both mesh and parallel ('column' or 'row'), or neither")
         self.in_features, self.out_features, self.block = in_features, out_features, tuple(block)
+        self.mesh, self.parallel, self.axes = mesh, parallel, tuple(axes)
         w = torch.empty(in_features, out_features, dtype=torch.float32)
         torch.nn.init.kaiming_uniform_(w.T, a=5 ** 0.5)
         self.weight = torch.nn.Parameter(w.to(torch.bfloat16))
 
+    def weight_spec(self):
+        """The weight's PartitionSpec under this layer's `parallel` mode."""
+        from jax.sharding import PartitionSpec as P
+        return P(None, self.axes[1]) if self.parallel == "column" else P(self.axes[1], None)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        y = _examples().matmul(rows, self.weight, block=self.block)
+        if self.mesh is None:
+            y = _examples().matmul(rows, self.weight, block=self.block)
+        else:
+            from jax.sharding import PartitionSpec as P
+            _check_sharded_input(self, x)
+            k = _examples().library.kernels["matmul"]
+            d, m = self.axes
+            if self.parallel == "column":
+                f = _shard_map(self, "column", lambda xs, ws: k(xs, ws, block=self.block),
+                               (P(d, None), P(None, m)), P(d, m))
+            else:
+                def row(xs, ws):
+                    part = k(xs, ws, block=self.block).astype(jax.numpy.float32)
+                    return jax.lax.psum(part, m).astype(jax.numpy.bfloat16)
+                f = _shard_map(self, "row", row, (P(d, m), P(m, None)), P(d, None))
+            y = interop.call_jax(f, rows, self.weight)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"{self.in_features}, {self.out_features}, block={self.block}"
+        sharded = f", {self.parallel}-parallel over mesh axes {self.axes}" if self.mesh else ""
+        return f"{self.in_features}, {self.out_features}, block={self.block}{sharded}"
