@@ -304,3 +304,77 @@ def rust_locations(msg: str, repo: str | None = None) -> list[tuple[str, int, in
 
 def b64_body(config: dict) -> bytes:
     return base64.b64decode(config["custom_call_config"]["body"])
+
+
+# ------------------------------------------------------------------------------------ collectives
+
+COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+_COLLECTIVE_RE = re.compile(
+    r"=\s*\S+\s+(" + "|".join(COLLECTIVES) + r")(-start)?\((.*)$", re.M)
+
+
+def _iota_groups(spec: str) -> list[list[int]]:
+    """`[2,2]<=[4]` or `[2,2]<=[2,2]T(1,0)` (XLA's iota replica groups) → explicit groups."""
+    m = re.fullmatch(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", spec)
+    if not m:
+        raise ValueError(f"unrecognized replica groups {spec!r}")
+    shape = [int(d) for d in m.group(1).split(",")]
+    dims = [int(d) for d in m.group(2).split(",")]
+    ids = np.arange(int(np.prod(dims))).reshape(dims)
+    if m.group(3):
+        ids = ids.transpose([int(p) for p in m.group(3).split(",")])
+    return ids.reshape(shape[0], -1).tolist()
+
+
+def _mesh_groups(spec: str) -> list[list[int]]:
+    """`mesh['x'=2,'y'=2] {'y'}` (XLA's mesh-axes replica groups) → explicit groups: the devices
+    (positions in the mesh's flat order) that vary along the listed axes."""
+    m = re.fullmatch(r"mesh\[([^\]]*)\]\s*\{([^}]*)\}", spec)
+    if not m:
+        raise ValueError(f"unrecognized replica groups {spec!r}")
+    axes = [(a.strip().strip("'\""), int(n)) for a, n in
+            (part.split("=") for part in m.group(1).split(",") if part.strip())]
+    chosen = [a.strip().strip("'\"") for a in m.group(2).split(",") if a.strip()]
+    names = [a for a, _ in axes]
+    ids = np.arange(int(np.prod([n for _, n in axes]))).reshape([n for _, n in axes])
+    picked = [names.index(a) for a in chosen]
+    rest = [i for i in range(len(names)) if i not in picked]
+    size = int(np.prod([axes[i][1] for i in picked]))
+    return ids.transpose(rest + picked).reshape(-1, size).tolist()
+
+
+def hlo_collectives(hlo_text: str) -> list[dict]:
+    """The collectives of an (optimized) HLO module: `kind` (async `-start` forms folded into their
+    op, `-done` halves dropped), `groups` (replica groups — explicit, iota or mesh-axes form —
+    expanded and sorted), `dimension` (gather /
+    scatter / split dimension, when the op has one), in program order."""
+    out = []
+    for m in _COLLECTIVE_RE.finditer(hlo_text):
+        kind, rest = m.group(1), m.group(3)
+        groups = None
+        g = re.search(r"replica_groups=(\{[\d,{}\s]*\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?"
+                      r"|mesh\[[^\]]*\]\s*\{[^}]*\})", rest)
+        if g and g.group(1).startswith("mesh"):
+            groups = _mesh_groups(g.group(1))
+        elif g:
+            text = g.group(1)
+            if text.startswith("{"):
+                groups = [[int(i) for i in grp.split(",") if i.strip()]
+                          for grp in re.findall(r"\{([\d,\s]*)\}", text[1:-1])]
+            else:
+                groups = _iota_groups(text)
+            groups = sorted(sorted(grp) for grp in groups)
+        pairs = re.search(r"source_target_pairs=\{([^}]*(?:\}[^}]*)*?)\}\s*(?:,|$)", rest)
+        dim = re.search(r"dimensions=\{(\d+)\}", rest)
+        out.append({"kind": kind, "groups": groups,
+                    "dimension": int(dim.group(1)) if dim else None,
+                    "pairs": pairs.group(1) if (kind == "collective-permute" and pairs) else None})
+    return out
+
+
+def mesh_axis_groups(mesh_shape: tuple, axis: int) -> list[list[int]]:
+    """The device groups (positions in the mesh's flat order, which is the partition order XLA uses)
+    that vary along `axis` of a mesh of `mesh_shape`: the replica groups of a collective over it."""
+    ids = np.arange(int(np.prod(mesh_shape))).reshape(mesh_shape)
+    moved = np.moveaxis(ids, axis, -1).reshape(-1, mesh_shape[axis])
+    return sorted(sorted(int(i) for i in row) for row in moved)
