@@ -310,7 +310,7 @@ def b64_body(config: dict) -> bytes:
 
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 _COLLECTIVE_RE = re.compile(
-    r"=\s*\S+\s+(" + "|".join(COLLECTIVES) + r")(-start)?\((.*)$", re.M)
+    r"=\s*(?:\([^()]*\)|\S+)\s+(" + "|".join(COLLECTIVES) + r")(-start)?\((.*)$", re.M)
 
 
 def _iota_groups(spec: str) -> list[list[int]]:
