@@ -58,10 +58,26 @@ tpu_kernel_p.def_impl(partial(_dispatch.apply_primitive, tpu_kernel_p))
 
 # -- CPU: the library's XLA FFI handler runs the interpreter on XLA's buffers ------------------------
 
+class _Named:
+    name: str
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _kernel_location(ctx, kernel_name: str) -> ir.Location:
+    """The op's location as jax makes it for a primitive (`name_stack/<name>` over the user's frame),
+    with the Rust kernel's name in place of the primitive's: XLA names the HLO instruction after it,
+    so profiler events (XProf; CPU thunks and TPU ops alike) carry the kernel's name."""
+    return _mlir.source_info_to_location(ctx.module_context, _Named(kernel_name), ctx.name_stack,
+                                         ctx.traceback)
+
+
 def _cpu_lowering(ctx, *operands, library, kernel, params, batch):
     answer = library.request("build", kernel, ctx.avals_in, params, batch)
     rule = jax.ffi.ffi_lowering(library.ffi_target)
-    return rule(ctx, *operands, request=answer["ffi_request"])
+    with _kernel_location(ctx, answer["kernel_name"]):
+        return rule(ctx, *operands, request=answer["ffi_request"])
 
 
 mlir.register_lowering(tpu_kernel_p, _cpu_lowering, platform="cpu")
@@ -92,7 +108,13 @@ def _tpu_lowering(ctx, *operands, library, kernel, params, batch):
     _check_not_auto_partitioned(kernel, ctx)
     answer = library.request("lower", kernel, ctx.avals_in, params, batch)
     result_types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
-    call = _mlir.custom_call(
+    with _kernel_location(ctx, answer["kernel_name"]):
+        call = _custom_call(operands, result_types, ctx, answer)
+    return call.results
+
+
+def _custom_call(operands, result_types, ctx, answer):
+    return _mlir.custom_call(
         "tpu_custom_call",
         result_types=result_types,
         operands=list(operands),
@@ -103,7 +125,6 @@ def _tpu_lowering(ctx, *operands, library, kernel, params, batch):
         result_layouts=_row_major(ctx.avals_out),
         extra_attributes={"kernel_name": ir.StringAttr.get(answer["kernel_name"])},
     )
-    return call.results
 
 
 mlir.register_lowering(tpu_kernel_p, _tpu_lowering, platform="tpu")
