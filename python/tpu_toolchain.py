@@ -309,67 +309,152 @@ def b64_body(config: dict) -> bytes:
 # ------------------------------------------------------------------------------------ collectives
 
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
-_COLLECTIVE_RE = re.compile(
-    r"=\s*(?:\([^()]*\)|\S+)\s+(" + "|".join(COLLECTIVES) + r")(-start)?\((.*)$", re.M)
 
 
-def _iota_groups(spec: str) -> list[list[int]]:
-    """`[2,2]<=[4]` or `[2,2]<=[2,2]T(1,0)` (XLA's iota replica groups) → explicit groups."""
-    m = re.fullmatch(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", spec)
+
+def expand_iota(reshape: list[int], dims: list[int], perm: list[int] | None) -> np.ndarray:
+    """XLA's iota tile assignment `[reshape]<=[dims]T(perm)`: iota(prod(dims)) reshaped to dims,
+    transposed by perm, reshaped to `reshape`."""
+    a = np.arange(int(np.prod(dims))).reshape(dims)
+    if perm is not None:
+        a = a.transpose(perm)
+    return a.reshape(reshape)
+
+
+_IOTA = re.compile(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
+
+
+def _ints(s: str) -> list[int]:
+    return [int(v) for v in s.split(",") if v.strip()]
+
+
+def _iota_groups(m: re.Match) -> list[list[int]]:
+    return expand_iota(_ints(m.group(1)), _ints(m.group(2)),
+                       _ints(m.group(3)) if m.group(3) else None).tolist()
+
+
+def mesh_axes_groups(text: str) -> list[list[int]]:
+    """XLA's mesh-axes replica groups, `mesh['a'=2,'b'=2] {'b'}` (optionally `, device_ids=(...)`
+    after the mesh, and sub-axes `'a':(pre)size`): devices that differ only along the listed axes
+    form a group (xla/hlo/ir/replica_group.cc, MeshAxesReplicaGroupList)."""
+    m = re.fullmatch(r"mesh\[(.*?)\](?:, device_ids=\((.*?)\))? \{(.*)\}", text.strip())
     if not m:
-        raise ValueError(f"unrecognized replica groups {spec!r}")
-    shape = [int(d) for d in m.group(1).split(",")]
-    dims = [int(d) for d in m.group(2).split(",")]
-    ids = np.arange(int(np.prod(dims))).reshape(dims)
-    if m.group(3):
-        ids = ids.transpose([int(p) for p in m.group(3).split(",")])
-    return ids.reshape(shape[0], -1).tolist()
-
-
-def _mesh_groups(spec: str) -> list[list[int]]:
-    """`mesh['x'=2,'y'=2] {'y'}` (XLA's mesh-axes replica groups) → explicit groups: the devices
-    (positions in the mesh's flat order) that vary along the listed axes."""
-    m = re.fullmatch(r"mesh\[([^\]]*)\]\s*\{([^}]*)\}", spec)
-    if not m:
-        raise ValueError(f"unrecognized replica groups {spec!r}")
-    axes = [(a.strip().strip("'\""), int(n)) for a, n in
-            (part.split("=") for part in m.group(1).split(",") if part.strip())]
-    chosen = [a.strip().strip("'\"") for a in m.group(2).split(",") if a.strip()]
+        raise ValueError(f"unrecognized mesh replica groups: {text!r}")
+    axes = re.findall(r"'?([^',=\[\]]+)'?=(\d+)", m.group(1))
     names = [a for a, _ in axes]
-    ids = np.arange(int(np.prod([n for _, n in axes]))).reshape([n for _, n in axes])
-    picked = [names.index(a) for a in chosen]
-    rest = [i for i in range(len(names)) if i not in picked]
-    size = int(np.prod([axes[i][1] for i in picked]))
-    return ids.transpose(rest + picked).reshape(-1, size).tolist()
+    sizes = [int(s) for _, s in axes]
+    n = int(np.prod(sizes))
+    if m.group(2) is None:
+        devices = np.arange(n)
+    elif (im := _IOTA.fullmatch(m.group(2).strip())):
+        devices = np.array(_iota_groups(im)).reshape(-1)
+    else:
+        devices = np.array(_ints(m.group(2)))
+    refs = []  # (axis index, pre_size, size) per grouped axis reference
+    for ref in filter(None, (r.strip() for r in m.group(3).split(","))):
+        rm = re.fullmatch(r"'?([^':]+)'?(?::\((\d+)\)(\d+))?", ref)
+        if not (rm and rm.group(1) in names):
+            raise ValueError(f"unknown axis {ref!r} in {text!r}")
+        i = names.index(rm.group(1))
+        refs.append((i, int(rm.group(2)), int(rm.group(3))) if rm.group(2) else (i, 1, sizes[i]))
+    # split every mesh axis into the pieces its referenced sub-axes need, then group those pieces
+    split_sizes, piece_of = [], {}
+    for i, size in enumerate(sizes):
+        used = sorted((pre, sz) for (j, pre, sz) in refs if j == i)
+        covered = 1
+        for pre, sz in used:
+            if pre != covered:
+                split_sizes.append(pre // covered)
+                covered = pre
+            piece_of[(i, pre, sz)] = len(split_sizes)
+            split_sizes.append(sz)
+            covered *= sz
+        if covered != size:
+            split_sizes.append(size // covered)
+    grouped = [piece_of[r] for r in refs]
+    rest = [k for k in range(len(split_sizes)) if k not in grouped]
+    group_size = int(np.prod([split_sizes[k] for k in grouped]))
+    return devices.reshape(split_sizes).transpose(rest + grouped).reshape(-1, group_size).tolist()
 
 
-def hlo_collectives(hlo_text: str) -> list[dict]:
-    """The collectives of an (optimized) HLO module: `kind` (async `-start` forms folded into their
-    op, `-done` halves dropped), `groups` (replica groups — explicit, iota or mesh-axes form —
-    expanded and sorted), `dimension` (gather /
-    scatter / split dimension, when the op has one), in program order."""
-    out = []
-    for m in _COLLECTIVE_RE.finditer(hlo_text):
-        kind, rest = m.group(1), m.group(3)
-        groups = None
-        g = re.search(r"replica_groups=(\{[\d,{}\s]*\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?"
-                      r"|mesh\[[^\]]*\]\s*\{[^}]*\})", rest)
-        if g and g.group(1).startswith("mesh"):
-            groups = _mesh_groups(g.group(1))
-        elif g:
-            text = g.group(1)
-            if text.startswith("{"):
-                groups = [[int(i) for i in grp.split(",") if i.strip()]
-                          for grp in re.findall(r"\{([\d,\s]*)\}", text[1:-1])]
-            else:
-                groups = _iota_groups(text)
-            groups = sorted(sorted(grp) for grp in groups)
-        pairs = re.search(r"source_target_pairs=\{([^}]*(?:\}[^}]*)*?)\}\s*(?:,|$)", rest)
-        dim = re.search(r"dimensions=\{(\d+)\}", rest)
-        out.append({"kind": kind, "groups": groups,
-                    "dimension": int(dim.group(1)) if dim else None,
-                    "pairs": pairs.group(1) if (kind == "collective-permute" and pairs) else None})
-    return out
+def replica_groups(attr: str, num_partitions: int) -> list[list[int]]:
+    """The value of `replica_groups=` in any printed form → explicit groups."""
+    attr = attr.strip()
+    if attr.startswith("mesh["):
+        return mesh_axes_groups(attr)
+    if (m := _IOTA.fullmatch(attr)):
+        return _iota_groups(m)
+    if attr in ("{}", "{{}}"):
+        return [list(range(num_partitions))]  # one group of every participant
+    groups = [_ints(g) for g in re.findall(r"\{([\d,]*)\}", attr[1:-1])]
+    if not groups:
+        raise ValueError(f"unrecognized replica_groups {attr!r}")
+    return groups
+
+
+# ------------------------------------------------------------------------- collectives in optimized HLO
+
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?P<type>.+?)\s(?P<op>" + "|".join(COLLECTIVES)
+                    + r")(?P<suffix>-start|-done)?\((?P<rest>.*)$")
+
+
+def _attr(rest: str, name: str) -> str | None:
+    """The text of attribute `name=` in an instruction's tail, up to the next top-level `, key=`."""
+    i = rest.find(f" {name}=")
+    if i < 0:
+        return None
+    s = rest[i + len(name) + 2:]
+    depth = 0
+    for j, ch in enumerate(s):
+        if ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            depth -= 1
+        elif ch == "," and depth == 0 and re.match(r", [\w.]+=", s[j:]):
+            return s[:j]
+    return s
+
+
+def _strip_layouts(t: str) -> str:
+    t = re.sub(r"\{[^{}]*(\{[^{}]*\}[^{}]*)*\}", "", t)  # layouts like {1,0:T(8,128)(2,1)}
+    return re.sub(r"\s+", " ", t).strip()
+
+
+def hlo_collectives(hlo: str) -> list[dict]:
+    """Every collective in an optimized HLO module (all computations), in program order: `kind`,
+    `groups` (replica groups in any printed form — explicit, iota `[2,2]<=[4]`, mesh axes
+    `mesh[...] {'y'}` — expanded; for a collective-permute, None), `dimension` (gather / scatter /
+    split dimension; None for all-reduce), `pairs` (a collective-permute's source/target pairs),
+    `type` (result type without layouts). An async pair counts once, at its `-start`."""
+    m = re.search(r"num_partitions=(\d+)", hlo)
+    num_partitions = int(m.group(1)) if m else 1
+    found = []
+    for line in hlo.splitlines():
+        im = _INSTR.match(line)
+        if not im or im.group("suffix") == "-done":
+            continue
+        kind, rest = im.group("op"), im.group("rest")
+        entry = {"kind": kind, "groups": None, "dimension": None, "pairs": None,
+                 "type": _strip_layouts(im.group("type"))}
+        if kind == "collective-permute":
+            pairs_attr = _attr(rest, "source_target_pairs")
+            entry["pairs"] = [_ints(p) for p in re.findall(r"\{([\d,]+)\}", pairs_attr or "")]
+            found.append(entry)
+            continue
+        groups_attr = _attr(rest, "replica_groups")
+        groups = replica_groups(groups_attr, num_partitions) if groups_attr is not None \
+            else [list(range(num_partitions))]
+        entry["groups"] = sorted(sorted(g) for g in groups)
+        if kind != "all-reduce":
+            dims_attr = _attr(rest, "dimensions")
+            if not dims_attr:
+                raise ValueError(f"{kind} without dimensions: {line.strip()[:200]}")
+            dims = _ints(dims_attr.strip("{}"))
+            if len(dims) != 1:
+                raise ValueError(f"{kind} over several dimensions: {line.strip()[:200]}")
+            entry["dimension"] = dims[0]
+        found.append(entry)
+    return found
 
 
 def mesh_axis_groups(mesh_shape: tuple, axis: int) -> list[list[int]]:

@@ -86,6 +86,7 @@ def test_v5e_2x2_compile_has_our_kernel_and_exactly_our_collectives(name):
 
 def test_collective_parser_reads_every_replica_group_form():
     hlo = "\n".join([
+        "HloModule m, num_partitions=4",
         "  %a = f32[8]{0} all-reduce(%p), channel_id=1, replica_groups={{0,2},{1,3}}, to_apply=%add",
         "  %b = (f32[8]{0}, f32[16]{0}) all-gather-start(%p), replica_groups=[2,2]<=[2,2]T(1,0), dimensions={0}",
         "  %c = f32[16]{0} all-gather-done(%b)",

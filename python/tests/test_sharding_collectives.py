@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "stack-map.md"
 TOPOLOGY = "v5e:2x2"
 DTYPE = jnp.bfloat16
-KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+KINDS = tc.COLLECTIVES
 LEFT_TO_GSPMD = "left to GSPMD"
 
 # ------------------------------------------------------------------------- the doc's table
@@ -123,142 +123,15 @@ def parse_prediction(cell: str) -> list[str]:
     return sorted(out)
 
 
-# ------------------------------------------------------------------------- replica groups in HLO text
-
-
-def expand_iota(reshape: list[int], dims: list[int], perm: list[int] | None) -> np.ndarray:
-    """XLA's iota tile assignment `[reshape]<=[dims]T(perm)`: iota(prod(dims)) reshaped to dims,
-    transposed by perm, reshaped to `reshape`."""
-    a = np.arange(int(np.prod(dims))).reshape(dims)
-    if perm is not None:
-        a = a.transpose(perm)
-    return a.reshape(reshape)
-
-
-_IOTA = re.compile(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
-
-
-def _ints(s: str) -> list[int]:
-    return [int(v) for v in s.split(",") if v.strip()]
-
-
-def _iota_groups(m: re.Match) -> list[list[int]]:
-    return expand_iota(_ints(m.group(1)), _ints(m.group(2)),
-                       _ints(m.group(3)) if m.group(3) else None).tolist()
-
-
-def mesh_axes_groups(text: str) -> list[list[int]]:
-    """XLA's mesh-axes replica groups, `mesh['a'=2,'b'=2] {'b'}` (optionally `, device_ids=(...)`
-    after the mesh, and sub-axes `'a':(pre)size`): devices that differ only along the listed axes
-    form a group (xla/hlo/ir/replica_group.cc, MeshAxesReplicaGroupList)."""
-    m = re.fullmatch(r"mesh\[(.*?)\](?:, device_ids=\((.*?)\))? \{(.*)\}", text.strip())
-    assert m, f"unrecognized mesh replica groups: {text!r}"
-    axes = re.findall(r"'?([^',=\[\]]+)'?=(\d+)", m.group(1))
-    names = [a for a, _ in axes]
-    sizes = [int(s) for _, s in axes]
-    n = int(np.prod(sizes))
-    if m.group(2) is None:
-        devices = np.arange(n)
-    elif (im := _IOTA.fullmatch(m.group(2).strip())):
-        devices = np.array(_iota_groups(im)).reshape(-1)
-    else:
-        devices = np.array(_ints(m.group(2)))
-    refs = []  # (axis index, pre_size, size) per grouped axis reference
-    for ref in filter(None, (r.strip() for r in m.group(3).split(","))):
-        rm = re.fullmatch(r"'?([^':]+)'?(?::\((\d+)\)(\d+))?", ref)
-        assert rm and rm.group(1) in names, f"unknown axis {ref!r} in {text!r}"
-        i = names.index(rm.group(1))
-        refs.append((i, int(rm.group(2)), int(rm.group(3))) if rm.group(2) else (i, 1, sizes[i]))
-    # split every mesh axis into the pieces its referenced sub-axes need, then group those pieces
-    split_sizes, piece_of = [], {}
-    for i, size in enumerate(sizes):
-        used = sorted((pre, sz) for (j, pre, sz) in refs if j == i)
-        covered = 1
-        for pre, sz in used:
-            if pre != covered:
-                split_sizes.append(pre // covered)
-                covered = pre
-            piece_of[(i, pre, sz)] = len(split_sizes)
-            split_sizes.append(sz)
-            covered *= sz
-        if covered != size:
-            split_sizes.append(size // covered)
-    grouped = [piece_of[r] for r in refs]
-    rest = [k for k in range(len(split_sizes)) if k not in grouped]
-    group_size = int(np.prod([split_sizes[k] for k in grouped]))
-    return devices.reshape(split_sizes).transpose(rest + grouped).reshape(-1, group_size).tolist()
-
-
-def replica_groups(attr: str, num_partitions: int) -> list[list[int]]:
-    """The value of `replica_groups=` in any printed form → explicit groups."""
-    attr = attr.strip()
-    if attr.startswith("mesh["):
-        return mesh_axes_groups(attr)
-    if (m := _IOTA.fullmatch(attr)):
-        return _iota_groups(m)
-    if attr in ("{}", "{{}}"):
-        return [list(range(num_partitions))]  # one group of every participant
-    groups = [_ints(g) for g in re.findall(r"\{([\d,]*)\}", attr[1:-1])]
-    assert groups, f"unrecognized replica_groups {attr!r}"
-    return groups
-
-
 # ------------------------------------------------------------------------- collectives in optimized HLO
-
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?P<type>.+?)\s(?P<op>" + "|".join(KINDS)
-                    + r")(?P<suffix>-start|-done)?\((?P<rest>.*)$")
-
-
-def _attr(rest: str, name: str) -> str | None:
-    """The text of attribute `name=` in an instruction's tail, up to the next top-level `, key=`."""
-    i = rest.find(f" {name}=")
-    if i < 0:
-        return None
-    s = rest[i + len(name) + 2:]
-    depth = 0
-    for j, ch in enumerate(s):
-        if ch in "{[(":
-            depth += 1
-        elif ch in "}])":
-            depth -= 1
-        elif ch == "," and depth == 0 and re.match(r", [\w.]+=", s[j:]):
-            return s[:j]
-    return s
-
-
-def _strip_layouts(t: str) -> str:
-    t = re.sub(r"\{[^{}]*(\{[^{}]*\}[^{}]*)*\}", "", t)  # layouts like {1,0:T(8,128)(2,1)}
-    return re.sub(r"\s+", " ", t).strip()
 
 
 def collectives(hlo: str) -> list[tuple[str, str]]:
-    """Every collective in an optimized HLO module (all computations): (canonical form, result
-    type without layouts). An async pair counts once, at its `-start`."""
-    m = re.search(r"num_partitions=(\d+)", hlo)
-    num_partitions = int(m.group(1)) if m else 1
-    found = []
-    for line in hlo.splitlines():
-        im = _INSTR.match(line)
-        if not im or im.group("suffix") == "-done":
-            continue
-        kind, rest = im.group("op"), im.group("rest")
-        if kind == "collective-permute":
-            pairs_attr = _attr(rest, "source_target_pairs")
-            pairs = [_ints(p) for p in re.findall(r"\{([\d,]+)\}", pairs_attr or "")]
-            found.append((canonical(kind, pairs=pairs), _strip_layouts(im.group("type"))))
-            continue
-        groups_attr = _attr(rest, "replica_groups")
-        groups = replica_groups(groups_attr, num_partitions) if groups_attr is not None \
-            else [list(range(num_partitions))]
-        dim = None
-        if kind != "all-reduce":
-            dims_attr = _attr(rest, "dimensions")
-            assert dims_attr, f"{kind} without dimensions: {line.strip()[:200]}"
-            dims = _ints(dims_attr.strip("{}"))
-            assert len(dims) == 1, f"{kind} over several dimensions: {line.strip()[:200]}"
-            dim = dims[0]
-        found.append((canonical(kind, groups=groups, dim=dim), _strip_layouts(im.group("type"))))
-    return sorted(found)
+    """Every collective in an optimized HLO module (tpu_toolchain.hlo_collectives) as (canonical
+    form, result type without layouts)."""
+    return sorted((canonical(c["kind"], groups=c["groups"] if c["kind"] != "collective-permute" else None,
+                             dim=c["dimension"], pairs=c["pairs"]), c["type"])
+                  for c in tc.hlo_collectives(hlo))
 
 
 # ------------------------------------------------------------------------- compiling the cases
@@ -380,19 +253,19 @@ def test_collectives_match_the_prediction_from_jax_and_from_torch(case, torchax)
 
 def test_replica_group_forms_expand_to_the_same_groups():
     # iota forms: [2,2]<=[4] is [[0,1],[2,3]]; [2,2]<=[2,2]T(1,0) is [[0,2],[1,3]]
-    assert replica_groups("[2,2]<=[4]", 4) == [[0, 1], [2, 3]]
-    assert replica_groups("[2,2]<=[2,2]T(1,0)", 4) == [[0, 2], [1, 3]]
-    assert replica_groups("[1,4]<=[4]", 4) == [[0, 1, 2, 3]]
-    assert replica_groups("{{0,2},{1,3}}", 4) == [[0, 2], [1, 3]]
-    assert replica_groups("{}", 4) == [[0, 1, 2, 3]]
+    assert tc.replica_groups("[2,2]<=[4]", 4) == [[0, 1], [2, 3]]
+    assert tc.replica_groups("[2,2]<=[2,2]T(1,0)", 4) == [[0, 2], [1, 3]]
+    assert tc.replica_groups("[1,4]<=[4]", 4) == [[0, 1, 2, 3]]
+    assert tc.replica_groups("{{0,2},{1,3}}", 4) == [[0, 2], [1, 3]]
+    assert tc.replica_groups("{}", 4) == [[0, 1, 2, 3]]
     # mesh-axes form: the groups of devices that differ only along the listed axes
-    assert replica_groups("mesh['axis_0'=2,'axis_1'=2] {'axis_1'}", 4) == [[0, 1], [2, 3]]
-    assert replica_groups("mesh['axis_0'=2,'axis_1'=2] {'axis_0'}", 4) == [[0, 2], [1, 3]]
-    assert replica_groups("mesh['axis_0'=2,'axis_1'=2] {'axis_0','axis_1'}", 4) == [[0, 1, 2, 3]]
-    assert replica_groups("mesh['a'=2,'b'=2], device_ids=(1,0,3,2) {'b'}", 4) == [[1, 0], [3, 2]]
+    assert tc.replica_groups("mesh['axis_0'=2,'axis_1'=2] {'axis_1'}", 4) == [[0, 1], [2, 3]]
+    assert tc.replica_groups("mesh['axis_0'=2,'axis_1'=2] {'axis_0'}", 4) == [[0, 2], [1, 3]]
+    assert tc.replica_groups("mesh['axis_0'=2,'axis_1'=2] {'axis_0','axis_1'}", 4) == [[0, 1, 2, 3]]
+    assert tc.replica_groups("mesh['a'=2,'b'=2], device_ids=(1,0,3,2) {'b'}", 4) == [[1, 0], [3, 2]]
     # a sub-axis: 'a':(1)2 of an axis of 4 is its major half → pairs 4 apart on an 8-device mesh
-    assert replica_groups("mesh['a'=4,'b'=2] {'a':(1)2}", 8) == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    assert replica_groups("mesh['a'=4,'b'=2] {'a':(2)2}", 8) == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert tc.replica_groups("mesh['a'=4,'b'=2] {'a':(1)2}", 8) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert tc.replica_groups("mesh['a'=4,'b'=2] {'a':(2)2}", 8) == [[0, 2], [1, 3], [4, 6], [5, 7]]
 
 
 def test_collectives_are_read_from_sync_and_async_instructions():
