@@ -25,3 +25,5 @@ scripts/setup.sh --python
 cargo build --quiet -p tpu-kernel-user-crate
 .venv/bin/pip install -q --disable-pip-version-check .
 JAX_PLATFORMS=cpu .venv/bin/python scripts/readme_example.py
+echo "== the README's torchax example: the same kernels in a torch model"
+JAX_PLATFORMS=cpu .venv/bin/python scripts/readme_example.py "Kernels in PyTorch (torchax)"

@@ -24,3 +24,14 @@ def test_readme_python_runs_as_pasted(user_crate):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "stablehlo.custom_call @tpu_custom_call" in p.stdout, p.stdout  # the TPU lowering
+
+
+def test_readme_torch_example_runs_as_pasted():
+    (py,) = readme_example.blocks("python", readme_example.TORCH)
+    assert len(py.strip().splitlines()) <= 15, "the README promises a ≤ 15-line example"
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "readme_example.py"), readme_example.TORCH],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = p.stdout.strip().splitlines()
+    assert out[-2].endswith("(256, 512)"), out  # the Linear's weight gradient
+    assert out[-1] == "Tensor (2, 128, 256)", out  # a torchax tensor out of the jitted program
