@@ -136,26 +136,29 @@ fn const_value(
         Type::Ref(..) => return Err(kerr!(Lowering, "constant of ref type")),
     };
     let mty = lw.ty(ty)?;
-    Ok(emit(
-        lw,
-        block,
-        op,
-        "arith.constant",
-        &[],
-        &[mty],
-        &[("value", text)],
-    )?[0])
+    arith_constant(lw, block, op, mty, text)
 }
 
 fn index_const(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, v: usize) -> Result<MValue> {
+    arith_constant(lw, block, op, MType::index(), format!("{v} : index"))
+}
+
+/// `arith.constant {value = <value>} : ty`.
+fn arith_constant(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
+    op: &Op,
+    ty: MType,
+    value: String,
+) -> Result<MValue> {
     Ok(emit(
         lw,
         block,
         op,
         "arith.constant",
         &[],
-        &[MType::index()],
-        &[("value", format!("{v} : index"))],
+        &[ty],
+        &[("value", value)],
     )?[0])
 }
 
