@@ -43,10 +43,10 @@ pub mod prelude {
     pub use kernel_runtime::dtype::{BF16, BOOL, F32, I32, I8, U32, U8};
     pub use kernel_runtime::ir::CostEstimate;
     pub use kernel_runtime::ir::DimensionSemantics::{self, Arbitrary, Parallel};
+    pub use kernel_runtime::trace::unary::*;
     pub use kernel_runtime::trace::{
-        cos, dot, dot_nt, dot_tn, ds, exp, full, iota, log, maximum, minimum, multiple_of,
-        num_programs, pow, program_id, rsqrt, scalar, select, sin, sqrt, tanh, where_, zeros,
-        Array, Ref, RefMut, Scalar,
+        dot, dot_nt, dot_tn, ds, full, iota, maximum, minimum, multiple_of, num_programs, pow,
+        program_id, scalar, select, where_, zeros, Array, Ref, RefMut, Scalar,
     };
     pub use kernel_runtime::{
         pallas_call, require, ArrayType, BlockSpec, DType, KernelError, PallasCall, Vmem,

@@ -100,6 +100,15 @@ pub fn expected(
                 },
             )
         }),
+        "activations_kernel" => activations(inputs).map(|o| {
+            (
+                o,
+                Tolerance {
+                    atol: 1e-4,
+                    rtol: 1e-4,
+                },
+            )
+        }),
         "ops_tour_kernel" => ops_tour(inputs).map(|o| {
             (
                 o,
@@ -318,5 +327,55 @@ pub fn ops_tour(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
     Ok(vec![
         f32_out([m, n], o)?,
         HostArray::from_vec([8 * (m / BM), n], counts)?,
+    ])
+}
+
+/// The `activations` example, step by step in f32 as the kernel computes (the transcendentals in f64,
+/// rounded to f32), so rounding, floor and ceil see the kernel's own values.
+pub fn activations(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, n) = f32_input(inputs, 0)?;
+    let (g, ..) = f32_input(inputs, 1)?;
+    let codes = inputs
+        .get(2)
+        .and_then(|a| a.as_slice::<i32>())
+        .ok_or_else(|| bad("input 2 is not i32"))?;
+    let f = |v: f64| v as f32;
+    let sign = |v: f32| {
+        if v > 0.0 {
+            1.0
+        } else if v < 0.0 {
+            -1.0
+        } else {
+            v
+        }
+    };
+    let expm1 = |v: f32| f(f64::from(v).exp_m1());
+    let o = x
+        .iter()
+        .zip(g)
+        .map(|(&x, &g)| {
+            let gelu = 0.5 * x * (1.0 + f(libm::erf(f64::from(x * 0.707_106_77))));
+            let silu = g * f(1.0 / (1.0 + (-f64::from(g)).exp()));
+            let capped = f(f64::from(silu * x * 0.1).tanh()) * 10.0;
+            let shaped =
+                (f(f64::from(x.abs()).ln_1p()) + expm1(x * 0.25) + (x * 2.5).round_ties_even()
+                    - x.floor()
+                    + x.ceil())
+                    * sign(x);
+            let y = gelu + capped + shaped.clamp(-4.0, 4.0);
+            if y.is_nan() {
+                0.0
+            } else {
+                y
+            }
+        })
+        .collect();
+    let packed = codes
+        .iter()
+        .map(|&c| ((c.wrapping_shl(3) >> 5) ^ (c & 255)) | (c >> 31))
+        .collect::<Vec<i32>>();
+    Ok(vec![
+        f32_out([m, n], o)?,
+        HostArray::from_vec([m, n], packed)?,
     ])
 }

@@ -52,6 +52,7 @@ use tpu_kernel::prelude::*;
 fn float_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>, b: RefMut<bf16>, m: RefMut<i32>) {
     let (a, c) = (x.load(), y.load());
     let u = -a + a.exp() + a.log() + a.tanh() + a.rsqrt() + a.sqrt() + a.sin() + a.cos() + a.abs();
+    let u = u + a.erf() + a.log1p() + a.logistic() + a.floor() + a.ceil() + a.round();
     let v = (a - c) * (a / c) + a % c + maximum(a, c) + minimum(a, c) + pow(a, c);
     let lt = a < c;
     let le = a <= c;
@@ -81,9 +82,9 @@ fn int_kernel(
     let k = (a < c) | (a <= c) | (a > c) | (a >= c) | (a == c) | (a != c);
     let uk = (w < z) | (w <= z) | (w > z) | (w >= z);
     let narrow = a.cast::<i8>().cast::<i32>() + w.cast::<u8>().cast::<i32>() + k.cast::<i32>();
-    o.store(select(uk, s + bits, narrow) + a.cast::<bool>().cast::<i32>());
+    o.store(select(uk, s + bits, narrow) + a.cast::<bool>().cast::<i32>() + (a << 2) + (a >> 1));
     f.store(a.cast::<f32>() + w.cast::<f32>() + k.cast::<f32>());
-    q.store(w / z + w % z + maximum(w, z) + minimum(w, z) + a.cast::<u32>());
+    q.store(w / z + w % z + maximum(w, z) + minimum(w, z) + a.cast::<u32>() + (w >> 3) + (w << 2));
 }
 
 #[tpu_kernel]
@@ -211,9 +212,17 @@ fn the_op_coverage_suite_reads_as_the_reference_body() {
 
 #[test]
 fn the_op_coverage_suite_reaches_every_rule() {
-    // Each Mosaic op name the rules can emit, spelled as in `lower/rules.rs`; the suite must emit all.
+    // Every Mosaic op name the lowering can emit: the op table's (per dtype class) and the literals of
+    // lower/rules.rs (the ops outside the table). The suite and the examples must emit all of them.
+    use tpu_kernel::runtime::ir::{BinaryOp, IntLowering, UnaryOp};
+    use tpu_kernel::DType;
     let text: String = calls()
-        .iter()
+        .into_iter()
+        .chain(
+            common::EXAMPLES
+                .iter()
+                .map(|(n, b)| (*n, b().expect("example builds"))),
+        )
         .map(|(_, c)| body::body_text(&c.kernel, MAX_VERSION).expect("body text"))
         .collect();
     let rules = include_str!("../kernel-runtime/src/lower/rules.rs");
@@ -224,9 +233,22 @@ fn the_op_coverage_suite_reaches_every_rule() {
             ["arith", "math", "vector", "tpu", "scf", "func"].contains(&d) && s.contains('.')
         })
         .collect();
+    for u in UnaryOp::ALL {
+        names.extend(u.mosaic_float());
+        if let IntLowering::Op(n) = u.mosaic_int() {
+            names.push(n);
+        }
+    }
+    for b in BinaryOp::ALL {
+        names.extend(
+            [DType::F32, DType::I32, DType::U32]
+                .iter()
+                .filter_map(|d| b.mosaic(*d)),
+        );
+    }
     names.sort();
     names.dedup();
-    assert!(names.len() > 40, "found only {names:?}");
+    assert!(names.len() > 50, "found only {names:?}");
     let missing: Vec<_> = names
         .iter()
         .filter(|n| !text.contains(&format!("\"stable_mosaic.{n}\"")))

@@ -3,6 +3,9 @@
 //! `tpu_kernel.examples` (`pip install .` builds it and ships it inside the package).
 
 #[allow(dead_code)]
+#[path = "../../examples/activations.rs"]
+mod activations;
+#[allow(dead_code)]
 #[path = "../../examples/add.rs"]
 mod add;
 #[allow(dead_code)]
@@ -33,6 +36,7 @@ mod transpose;
 tpu_kernel::export_library!(
     "examples",
     [
+        activations::activations,
         add::add,
         causal_mask::causal_mask,
         colsum::colsum,

@@ -160,11 +160,11 @@ def _ops_tour_kernel(x_ref, w_ref, o_ref, counts_ref):
     x = x_ref[...]
     g = 0.5 * x * (1.0 + jnp.tanh(0.7978846 * (x + 0.044715 * x * x * x)))
     s = lax.dot_general(g, w_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=f32)
-    v = lax.cond(i % 2 == 0, lambda: s * 2.0, lambda: s)
+    v = lax.cond(lax.rem(i, 2) == 0, lambda: s * 2.0, lambda: s)  # Rust's `%`: truncated
     _, v = lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, jnp.maximum(c[1] * 0.5, -1.0)), (0, v))
     row = lax.broadcasted_iota(i32, (bm, bn), 0) + i * bm
     col = lax.broadcasted_iota(i32, (bm, bn), 1)
-    keep = (row >= col) & (col % 2 == 0)
+    keep = (row >= col) & (lax.rem(col, 2) == 0)
     o_ref[...] = jnp.zeros(o_ref.shape, o_ref.dtype)
     pltpu.store(o_ref, v, mask=keep)
     kept = jnp.sum(keep.astype(i32), axis=0, keepdims=True)
@@ -188,6 +188,39 @@ def ops_tour(x, w, bm=64):
         compiler_params=_params("parallel"), name="ops_tour_kernel")(x, w)
 
 
+# -- activations: erf GELU, SwiGLU, tanh soft-cap, rounding/clamp/sign, NaN scrub, integer shifts
+def _expm1(x):
+    """Kahan's expm1 on exp and log (Pallas has no TPU lowering for expm1), as examples/activations.rs."""
+    u = jnp.exp(x)
+    um1 = u - 1.0
+    general = um1 * (x / jnp.log(u))
+    return jnp.where(u == 1.0, x, jnp.where(um1 == -1.0, -1.0, jnp.where(u == jnp.inf, u, general)))
+
+
+def _activations_math(x, g, c):
+    gelu = 0.5 * x * (1.0 + lax.erf(x * 0.70710677))
+    swiglu = g * jax.nn.sigmoid(g) * x
+    capped = jnp.tanh(swiglu * 0.1) * 10.0
+    sign = jnp.where(x > 0, 1.0, jnp.where(x < 0, -1.0, x))
+    shaped = (jnp.log1p(jnp.abs(x)) + _expm1(x * 0.25) + jnp.round(x * 2.5) - jnp.floor(x) + jnp.ceil(x)) * sign
+    y = gelu + capped + jnp.minimum(jnp.maximum(shaped, -4.0), 4.0)
+    out = jnp.where(jnp.logical_not(y == y), 0.0, y)  # isnan as ours lowers it: !(y oeq y)
+    packed = (lax.shift_right_arithmetic(lax.shift_left(c, 3), 5) ^ (c & 255)) | lax.shift_right_arithmetic(c, 31)
+    return out, packed
+
+
+def _activations_kernel(x_ref, g_ref, c_ref, o_ref, p_ref):
+    o_ref[...], p_ref[...] = _activations_math(x_ref[...], g_ref[...], c_ref[...])
+
+
+def activations(x, g, c, bm=8):
+    m, n = x.shape
+    spec = pl.BlockSpec((bm, n), lambda i: (i, 0))
+    return pl.pallas_call(_activations_kernel, out_shape=(S((m, n), f32), S((m, n), i32)), grid=(m // bm,),
+                          in_specs=[spec, spec, spec], out_specs=(spec, spec),
+                          compiler_params=_params("parallel"), name="activations_kernel")(x, g, c)
+
+
 KERNELS = {
     "add": (add, [S((1024, 1024), f32), S((1024, 1024), f32)]),
     "matmul": (matmul, [S((512, 512), bf16), S((512, 512), bf16)]),
@@ -198,6 +231,7 @@ KERNELS = {
     "transpose": (transpose, [S((512, 512), f32)]),
     "colsum": (colsum, [S((1024, 256), f32)]),
     "ops_tour": (ops_tour, [S((256, 128), f32), S((128, 128), f32)]),
+    "activations": (activations, [S((256, 512), f32), S((256, 512), f32), S((256, 512), i32)]),
 }
 
 
@@ -230,4 +264,5 @@ REFERENCES = {
     "transpose": lambda x: x.T,
     "colsum": lambda x: jnp.broadcast_to(jnp.sum(x, axis=0, keepdims=True), (8, x.shape[1])),
     "ops_tour": _ops_tour_ref,
+    "activations": _activations_math,
 }

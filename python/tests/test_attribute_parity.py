@@ -95,14 +95,8 @@ TWINS = sorted(pallas_kernels.KERNELS)
 # Real differences between our lowering and Pallas's: name -> (what differs, the op names the diff may
 # hold). The parity test of these twins is `xfail(strict=True)`; each reason names the exact ops.
 KNOWN_MISMATCHES: dict[str, tuple[str, set]] = {
-    "ops_tour": ((
-        "`i % 2` and `col % 2`: we lower `%` to a bare `arith.remsi` (our `%` is the truncated remainder, "
-        "Rust's and XLA's: the dividend's sign, i.e. `lax.rem`); the twin's "
-        "jnp `%` is Python's floor-mod, which Pallas lowers to `arith.remsi` plus a sign fix-up "
-        "(`arith.cmpi ne`, `arith.cmpi slt` x2, `arith.xori`, `arith.andi`, `arith.addi`, `arith.select`), "
-        "once on the scalar (program_id) and once on the vector (iota) remainder. Same values here (both "
-        "operands are nonnegative); either the twin should use `lax.rem` or our `%` floor-mod"),
-                 {"arith.cmpi", "arith.xori", "arith.andi", "arith.addi", "arith.select"}),
+    # (none: ops_tour's twin used jnp's floor-mod `%` where the Rust kernel's `%` is truncated; the twin
+    # now says `lax.rem`, the same algorithm, and matches)
 }
 
 
@@ -469,45 +463,8 @@ def test_known_mismatches_are_exactly_that():
         assert not d, f"{name}: beyond the known mismatch, ops/attributes differ:\n{d}"
 
 
-# The ops_tour twin with `lax.rem` (truncated remainder, Rust's `%`) instead of jnp's floor-mod `%`:
-# everything else as in pallas_kernels.ops_tour. Only used to check the rest of ops_tour's module.
-def _ops_tour_rem_kernel(x_ref, w_ref, o_ref, counts_ref):
-    i32, f32 = jnp.int32, jnp.float32
-    i = pl.program_id(0)
-    bm, bn = x_ref.shape
-    x = x_ref[...]
-    g = 0.5 * x * (1.0 + jnp.tanh(0.7978846 * (x + 0.044715 * x * x * x)))
-    s = lax.dot_general(g, w_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=f32)
-    v = lax.cond(lax.rem(i, 2) == 0, lambda: s * 2.0, lambda: s)
-    _, v = lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, jnp.maximum(c[1] * 0.5, -1.0)), (0, v))
-    row = lax.broadcasted_iota(i32, (bm, bn), 0) + i * bm
-    col = lax.broadcasted_iota(i32, (bm, bn), 1)
-    keep = (row >= col) & (lax.rem(col, 2) == 0)
-    o_ref[...] = jnp.zeros(o_ref.shape, o_ref.dtype)
-    pltpu.store(o_ref, v, mask=keep)
-    kept = jnp.sum(keep.astype(i32), axis=0, keepdims=True)
-    bias = jnp.broadcast_to(kept.astype(f32), (8, bn)) * 0.001
-
-    def rows(j, carry):
-        sl = pl.ds(pl.multiple_of(j * 8, 8), 8)
-        o_ref[sl, :] = o_ref[sl, :] + bias
-        return carry
-
-    lax.fori_loop(0, bm // 8, rows, 0)
-    counts_ref[...] = jnp.broadcast_to(kept, (8, bn))
-
-
-def _ops_tour_rem(x, w, bm=64):
-    S, f32, i32 = jax.ShapeDtypeStruct, jnp.float32, jnp.int32
-    m, n = x.shape
-    return pl.pallas_call(
-        _ops_tour_rem_kernel, out_shape=(S((m, n), f32), S((8 * (m // bm), n), i32)), grid=(m // bm,),
-        in_specs=[pl.BlockSpec((bm, n), lambda i: (i, 0)), pl.BlockSpec((n, n), lambda i: (0, 0))],
-        out_specs=(pl.BlockSpec((bm, n), lambda i: (i, 0)), pl.BlockSpec((8, n), lambda i: (i, 0))),
-        compiler_params=pallas_kernels._params("parallel"), name="ops_tour_kernel")(x, w)
-
-
-PARITY_VARIANTS = {"ops_tour": (_ops_tour_rem, pallas_kernels.KERNELS["ops_tour"][1])}
+# Per known mismatch: the twin with the named difference taken out (name -> (fn, args)).
+PARITY_VARIANTS: dict = {}
 
 
 # -- the comparator itself: every kind of attribute difference the test is about must be caught

@@ -1,6 +1,8 @@
 //! The example kernels, included as modules so tests use exactly what the examples build.
 #![allow(dead_code)]
 
+#[path = "../../examples/activations.rs"]
+pub mod activations;
 #[path = "../../examples/add.rs"]
 pub mod add;
 #[path = "../../examples/causal_mask.rs"]
@@ -36,6 +38,7 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("transpose", transpose::build),
     ("colsum", colsum::build),
     ("ops_tour", ops_tour::build),
+    ("activations", activations::build),
 ];
 
 /// The Mosaic text of an example (built, lowered, verified by melior).

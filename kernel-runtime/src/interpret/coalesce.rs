@@ -135,13 +135,8 @@ fn elementwise_body(f: &Func, block: &[usize]) -> bool {
     values_ok
         && f.body.ops.iter().all(|op| {
             let kind_ok = match &op.kind {
-                OpKind::Const(_)
-                | OpKind::Unary(_)
-                | OpKind::Binary(_)
-                | OpKind::Compare(_)
-                | OpKind::Select
-                | OpKind::Cast(_)
-                | OpKind::Return => true,
+                k if k.is_elementwise() => true,
+                OpKind::Const(_) | OpKind::Return => true,
                 OpKind::Load(w) => w.is_full(block) && w.n_dynamic() == 0,
                 OpKind::Store { window, masked } => {
                     !masked && window.is_full(block) && window.n_dynamic() == 0
@@ -248,11 +243,7 @@ fn row_values(f: &Func, is_row: &[bool], rows: usize) -> Option<Vec<bool>> {
         let res = op.results.first().map(|v| v.0 as usize);
         match &op.kind {
             OpKind::Const(_) | OpKind::Return => {}
-            OpKind::Unary(_)
-            | OpKind::Binary(_)
-            | OpKind::Compare(_)
-            | OpKind::Select
-            | OpKind::Cast(_) => {
+            k if k.is_elementwise() => {
                 let res = res?;
                 if !vector(&op.results[0]) {
                     return None;

@@ -2,7 +2,7 @@
 //! small table per op family. Floats compute in f32; bf16 results are rounded on every op, like XLA.
 
 use super::host::HostElement;
-use super::math::{self, IntOps};
+use super::math::IntOps;
 use super::tensor::{bf16_from_f32, bf16_to_f32, internal, take_vec, Rows, Tensor};
 use crate::dtype::DType;
 use crate::error::{kerr, Result};
@@ -526,19 +526,11 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Result<Tensor> {
 }
 
 fn float_unary<T: FloatElem>(op: UnaryOp, a: &Tensor) -> Result<Tensor> {
-    let r = |g: fn(f32) -> f32| map1(a, move |x: T| T::from_f(g(x.f())));
-    match op {
-        UnaryOp::Neg => r(|x| -x),
-        UnaryOp::Abs => r(f32::abs),
-        UnaryOp::Exp => map1(a, |x: T| T::from_f(math::exp_f32(x.f()))),
-        UnaryOp::Log => r(f32::ln),
-        UnaryOp::Tanh => r(f32::tanh),
-        UnaryOp::Rsqrt => r(math::rsqrt_f32),
-        UnaryOp::Sqrt => map1(a, |x: T| T::from_f(x.f().sqrt())),
-        UnaryOp::Sin => r(f32::sin),
-        UnaryOp::Cos => r(f32::cos),
-        UnaryOp::Not => Err(unsupported(format!("`not` on {}", T::DTYPE))),
-    }
+    crate::ir::unary_f32!(
+        op,
+        f => map1(a, move |x: T| T::from_f(f(x.f()))),
+        else Err(unsupported(format!("`{}` on {}", op.name(), T::DTYPE)))
+    )
 }
 
 fn int_unary<T: HostElement + IntOps>(op: UnaryOp, a: &Tensor) -> Result<Tensor> {
@@ -568,27 +560,19 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 }
 
 fn float_binary<T: FloatElem>(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    math::float_binop!(
+    crate::ir::binary_f32!(
         op,
         f => map2(a, b, |x: T, y: T| T::from_f(f(x.f(), y.f()))),
-        else Err(unsupported(format!("{op:?} on {}", T::DTYPE)))
+        else Err(unsupported(format!("`{}` on {}", op.name(), T::DTYPE)))
     )
 }
 
 fn int_binary<T: HostElement + IntOps>(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    match op {
-        BinaryOp::Add => map2(a, b, |x: T, y: T| x.wadd(y)),
-        BinaryOp::Sub => map2(a, b, |x: T, y: T| x.wsub(y)),
-        BinaryOp::Mul => map2(a, b, |x: T, y: T| x.wmul(y)),
-        BinaryOp::Div => map2(a, b, |x: T, y: T| x.xdiv(y)),
-        BinaryOp::Rem => map2(a, b, |x: T, y: T| x.xrem(y)),
-        BinaryOp::Max => map2(a, b, |x: T, y: T| if x > y { x } else { y }),
-        BinaryOp::Min => map2(a, b, |x: T, y: T| if x < y { x } else { y }),
-        BinaryOp::Pow => map2(a, b, |x: T, y: T| x.pow(y)),
-        BinaryOp::And => map2(a, b, |x: T, y: T| x.and(y)),
-        BinaryOp::Or => map2(a, b, |x: T, y: T| x.or(y)),
-        BinaryOp::Xor => map2(a, b, |x: T, y: T| x.xor(y)),
-    }
+    crate::ir::binary_int!(
+        op, T,
+        f => map2(a, b, f),
+        else Err(unsupported(format!("`{}` on {}", op.name(), T::DTYPE)))
+    )
 }
 
 /// Ordered float comparisons (false with a NaN), except `!=` (true with a NaN), like XLA.

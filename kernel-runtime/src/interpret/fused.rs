@@ -23,12 +23,12 @@ pub(crate) enum Link {
     Cast(DType),
 }
 
-/// Whether a link is supported for these dtypes (floats only).
+/// Whether a link is supported: ops with an f32 meaning (the op table's float operand classes).
 pub(crate) fn supported_unary(u: UnaryOp) -> bool {
-    !matches!(u, UnaryOp::Not)
+    u.operands().has_float()
 }
 pub(crate) fn supported_binary(b: BinaryOp) -> bool {
-    !matches!(b, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor)
+    b.operands().has_float()
 }
 
 const CHUNK: usize = 1024;
@@ -67,26 +67,15 @@ fn unary(u: UnaryOp, v: &mut [f32]) {
             }
         };
     }
-    match u {
-        UnaryOp::Neg => each!(|x| -x),
-        UnaryOp::Abs => each!(|x| x.abs()),
-        UnaryOp::Exp => {
-            #[cfg(target_arch = "x86_64")]
-            if super::simd::avx2() {
-                // SAFETY: the CPU has AVX2 and FMA (checked at run time); same bits as `exp_f32`.
-                unsafe { super::simd::exp_run(v, super::simd::ExpIn::InPlace, None) };
-                return;
-            }
-            each!(|x| math::exp_f32(x))
+    if u == UnaryOp::Exp {
+        #[cfg(target_arch = "x86_64")]
+        if super::simd::avx2() {
+            // SAFETY: the CPU has AVX2 and FMA (checked at run time); same bits as `exp_f32`.
+            unsafe { super::simd::exp_run(v, super::simd::ExpIn::InPlace, None) };
+            return;
         }
-        UnaryOp::Log => each!(|x| x.ln()),
-        UnaryOp::Tanh => each!(|x| x.tanh()),
-        UnaryOp::Rsqrt => each!(|x| math::rsqrt_f32(x)),
-        UnaryOp::Sqrt => each!(|x| x.sqrt()),
-        UnaryOp::Sin => each!(|x| x.sin()),
-        UnaryOp::Cos => each!(|x| x.cos()),
-        UnaryOp::Not => {}
     }
+    crate::ir::unary_f32!(u, f => each!(|x| f(x)), else {})
 }
 
 #[inline(always)]
@@ -139,12 +128,12 @@ fn binary_from(op: BinaryOp, v: &mut [f32], a: Src<'_>, b: Src<'_>) {
             (Src::Scalar(x), Src::Scalar(y)) => v.fill(f(x, y)),
         }
     }
-    math::float_binop!(op, f => zip2(v, a, b, f), else {})
+    crate::ir::binary_f32!(op, f => zip2(v, a, b, f), else {})
 }
 
 #[inline(always)]
 fn binary(b: BinaryOp, v: &mut [f32], e: Src<'_>, lhs: bool) {
-    math::float_binop!(b, f => zip(v, e, lhs, f), else {})
+    crate::ir::binary_f32!(b, f => zip(v, e, lhs, f), else {})
 }
 
 /// A reduction over the last axis folded into a chain: its kind and the reduction's result type.

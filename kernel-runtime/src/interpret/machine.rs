@@ -314,14 +314,7 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: b
     }
     let mut sink_to = vec![None; r.ops.len()];
     for (i, op) in r.ops.iter().enumerate() {
-        let elementwise = matches!(
-            op.kind,
-            OpKind::Unary(_)
-                | OpKind::Binary(_)
-                | OpKind::Compare(_)
-                | OpKind::Select
-                | OpKind::Cast(_)
-        );
+        let elementwise = op.kind.is_elementwise();
         let [v] = op.results[..] else { continue };
         if !fuse || !elementwise || all_uses.get(&v) != Some(&1) {
             continue;

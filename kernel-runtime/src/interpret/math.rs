@@ -57,51 +57,11 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     }
 }
 
-/// Expands `$body` with `$f` bound to the f32 meaning of the float binary op `$op` (`$other` for the
-/// bitwise ops floats lack). The one definition the fused and unfused paths both use, so their bits
-/// cannot drift apart; each arm is its own closure, so every loop is monomorphized and vectorized.
-macro_rules! float_binop {
-    ($op:expr, $f:ident => $body:expr, else $other:expr) => {{
-        use $crate::interpret::math::{max_f32, min_f32};
-        use $crate::ir::BinaryOp as B;
-        match $op {
-            B::Add => {
-                let $f = |x: f32, y: f32| x + y;
-                $body
-            }
-            B::Sub => {
-                let $f = |x: f32, y: f32| x - y;
-                $body
-            }
-            B::Mul => {
-                let $f = |x: f32, y: f32| x * y;
-                $body
-            }
-            B::Div => {
-                let $f = |x: f32, y: f32| x / y;
-                $body
-            }
-            B::Rem => {
-                let $f = |x: f32, y: f32| x % y;
-                $body
-            }
-            B::Max => {
-                let $f = max_f32;
-                $body
-            }
-            B::Min => {
-                let $f = min_f32;
-                $body
-            }
-            B::Pow => {
-                let $f = f32::powf;
-                $body
-            }
-            B::And | B::Or | B::Xor => $other,
-        }
-    }};
+/// `1 / (1 + e^-x)` (`tpu.logistic`), on the interpreter's `exp`.
+#[inline(always)]
+pub(crate) fn logistic_f32(x: f32) -> f32 {
+    1.0 / (1.0 + exp_f32(-x))
 }
-pub(crate) use float_binop;
 
 /// NaN-propagating maximum with `max(-0, +0) = +0` (`arith.maximumf`, `jnp.maximum`).
 #[inline(always)]
@@ -159,7 +119,13 @@ pub(crate) trait IntOps: Copy + PartialOrd + Eq {
     fn not(self) -> Self;
     fn wneg(self) -> Self;
     fn wabs(self) -> Self;
-    fn pow(self, o: Self) -> Self;
+    fn imax(self, o: Self) -> Self;
+    fn imin(self, o: Self) -> Self;
+    /// `self << o`; 0 when `o` is the bit width or more (or negative), as XLA.
+    fn shl(self, o: Self) -> Self;
+    /// `self >> o`, arithmetic for signed and logical for unsigned types; a shift by the bit width
+    /// or more (or negative) fills with the sign (signed) or 0 (unsigned), as XLA.
+    fn shr(self, o: Self) -> Self;
 }
 
 macro_rules! int_ops {
@@ -179,19 +145,18 @@ macro_rules! int_ops {
             #[inline(always)] fn not(self) -> Self { !self }
             #[inline(always)] fn wneg(self) -> Self { (0 as $t).wrapping_sub(self) }
             #[inline(always)] fn wabs(self) -> Self { if self < (0 as $t) { self.wneg() } else { self } }
-            #[inline(always)] fn pow(self, o: Self) -> Self {
-                // Square-and-multiply with wrapping; negative exponents give 0 (|base| > 1), like XLA.
-                let mut e = o as i64;
-                if e < 0 {
-                    return if self == (1 as $t) { self } else { 0 };
-                }
-                let (mut base, mut acc) = (self, 1 as $t);
-                while e > 0 {
-                    if e & 1 == 1 { acc = acc.wrapping_mul(base); }
-                    base = base.wrapping_mul(base);
-                    e >>= 1;
-                }
-                acc
+            #[inline(always)] fn imax(self, o: Self) -> Self { if self > o { self } else { o } }
+            #[inline(always)] fn imin(self, o: Self) -> Self { if self < o { self } else { o } }
+            #[inline(always)] fn shl(self, o: Self) -> Self {
+                let bits = <$t>::BITS as i64;
+                let n = o as i64;
+                if (0..bits).contains(&n) { self.wrapping_shl(n as u32) } else { 0 }
+            }
+            #[inline(always)] fn shr(self, o: Self) -> Self {
+                let bits = <$t>::BITS as i64;
+                let n = o as i64;
+                // For signed types `>>` is arithmetic; a full-width shift keeps only the sign fill.
+                if (0..bits).contains(&n) { self.wrapping_shr(n as u32) } else { self.wrapping_shr(bits as u32 - 1).wrapping_shr(1) }
             }
         }
     )*};

@@ -5,7 +5,11 @@
 //! nested regions (`if`, `for`, `while`). A [`Kernel`] is the kernel body plus the launch configuration
 //! (grid, operands with their BlockSpecs, whose index maps are `Func`s too).
 
+mod ops;
 mod print;
+
+pub(crate) use ops::{binary_f32, binary_int, for_each_unary, int_arm, op_arm, unary_f32};
+pub use ops::{BinaryOp, Cost, IntLowering, Operands, UnaryOp};
 
 use crate::dtype::{DType, Literal};
 use crate::error::SourceLoc;
@@ -65,35 +69,6 @@ impl Type {
     pub fn is_ref(&self) -> bool {
         matches!(self, Type::Ref(..))
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UnaryOp {
-    Neg,
-    Not,
-    Exp,
-    Log,
-    Tanh,
-    Rsqrt,
-    Sqrt,
-    Abs,
-    Sin,
-    Cos,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Rem,
-    Max,
-    Min,
-    Pow,
-    And,
-    Or,
-    Xor,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,6 +185,22 @@ pub enum OpKind {
     Condition,
     /// Terminator of a function.
     Return,
+}
+
+impl OpKind {
+    /// An op that maps its operands to its result element by element, all of one shape: the ops of
+    /// the elementwise table ([`UnaryOp`], [`BinaryOp`]), comparisons, `select` and casts. The
+    /// interpreter fuses, coalesces and sinks exactly these.
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            OpKind::Unary(_)
+                | OpKind::Binary(_)
+                | OpKind::Compare(_)
+                | OpKind::Select
+                | OpKind::Cast(_)
+        )
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

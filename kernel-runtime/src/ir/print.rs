@@ -22,8 +22,8 @@ impl Display for Type {
 fn op_name(kind: &OpKind) -> String {
     match kind {
         OpKind::Const(l) => format!("const {l}"),
-        OpKind::Unary(u) => format!("{u:?}").to_lowercase(),
-        OpKind::Binary(b) => format!("{b:?}").to_lowercase(),
+        OpKind::Unary(u) => u.name().into(),
+        OpKind::Binary(b) => b.name().into(),
         OpKind::Compare(c) => format!("cmp.{c:?}").to_lowercase(),
         OpKind::Select => "select".into(),
         OpKind::Cast(d) => format!("cast<{d}>"),

@@ -4,7 +4,9 @@ use super::mosaic::{MBlock, MOp, MType, MValue};
 use super::{vector_type_text, Lowerer};
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, Result};
-use crate::ir::{BinaryOp, CmpOp, Op, OpKind, ReduceKind, Start, Type, UnaryOp, ValueId, Window};
+use crate::ir::{
+    BinaryOp, CmpOp, IntLowering, Op, OpKind, ReduceKind, Start, Type, UnaryOp, ValueId, Window,
+};
 
 /// Dispatch an op to its rule.
 pub(crate) fn lower_op(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> Result<()> {
@@ -172,69 +174,43 @@ fn constant(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, l: Literal) -> 
 fn unary(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, u: UnaryOp) -> Result<()> {
     let ty = lw.func.ty(op.results[0]).clone();
     let d = ty.dtype();
-    let name = match (u, d.is_float()) {
-        (UnaryOp::Neg, true) => "arith.negf",
-        (UnaryOp::Exp, _) => "math.exp",
-        (UnaryOp::Log, _) => "math.log",
-        (UnaryOp::Tanh, _) => "math.tanh",
-        (UnaryOp::Rsqrt, _) => "math.rsqrt",
-        (UnaryOp::Sqrt, _) => "math.sqrt",
-        (UnaryOp::Sin, _) => "math.sin",
-        (UnaryOp::Cos, _) => "math.cos",
-        (UnaryOp::Abs, true) => "math.absf",
-        (UnaryOp::Abs, false) => "math.absi",
-        (UnaryOp::Neg, false) | (UnaryOp::Not, _) => {
-            // -x = 0 - x; !x = x ^ all-ones.
-            let (lit, name) = if u == UnaryOp::Neg {
-                (Literal::zero(d), "arith.subi")
-            } else {
-                (Literal::from_i64(d, -1), "arith.xori")
-            };
-            let c = const_value(lw, block, op, &ty, lit)?;
-            let x = lw.v(op.operands[0])?;
-            let args = if u == UnaryOp::Neg { [c, x] } else { [x, c] };
-            let mty = lw.ty(&ty)?;
-            let r = emit(lw, block, op, name, &args, &[mty], &[])?[0];
-            lw.bind(op.results[0], r);
-            return Ok(());
-        }
+    let no_rule = || kerr!(Lowering, "`{}` on {d} has no Mosaic lowering", u.name());
+    if d.is_float() {
+        return simple(lw, block, op, u.mosaic_float().ok_or_else(no_rule)?, &[]);
+    }
+    let (lit, name) = match u.mosaic_int() {
+        IntLowering::Op(name) => return simple(lw, block, op, name, &[]),
+        IntLowering::None => return Err(no_rule()),
+        // -x = 0 - x; !x = x ^ all-ones.
+        IntLowering::SubFromZero => (Literal::zero(d), "arith.subi"),
+        IntLowering::XorAllOnes => (Literal::from_i64(d, -1), "arith.xori"),
     };
-    simple(lw, block, op, name, &[])
+    let c = const_value(lw, block, op, &ty, lit)?;
+    let x = lw.v(op.operands[0])?;
+    let args = if name == "arith.subi" { [c, x] } else { [x, c] };
+    let mty = lw.ty(&ty)?;
+    let r = emit(lw, block, op, name, &args, &[mty], &[])?[0];
+    lw.bind(op.results[0], r);
+    Ok(())
 }
 
 fn binary(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, b: BinaryOp) -> Result<()> {
     let d = lw.func.ty(op.results[0]).dtype();
-    let (f, u) = (d.is_float(), d.is_unsigned());
-    let name = match b {
-        BinaryOp::Add if f => "arith.addf",
-        BinaryOp::Add => "arith.addi",
-        BinaryOp::Sub if f => "arith.subf",
-        BinaryOp::Sub => "arith.subi",
-        BinaryOp::Mul if f => "arith.mulf",
-        BinaryOp::Mul => "arith.muli",
-        BinaryOp::Div if f => "arith.divf",
-        BinaryOp::Div if u => "arith.divui",
-        BinaryOp::Div => "arith.divsi",
-        BinaryOp::Rem if f => "arith.remf",
-        BinaryOp::Rem if u => "arith.remui",
-        BinaryOp::Rem => "arith.remsi",
-        BinaryOp::Max if f => "arith.maximumf",
-        BinaryOp::Max if u => "arith.maxui",
-        BinaryOp::Max => "arith.maxsi",
-        BinaryOp::Min if f => "arith.minimumf",
-        BinaryOp::Min if u => "arith.minui",
-        BinaryOp::Min => "arith.minsi",
-        BinaryOp::Pow => "math.powf",
-        BinaryOp::And => "arith.andi",
-        BinaryOp::Or => "arith.ori",
-        BinaryOp::Xor => "arith.xori",
-    };
+    let name = b
+        .mosaic(d)
+        .ok_or_else(|| kerr!(Lowering, "`{}` on {d} has no Mosaic lowering", b.name()))?;
     simple(lw, block, op, name, &[])
 }
 
 fn compare(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, c: CmpOp) -> Result<()> {
     let d = lw.func.ty(op.operands[0]).dtype();
-    // arith.cmpf / arith.cmpi predicate numbers (ordered float compares, like XLA; `!=` is unordered).
+    if d.is_float() && c == CmpOp::Ne {
+        let (x, y) = (lw.v(op.operands[0])?, lw.v(op.operands[1])?);
+        let r = float_ne(lw, block, op, x, y)?;
+        lw.bind(op.results[0], r);
+        return Ok(());
+    }
+    // arith.cmpf / arith.cmpi predicate numbers (ordered float compares, like XLA).
     let (name, pred) = if d.is_float() {
         let p = match c {
             CmpOp::Eq => 1,
@@ -242,7 +218,7 @@ fn compare(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, c: CmpOp) -> Res
             CmpOp::Ge => 3,
             CmpOp::Lt => 4,
             CmpOp::Le => 5,
-            CmpOp::Ne => 13,
+            CmpOp::Ne => unreachable!("float != is lowered by float_ne"),
         };
         ("arith.cmpf", p)
     } else {
@@ -268,6 +244,31 @@ fn compare(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, c: CmpOp) -> Res
         name,
         &[("predicate", format!("{pred} : i64"))],
     )
+}
+
+/// Float `x != y`, true when either is NaN (IEEE, XLA): `!(x oeq y)`. libtpu's Mosaic accepts only
+/// ordered predicates (`une` is rejected: "Unsupported comparison direction"), and Pallas's `one` would
+/// make `x != NaN` false — so `jnp.isnan` (`x != x`) could never be true.
+fn float_ne(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
+    op: &Op,
+    x: MValue,
+    y: MValue,
+) -> Result<MValue> {
+    let bool_ty = lw.func.ty(op.results[0]).with_dtype(DType::Bool);
+    let mty = lw.ty(&bool_ty)?;
+    let eq = emit(
+        lw,
+        block,
+        op,
+        "arith.cmpf",
+        &[x, y],
+        std::slice::from_ref(&mty),
+        &[("predicate", "1 : i64".into())],
+    )?[0];
+    let all_true = const_value(lw, block, op, &bool_ty, Literal::from_i64(DType::Bool, 1))?;
+    Ok(emit(lw, block, op, "arith.xori", &[eq, all_true], &[mty], &[])?[0])
 }
 
 fn cast(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, to: DType) -> Result<()> {
@@ -299,11 +300,12 @@ fn cast(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, to: DType) -> Resul
             // x != 0
             let zero = const_value(lw, block, op, &from_ty, Literal::zero(f))?;
             let x = lw.v(op.operands[0])?;
-            let (name, pred) = if f.is_float() {
-                ("arith.cmpf", 13)
-            } else {
-                ("arith.cmpi", 1)
-            };
+            if f.is_float() {
+                let r = float_ne(lw, block, op, x, zero)?;
+                lw.bind(op.results[0], r);
+                return Ok(());
+            }
+            let (name, pred) = ("arith.cmpi", 1);
             let rty = result_type(lw, op, 0)?;
             let r = emit(
                 lw,

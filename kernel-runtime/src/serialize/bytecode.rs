@@ -54,11 +54,12 @@ fn mlir_default_attrs(name: &str) -> &'static [(&'static str, &'static str)] {
     const FASTMATH: &[(&str, &str)] = &[("fastmath", "#arith.fastmath<none>")];
     const OVERFLOW: &[(&str, &str)] = &[("overflowFlags", "#arith.overflow<none>")];
     match name {
+        // Every float op of `math` (the integer ones excepted) and arith's float arithmetic.
+        "math.absi" => &[],
+        n if n.starts_with("math.") => FASTMATH,
         "arith.addf" | "arith.subf" | "arith.mulf" | "arith.divf" | "arith.remf"
-        | "arith.maximumf" | "arith.minimumf" | "arith.negf" | "arith.cmpf" | "math.exp"
-        | "math.log" | "math.tanh" | "math.rsqrt" | "math.sqrt" | "math.sin" | "math.cos"
-        | "math.absf" | "math.powf" => FASTMATH,
-        "arith.addi" | "arith.subi" | "arith.muli" | "arith.trunci" => OVERFLOW,
+        | "arith.maximumf" | "arith.minimumf" | "arith.negf" | "arith.cmpf" => FASTMATH,
+        "arith.addi" | "arith.subi" | "arith.muli" | "arith.trunci" | "arith.shli" => OVERFLOW,
         _ => &[],
     }
 }

@@ -170,10 +170,23 @@ pub fn select<T: Element>(
     on_true: impl IntoArg<T>,
     on_false: impl IntoArg<T>,
 ) -> Array<T> {
-    let loc = SourceLoc::caller();
-    let (a, b) = (on_true.into_arg(), on_false.into_arg());
-    Array::from_val(emit(loc, |t| {
-        let ct = t.ty(cond.v)?.clone();
+    Array::from_val(select_args::<T>(
+        cond.v,
+        on_true.into_arg(),
+        on_false.into_arg(),
+        SourceLoc::caller(),
+    ))
+}
+
+/// [`select`] on traced arguments (also the trace-time compositions' select).
+pub(crate) fn select_args<T: Element>(
+    cond: super::Val,
+    a: Arg,
+    b: Arg,
+    loc: SourceLoc,
+) -> super::Val {
+    emit(loc, |t| {
+        let ct = t.ty(cond)?.clone();
         let shape = super::broadcast_shapes(ct.shape(), t.arg_type(a)?.shape())?;
         let shape = super::broadcast_shapes(&shape, t.arg_type(b)?.shape())?;
         for arg in [a, b] {
@@ -189,7 +202,7 @@ pub fn select<T: Element>(
             }
         }
         let c = t.materialize(
-            Arg::Val(cond.v),
+            Arg::Val(cond),
             &Type::Vector(shape.clone(), DType::Bool),
             loc,
         )?;
@@ -201,7 +214,7 @@ pub fn select<T: Element>(
             Type::Vector(shape, T::DTYPE),
             loc,
         ))
-    }))
+    })
 }
 
 /// `jnp.where`: an alias of [`select`].
@@ -268,13 +281,26 @@ pub fn multiple_of(x: Scalar<i32>, m: u32) -> Scalar<i32> {
     }))
 }
 
-macro_rules! free_unary {
-    ($($name:ident),*) => {$(
+/// A free function per traced unary method of the op table (`exp(x)` = `x.exp()`, as `jnp.exp`),
+/// generated from the table; the prelude has them all.
+pub mod unary {
+    use crate::dtype::{Float, Signed};
+    use crate::trace::Array;
+
+    macro_rules! free_unary {
+    ($( ($V:ident, $method:tt, $ops:ident, [$($doc:literal),*]) )*) => {
+        $( free_unary!(@one $method, $ops); )*
+    };
+    (@one -, $ops:ident) => {};
+    (@one $name:ident, Float) => { free_unary!(@fn $name, Float); };
+    (@one $name:ident, Signed) => { free_unary!(@fn $name, Signed); };
+    (@fn $name:ident, $bound:ident) => {
         #[doc = concat!("Elementwise `", stringify!($name), "` (same as the method `x.", stringify!($name), "()`).")]
         #[track_caller]
-        pub fn $name<T: Float>(x: Array<T>) -> Array<T> {
+        pub fn $name<T: $bound>(x: Array<T>) -> Array<T> {
             x.$name()
         }
-    )*};
+    };
+    }
+    crate::ir::for_each_unary!(free_unary);
 }
-free_unary!(exp, log, tanh, rsqrt, sqrt, sin, cos);

@@ -51,16 +51,11 @@ handle_impls!(Scalar);
 
 // ---------------------------------------------------------------------------------------------- emission
 
-fn check_dtype_op(op: BinaryOp, d: DType) -> Result<()> {
-    let ok = match op {
-        BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => d.is_int() || d == DType::Bool,
-        BinaryOp::Pow => d.is_float(),
-        _ => d != DType::Bool,
-    };
-    if ok {
+fn check_dtype_op(name: &str, operands: crate::ir::Operands, d: DType) -> Result<()> {
+    if operands.accepts(d) {
         Ok(())
     } else {
-        Err(kerr!(DType, "`{op:?}` is not defined for {d} values"))
+        Err(kerr!(DType, "`{name}` is not defined for {d} values"))
     }
 }
 
@@ -68,7 +63,7 @@ pub(crate) fn binary(op: BinaryOp, a: Arg, b: Arg, loc: SourceLoc) -> Val {
     emit(loc, |t| {
         let (ta, tb) = (t.arg_type(a)?, t.arg_type(b)?);
         let dtype = value_dtype(&ta, &tb, a, b)?;
-        check_dtype_op(op, dtype)?;
+        check_dtype_op(op.name(), op.operands(), dtype)?;
         let ty = join_types(&ta, &tb, dtype)?;
         let x = t.materialize(a, &ty, loc)?;
         let y = t.materialize(b, &ty, loc)?;
@@ -112,6 +107,7 @@ pub(crate) fn unary(op: UnaryOp, a: Val, loc: SourceLoc) -> Val {
     emit(loc, |t| {
         let ty = t.ty(a)?.clone();
         let id = t.check(a)?;
+        check_dtype_op(op.name(), op.operands(), ty.dtype())?;
         Ok(t.push1(OpKind::Unary(op), vec![id], ty, loc))
     })
 }
@@ -330,40 +326,178 @@ impl<T: Float> Array<T> {
 #[doc(hidden)]
 pub struct FloatLit<T>(Literal, PhantomData<T>);
 
+// The traced unary methods: one per row of the op table that has a method (`ir::ops`), bounded by
+// its operand class.
 macro_rules! unary_methods {
-    ($bound:ident: $($name:ident => $op:ident, $doc:literal;)*) => {
+    ($( ($V:ident, $method:tt, $ops:ident, [$($doc:literal),*]) )*) => {
+        $( unary_methods!(@one $V, $method, $ops, [$($doc),*]); )*
+    };
+    (@one $V:ident, -, $ops:ident, [$($doc:literal),*]) => {};
+    (@one $V:ident, $method:ident, Float, [$($doc:literal),*]) => {
+        unary_methods!(@impl $V, $method, Float, [$($doc),*]);
+    };
+    (@one $V:ident, $method:ident, Signed, [$($doc:literal),*]) => {
+        unary_methods!(@impl $V, $method, Signed, [$($doc),*]);
+    };
+    (@impl $V:ident, $method:ident, $bound:ident, [$($doc:literal),*]) => {
         impl<T: Element> Array<T> {
-            $(
-                #[doc = $doc]
-                #[track_caller]
-                pub fn $name(self) -> Array<T> where T: $bound {
-                    Array::from_val(unary(UnaryOp::$op, self.v, SourceLoc::caller()))
-                }
-            )*
+            $(#[doc = $doc])*
+            #[track_caller]
+            pub fn $method(self) -> Array<T> where T: $bound {
+                Array::from_val(unary(UnaryOp::$V, self.v, SourceLoc::caller()))
+            }
         }
         impl<T: Element> Scalar<T> {
-            $(
-                #[doc = $doc]
-                #[track_caller]
-                pub fn $name(self) -> Scalar<T> where T: $bound {
-                    Scalar::from_val(unary(UnaryOp::$op, self.v, SourceLoc::caller()))
-                }
-            )*
+            $(#[doc = $doc])*
+            #[track_caller]
+            pub fn $method(self) -> Scalar<T> where T: $bound {
+                Scalar::from_val(unary(UnaryOp::$V, self.v, SourceLoc::caller()))
+            }
         }
     };
 }
-unary_methods! { Float:
-    exp => Exp, "Elementwise `e^x`.";
-    log => Log, "Elementwise natural logarithm.";
-    tanh => Tanh, "Elementwise hyperbolic tangent.";
-    rsqrt => Rsqrt, "Elementwise `1/sqrt(x)`.";
-    sqrt => Sqrt, "Elementwise square root.";
-    sin => Sin, "Elementwise sine.";
-    cos => Cos, "Elementwise cosine.";
+crate::ir::for_each_unary!(unary_methods);
+
+/// The traced methods that compose table ops (below), for the check against the macro's method list.
+pub const COMPOSITE_METHODS: &[&str] = &["sigmoid", "sign", "clamp", "isnan", "expm1"];
+
+// Ops Pallas lowers as compositions of table ops are compositions here too, so they lower as Pallas
+// lowers them (`lax.clamp` as max then min, `x != x`), or as Pallas should (`sign` without asking the
+// chip; `expm1`, which Pallas cannot lower for TPU).
+impl<T: Element> Array<T> {
+    /// Same as [`Array::logistic`].
+    #[track_caller]
+    pub fn sigmoid(self) -> Array<T>
+    where
+        T: Float,
+    {
+        self.logistic()
+    }
+    /// `-1`, `0` or `1` by the sign of `x` (`jnp.sign`): `select(x > 0, 1, select(x < 0, -1, x))`, so
+    /// `±0` and NaN give themselves.
+    #[track_caller]
+    pub fn sign(self) -> Array<T>
+    where
+        T: Signed,
+    {
+        let loc = SourceLoc::caller();
+        let lit = |v: i64| Arg::Lit(Literal::from_i64(T::DTYPE, v));
+        let pos = compare(CmpOp::Gt, self.v.into(), lit(0), loc);
+        let neg = compare(CmpOp::Lt, self.v.into(), lit(0), loc);
+        let inner = crate::trace::api::select_args::<T>(neg, lit(-1), self.v.into(), loc);
+        Array::from_val(crate::trace::api::select_args::<T>(
+            pos,
+            lit(1),
+            inner.into(),
+            loc,
+        ))
+    }
+    /// `min(max(x, lo), hi)` (`jnp.clip`, `lax.clamp`).
+    #[track_caller]
+    pub fn clamp(self, lo: impl IntoArg<T>, hi: impl IntoArg<T>) -> Array<T>
+    where
+        T: Numeric,
+    {
+        let loc = SourceLoc::caller();
+        let low = binary(BinaryOp::Max, self.v.into(), lo.into_arg(), loc);
+        Array::from_val(binary(BinaryOp::Min, low.into(), hi.into_arg(), loc))
+    }
+    /// `e^x - 1`, accurate near 0 (`jnp.expm1`). libtpu cannot legalize `math.expm1` (and Pallas has no
+    /// TPU lowering for it), so this is Kahan's formulation on `exp` and `log`: with `u = e^x`,
+    /// `u == 1 ? x : u - 1 == -1 ? -1 : u == inf ? inf : (u - 1) * x / ln(u)`.
+    #[track_caller]
+    pub fn expm1(self) -> Array<T>
+    where
+        T: Float,
+    {
+        let loc = SourceLoc::caller();
+        let lit = |v: f64| Arg::Lit(Literal::from_f64(T::DTYPE, v));
+        let sel = crate::trace::api::select_args::<T>;
+        let u = unary(UnaryOp::Exp, self.v, loc);
+        let um1 = binary(BinaryOp::Sub, u.into(), lit(1.0), loc);
+        let ratio = binary(
+            BinaryOp::Div,
+            self.v.into(),
+            unary(UnaryOp::Log, u, loc).into(),
+            loc,
+        );
+        let general = binary(BinaryOp::Mul, um1.into(), ratio.into(), loc);
+        let at_inf = sel(
+            compare(CmpOp::Eq, u.into(), lit(f64::INFINITY), loc),
+            u.into(),
+            general.into(),
+            loc,
+        );
+        let at_neg = sel(
+            compare(CmpOp::Eq, um1.into(), lit(-1.0), loc),
+            lit(-1.0),
+            at_inf.into(),
+            loc,
+        );
+        Array::from_val(sel(
+            compare(CmpOp::Eq, u.into(), lit(1.0), loc),
+            self.v.into(),
+            at_neg.into(),
+            loc,
+        ))
+    }
+    /// Whether each element is NaN (`jnp.isnan`): `x != x`.
+    #[track_caller]
+    pub fn isnan(self) -> Array<bool>
+    where
+        T: Float,
+    {
+        Array::from_val(compare(
+            CmpOp::Ne,
+            self.v.into(),
+            self.v.into(),
+            SourceLoc::caller(),
+        ))
+    }
 }
-unary_methods! { Signed:
-    abs => Abs, "Elementwise absolute value.";
+
+macro_rules! shift_op {
+    ($Tr:ident, $m:ident, $op:ident, $doc:literal) => {
+        #[doc = $doc]
+        impl<T: Integer, R: IntoArg<T>> ops::$Tr<R> for Array<T> {
+            type Output = Array<T>;
+            #[track_caller]
+            fn $m(self, r: R) -> Array<T> {
+                Array::from_val(binary(
+                    BinaryOp::$op,
+                    self.v.into(),
+                    r.into_arg(),
+                    SourceLoc::caller(),
+                ))
+            }
+        }
+        #[doc = $doc]
+        impl<T: Integer> ops::$Tr<Scalar<T>> for Scalar<T> {
+            type Output = Scalar<T>;
+            #[track_caller]
+            fn $m(self, r: Scalar<T>) -> Scalar<T> {
+                Scalar::from_val(binary(
+                    BinaryOp::$op,
+                    self.v.into(),
+                    r.v.into(),
+                    SourceLoc::caller(),
+                ))
+            }
+        }
+    };
 }
+shift_op!(
+    Shl,
+    shl,
+    Shl,
+    "`x << n` (a shift by the bit width or more gives 0, as XLA's `shift_left`)."
+);
+shift_op!(
+    Shr,
+    shr,
+    Shr,
+    "`x >> n`: arithmetic for signed, logical for unsigned element types, as XLA's `shift_right_*`."
+);
 
 impl<T: Element> Scalar<T> {
     #[track_caller]
@@ -546,14 +680,14 @@ arith_op!(Rem, rem, RemAssign, rem_assign, Rem, Numeric);
 
 macro_rules! bit_op {
     ($Tr:ident, $m:ident, $op:ident) => {
-        impl<T: Element> ops::$Tr<Array<T>> for Array<T> {
+        impl<T: Element, R: IntoArg<T>> ops::$Tr<R> for Array<T> {
             type Output = Array<T>;
             #[track_caller]
-            fn $m(self, r: Array<T>) -> Array<T> {
+            fn $m(self, r: R) -> Array<T> {
                 Array::from_val(binary(
                     BinaryOp::$op,
                     self.v.into(),
-                    r.v.into(),
+                    r.into_arg(),
                     SourceLoc::caller(),
                 ))
             }

@@ -13,7 +13,7 @@ mod control;
 mod refs;
 
 pub use api::*;
-pub use array::{Array, Scalar};
+pub use array::{Array, Scalar, COMPOSITE_METHODS};
 pub use control::{
     for_range, for_range_step, if_else, while_loop, Bound, Carry, Cond, TraceEq, TraceLogic,
     TraceOrd, WhileCond,
