@@ -26,6 +26,9 @@
 //! comparisons on traced values give traced booleans; plain Rust values (shapes, constants) stay Rust and
 //! are folded at trace time.
 
+// Every unsafe block says why it is sound; every unsafe fn, what its caller must uphold.
+#![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
+
 pub use kernel_macros::{export, export_library, kernel_fn, tpu_kernel};
 pub use kernel_runtime::{self as runtime, check, dtype, error, ir, launch, lower, trace};
 pub use kernel_runtime::{

@@ -258,6 +258,8 @@ fn borrowed_arrays_give_the_bits_of_owned_ones() {
     // Wrong output shapes are errors, not writes out of bounds.
     let mut small = vec![0f32; 16];
     let bad_shape = [4usize, 4];
+    // SAFETY: both pointers are live for the views' use below, `xs` and `small` outlive them, and the
+    // views claim no more elements than the buffers hold (`small` has 16, exactly [4, 4]).
     let (input, mut output) = unsafe {
         (
             ArrayView::from_raw(&shape, F32, xs.as_ptr().cast()),

@@ -131,7 +131,10 @@ fn assert_close(op: &str, xs: &[f32], got: &[f32], want: impl Fn(f64) -> f64, ul
         }
         if w.abs() < f32::MIN_POSITIVE {
             // Subnormal results may flush to zero (the TPU has no subnormals; nor does our exp's range).
-            assert!(g.abs() < f32::MIN_POSITIVE, "{op}({x:e}) = {g:e}, want {w:e}");
+            assert!(
+                g.abs() < f32::MIN_POSITIVE,
+                "{op}({x:e}) = {g:e}, want {w:e}"
+            );
             continue;
         }
         if w.is_infinite() {

@@ -35,6 +35,9 @@
 //! rewrite of the function, so that names stay resolvable for IDEs and the
 //! body does not produce follow-up type errors from untranslated comparisons.
 
+// Every unsafe block says why it is sound; every unsafe fn, what its caller must uphold.
+#![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
+
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as TokenStream2;
 

@@ -3,6 +3,9 @@
 //!
 //! See `ARCHITECTURE.md` at the repository root for the code map and invariants.
 
+// Every unsafe block says why it is sound; every unsafe fn, what its caller must uphold.
+#![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
+
 mod batch;
 pub mod check;
 pub mod dtype;

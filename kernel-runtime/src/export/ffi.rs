@@ -257,7 +257,7 @@ unsafe fn create_error(frame: &CallFrame, errc: c_int, message: &str) -> *mut c_
 
 /// Everything but error reporting.
 unsafe fn handle_frame(lib: &Library, frame: &mut CallFrame) -> Result<()> {
-    // SAFETY (whole function): XLA keeps the frame's arrays (args, rets, attrs and the buffers and
+    // SAFETY: (whole function) XLA keeps the frame's arrays (args, rets, attrs and the buffers and
     // dims they point to) valid and of the stated lengths for the duration of the call.
     unsafe {
         let ext = frame.extension_start;

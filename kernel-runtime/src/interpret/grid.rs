@@ -32,6 +32,7 @@ struct Sink {
 }
 // SAFETY: chunks write disjoint output blocks (checked in `parallel_axes`), or run one at a time.
 unsafe impl Send for Sink {}
+// SAFETY: as for `Send`: concurrent chunks never write the same block.
 unsafe impl Sync for Sink {}
 
 /// Where an output goes: `len` elements of `dtype` at `ptr`, written whole by the run.

@@ -1109,17 +1109,22 @@ pub(crate) unsafe fn write_view_raw<T: HostElement>(
                 match (sdst, ssrc) {
                     // SAFETY: rows checked in bounds above; src and dst never alias (src is a different buffer
                     // or an earlier copy, see `Machine::store`).
-                    (1, 1) => unsafe {
-                        std::ptr::copy_nonoverlapping(sd[os..os + n].as_ptr(), dst.add(od), n)
-                    },
+                    (1, 1) => {
+                        // SAFETY: as above.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(sd[os..os + n].as_ptr(), dst.add(od), n)
+                        }
+                    }
                     (1, 0) => {
                         let v = sd[os];
                         for i in 0..n {
+                            // SAFETY: `od + i < len` (the row was checked in bounds above).
                             unsafe { dst.add(od + i).write(v) }
                         }
                     }
                     (a, b) => {
                         for i in 0..n {
+                            // SAFETY: `od + i * a < len` (the row was checked in bounds above).
                             unsafe { dst.add(od + i * a).write(sd[os + i * b]) }
                         }
                     }
@@ -1139,6 +1144,7 @@ pub(crate) unsafe fn write_view_raw<T: HostElement>(
                     }
                     for i in 0..n {
                         if md[om + i * c] {
+                            // SAFETY: `od + i * a < len` (the row was checked in bounds above).
                             unsafe { dst.add(od + i * a).write(sd[os + i * b]) }
                         }
                     }

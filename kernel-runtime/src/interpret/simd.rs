@@ -245,7 +245,7 @@ pub(crate) unsafe fn exp_run_avx2(
     }
     let (full8, full16) = (len / 8 * 8, len / 16 * 16);
     let p = dst.as_mut_ptr();
-    // SAFETY (every load/store below): offsets `i..i + 8` with `i + 8 <= full8 <= len`, in `dst` or in
+    // SAFETY: (every load/store below) offsets `i..i + 8` with `i + 8 <= full8 <= len`, in `dst` or in
     // `src` (checked to be as long); unaligned accesses.
     let load = |i: usize| unsafe {
         match input {
@@ -312,7 +312,7 @@ pub(crate) unsafe fn exp_run_avx512(
     }
     let (full8, full16) = (len / 8 * 8, len / 16 * 16);
     let p = dst.as_mut_ptr();
-    // SAFETY (every load/store below): offsets `i..i + 16` with `i + 16 <= full16`, or `i..i + 8`
+    // SAFETY: (every load/store below) offsets `i..i + 16` with `i + 16 <= full16`, or `i..i + 8`
     // with `i + 8 <= full8`, in `dst` or in `src` (checked to be as long); unaligned accesses.
     let load16 = |i: usize| unsafe {
         match input {
@@ -322,6 +322,7 @@ pub(crate) unsafe fn exp_run_avx512(
             }
         }
     };
+    // SAFETY: as above (`i + 8 <= full8`).
     let load8 = |i: usize| unsafe {
         match input {
             ExpIn::InPlace => _mm256_loadu_ps(p.add(i)),

@@ -31,6 +31,7 @@ pub(crate) struct Foreign {
 // `ArrayView::from_raw`); no tensor outlives its run (the machines and their caches are per run, and
 // the per-thread pool only keeps interpreter-owned buffers).
 unsafe impl Send for Foreign {}
+// SAFETY: as for `Send`: shared reads of an array nobody writes during the run.
 unsafe impl Sync for Foreign {}
 
 impl Buf {

@@ -13,6 +13,7 @@ fn new_context() -> Context {
         DialectHandle::scf(),
         // SAFETY: these return static dialect handles from the MLIR C API.
         unsafe { DialectHandle::from_raw(mlir_sys::mlirGetDialectHandle__vector__()) },
+        // SAFETY: as above.
         unsafe { DialectHandle::from_raw(mlir_sys::mlirGetDialectHandle__math__()) },
     ];
     for h in handles {

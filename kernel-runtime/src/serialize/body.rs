@@ -186,22 +186,45 @@ fn attr_name<'a>(a: &MlirNamedAttribute) -> &'a str {
 /// Replace `op` by `stable_mosaic.<name>` with the same operands, results, attributes (their
 /// identifiers reused) and regions.
 unsafe fn mangle_op(context: &Context, op: MlirOperation, version: i64) -> Result<()> {
-    // SAFETY (whole function): `op` is a live operation of a module in `context`.
-    let name = unsafe { str_of(mlirIdentifierStr(mlirOperationGetName(op))) };
-    if unsafe { mlirOperationGetNumSuccessors(op) } != 0 {
+    // SAFETY: `op` is a live operation of a module in `context` (this function's contract); these calls
+    // only read it, and the regions' bodies are moved into fresh regions the new op will own.
+    let (name, successors, mut named, operands, old_results, regions) = unsafe {
+        let named: Vec<MlirNamedAttribute> = (0..mlirOperationGetNumAttributes(op))
+            .map(|i| mlirOperationGetAttribute(op, i))
+            .collect();
+        let operands: Vec<_> = (0..mlirOperationGetNumOperands(op))
+            .map(|i| mlirOperationGetOperand(op, i))
+            .collect();
+        let results: Vec<_> = (0..mlirOperationGetNumResults(op))
+            .map(|i| mlirOperationGetResult(op, i))
+            .collect();
+        let regions: Vec<_> = (0..mlirOperationGetNumRegions(op))
+            .map(|i| {
+                let fresh = mlirRegionCreate();
+                mlirRegionTakeBody(fresh, mlirOperationGetRegion(op, i));
+                fresh
+            })
+            .collect();
+        (
+            str_of(mlirIdentifierStr(mlirOperationGetName(op))),
+            mlirOperationGetNumSuccessors(op),
+            named,
+            operands,
+            results,
+            regions,
+        )
+    };
+    if successors != 0 {
         return Err(kerr!(
             Lowering,
             "cannot serialize `{name}`: ops with successors are not emitted by tpu-kernel"
         ));
     }
     let ctx = context.to_raw();
-
-    let mut named: Vec<MlirNamedAttribute> = (0..unsafe { mlirOperationGetNumAttributes(op) })
-        .map(|i| unsafe { mlirOperationGetAttribute(op, i) })
-        .collect();
     for (op_name, attr, value) in TPU_DEFAULT_ATTRS {
         if *op_name == name && !named.iter().any(|a| attr_name(a) == *attr) {
             let parsed = lower::parse_attr(context, value)?;
+            // SAFETY: the context and the parsed attribute are live; the identifier is uniqued by MLIR.
             named.push(unsafe {
                 mlirNamedAttributeGet(mlirIdentifierGet(ctx, string_ref(attr)), parsed.to_raw())
             });
@@ -210,22 +233,10 @@ unsafe fn mangle_op(context: &Context, op: MlirOperation, version: i64) -> Resul
     downgrade_named(name, &mut named, version)?;
 
     let new_name = format!("{MANGLE_PREFIX}{name}");
-    let operands: Vec<_> = (0..unsafe { mlirOperationGetNumOperands(op) })
-        .map(|i| unsafe { mlirOperationGetOperand(op, i) })
-        .collect();
-    let old_results: Vec<_> = (0..unsafe { mlirOperationGetNumResults(op) })
-        .map(|i| unsafe { mlirOperationGetResult(op, i) })
-        .collect();
     let result_types: Vec<_> = old_results
         .iter()
+        // SAFETY: the results are live values of `op`.
         .map(|v| unsafe { mlirValueGetType(*v) })
-        .collect();
-    let regions: Vec<_> = (0..unsafe { mlirOperationGetNumRegions(op) })
-        .map(|i| {
-            let fresh = unsafe { mlirRegionCreate() };
-            unsafe { mlirRegionTakeBody(fresh, mlirOperationGetRegion(op, i)) };
-            fresh
-        })
         .collect();
 
     // SAFETY: every handle added to the state is live; `new_name` outlives `mlirOperationCreate`; the
