@@ -475,3 +475,22 @@ fn enormous_arrays_are_checked_without_overflow_or_huge_allocations() {
     let e = r.expect_err("VMEM");
     assert_eq!(e.kind, ErrorKind::Vmem, "{e}");
 }
+
+fn mistake_then_panic_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
+    let bad = x.load() + y.load(); // E:first_mistake
+    let rows = bad.shape()[0]; // the poisoned value has no shape: this indexing panics
+    o.store(x.load() * rows as f32);
+}
+
+#[test]
+fn a_panic_after_a_mistake_reports_the_mistake() {
+    let r = pallas_call(mistake_then_panic_kernel)
+        .grid([4])
+        .input(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .input(f32s([64, 128]), BlockSpec::new([16, 128], |[i]| (i, 0)))
+        .output(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .build();
+    // The first recorded error, at its own line — not "the kernel body panicked: index out of bounds".
+    let e = expect_err(r, ErrorKind::Shape, "first_mistake", &["cannot be broadcast"]);
+    assert!(!e.message.contains("panicked"), "{e}");
+}

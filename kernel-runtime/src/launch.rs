@@ -387,14 +387,16 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
         let out = catch_unwind(AssertUnwindSafe(|| self.build_inner()));
         match out {
             Ok(r) => r,
-            Err(payload) => {
-                trace::abort();
-                Err(kerr!(
+            Err(payload) => match trace::abort() {
+                // A panic after a recorded mistake is usually its consequence (a poisoned value's empty
+                // `shape()` indexed, ...): the mistake is the error to report, at its own line.
+                Some(first) => Err(first),
+                None => Err(kerr!(
                     Trace,
                     "the kernel body panicked while tracing: {}",
                     crate::error::panic_message(&*payload)
-                ))
-            }
+                )),
+            },
         }
     }
 

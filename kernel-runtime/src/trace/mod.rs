@@ -157,8 +157,11 @@ pub(crate) fn finish(name: &str, results: Vec<Val>, loc: SourceLoc) -> Result<Fu
 }
 
 /// Abort a trace (after a panic or an early error), leaving the thread clean.
-pub(crate) fn abort() {
-    TRACER.with(|cell| cell.borrow_mut().take());
+/// Drop the current trace (after a panic in the traced body), returning the first error it recorded.
+pub(crate) fn abort() -> Option<crate::error::KernelError> {
+    TRACER
+        .with(|cell| cell.borrow_mut().take())
+        .and_then(|mut t| t.error.take())
 }
 
 /// Run `f` against the current trace. Errors are recorded (the first one wins) and `None` returned.
