@@ -44,6 +44,7 @@ pub mod prelude {
     pub use crate::{export, kernel_fn, tpu_kernel};
     pub use half::bf16;
     pub use kernel_runtime::dtype::{BF16, BOOL, F32, I32, I8, U32, U8};
+    pub use kernel_runtime::interpret::{HostArray, InterpretOptions};
     pub use kernel_runtime::ir::CostEstimate;
     pub use kernel_runtime::ir::DimensionSemantics::{self, Arbitrary, Parallel};
     pub use kernel_runtime::trace::unary::*;
