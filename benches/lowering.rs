@@ -141,7 +141,7 @@ fn main() {
         let name = args.get(i + 1).map(String::as_str).unwrap_or("add");
         let case = cases().into_iter().find(|c| c.name == name).expect("case");
         let built = lib.build(&case.request(0)).expect("build");
-        let k = &built.call.kernel;
+        let k = built.call.ir();
         let time = |what: &str, f: &mut dyn FnMut()| {
             let t = Instant::now();
             for _ in 0..2000 {
@@ -255,7 +255,7 @@ fn main() {
                     // module costs (the tests do it; shipping a kernel does not).
                     let t = Instant::now();
                     lower::with_context(|ctx| {
-                        lower::build_module(ctx, &built.call.kernel).map(|_| ())
+                        lower::build_module(ctx, built.call.ir()).map(|_| ())
                     })
                     .expect("mosaic");
                     t_mosaic.push(t.elapsed().as_secs_f64() * 1e6);

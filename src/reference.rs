@@ -70,7 +70,7 @@ pub fn compare(got: &HostArray, want: &HostArray, tol: Tolerance) -> Comparison 
 
 /// Random inputs for a kernel (deterministic in `seed`), one per kernel input.
 pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
-    call.kernel
+    call.ir()
         .inputs()
         .enumerate()
         .map(|(i, o)| HostArray::random(&o.shape, o.dtype, seed + i as u64))

@@ -12,7 +12,7 @@ use tpu_kernel::PallasCall;
 
 /// MLIR's reading of the direct body and of the reference body, with locations.
 fn both(call: &PallasCall, version: i64) -> (String, String) {
-    let k = &call.kernel;
+    let k = call.ir();
     let ours = body::body_bytecode(k, version).expect("direct body");
     let reference = body::reference_bytecode(k, version).expect("reference body");
     (
@@ -223,7 +223,7 @@ fn the_op_coverage_suite_reaches_every_rule() {
                 .iter()
                 .map(|(n, b)| (*n, b().expect("example builds"))),
         )
-        .map(|(_, c)| body::body_text(&c.kernel, MAX_VERSION).expect("body text"))
+        .map(|(_, c)| body::body_text(c.ir(), MAX_VERSION).expect("body text"))
         .collect();
     let rules = include_str!("../kernel-runtime/src/lower/rules.rs");
     let mut names: Vec<&str> = rules

@@ -42,7 +42,7 @@ fn defaults_fill_in_and_a_second_request_hits_the_cache() {
     let req = json!({"kernel": "softmax", "inputs": [{"shape": [64, 256], "dtype": "f32"}]});
     let a = lib.build(&request(req.clone())).expect("build");
     assert_eq!(a.params.to_json(), json!({"block_rows": 8}));
-    assert_eq!(a.call.kernel.grid, vec![8]);
+    assert_eq!(a.call.ir().grid, vec![8]);
     let b = lib.build(&request(req)).expect("build");
     assert!(std::sync::Arc::ptr_eq(&a, &b), "same signature, same build");
     // `block_rows=8` spelled out is the same signature; another value is another kernel.
@@ -53,7 +53,7 @@ fn defaults_fill_in_and_a_second_request_hits_the_cache() {
     let d = lib
         .build(&request(json!({"kernel": "softmax", "inputs": [{"shape": [64, 256], "dtype": "f32"}], "params": {"block_rows": 16}})))
         .expect("build");
-    assert_eq!(d.call.kernel.grid, vec![4]);
+    assert_eq!(d.call.ir().grid, vec![4]);
     assert_eq!(
         lib.stats.builds.load(std::sync::atomic::Ordering::Relaxed),
         2
@@ -139,7 +139,7 @@ fn batching_matches_one_run_per_batch_element() {
             "batch": [[3, [true, false]]],
         })))
         .expect("batched build");
-    let k = &batched.call.kernel;
+    let k = batched.call.ir();
     assert_eq!(k.grid, vec![3, 2, 2, 1]);
     assert_eq!(k.dimension_semantics[0], Parallel);
     let single = lib
@@ -171,7 +171,7 @@ fn batching_matches_one_run_per_batch_element() {
             "batch": [[2, [true, true]], [3, [true, false]]],
         })))
         .expect("nested build");
-    assert_eq!(nested.call.kernel.grid, vec![2, 3, 2]);
+    assert_eq!(nested.call.ir().grid, vec![2, 3, 2]);
     let single = lib
         .build(&request(json!({
             "kernel": "rmsnorm",
@@ -240,7 +240,7 @@ fn borrowed_arrays_give_the_bits_of_owned_ones() {
             )
         };
         interpret_into(
-            &call.kernel,
+            call.ir(),
             &[input],
             std::slice::from_mut(&mut output),
             &InterpretOptions::default(),
@@ -267,7 +267,7 @@ fn borrowed_arrays_give_the_bits_of_owned_ones() {
         )
     };
     let e = interpret_into(
-        &call.kernel,
+        call.ir(),
         &[input],
         std::slice::from_mut(&mut output),
         &InterpretOptions::default(),

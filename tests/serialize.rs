@@ -16,13 +16,13 @@ fn matmul() -> tpu_kernel::PallasCall {
 #[test]
 fn body_is_mlir_bytecode_v0_in_the_stable_mosaic_form() {
     let call = matmul();
-    let bytes = CustomCall::new(&call.kernel).body().expect("body");
+    let bytes = CustomCall::new(call.ir()).body().expect("body");
     assert_eq!(&bytes[..4], b"ML\xefR", "MLIR bytecode magic");
     assert_eq!(
         bytes[4], 0x01,
         "bytecode format version 0 (varint), as jax writes it"
     );
-    let text = CustomCall::new(&call.kernel)
+    let text = CustomCall::new(call.ir())
         .body_text()
         .expect("body text");
     assert!(text.contains(&format!("stable_mosaic.version = {DEFAULT_VERSION} : i64")));
@@ -47,15 +47,15 @@ fn versions_outside_the_supported_range_are_errors() {
             version: v,
             ..CallOptions::default()
         };
-        let err = CustomCall::with_options(&call.kernel, opts)
+        let err = CustomCall::with_options(call.ir(), opts)
             .body()
             .expect_err("out of range");
         assert_eq!(err.kind, ErrorKind::Unsupported);
     }
     // Below 13, tpu.matmul loses `transpose_lhs_hint` (jaxlib's downgrade rule).
-    let old = body::body_text(&call.kernel, 12).expect("v12");
+    let old = body::body_text(call.ir(), 12).expect("v12");
     assert!(!old.contains("transpose_lhs_hint") && old.contains("stable_mosaic.version = 12"));
-    assert!(body::body_text(&call.kernel, 13)
+    assert!(body::body_text(call.ir(), 13)
         .expect("v13")
         .contains("transpose_lhs_hint = false"));
 }
@@ -63,7 +63,7 @@ fn versions_outside_the_supported_range_are_errors() {
 #[test]
 fn backend_config_has_the_pallas_fields() {
     let call = matmul();
-    let cfg = CustomCall::new(&call.kernel)
+    let cfg = CustomCall::new(call.ir())
         .backend_config()
         .expect("config");
     assert!(
@@ -81,7 +81,7 @@ fn backend_config_has_the_pallas_fields() {
         "\"cost_estimate\":{\"bytes_accessed\":1572864,\"flops\":268435456,\"remote_bytes_transferred\":0,\"transcendentals\":0}"
     ), "{cfg}");
     // Optional fields only when set.
-    let mut plain = call.kernel.clone();
+    let mut plain = call.ir().clone();
     plain.cost_estimate = None;
     let plain_cfg = CustomCall::new(&plain).backend_config().expect("config");
     assert!(!plain_cfg.contains("cost_estimate"));
@@ -101,7 +101,7 @@ fn backend_config_has_the_pallas_fields() {
         allow_input_fusion: Some(vec![true, false]),
         ..CallOptions::default()
     };
-    let cfg = CustomCall::with_options(&call.kernel, opts)
+    let cfg = CustomCall::with_options(call.ir(), opts)
         .backend_config()
         .expect("config");
     assert!(cfg.contains("\"allow_input_fusion\":[true,false]"));
@@ -115,7 +115,7 @@ fn stablehlo_calls_the_kernel() {
         side_effects: SideEffects::SideEffecting,
         ..CallOptions::default()
     };
-    let hlo = CustomCall::with_options(&call.kernel, opts)
+    let hlo = CustomCall::with_options(call.ir(), opts)
         .stablehlo()
         .expect("stablehlo");
     assert!(hlo.contains("func.func public @main(%arg0: tensor<512x512xbf16>, %arg1: tensor<512x512xbf16>) -> (tensor<512x512xbf16>"));
@@ -137,7 +137,7 @@ fn aliases_must_name_matching_operands() {
         input_output_aliases: vec![(0, 0)],
         ..CallOptions::default()
     };
-    let hlo = CustomCall::with_options(&call.kernel, ok)
+    let hlo = CustomCall::with_options(call.ir(), ok)
         .stablehlo()
         .expect("aliased");
     assert!(hlo.contains("output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [], operand_index = 0, operand_tuple_indices = []>]"));
@@ -145,7 +145,7 @@ fn aliases_must_name_matching_operands() {
         input_output_aliases: vec![(2, 0)],
         ..CallOptions::default()
     };
-    let err = CustomCall::with_options(&call.kernel, bad)
+    let err = CustomCall::with_options(call.ir(), bad)
         .stablehlo()
         .expect_err("no input 2");
     assert_eq!(err.kind, ErrorKind::Signature);

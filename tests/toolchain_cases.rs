@@ -118,7 +118,7 @@ fn reblock(
 ) -> Result<PallasCall, KernelError> {
     use tpu_kernel::ir::{OpKind, Region, Type};
     let mut call = call?;
-    let k = &mut call.kernel;
+    let k = call.unchecked_ir_mut();
     for o in &mut k.operands {
         if let Some(b) = &mut o.block {
             if b.block_shape == from {
@@ -155,14 +155,14 @@ fn with_limit(
     limit: u64,
 ) -> Result<PallasCall, KernelError> {
     let mut call = call?;
-    call.kernel.vmem_limit_bytes = Some(limit);
+    call.unchecked_ir_mut().vmem_limit_bytes = Some(limit);
     Ok(call)
 }
 
 /// `call` as it would be launched without `.vmem_limit_bytes(..)`, after the checks ran.
 fn without_limit(call: Result<PallasCall, KernelError>) -> Result<PallasCall, KernelError> {
     let mut call = call?;
-    call.kernel.vmem_limit_bytes = None;
+    call.unchecked_ir_mut().vmem_limit_bytes = None;
     Ok(call)
 }
 
@@ -417,7 +417,7 @@ fn verdicts_are_as_declared() {
                 .probe
                 .unwrap_or_else(|| panic!("case `{}` is rejected but has no probe", c.name));
             let p = probe().unwrap_or_else(|e| panic!("probe of `{}` failed: {e}", c.name));
-            CustomCall::new(&p.kernel)
+            CustomCall::new(p.ir())
                 .stablehlo()
                 .unwrap_or_else(|e| panic!("probe of `{}`: {e}", c.name));
         }
@@ -455,7 +455,7 @@ fn export_cases() {
             None => (c.ours)(),
         }
         .unwrap_or_else(|e| panic!("case `{}`: no probe kernel: {e}", c.name));
-        let hlo = CustomCall::new(&probe.kernel)
+        let hlo = CustomCall::new(probe.ir())
             .stablehlo()
             .expect("StableHLO of the probe");
         let file = format!("{}.stablehlo.mlir", c.name);
@@ -470,8 +470,8 @@ fn export_cases() {
             json_string(c.what),
             json_string(&kind),
             json_string(&message),
-            check::vmem_estimate(&probe.kernel),
-            check::vmem_limit(&probe.kernel),
+            check::vmem_estimate(probe.ir()),
+            check::vmem_limit(probe.ir()),
             json_string(&file)
         ));
     }
@@ -493,7 +493,7 @@ fn export_cases() {
             version: v,
             ..CallOptions::default()
         };
-        let body = CustomCall::with_options(&call.kernel, opts)
+        let body = CustomCall::with_options(call.ir(), opts)
             .body()
             .expect("body");
         std::fs::write(dir.join(format!("versions.body.v{v}.mlirbc")), body).expect("write");

@@ -557,10 +557,17 @@ fn trace_block(
 /// A traced and checked kernel launch, ready to lower to Mosaic or to run on CPU.
 #[derive(Clone, Debug)]
 pub struct PallasCall {
-    pub kernel: Kernel,
+    pub(crate) kernel: Kernel,
 }
 
 impl PallasCall {
+    /// The checked kernel IR, mutable, for tools that build what the checks would reject (the
+    /// toolchain-agreement probes): a change made here is not checked again, and what it lowers to
+    /// may be rejected by libtpu. Not for kernels.
+    #[doc(hidden)]
+    pub fn unchecked_ir_mut(&mut self) -> &mut Kernel {
+        &mut self.kernel
+    }
     /// The Mosaic MLIR module text (verified).
     pub fn mosaic_mlir(&self) -> Result<String> {
         crate::lower::to_mosaic_text(&self.kernel)
