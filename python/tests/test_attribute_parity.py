@@ -599,7 +599,9 @@ def check_close(what: str, ours: np.ndarray, theirs: np.ndarray, tol: str) -> No
     assert (ours.shape, ours.dtype) == (theirs.shape, theirs.dtype), what
     if tol == EXACT:
         np.testing.assert_array_equal(ours, theirs, err_msg=f"{what} ({tol})")
-        assert ours.tobytes() == theirs.tobytes(), f"{what}: equal values but other bits (signed zeros?)"
+        # (not `assert a == b` on the bytes: under CI=true pytest would diff 32 KiB byte strings with difflib)
+        if ours.tobytes() != theirs.tobytes():
+            raise AssertionError(f"{what}: equal values but other bits (signed zeros?)")
     elif tol == BF16_1ULP:
         assert ours.dtype == jnp.bfloat16, what
         ulps = np.abs(_bf16_ordered(ours) - _bf16_ordered(theirs))
