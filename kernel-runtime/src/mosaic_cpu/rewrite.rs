@@ -126,7 +126,8 @@ impl Files {
 }
 
 /// The body of [`Rewriter::nest_acc`]: induction variables and carried value → next value.
-pub(super) type AccBody<'b, 'f> = dyn FnMut(&mut Rewriter<'f>, &[String], &str) -> Result<String> + 'b;
+pub(super) type AccBody<'b, 'f> =
+    dyn FnMut(&mut Rewriter<'f>, &[String], &str) -> Result<String> + 'b;
 
 /// Writes one upstream module.
 pub(super) struct Rewriter<'f> {

@@ -240,34 +240,52 @@ impl Buffer {
     }
 }
 
+/// Element types whose values are plain bytes: no padding, every bit pattern valid.
+trait Plain: Copy + Default {}
+impl Plain for f32 {}
+impl Plain for bf16 {}
+impl Plain for i32 {}
+impl Plain for i8 {}
+impl Plain for u8 {}
+impl Plain for u32 {}
+
+fn bytes_of<T: Plain>(v: &[T]) -> &[u8] {
+    // SAFETY: `Plain` types have no padding, so all `size_of_val(v)` bytes are initialized; u8 has no
+    // alignment requirement.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+fn from_plain_bytes<T: Plain>(b: &[u8]) -> Vec<T> {
+    let mut v = vec![T::default(); b.len() / std::mem::size_of::<T>()];
+    let n = std::mem::size_of_val(&v[..]);
+    // SAFETY: every bit pattern is a valid `Plain` value, so writing arbitrary bytes over the `n`
+    // bytes of `v` keeps it valid; u8 has no alignment requirement.
+    let dst = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, n) };
+    dst.copy_from_slice(&b[..n]);
+    v
+}
+
 /// Host data as native-endian bytes (bool as 0/1 bytes).
 fn to_bytes(d: &HostData) -> Vec<u8> {
     match d {
-        HostData::F32(v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
-        HostData::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
-        HostData::I32(v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
-        HostData::I8(v) => v.iter().map(|x| *x as u8).collect(),
+        HostData::F32(v) => bytes_of(v).to_vec(),
+        HostData::BF16(v) => bytes_of(v).to_vec(),
+        HostData::I32(v) => bytes_of(v).to_vec(),
+        HostData::I8(v) => bytes_of(v).to_vec(),
         HostData::U8(v) => v.clone(),
-        HostData::U32(v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
+        HostData::U32(v) => bytes_of(v).to_vec(),
         HostData::Bool(v) => v.iter().map(|x| *x as u8).collect(),
     }
 }
 
 fn from_bytes(dtype: DType, b: &[u8]) -> HostData {
-    fn words<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
-        b.chunks_exact(N).map(|c| std::array::from_fn(|i| c[i]))
-    }
     match dtype {
-        DType::F32 => HostData::F32(words(b).map(f32::from_ne_bytes).collect()),
-        DType::BF16 => HostData::BF16(
-            words(b)
-                .map(|w| bf16::from_bits(u16::from_ne_bytes(w)))
-                .collect(),
-        ),
-        DType::I32 => HostData::I32(words(b).map(i32::from_ne_bytes).collect()),
-        DType::I8 => HostData::I8(b.iter().map(|x| *x as i8).collect()),
+        DType::F32 => HostData::F32(from_plain_bytes(b)),
+        DType::BF16 => HostData::BF16(from_plain_bytes(b)),
+        DType::I32 => HostData::I32(from_plain_bytes(b)),
+        DType::I8 => HostData::I8(from_plain_bytes(b)),
         DType::U8 => HostData::U8(b.to_vec()),
-        DType::U32 => HostData::U32(words(b).map(u32::from_ne_bytes).collect()),
+        DType::U32 => HostData::U32(from_plain_bytes(b)),
         DType::Bool => HostData::Bool(b.iter().map(|x| *x != 0).collect()),
     }
 }
