@@ -946,3 +946,23 @@ fn wrong_lowerings_make_the_engine_disagree() {
         assert!(!ok, "{what}: mosaic_cpu did not notice the wrong lowering");
     }
 }
+
+#[test]
+fn examples_run_their_mosaic_module_with_engine_mosaic() {
+    use tpu_kernel::example::{parse_args, Emit, Engine};
+    let args = |a: &[&str]| parse_args(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    assert_eq!(args(&["--run"]), Ok(Emit::Run(Engine::Interpret)));
+    assert_eq!(
+        args(&["--run", "--engine", "mosaic"]),
+        Ok(Emit::Run(Engine::Mosaic))
+    );
+    assert_eq!(
+        args(&["--engine", "interpret", "--run"]),
+        Ok(Emit::Run(Engine::Interpret))
+    );
+    assert!(
+        args(&["--engine", "mosaic"]).is_err(),
+        "--engine without --run"
+    );
+    assert!(args(&["--run", "--engine", "tpu"]).is_err());
+}
