@@ -678,6 +678,212 @@ fn grid_semantics_agree() {
     agree(&call, &[HostArray::random([256, 384], F32, 5), y]);
 }
 
+// ---------------------------------------------------------------------------------------------- every lowering rule
+
+// The op-coverage suite of bytecode.rs (same kernels): between them they reach every lowering rule and,
+// per rule, every dtype class that picks a different Mosaic op.
+
+#[tpu_kernel]
+fn cov_float_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>, b: RefMut<bf16>, m: RefMut<i32>) {
+    let (a, c) = (x.load(), y.load());
+    let u = -a + a.exp() + a.log() + a.tanh() + a.rsqrt() + a.sqrt() + a.sin() + a.cos() + a.abs();
+    let v = (a - c) * (a / c) + a % c + maximum(a, c) + minimum(a, c) + pow(a, c);
+    let lt = a < c;
+    let le = a <= c;
+    let gt = a > c;
+    let ge = a >= c;
+    let eq = a == c;
+    let ne = a != c;
+    let k = (lt & le) | (gt ^ ge) | !(eq | ne);
+    o.store(select(k, u, v) + k.cast::<f32>() + a.cast::<bool>().cast::<f32>());
+    b.store(u.cast::<bf16>() + b.load());
+    m.store(v.cast::<i32>() + a.cast::<u32>().cast::<i32>());
+}
+
+#[tpu_kernel]
+fn cov_int_kernel(
+    x: Ref<i32>,
+    y: Ref<i32>,
+    u: Ref<u32>,
+    o: RefMut<i32>,
+    f: RefMut<f32>,
+    q: RefMut<u32>,
+) {
+    let (a, c, w) = (x.load(), y.load(), u.load());
+    let z = c.cast::<u32>();
+    let s = -a + a.abs() + (a - c) * (a / c) + a % c + maximum(a, c) + minimum(a, c);
+    let bits = (a & c) | (a ^ c);
+    let k = (a < c) | (a <= c) | (a > c) | (a >= c) | (a == c) | (a != c);
+    let uk = (w < z) | (w <= z) | (w > z) | (w >= z);
+    let narrow = a.cast::<i8>().cast::<i32>() + w.cast::<u8>().cast::<i32>() + k.cast::<i32>();
+    o.store(select(uk, s + bits, narrow) + a.cast::<bool>().cast::<i32>());
+    f.store(a.cast::<f32>() + w.cast::<f32>() + k.cast::<f32>());
+    q.store(w / z + w % z + maximum(w, z) + minimum(w, z) + a.cast::<u32>());
+}
+
+#[tpu_kernel]
+fn cov_reduce_kernel(
+    x: Ref<f32>,
+    i: Ref<i32>,
+    u: Ref<u32>,
+    o: RefMut<f32>,
+    oi: RefMut<i32>,
+    ou: RefMut<u32>,
+) {
+    let (a, b, c) = (x.load(), i.load(), u.load());
+    let rows = a.sum_keepdims(1) + a.max_keepdims(1) + a.min_keepdims(1);
+    let cols = a.sum_keepdims(0) + a.max_keepdims(0) + a.min_keepdims(0);
+    let all = a.sum(1).sum(0);
+    o.store(
+        rows.broadcast_to([8, 128]) + cols.broadcast_to([8, 128]) + all + a.mean(1).reshape([8, 1]),
+    );
+    oi.store(b.sum_keepdims(0).broadcast_to([8, 128]) + b.max_keepdims(1) + b.min_keepdims(1));
+    ou.store(c.sum_keepdims(0).broadcast_to([8, 128]) + c.max_keepdims(1) + c.min_keepdims(1));
+}
+
+#[tpu_kernel]
+fn cov_dot_kernel(x: Ref<bf16>, y: Ref<bf16>, q: Ref<i8>, o: RefMut<f32>, oi: RefMut<i32>) {
+    let (a, b) = (x.load(), y.load());
+    o.store(dot(a, b) + dot_nt(a, b) + dot_tn(a, b) + a.cast::<f32>().t());
+    oi.store(dot(q.load(), q.load()));
+}
+
+#[tpu_kernel]
+fn cov_shape_kernel(x: Ref<f32>, o: RefMut<f32>, row: RefMut<f32>) {
+    let i = program_id(0);
+    let first = x.at((0, ..)).load();
+    let cols = iota::<i32>([8, 128], 1);
+    let t = x.load().transpose([1, 0]).transpose([1, 0]);
+    o.store(t + first.reshape([1, 128]).broadcast_to([8, 128]));
+    o.store_masked(t * 2.0, cols < 64);
+    row.at((0, ..)).store(first);
+    for j in 0..4 {
+        let band = o.at((ds(multiple_of(j * 2, 2), 2), ..));
+        band.store(band.load() + 1.0);
+    }
+    let mut n = scalar(0i32);
+    while n < i + 2 {
+        n += 1;
+    }
+    let v = if i % 2 == 0 { t * 2.0 } else { t };
+    if n > 3 {
+        o.store(v);
+    }
+}
+
+fn coverage_calls() -> Vec<PallasCall> {
+    let ty = |s: [usize; 2], d| ArrayType::new(s, d);
+    let spec = |s: [usize; 2]| BlockSpec::new(s, |[i]| (i, 0));
+    let b = [8, 128];
+    let rows = [16, 128];
+    let built = [
+        pallas_call(cov_float_kernel)
+            .grid([2])
+            .input(ty(rows, F32), spec(b))
+            .input(ty(rows, F32), spec(b))
+            .output(ty(rows, F32), spec(b))
+            .output(ty(rows, BF16), spec(b))
+            .output(ty(rows, I32), spec(b))
+            .build(),
+        pallas_call(cov_int_kernel)
+            .grid([2])
+            .input(ty(rows, I32), spec(b))
+            .input(ty(rows, I32), spec(b))
+            .input(ty(rows, U32), spec(b))
+            .output(ty(rows, I32), spec(b))
+            .output(ty(rows, F32), spec(b))
+            .output(ty(rows, U32), spec(b))
+            .build(),
+        pallas_call(cov_reduce_kernel)
+            .grid([2])
+            .input(ty(rows, F32), spec(b))
+            .input(ty(rows, I32), spec(b))
+            .input(ty(rows, U32), spec(b))
+            .output(ty(rows, F32), spec(b))
+            .output(ty(rows, I32), spec(b))
+            .output(ty(rows, U32), spec(b))
+            .build(),
+        pallas_call(cov_dot_kernel)
+            .grid([1])
+            .input(ty([128, 128], BF16), spec([128, 128]))
+            .input(ty([128, 128], BF16), spec([128, 128]))
+            .input(ty([128, 128], I8), spec([128, 128]))
+            .output(ty([128, 128], F32), spec([128, 128]))
+            .output(ty([128, 128], I32), spec([128, 128]))
+            .build(),
+        pallas_call(cov_shape_kernel)
+            .grid([2])
+            .input(ty(rows, F32), spec(b))
+            .output(ty(rows, F32), spec(b))
+            .output(ty(rows, F32), spec(b))
+            .build(),
+    ];
+    built
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|e| panic!("builds: {e}")))
+        .collect()
+}
+
+#[test]
+fn every_lowering_rule_is_checked_by_execution() {
+    use tpu_kernel::runtime::serialize::{body, MAX_VERSION};
+    let mut text = String::new();
+    for call in coverage_calls() {
+        agree_random(&call, 11);
+        text += &body::body_text(&call.kernel, MAX_VERSION).expect("body text");
+    }
+    // Each Mosaic op name the rules can emit, spelled as in `lower/rules.rs` (as bytecode.rs reads
+    // them): all must be in the modules that just agreed.
+    let rules = include_str!("../kernel-runtime/src/lower/rules.rs");
+    let mut names: Vec<&str> = rules
+        .split('"')
+        .filter(|s| {
+            let d = s.split('.').next().unwrap_or("");
+            ["arith", "math", "vector", "tpu", "scf", "func"].contains(&d) && s.contains('.')
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    assert!(names.len() > 40, "found only {names:?}");
+    let missing: Vec<_> = names
+        .iter()
+        .filter(|n| !text.contains(&format!("\"stable_mosaic.{n}\"")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "lowering rules no kernel of this suite runs through mosaic_cpu: {missing:?}"
+    );
+}
+
+#[tpu_kernel]
+fn store_then_masked_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let t = x.load();
+    o.store(t + 1.0f32);
+    o.store_masked(t * 2.0f32, iota::<i32>([8, 128], 1) < 64);
+}
+
+#[test]
+fn a_masked_store_keeps_what_a_direct_write_put_in_the_block() {
+    // Found by this engine: the interpreter's fused path wrote `t + 1` straight into the output array,
+    // then its masked store started from zeros instead of that block (lanes ≥ 64 read 0, not t + 1).
+    let spec = || BlockSpec::new([8, 128], |[i]| (i, 0));
+    let call = pallas_call(store_then_masked_kernel)
+        .grid([2])
+        .input(at([16, 128], F32), spec())
+        .output(at([16, 128], F32), spec())
+        .build()
+        .expect("build");
+    agree_random(&call, 6);
+    let x = reference::random_inputs(&call, 6);
+    let fused = call.interpret(&x).expect("interpret");
+    let xs = x[0].as_slice::<f32>().unwrap();
+    let o = fused[0].as_slice::<f32>().unwrap();
+    for (i, (v, x)) in o.iter().zip(xs).enumerate() {
+        let want = if i % 128 < 64 { x * 2.0 } else { x + 1.0 };
+        assert_eq!(*v, want, "element {i}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------- errors
 
 #[tpu_kernel]
