@@ -64,8 +64,8 @@ fn interpret(call: &PallasCall, inputs: &[HostArray]) -> Vec<HostArray> {
 /// Run `call` on `inputs` through the interpreter and through its Mosaic module; panic unless they agree.
 fn agree(call: &PallasCall, inputs: &[HostArray]) {
     let want = interpret(call, inputs);
-    let compiled = mosaic_cpu::compile(&call.kernel)
-        .unwrap_or_else(|e| panic!("{}: compile: {e}", call.name()));
+    let compiled =
+        mosaic_cpu::compile(call.ir()).unwrap_or_else(|e| panic!("{}: compile: {e}", call.name()));
     let got = compiled
         .run(inputs)
         .unwrap_or_else(|e| panic!("{}: mosaic_cpu: {e}", call.name()));
@@ -186,7 +186,7 @@ fn transcendentals_agree_within_their_ulp_budget() {
     });
     let inputs = [x, y];
     let want = interpret(&call, &inputs);
-    let got = mosaic_cpu::run(&call.kernel, &inputs).expect("mosaic_cpu");
+    let got = mosaic_cpu::run(call.ir(), &inputs).expect("mosaic_cpu");
     for ((name, budget), (g, w)) in BUDGET.iter().zip(got.iter().zip(&want)) {
         let (g, w) = (g.as_slice::<f32>().unwrap(), w.as_slice::<f32>().unwrap());
         let worst = g
@@ -365,7 +365,7 @@ fn dtype_semantics_agree_bit_for_bit_where_they_are_exact() {
     });
     let exact = |call: &PallasCall, inputs: &[HostArray]| {
         let want = interpret(call, inputs);
-        let got = mosaic_cpu::run(&call.kernel, inputs).expect("mosaic_cpu");
+        let got = mosaic_cpu::run(call.ir(), inputs).expect("mosaic_cpu");
         for (g, w) in got.iter().zip(&want) {
             let bits = |a: &HostArray| {
                 a.to_f64_vec()
@@ -830,7 +830,7 @@ fn every_lowering_rule_is_checked_by_execution() {
     let mut text = String::new();
     for call in coverage_calls() {
         agree_random(&call, 11);
-        text += &body::body_text(&call.kernel, MAX_VERSION).expect("body text");
+        text += &body::body_text(call.ir(), MAX_VERSION).expect("body text");
     }
     // Each Mosaic op name the rules can emit, spelled as in `lower/rules.rs` (as bytecode.rs reads
     // them): all must be in the modules that just agreed.
@@ -910,7 +910,7 @@ fn an_out_of_bounds_slice_is_an_error_at_the_same_line_in_both_engines() {
     let theirs = call
         .interpret(std::slice::from_ref(&x))
         .expect_err("interpret");
-    let ours = mosaic_cpu::run(&call.kernel, &[x]).expect_err("grid step 1 reads rows 16..24");
+    let ours = mosaic_cpu::run(call.ir(), &[x]).expect_err("grid step 1 reads rows 16..24");
     for err in [&theirs, &ours] {
         assert_eq!(err.kind, ErrorKind::OutOfBounds, "{err}");
         let loc = err.location.expect("located");
@@ -925,7 +925,7 @@ fn an_out_of_bounds_slice_is_an_error_at_the_same_line_in_both_engines() {
 #[test]
 fn wrong_inputs_are_errors_not_panics() {
     let call = common::add::build().expect("build");
-    let compiled = mosaic_cpu::compile(&call.kernel).expect("compile");
+    let compiled = mosaic_cpu::compile(call.ir()).expect("compile");
     let x = HostArray::zeros([1024, 1024], F32);
     let err = compiled
         .run(std::slice::from_ref(&x))
@@ -1019,11 +1019,11 @@ fn run_mutated(
     inputs: &[HostArray],
     change: impl FnOnce(&mut MModule),
 ) -> Result<Vec<HostArray>, KernelError> {
-    let mut m = tpu_kernel::lower::lower_module(&call.kernel)?;
+    let mut m = tpu_kernel::lower::lower_module(call.ir())?;
     change(&mut m);
     tpu_kernel::lower::with_context(|ctx| {
         let module = tpu_kernel::lower::module_from_data(ctx, &m)?;
-        mosaic_cpu::compile_module(&call.kernel, &module)?.run(inputs)
+        mosaic_cpu::compile_module(call.ir(), &module)?.run(inputs)
     })
 }
 

@@ -23,7 +23,7 @@ pub fn run(call: &PallasCall, engine: Engine) -> Result<String, KernelError> {
             Box::new(|x| call.interpret(x)),
         ),
         Engine::Mosaic => {
-            let compiled = mosaic_cpu::compile(&call.kernel)?;
+            let compiled = mosaic_cpu::compile(call.ir())?;
             let how = format!(
                 "its Mosaic module JIT-compiled in {:.1} ms",
                 compiled.compile_time().as_secs_f64() * 1e3
