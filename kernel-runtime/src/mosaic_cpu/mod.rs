@@ -35,6 +35,7 @@
 //! | `tpu.iota` | loop nest storing the index along one dim | `dimensions` |
 //! | `tpu.transpose` | loop nest reading through the permutation | `permutation` |
 //! | `tpu.assume_multiple` | the operand, after checking the promise at run time | `multiple` |
+//! | `tpu.logistic` | `1 / (1 + e^-x)` per element, in f32, rounded once | — |
 //! | `scf.for` | kept (types mapped, regions rewritten) after checking the step is positive | — |
 //! | `scf.if`, `scf.while`, `scf.yield`, `scf.condition`, `func.return` | kept | — |
 //!

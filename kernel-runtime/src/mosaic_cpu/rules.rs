@@ -21,6 +21,7 @@ const TABLE: &[(&str, Rule)] = &[
     ("tpu.iota", iota),
     ("tpu.transpose", transpose),
     ("tpu.assume_multiple", assume_multiple),
+    ("tpu.logistic", logistic),
     // n-D vector ops (upstream, but not lowered to LLVM for n-D vectors): loops over the buffers.
     ("vector.load", vector_load),
     ("vector.broadcast", broadcast),
@@ -122,17 +123,32 @@ fn keep(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
 
 fn elementwise(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
     let name = op_name(op);
+    let attrs = attrs_text(op, &[]);
+    per_element(rw, op, &mut |rw, args, ty| {
+        scalar_op(rw, &name, args, ty, &attrs)
+    })
+}
+
+/// The scalar code of an element-wise op: its scalar operands and result type → its result.
+type Scalar<'a, 'f> = dyn FnMut(&mut Rewriter<'f>, &[Val], &str) -> Result<String> + 'a;
+
+/// An element-wise op: `f` on scalars, or `f` per element of same-shaped vector operands (scalar
+/// operands, like `arith.select`'s condition, are used as they are).
+fn per_element<'f>(
+    rw: &mut Rewriter<'f>,
+    op: OperationRef<'_, '_>,
+    f: &mut Scalar<'_, 'f>,
+) -> Result<()> {
     if op.result_count() != 1 || op.region_count() != 0 {
         return Err(bad(op, "expected one result and no regions"));
     }
     let operands = rw.operands(op)?;
-    let attrs = attrs_text(op, &[]);
     match rw.result_ty(op, 0)? {
         Ty::Scalar(t) => {
             if operands.iter().any(|v| matches!(v.ty, Ty::Mem { .. })) {
                 return Err(bad(op, "a scalar result from vector operands"));
             }
-            let r = scalar_op(rw, &name, &operands, &t, &attrs)?;
+            let r = f(rw, &operands, &t)?;
             rw.bind_result(op, 0, scalar(r, &t))
         }
         Ty::Mem { shape, elem } => {
@@ -154,7 +170,7 @@ fn elementwise(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
                         Ty::Scalar(_) => v.clone(),
                     })
                     .collect();
-                let r = scalar_op(rw, &name, &args, &elem, &attrs)?;
+                let r = f(rw, &args, &elem)?;
                 rw.store(&r, &out, i);
                 Ok(())
             })
@@ -638,6 +654,30 @@ fn transpose(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
         let x = rw.load(src, &from);
         rw.store(&x, &out, &to);
         Ok(())
+    })
+}
+
+/// `tpu.logistic`: `1 / (1 + e^-x)`, one op on the TPU — computed in f32 and rounded once.
+fn logistic(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
+    per_element(rw, op, &mut |rw, args, ty| {
+        let [x] = args else {
+            return Err(kerr!(
+                Lowering,
+                "mosaic_cpu: tpu.logistic takes one operand"
+            ));
+        };
+        if !is_float(ty) {
+            return Err(kerr!(Lowering, "mosaic_cpu: tpu.logistic on {ty}"));
+        }
+        let f = accumulator(ty).to_string();
+        let x = widen(rw, &x.name, ty, &f);
+        let one = rw.constant(&format!("1.0 : {f}"), &f);
+        let v = |name: &str| scalar(name.to_string(), &f);
+        let minus = scalar_op(rw, "arith.negf", &[v(&x)], &f, "")?;
+        let e = scalar_op(rw, "math.exp", &[v(&minus)], &f, "")?;
+        let d = scalar_op(rw, "arith.addf", &[v(&one), v(&e)], &f, "")?;
+        let r = scalar_op(rw, "arith.divf", &[v(&one), v(&d)], &f, "")?;
+        Ok(narrow(rw, &r, &f, ty))
     })
 }
 
