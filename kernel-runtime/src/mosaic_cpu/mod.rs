@@ -103,7 +103,6 @@ mod rules;
 mod run;
 mod scalar;
 
-pub use rules::table_names;
 pub use run::Compiled;
 
 use crate::error::Result;

@@ -532,8 +532,9 @@ impl<'f> Rewriter<'f> {
             }
             self.close(format!("}}){attrs} : {signature}"));
         }
+        let several = results.len() > 1;
         for (i, ty) in results.into_iter().enumerate() {
-            let name = if def.contains(':') {
+            let name = if several {
                 format!("{base}#{i}")
             } else {
                 base.clone()

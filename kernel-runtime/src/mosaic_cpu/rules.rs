@@ -73,11 +73,6 @@ pub(super) fn rule(name: &str) -> Option<Rule> {
         })
 }
 
-/// The op names with an explicit entry (for the docs' table and the tests).
-pub fn table_names() -> impl Iterator<Item = &'static str> {
-    TABLE.iter().map(|(n, _)| *n)
-}
-
 fn bad(op: OperationRef<'_, '_>, what: impl std::fmt::Display) -> crate::error::KernelError {
     kerr!(Lowering, "mosaic_cpu: `{}`: {what}", op_name(op))
 }
