@@ -3,7 +3,8 @@
 //! program calling the kernel, `--emit config` for the `tpu_custom_call` backend_config JSON, `--emit body`
 //! for the serialized (stable_mosaic) body as generic text, and `--check <v5e|v6e|...>` to run the kernel
 //! through the real toolchain (jaxlib verify + libtpu compile, see `check`), and `--run` to execute it on
-//! the CPU in interpret mode against the plain-Rust reference (see `run`).
+//! the CPU against the plain-Rust reference (see `run`): in interpret mode, or with `--engine mosaic` the
+//! exact Mosaic module that ships, JIT-compiled (`kernel_runtime::mosaic_cpu`).
 
 mod check;
 mod run;
@@ -12,8 +13,7 @@ use crate::{KernelError, PallasCall};
 use kernel_runtime::serialize::CustomCall;
 use std::process::ExitCode;
 
-const USAGE: &str =
-    "usage: <example> [--emit mlir|ir|stablehlo|config|body] [--check v5e|v6e|v5p|v4] [--run]";
+const USAGE: &str = "usage: <example> [--emit mlir|ir|stablehlo|config|body] [--check v5e|v6e|v5p|v4] [--run [--engine interpret|mosaic]]";
 
 /// What to print.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,13 +26,24 @@ pub enum Emit {
     Body,
     /// Check through jaxlib and libtpu for a TPU generation (`v5e`, `v6e`, ...).
     Check(String),
-    /// Run on the CPU (interpret mode) with random inputs, check against the reference, time it.
-    Run,
+    /// Run on the CPU with random inputs, check against the reference, time it.
+    Run(Engine),
+}
+
+/// What `--run` executes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// The interpreter (the kernel IR with Pallas semantics).
+    #[default]
+    Interpret,
+    /// The Mosaic module that ships, JIT-compiled for the CPU.
+    Mosaic,
 }
 
 /// Parse the example command line.
 pub fn parse_args(args: &[String]) -> Result<Emit, String> {
     let mut emit = Emit::Summary;
+    let mut engine = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -57,10 +68,22 @@ pub fn parse_args(args: &[String]) -> Result<Emit, String> {
                     ))
                 }
             },
-            "--run" => emit = Emit::Run,
+            "--run" => emit = Emit::Run(Engine::default()),
+            "--engine" => {
+                engine = match it.next().map(String::as_str) {
+                    Some("interpret") => Some(Engine::Interpret),
+                    Some("mosaic") => Some(Engine::Mosaic),
+                    _ => return Err(format!("--engine needs `interpret` or `mosaic`; {USAGE}")),
+                }
+            }
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument `{other}`; {USAGE}")),
         }
+    }
+    match (&mut emit, engine) {
+        (Emit::Run(e), Some(chosen)) => *e = chosen,
+        (_, Some(_)) => return Err(format!("--engine goes with --run; {USAGE}")),
+        _ => {}
     }
     Ok(emit)
 }
@@ -105,7 +128,7 @@ fn run(
             .trim_end()
             .to_string(),
         Emit::Check(generation) => check::run(&call, &generation)?,
-        Emit::Run => run::run(&call)?,
+        Emit::Run(engine) => run::run(&call, engine)?,
         Emit::Summary => {
             let mlir = call.mosaic_mlir()?;
             let ops = mlir

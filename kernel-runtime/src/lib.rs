@@ -16,6 +16,7 @@ pub mod interpret;
 pub mod ir;
 pub mod launch;
 pub mod lower;
+pub mod mosaic_cpu;
 pub mod opt;
 pub mod serialize;
 pub mod trace;

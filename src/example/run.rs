@@ -1,30 +1,50 @@
-//! `--run`: execute the kernel on the CPU in interpret mode with random inputs, check the outputs
-//! against the plain-Rust reference for the kernel (see [`crate::reference`]), and report the worst error
-//! and the time per run.
+//! `--run`: execute the kernel on the CPU with random inputs — in interpret mode, or (`--engine mosaic`)
+//! its Mosaic module JIT-compiled — check the outputs against the plain-Rust reference for the kernel
+//! (see [`crate::reference`]), and report the worst error and the time per run.
 
+use super::Engine;
 use crate::reference;
-use crate::runtime::interpret::InterpretOptions;
+use crate::runtime::interpret::{HostArray, InterpretOptions};
+use crate::runtime::mosaic_cpu;
 use crate::{ErrorKind, KernelError, PallasCall};
 use std::time::Instant;
 
+/// One timed run of the chosen engine.
+type RunOnce<'a> = dyn Fn(&[HostArray]) -> Result<Vec<HostArray>, KernelError> + 'a;
+
 /// Run `call` on random inputs; an error if it fails or disagrees with its reference.
-pub fn run(call: &PallasCall) -> Result<String, KernelError> {
+pub fn run(call: &PallasCall, engine: Engine) -> Result<String, KernelError> {
     let inputs = reference::random_inputs(call, 0);
-    // Poisoned first run: a read of never-written memory shows up as a mismatch.
-    let outputs = call.interpret_with(&inputs, &InterpretOptions::poisoned())?;
+    let (outputs, how, once): (_, _, Box<RunOnce<'_>>) = match engine {
+        Engine::Interpret => (
+            // Poisoned first run: a read of never-written memory shows up as a mismatch.
+            call.interpret_with(&inputs, &InterpretOptions::poisoned())?,
+            "interpret mode".to_string(),
+            Box::new(|x| call.interpret(x)),
+        ),
+        Engine::Mosaic => {
+            let compiled = mosaic_cpu::compile(call.ir())?;
+            let how = format!(
+                "its Mosaic module JIT-compiled in {:.1} ms",
+                compiled.compile_time().as_secs_f64() * 1e3
+            );
+            (
+                compiled.run(&inputs)?,
+                how,
+                Box::new(move |x| compiled.run(x)),
+            )
+        }
+    };
     let mut times = Vec::new();
     let start = Instant::now();
     while times.len() < 3 || (times.len() < 50 && start.elapsed().as_secs_f64() < 0.5) {
         let t = Instant::now();
-        call.interpret(&inputs)?;
+        once(&inputs)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(f64::total_cmp);
     let ms = times[times.len() / 2];
-    let mut out = format!(
-        "kernel `{}` on CPU (interpret mode, random inputs)\n",
-        call.name()
-    );
+    let mut out = format!("kernel `{}` on CPU ({how}, random inputs)\n", call.name());
     let Some(expected) = reference::expected(call.name(), &inputs) else {
         out += &format!("  no plain-Rust reference for this kernel; not checked\n  time: {ms:.3} ms (median of {} runs)", times.len());
         return Ok(out);
@@ -50,7 +70,7 @@ pub fn run(call: &PallasCall) -> Result<String, KernelError> {
     } else {
         Err(KernelError::new(
             ErrorKind::Shape,
-            format!("interpret results differ from the reference\n{out}"),
+            format!("{how}: results differ from the reference\n{out}"),
         ))
     }
 }

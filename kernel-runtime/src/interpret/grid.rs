@@ -324,7 +324,7 @@ fn block_index(o: &crate::ir::Operand, mut b: usize) -> Vec<i64> {
 
 /// The caller's arrays for the kernel's operands of `role` (inputs, or outputs to write): as many, and
 /// each of its operand's shape and dtype.
-fn check_arrays<'s>(
+pub(crate) fn check_arrays<'s>(
     k: &Kernel,
     role: OperandRole,
     arrays: impl ExactSizeIterator<Item = (&'s [usize], DType)>,
@@ -450,6 +450,157 @@ fn chunk_key(sizes: &[usize], mut c: usize) -> Vec<i64> {
     key
 }
 
+/// The Pallas block schedule around the grid steps, shared by the interpreter and `mosaic_cpu`: an
+/// engine says how index maps are evaluated, how blocks move and how a step runs; [`walk_grid`] says
+/// when (input blocks re-read when their block index changes; output blocks written back when it
+/// changes and after the last step, so a revisited output keeps its contents).
+pub(crate) trait BlockEngine {
+    /// The block indices of operand `i` (which has a BlockSpec) at grid point `point`, into `idx`.
+    fn block_index(&mut self, i: usize, point: &[i64], idx: &mut Vec<i64>) -> Result<()>;
+    /// Input operand `i` (input number `n`) shows block `idx` from now on.
+    fn copy_in(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()>;
+    /// Output operand `i` (output number `n`) is done with block `idx`: write it to its array.
+    fn write_back(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()>;
+    /// Output operand `i` (output number `n`) starts on block `idx`.
+    fn start_output(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()>;
+    /// Run the kernel body at grid point `point`.
+    fn step(&mut self, point: &[i64]) -> Result<()>;
+}
+
+/// Run the grid points of `k` whose coordinates on `par_axes` are `key` (every point when there are no
+/// such axes) in Pallas order, moving blocks as Pallas does, then write back each output's last block.
+pub(crate) fn walk_grid(
+    k: &Kernel,
+    par_axes: &[usize],
+    key: &[i64],
+    e: &mut impl BlockEngine,
+) -> Result<()> {
+    let mut last: Vec<Option<Vec<i64>>> = vec![None; k.operands.len()];
+    // Iterate the non-parallel axes with the parallel ones fixed to `key`.
+    let free: Vec<usize> = (0..k.grid.len())
+        .filter(|a| !par_axes.contains(a))
+        .collect();
+    let sub: Vec<usize> = free.iter().map(|&a| k.grid[a]).collect();
+    let mut point = vec![0i64; k.grid.len()];
+    for (a, v) in par_axes.iter().zip(key) {
+        point[*a] = *v;
+    }
+    for_each_point(&sub, |q| {
+        for (a, v) in free.iter().zip(q) {
+            point[*a] = *v;
+        }
+        enter(k, e, &mut last, &point)?;
+        e.step(&point).map_err(|mut err| {
+            err.message += &format!(" (at grid point {point:?})");
+            err
+        })?;
+        Ok(true)
+    })?;
+    let mut out_no = 0;
+    for (i, o) in k.operands.iter().enumerate() {
+        if o.role == OperandRole::Output {
+            if let Some(idx) = &last[i] {
+                e.write_back(i, out_no, idx)?;
+            }
+            out_no += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Before a step: evaluate every index map; refresh inputs and write back outputs whose block changed.
+fn enter(
+    k: &Kernel,
+    e: &mut impl BlockEngine,
+    last: &mut [Option<Vec<i64>>],
+    point: &[i64],
+) -> Result<()> {
+    let (mut input_no, mut out_no) = (0, 0);
+    for (i, o) in k.operands.iter().enumerate() {
+        let role_no = match o.role {
+            OperandRole::Input => {
+                input_no += 1;
+                input_no - 1
+            }
+            OperandRole::Output => {
+                out_no += 1;
+                out_no - 1
+            }
+            OperandRole::Scratch => continue,
+        };
+        let Some(block) = &o.block else {
+            continue;
+        };
+        let mut idx = Vec::with_capacity(o.shape.len());
+        e.block_index(i, point, &mut idx)
+            .map_err(|err| err.for_argument(o.label()))?;
+        if last[i].as_ref() == Some(&idx) {
+            continue;
+        }
+        check_block(block, &o.shape, &idx, point)
+            .map_err(|err| err.for_argument(o.label()).at(o.loc))?;
+        match o.role {
+            OperandRole::Input => e.copy_in(i, role_no, &idx)?,
+            _ => {
+                if let Some(prev) = &last[i] {
+                    e.write_back(i, role_no, prev)?;
+                }
+                e.start_output(i, role_no, &idx)?;
+            }
+        }
+        last[i] = Some(idx);
+    }
+    Ok(())
+}
+
+/// The interpreter's side of the schedule: one chunk's machine and the runner's arrays.
+struct Chunk<'r, 'a> {
+    runner: &'r Runner<'a>,
+    m: &'r mut Machine<'a>,
+    /// Index-map scratch registers.
+    env: Vec<i64>,
+}
+
+impl BlockEngine for Chunk<'_, '_> {
+    fn block_index(&mut self, i: usize, point: &[i64], idx: &mut Vec<i64>) -> Result<()> {
+        match &self.runner.maps[i] {
+            Some(map) => map.eval(point, &mut self.env, idx),
+            None => Err(internal("an operand without an index map")),
+        }
+    }
+
+    fn copy_in(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()> {
+        let block = self.runner.k.operands[i]
+            .block
+            .as_ref()
+            .ok_or_else(|| internal("input without a block"))?;
+        self.m.refs[i].content = Some(input_block(
+            &self.runner.inputs[n],
+            block,
+            idx,
+            self.runner.poison,
+        )?);
+        Ok(())
+    }
+
+    fn write_back(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()> {
+        self.runner.write_back(self.m, i, n, idx)
+    }
+
+    fn start_output(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()> {
+        if let Some(old) = self.m.refs[i].content.take() {
+            recycle(old);
+        }
+        self.m.refs[i].written_through = false;
+        self.m.dests[i] = self.runner.dest(i, n, idx)?;
+        Ok(())
+    }
+
+    fn step(&mut self, point: &[i64]) -> Result<()> {
+        self.m.step(&self.runner.plan, point)
+    }
+}
+
 struct Runner<'a> {
     k: &'a Kernel,
     /// Each operand's index map (None for whole-array operands and scratch).
@@ -481,7 +632,6 @@ impl<'a> Runner<'a> {
     /// Run every grid point whose parallel coordinates are `key`, in order, then write back.
     fn chunk(&self, m: &mut Machine<'a>, par_axes: &[usize], key: &[i64]) -> Result<()> {
         let k = self.k;
-        let mut last: Vec<Option<Vec<i64>>> = vec![None; k.operands.len()];
         let mut input_no = 0;
         for (i, o) in k.operands.iter().enumerate() {
             if let Some(old) = m.refs[i].content.take() {
@@ -496,93 +646,12 @@ impl<'a> Runner<'a> {
                 input_no += 1;
             }
         }
-        // Iterate the non-parallel axes with the parallel ones fixed to `key`.
-        let free: Vec<usize> = (0..k.grid.len())
-            .filter(|a| !par_axes.contains(a))
-            .collect();
-        let sub: Vec<usize> = free.iter().map(|&a| k.grid[a]).collect();
-        let mut point = vec![0i64; k.grid.len()];
-        for (a, v) in par_axes.iter().zip(key) {
-            point[*a] = *v;
-        }
-        for_each_point(&sub, |q| {
-            for (a, v) in free.iter().zip(q) {
-                point[*a] = *v;
-            }
-            self.enter(m, &mut last, &point)?;
-            m.step(&self.plan, &point).map_err(|mut e| {
-                e.message += &format!(" (at grid point {point:?})");
-                e
-            })?;
-            Ok(true)
-        })?;
-        let mut out_no = 0;
-        for (i, o) in k.operands.iter().enumerate() {
-            if o.role == OperandRole::Output {
-                if let Some(idx) = &last[i] {
-                    self.write_back(m, i, out_no, idx)?;
-                }
-                out_no += 1;
-            }
-        }
-        Ok(())
-    }
-
-    /// Before a step: evaluate every index map; refresh inputs and write back outputs whose block changed.
-    fn enter(
-        &self,
-        m: &mut Machine<'a>,
-        last: &mut [Option<Vec<i64>>],
-        point: &[i64],
-    ) -> Result<()> {
-        let (mut input_no, mut out_no) = (0, 0);
-        let mut env = Vec::new();
-        for (i, o) in self.k.operands.iter().enumerate() {
-            let role_no = match o.role {
-                OperandRole::Input => {
-                    input_no += 1;
-                    input_no - 1
-                }
-                OperandRole::Output => {
-                    out_no += 1;
-                    out_no - 1
-                }
-                OperandRole::Scratch => continue,
-            };
-            let (Some(block), Some(map)) = (&o.block, &self.maps[i]) else {
-                continue;
-            };
-            let mut idx = Vec::with_capacity(o.shape.len());
-            map.eval(point, &mut env, &mut idx)
-                .map_err(|e| e.for_argument(o.label()))?;
-            if last[i].as_ref() == Some(&idx) {
-                continue;
-            }
-            check_block(block, &o.shape, &idx, point)
-                .map_err(|e| e.for_argument(o.label()).at(o.loc))?;
-            match o.role {
-                OperandRole::Input => {
-                    m.refs[i].content = Some(input_block(
-                        &self.inputs[role_no],
-                        block,
-                        &idx,
-                        self.poison,
-                    )?);
-                }
-                _ => {
-                    if let Some(prev) = &last[i] {
-                        self.write_back(m, i, role_no, prev)?;
-                    }
-                    if let Some(old) = m.refs[i].content.take() {
-                        recycle(old);
-                    }
-                    m.refs[i].written_through = false;
-                    m.dests[i] = self.dest(i, role_no, &idx)?;
-                }
-            }
-            last[i] = Some(idx);
-        }
-        Ok(())
+        let mut chunk = Chunk {
+            runner: self,
+            m,
+            env: Vec::new(),
+        };
+        walk_grid(k, par_axes, key, &mut chunk)
     }
 
     /// Copy output ref `i`'s block (block index `idx`) into output array `out_no`, clipped to the array.

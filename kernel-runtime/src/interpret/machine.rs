@@ -1002,6 +1002,13 @@ impl<'k> Machine<'k> {
         let base = match self.refs[r].content.take() {
             Some(t) if t.is_contiguous() && t.offset == 0 && t.buf.len() == t.numel() => t,
             Some(t) => t.materialize()?,
+            // The block was written straight into the output array: continue from what is there
+            // (the contents own the block again and are written back at the block's end).
+            None if self.refs[r].written_through => {
+                let t = self.contents(r)?.materialize()?;
+                self.refs[r].written_through = false;
+                t
+            }
             None => Tensor::from_data(
                 shape.clone(),
                 HostData::filled(fill_literal(dtype, self.poison), shape.iter().product()),

@@ -33,7 +33,7 @@ mod dot;
 mod dot_bf16;
 mod elementwise;
 mod fused;
-mod grid;
+pub(crate) mod grid;
 mod host;
 mod machine;
 mod math;

@@ -49,13 +49,18 @@ pub fn to_mosaic_text_with_locations(k: &Kernel) -> Result<String> {
 
 /// Build and verify the Mosaic module for a kernel in `ctx`.
 pub fn build_module<'c>(ctx: &'c Context, k: &Kernel) -> Result<Module<'c>> {
-    let m = lower_module(k)?;
-    let module = mlir::module(ctx, &m)?;
+    module_from_data(ctx, &lower_module(k)?)
+}
+
+/// Build and verify the MLIR module for a Mosaic module given as data (what [`build_module`] does after
+/// lowering; `mosaic_cpu`'s mutation tests feed it altered modules).
+pub fn module_from_data<'c>(ctx: &'c Context, m: &MModule) -> Result<Module<'c>> {
+    let module = mlir::module(ctx, m)?;
     if !module.as_operation().verify() {
         return Err(kerr!(
             Lowering,
             "the generated Mosaic module for `{}` does not verify (a tpu-kernel bug); module:\n{}",
-            k.name,
+            m.name,
             module.as_operation()
         ));
     }

@@ -1,0 +1,134 @@
+//! Mosaic on CPU: execute the Mosaic module we ship — the module [`crate::lower::build_module`] builds
+//! and verifies — on the CPU, so that every lowering rule is checked by running it. (Nothing else
+//! does: a `subf` lowered as `addf` verifies, serializes and compiles in libtpu.) A proof, not a speed
+//! path: [`crate::interpret`] is the fast CPU implementation.
+//!
+//! ```text
+//! Kernel ──lower──▶ Mosaic module (verified, the one serialized for libtpu)
+//!                     │ program + rewrite: walk its ops through melior; the rules table
+//!                     ▼
+//!                   upstream MLIR: func, arith, math, memref, scf (text, parsed in a JIT context)
+//!                     │ jit: bf16 through f32, scf→cf, math→llvm/libm, arith/memref/func/cf→llvm
+//!                     ▼
+//!                   LLVM ──ExecutionEngine──▶ machine code
+//!                     │ run: interpret::grid::walk_grid (the interpreter's block schedule)
+//!                     ▼
+//!                   outputs, compared with interpret() by tests/mosaic_cpu.rs
+//! ```
+//!
+//! # The rewrite table (`rules.rs`)
+//! Vector values become flat row-major buffers (`memref<N x elem>`, from a per-step arena); refs become
+//! the same (the `#tpu.memory_space<vmem|smem|any>` is dropped — on the CPU every space is host
+//! memory — after checking the layout is the identity). Everything an op computes is read from the
+//! emitted op:
+//!
+//! | emitted op | becomes | read from the op |
+//! |---|---|---|
+//! | `arith.*`, `math.*` (any) | the same op on scalars; on vectors, the same op per element in a loop | name, attributes (`predicate`, `fastmath`, ...) |
+//! | `arith.constant` | scalar: kept; vector: the splat value stored into a buffer | `value` (splats only) |
+//! | `vector.load` | bounds check, loop nest copying the window (vector dims = trailing ref dims) | indices, ref and result types |
+//! | `tpu.vector_store` | bounds check, loop nest storing the window, `scf.if` per element when masked | `operandSegmentSizes` (value, base, indices, mask), `strides` |
+//! | `vector.broadcast` | loop nest (numpy rules: leading dims added, size-1 dims stretched) | types |
+//! | `vector.shape_cast` | the same buffer with the new shape | types |
+//! | `vector.multi_reduction` | loop nest folding each kept element's reduced elements into the accumulator | `kind`, `reduction_dims` |
+//! | `tpu.matmul` | loop nest: `acc + Σ lhs·rhs` per output element | `dimension_numbers` (contracting, non-contracting and output dims; batch dims unsupported); `transpose_lhs/rhs` must be absent or false |
+//! | `tpu.iota` | loop nest storing the index along one dim | `dimensions` |
+//! | `tpu.transpose` | loop nest reading through the permutation | `permutation` |
+//! | `tpu.assume_multiple` | the operand, after checking the promise at run time | `multiple` |
+//! | `tpu.logistic` | `1 / (1 + e^-x)` per element, in f32, rounded once | — |
+//! | `scf.for` | kept (types mapped, regions rewritten) after checking the step is positive | — |
+//! | `scf.if`, `scf.while`, `scf.yield`, `scf.condition`, `func.return` | kept | — |
+//!
+//! Any op not in the table is an `Unsupported` error naming it and its Rust line; upstream `arith` and
+//! `math` ops need no entry (they are all element-wise), so an op added to the lowering later runs here
+//! as soon as MLIR lowers it to LLVM (`math` ops without an LLVM intrinsic become libm calls).
+//!
+//! The kernel function is found by its `iteration_bounds`; its launch is read from the module —
+//! `iteration_bounds`, `window_params` (each `transform_indices` function is rewritten too and run
+//! through the JIT to pick blocks), `scratch_operands`, the argument types — and must match the
+//! kernel's (the array shapes come from the kernel, as the custom call's operands do on the TPU).
+//!
+//! # Semantics the rewrite chooses
+//! MLIR leaves some inputs undefined where XLA (and so the interpreter and the TPU) defines them; the
+//! rewrite guards those ops (`scalar.rs`) to XLA's results, so the engine never traps: integer `x / 0 =
+//! -1`, `x % 0 = x`, `MIN / -1 = MIN`; float→int casts saturate with NaN → 0; shifts by the bit width
+//! or more give 0 (the sign for arithmetic shifts). bf16 arithmetic and math run in f32 and are rounded
+//! back after every op (MLIR's `arith-emulate-unsupported-floats` / `math-extend-to-supported-types`,
+//! bf16 conversions expanded to integer code), as the interpreter rounds; bf16 sums (`multi_reduction`
+//! add/mul, `tpu.matmul`) accumulate in f32 and round once. The grid runs in order on one core, with
+//! one scratch for the whole grid (a TensorCore), through the interpreter's block schedule
+//! (`interpret::grid`): blocks picked by the module's index maps, input blocks copied in when
+//! their index changes (zero-padded past the array's edge), output blocks written back clipped when it
+//! changes and at the end, fresh output blocks and scratch zeroed (the interpreter's unpoisoned fill).
+//!
+//! # What is checked, where
+//! `tests/mosaic_cpu.rs`: every example, the op-coverage kernels of `bytecode.rs` (between them every
+//! op name in `lower/rules.rs`, which the test asserts), the DSL constructs of `dsl.rs`, the grid and
+//! dtype semantics kernels of `interpret.rs` and random launches agree with the interpreter — integers
+//! and bools exactly, f32 within `1e-5 + 1e-5·|x|`, bf16 within one rounding step (`1e-2 + 2^-7·|x|`);
+//! the bf16 rounding chain, integer division and saturating casts bit for bit. Mutated modules (as
+//! data, rebuilt and verified) must run and disagree: `addf`↔`subf`, `tpu.matmul`'s contracting dims
+//! swapped, a store's mask dropped, `tpu.iota`'s dimension, `tpu.transpose`'s permutation, a
+//! reduction's kind, an output index map. At run time the engine reports, as `KernelError`s at the
+//! op's Rust line: out-of-bounds loads and stores (kind `OutOfBounds`, the operand and window starts
+//! named, as the interpreter does), a broken `multiple_of` promise, a `for` step ≤ 0.
+//!
+//! # The ulp budget
+//! Measured by `transcendentals_agree_within_their_ulp_budget` over exp's whole range (subnormal
+//! results and overflow included) and roots and logs over eight decades, engine vs interpreter, f32:
+//!
+//! | op | budget | why |
+//! |---|---|---|
+//! | `exp` | ≤ 2 ulp (measured 1) | the interpreter's vectorized Cephes polynomial is within 2 ulp of libm; the engine calls libm `expf` |
+//! | `rsqrt` | ≤ 1 ulp (measured 1) | the interpreter rounds `1/sqrt` once, through f64; the engine's `1/sqrt(x)` in f32 rounds twice |
+//! | `tanh`, `log`, `sin`, `cos`, `pow` | 0 | both call libm |
+//! | `sqrt` | 0 | correctly rounded in both |
+//!
+//! Through a bf16 result a 1-ulp f32 difference can flip one bf16 rounding (1 bf16 ulp); f32 sums also
+//! differ by summation order (the interpreter sums in 16 lanes, the engine in order), hence the f32
+//! tolerance above. (The TPU's own `exp`/`rsqrt` are approximations with larger errors than either.)
+//!
+//! # Limits
+//! Supported: what the lowering emits today. Not supported (an `Unsupported` error): scalar prefetch,
+//! DMA and semaphore ops, `tpu.matmul` batch dims, iota over several dims, non-splat vector constants,
+//! refs in other memory spaces. No poisoning: fresh memory is zero (compare with the interpreter's
+//! default, unpoisoned run). Speed: the JIT compiles at LLVM O0 (10–70 ms per kernel here; O1–O3 cost
+//! 5–40× more and the runs were no faster: a run's time is the host's block copies and O0 loops);
+//! a 512³ bf16 matmul runs in ~130 ms.
+
+mod jit;
+mod program;
+mod rewrite;
+mod rules;
+mod run;
+mod scalar;
+
+pub use run::Compiled;
+
+use crate::error::Result;
+use crate::interpret::HostArray;
+use crate::ir::Kernel;
+use melior::ir::Module;
+use std::time::Instant;
+
+/// Run `kernel` on `inputs` by executing its Mosaic module: one host array per input, in order;
+/// returns one per output, like [`crate::interpret::interpret`].
+pub fn run(kernel: &Kernel, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+    compile(kernel)?.run(inputs)
+}
+
+/// Lower `kernel` to its Mosaic module (verified) and compile that module for the CPU.
+pub fn compile(kernel: &Kernel) -> Result<Compiled> {
+    crate::lower::with_context(|ctx| {
+        let module = crate::lower::build_module(ctx, kernel)?;
+        compile_module(kernel, &module)
+    })
+}
+
+/// Compile a Mosaic `module` for `kernel` — its launch (arrays, BlockSpecs) is `kernel`'s, checked
+/// against the module's launch attributes; what runs is the module.
+pub fn compile_module(kernel: &Kernel, module: &Module<'_>) -> Result<Compiled> {
+    let start = Instant::now();
+    let program = program::rewrite(kernel, module)?;
+    Compiled::new(kernel, program, start)
+}

@@ -1,0 +1,199 @@
+//! The whole emitted module → one upstream module: the kernel `func.func` (found by its Mosaic launch
+//! attributes) and the `transform_k` index-map functions its `window_params` name, plus the launch
+//! facts the driver needs, read from those attributes — not from the kernel IR.
+
+use super::rewrite::{Files, Rewriter, Site, Ty};
+use crate::error::{kerr, Result, SourceLoc};
+use crate::ir::Kernel;
+use melior::ir::attribute::{
+    ArrayAttribute, DenseI64ArrayAttribute, DictionaryAttribute, FlatSymbolRefAttribute,
+    StringAttribute,
+};
+use melior::ir::block::BlockLike;
+use melior::ir::operation::{OperationLike, OperationRef};
+use melior::ir::Module;
+
+/// The rewritten kernel function's name.
+pub(super) const KERNEL_FN: &str = "mosaic_kernel";
+
+/// One input/output's BlockSpec as the module states it.
+#[derive(Clone, Debug)]
+pub(super) struct Window {
+    /// The rewritten index-map function.
+    pub func: String,
+    pub bounds: Vec<usize>,
+    /// How many block indices it returns.
+    pub results: usize,
+}
+
+/// The rewritten module and the launch it describes.
+pub(super) struct Program {
+    pub text: String,
+    pub sites: Vec<Site>,
+    /// `iteration_bounds`.
+    pub grid: Vec<usize>,
+    /// The kernel function's arguments (grid indices, then refs).
+    pub kernel_args: Vec<Ty>,
+    /// `window_params`, one per input/output in argument order (`None`: a whole-array operand).
+    pub windows: Vec<Option<Window>>,
+    /// `scratch_operands`.
+    pub scratch: usize,
+}
+
+fn sym_name(op: OperationRef<'_, '_>) -> Option<String> {
+    let a = op.attribute("sym_name").ok()?;
+    StringAttribute::try_from(a)
+        .ok()
+        .map(|s| s.value().to_string())
+}
+
+fn bad(what: impl std::fmt::Display) -> crate::error::KernelError {
+    kerr!(Lowering, "mosaic_cpu: the kernel function's {what}")
+}
+
+/// Every source file the kernel's ops name, so MLIR locations map back to `SourceLoc`s.
+fn files(k: &Kernel) -> Files {
+    let mut known: Vec<&'static str> = vec![k.body.loc.file];
+    let mut add = |l: &SourceLoc| {
+        if !known.contains(&l.file) {
+            known.push(l.file);
+        }
+    };
+    k.body.walk(&mut |op| add(&op.loc));
+    for o in &k.operands {
+        add(&o.loc);
+        if let Some(b) = &o.block {
+            add(&b.index_map.loc);
+            b.index_map.walk(&mut |op| add(&op.loc));
+        }
+    }
+    Files {
+        known,
+        fallback: k.body.loc,
+    }
+}
+
+/// Rewrite `module` (the Mosaic module of `k`) into upstream MLIR.
+pub(super) fn rewrite(k: &Kernel, module: &Module<'_>) -> Result<Program> {
+    let mut funcs = Vec::new();
+    let body = module.body();
+    let mut next = body.first_operation();
+    while let Some(op) = next {
+        if super::rewrite::op_name(op) == "func.func" {
+            funcs.push(op);
+        }
+        next = op.next_in_block();
+    }
+    let kernels: Vec<OperationRef<'_, '_>> = funcs
+        .iter()
+        .copied()
+        .filter(|f| f.attribute("iteration_bounds").is_ok())
+        .collect();
+    let [kernel] = kernels[..] else {
+        return Err(kerr!(
+            Lowering,
+            "mosaic_cpu: expected one kernel function (with `iteration_bounds`), found {}",
+            kernels.len()
+        ));
+    };
+    let grid = DenseI64ArrayAttribute::try_from(
+        kernel
+            .attribute("iteration_bounds")
+            .map_err(|_| bad("iteration_bounds"))?,
+    )
+    .map_err(|_| bad("iteration_bounds"))?;
+    let grid: Vec<usize> = (0..grid.len())
+        .map(|i| grid.element(i).map(|g| g as usize))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| bad("iteration_bounds"))?;
+    let int = |name: &str| -> Result<i64> {
+        kernel
+            .attribute(name)
+            .ok()
+            .and_then(|a| melior::ir::attribute::IntegerAttribute::try_from(a).ok())
+            .map(|a| a.value())
+            .ok_or_else(|| bad(name))
+    };
+    if int("scalar_prefetch")? != 0 {
+        return Err(kerr!(
+            Unsupported,
+            "mosaic_cpu: scalar prefetch operands are not supported"
+        ));
+    }
+    let scratch = int("scratch_operands")? as usize;
+    let params = ArrayAttribute::try_from(
+        kernel
+            .attribute("window_params")
+            .map_err(|_| bad("window_params"))?,
+    )
+    .map_err(|_| bad("window_params"))?;
+
+    let files = files(k);
+    let mut rw = Rewriter::new(&files);
+    // The kernel's refs (arguments after the grid indices), for the labels of bounds errors.
+    if let Ok(region) = kernel.region(0) {
+        if let Some(b) = melior::ir::RegionLike::first_block(&region) {
+            for i in grid.len()..b.argument_count() {
+                if let Ok(a) = b.argument(i) {
+                    rw.refs.insert(super::rewrite::key(a), i - grid.len());
+                }
+            }
+        }
+    }
+    let kernel_args = rw.function(kernel, KERNEL_FN)?;
+
+    let mut windows = Vec::new();
+    for i in 0..params.len() {
+        let p = params.element(i).map_err(|_| bad("window_params"))?;
+        let dict = DictionaryAttribute::try_from(p).map_err(|_| bad("window_params"))?;
+        let Some(t) = dict.element_by_name("transform_indices") else {
+            windows.push(None);
+            continue;
+        };
+        let name = FlatSymbolRefAttribute::try_from(t)
+            .map_err(|_| bad("transform_indices"))?
+            .value()
+            .to_string();
+        let bounds = dict
+            .element_by_name("window_bounds")
+            .and_then(|a| DenseI64ArrayAttribute::try_from(a).ok())
+            .ok_or_else(|| bad("window_bounds"))?;
+        let bounds: Vec<usize> = (0..bounds.len())
+            .map(|j| bounds.element(j).map(|b| b as usize))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| bad("window_bounds"))?;
+        let f = funcs
+            .iter()
+            .copied()
+            .find(|f| sym_name(*f).as_deref() == Some(name.as_str()))
+            .ok_or_else(|| {
+                kerr!(
+                    Lowering,
+                    "mosaic_cpu: window {i} names @{name}, which the module does not define"
+                )
+            })?;
+        let func = format!("mosaic_transform_{i}");
+        rw.function(f, &func)?;
+        let results = f
+            .region(0)
+            .ok()
+            .and_then(|r| melior::ir::RegionLike::first_block(&r))
+            .and_then(|b| b.terminator())
+            .map(|t| t.operand_count())
+            .ok_or_else(|| bad(format!("index map @{name} has no return")))?;
+        windows.push(Some(Window {
+            func,
+            bounds,
+            results,
+        }));
+    }
+    let (funcs_text, sites) = rw.finish();
+    Ok(Program {
+        text: format!("module {{\n{funcs_text}}}\n"),
+        sites,
+        grid,
+        kernel_args,
+        windows,
+        scratch,
+    })
+}

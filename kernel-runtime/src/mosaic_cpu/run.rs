@@ -1,0 +1,444 @@
+//! Driving the compiled module over the grid with the interpreter's block schedule
+//! (`interpret::grid::walk_grid`): each operand has one block buffer, the kernel function's ref
+//! argument; input blocks are copied in (edge blocks padded with zeros), output blocks start zeroed and
+//! are copied back clipped to the array, scratch persists across steps. Index maps are the module's
+//! own `transform_k` functions, run through the JIT.
+
+use super::jit::{reset_arena, Jit, Packed};
+use super::program::{Program, KERNEL_FN};
+use super::rewrite::{SiteKind, Ty, ERR_SLOTS};
+use crate::dtype::DType;
+use crate::error::{kerr, KernelError, Result};
+use crate::interpret::grid::{check_arrays, walk_grid, BlockEngine};
+use crate::interpret::{HostArray, HostData};
+use crate::ir::{Kernel, OperandRole};
+use half::bf16;
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+
+/// A kernel's Mosaic module, rewritten, lowered and JIT-compiled, ready to run on host arrays.
+pub struct Compiled {
+    kernel: Kernel,
+    program: Program,
+    /// Entry points into `_jit`'s code (valid while it lives).
+    kernel_fn: Packed,
+    /// Per operand: its index-map function and how many block indices it returns.
+    transforms: Vec<Option<(Packed, usize)>>,
+    _jit: Jit,
+    compile_time: Duration,
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compiled")
+            .field("kernel", &self.kernel.name)
+            .field("compile_time", &self.compile_time)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Bytes of one element in host arrays and in the JIT'd code's memrefs (`i1` is a byte).
+fn elem_size(d: DType) -> usize {
+    match d {
+        DType::F32 | DType::I32 | DType::U32 => 4,
+        DType::BF16 => 2,
+        DType::I8 | DType::U8 | DType::Bool => 1,
+    }
+}
+
+impl Compiled {
+    /// Check the module's launch against the kernel, then compile it.
+    pub(super) fn new(kernel: &Kernel, program: Program, start: Instant) -> Result<Compiled> {
+        let k = kernel;
+        let mismatch = |what: String| {
+            kerr!(
+                Lowering,
+                "mosaic_cpu: the Mosaic module of `{}` disagrees with its kernel: {what}",
+                k.name
+            )
+        };
+        if program.grid != k.grid {
+            return Err(mismatch(format!(
+                "iteration_bounds {:?}, grid {:?}",
+                program.grid, k.grid
+            )));
+        }
+        let n_scratch = k.scratch().count();
+        if program.scratch != n_scratch {
+            return Err(mismatch(format!(
+                "scratch_operands {}, {n_scratch} scratch buffers",
+                program.scratch
+            )));
+        }
+        let n_windows = k.operands.len() - n_scratch;
+        if program.windows.len() != n_windows {
+            return Err(mismatch(format!(
+                "{} window_params for {n_windows} inputs and outputs",
+                program.windows.len()
+            )));
+        }
+        for (o, w) in k.operands.iter().zip(&program.windows) {
+            let ok = match (&o.block, w) {
+                (None, None) => true,
+                (Some(b), Some(w)) => w.bounds == b.block_shape && w.results == o.shape.len(),
+                _ => false,
+            };
+            if !ok {
+                return Err(mismatch(format!("the window of {}", o.label())));
+            }
+        }
+        // The kernel function's arguments: one i32 per grid axis, then one buffer per operand of
+        // exactly its block (ref) shape and element type — the buffers the driver passes.
+        let mut want: Vec<Ty> = vec![Ty::Scalar("i32".into()); k.grid.len()];
+        want.extend(k.operands.iter().map(|o| Ty::Mem {
+            shape: o.ref_shape(),
+            elem: o.dtype.mlir().into(),
+        }));
+        if program.kernel_args != want {
+            return Err(mismatch(format!(
+                "arguments {:?}, expected {want:?}",
+                program.kernel_args
+            )));
+        }
+        let jit = Jit::compile(&program.text)?;
+        let kernel_fn = jit.packed(KERNEL_FN)?;
+        let mut transforms = Vec::new();
+        for i in 0..k.operands.len() {
+            transforms.push(match program.windows.get(i).and_then(|w| w.as_ref()) {
+                Some(w) => Some((jit.packed(&w.func)?, w.results)),
+                None => None,
+            });
+        }
+        Ok(Compiled {
+            kernel: k.clone(),
+            program,
+            kernel_fn,
+            transforms,
+            _jit: jit,
+            compile_time: start.elapsed(),
+        })
+    }
+
+    /// Time from the emitted module to machine code (rewrite, MLIR passes, LLVM).
+    pub fn compile_time(&self) -> Duration {
+        self.compile_time
+    }
+
+    /// The upstream MLIR module the emitted one was rewritten into (before the LLVM conversions).
+    pub fn upstream_mlir(&self) -> &str {
+        &self.program.text
+    }
+
+    /// Run on `inputs` (one per kernel input); returns one array per output, like `interpret`.
+    pub fn run(&self, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+        let k = &self.kernel;
+        check_arrays(
+            k,
+            OperandRole::Input,
+            inputs.iter().map(|a| (a.shape(), a.dtype())),
+        )?;
+        let mut steps = Steps {
+            c: self,
+            inputs: inputs.iter().map(|a| to_bytes(a.data())).collect(),
+            outputs: k
+                .outputs()
+                .map(|o| vec![0u8; o.shape.iter().product::<usize>() * elem_size(o.dtype)])
+                .collect(),
+            blocks: k
+                .operands
+                .iter()
+                .map(|o| {
+                    Buffer::zeroed(o.ref_shape().iter().product::<usize>() * elem_size(o.dtype))
+                })
+                .collect(),
+        };
+        // Whole-array inputs are their block, once.
+        let mut input_no = 0;
+        for (i, o) in k.operands.iter().enumerate() {
+            if o.role == OperandRole::Input {
+                if o.block.is_none() {
+                    let src = &steps.inputs[input_no];
+                    steps.blocks[i].bytes_mut()[..src.len()].copy_from_slice(src);
+                }
+                input_no += 1;
+            }
+        }
+        walk_grid(k, &[], &[], &mut steps)?;
+        k.outputs()
+            .zip(steps.outputs)
+            .map(|(o, bytes)| HostArray::new(&o.shape, from_bytes(o.dtype, &bytes)))
+            .collect()
+    }
+
+    /// The error a failed check reports (`err` as the JIT'd code filled it).
+    fn site_error(&self, err: &[i64; ERR_SLOTS]) -> KernelError {
+        let Some(site) = usize::try_from(err[0] - 1)
+            .ok()
+            .and_then(|i| self.program.sites.get(i))
+        else {
+            return kerr!(Lowering, "mosaic_cpu: unknown failed check {}", err[0]);
+        };
+        let label = site
+            .operand
+            .and_then(|i| self.kernel.operands.get(i))
+            .map(|o| o.label());
+        let detail = &err[1..];
+        let e = match &site.kind {
+            SiteKind::Load { sizes, shape } | SiteKind::Store { sizes, shape } => {
+                let what = if matches!(site.kind, SiteKind::Load { .. }) {
+                    "load from"
+                } else {
+                    "store into"
+                };
+                let starts = &detail[..shape.len().min(detail.len())];
+                let e = kerr!(
+                    OutOfBounds,
+                    "out-of-bounds {what} {}: a window of {sizes:?} at {starts:?} in the ref shape {shape:?}",
+                    label.as_deref().unwrap_or("a ref")
+                );
+                match label {
+                    Some(l) => e.for_argument(l),
+                    None => e,
+                }
+            }
+            SiteKind::AssumeMultiple(m) => kerr!(
+                Trace,
+                "multiple_of({m}) was promised for a value that is {}",
+                detail[0]
+            ),
+            SiteKind::ForStep => kerr!(
+                OutOfBounds,
+                "a `for` loop step must be positive, got {}",
+                detail[0]
+            ),
+        };
+        e.at(site.loc)
+    }
+}
+
+/// A block buffer: 8-byte aligned bytes.
+struct Buffer {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Buffer {
+    fn zeroed(len: usize) -> Buffer {
+        Buffer {
+            words: vec![0; len.div_ceil(8).max(1)],
+            len,
+        }
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `words` holds at least `len` bytes (`len.div_ceil(8)` words); u8 has no alignment
+        // requirement and every byte pattern is a valid u64, so the two views may alias freely.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.len) }
+    }
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: as in `bytes_mut`, read-only.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.len) }
+    }
+}
+
+/// Element types whose values are plain bytes: no padding, every bit pattern valid.
+trait Plain: Copy + Default {}
+impl Plain for f32 {}
+impl Plain for bf16 {}
+impl Plain for i32 {}
+impl Plain for i8 {}
+impl Plain for u8 {}
+impl Plain for u32 {}
+
+fn bytes_of<T: Plain>(v: &[T]) -> &[u8] {
+    // SAFETY: `Plain` types have no padding, so all `size_of_val(v)` bytes are initialized; u8 has no
+    // alignment requirement.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+fn from_plain_bytes<T: Plain>(b: &[u8]) -> Vec<T> {
+    let mut v = vec![T::default(); b.len() / std::mem::size_of::<T>()];
+    let n = std::mem::size_of_val(&v[..]);
+    // SAFETY: every bit pattern is a valid `Plain` value, so writing arbitrary bytes over the `n`
+    // bytes of `v` keeps it valid; u8 has no alignment requirement.
+    let dst = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, n) };
+    dst.copy_from_slice(&b[..n]);
+    v
+}
+
+/// Host data as native-endian bytes (bool as 0/1 bytes).
+fn to_bytes(d: &HostData) -> Vec<u8> {
+    match d {
+        HostData::F32(v) => bytes_of(v).to_vec(),
+        HostData::BF16(v) => bytes_of(v).to_vec(),
+        HostData::I32(v) => bytes_of(v).to_vec(),
+        HostData::I8(v) => bytes_of(v).to_vec(),
+        HostData::U8(v) => v.clone(),
+        HostData::U32(v) => bytes_of(v).to_vec(),
+        HostData::Bool(v) => v.iter().map(|x| *x as u8).collect(),
+    }
+}
+
+fn from_bytes(dtype: DType, b: &[u8]) -> HostData {
+    match dtype {
+        DType::F32 => HostData::F32(from_plain_bytes(b)),
+        DType::BF16 => HostData::BF16(from_plain_bytes(b)),
+        DType::I32 => HostData::I32(from_plain_bytes(b)),
+        DType::I8 => HostData::I8(from_plain_bytes(b)),
+        DType::U8 => HostData::U8(b.to_vec()),
+        DType::U32 => HostData::U32(from_plain_bytes(b)),
+        DType::Bool => HostData::Bool(b.iter().map(|x| *x != 0).collect()),
+    }
+}
+
+/// Visit the rows of block `idx` (of `block` shape) inside an array of `shape`, clipped to the array:
+/// `f(array byte offset, block byte offset, bytes)`.
+fn block_rows(
+    shape: &[usize],
+    block: &[usize],
+    idx: &[i64],
+    esize: usize,
+    mut f: impl FnMut(usize, usize, usize),
+) {
+    let r = shape.len();
+    if r == 0 {
+        f(0, 0, esize);
+        return;
+    }
+    let starts: Vec<usize> = (0..r).map(|d| idx[d] as usize * block[d]).collect();
+    let clipped: Vec<usize> = (0..r)
+        .map(|d| block[d].min(shape[d].saturating_sub(starts[d])))
+        .collect();
+    if clipped.contains(&0) {
+        return;
+    }
+    let astr = super::rewrite::row_major(shape);
+    let bstr = super::rewrite::row_major(block);
+    let mut i = vec![0usize; r - 1];
+    loop {
+        let a: usize = (0..r - 1)
+            .map(|d| (starts[d] + i[d]) * astr[d])
+            .sum::<usize>()
+            + starts[r - 1];
+        let b: usize = (0..r - 1).map(|d| i[d] * bstr[d]).sum();
+        f(a * esize, b * esize, clipped[r - 1] * esize);
+        let mut d = r - 1;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            i[d] += 1;
+            if i[d] < clipped[d] {
+                break;
+            }
+            i[d] = 0;
+        }
+    }
+}
+
+/// One run's state: the arrays as bytes and a buffer per operand.
+struct Steps<'c> {
+    c: &'c Compiled,
+    inputs: Vec<Vec<u8>>,
+    outputs: Vec<Vec<u8>>,
+    blocks: Vec<Buffer>,
+}
+
+impl Steps<'_> {
+    fn block_shape(&self, i: usize) -> Result<&[usize]> {
+        self.c.kernel.operands[i]
+            .block
+            .as_ref()
+            .map(|b| b.block_shape.as_slice())
+            .ok_or_else(|| kerr!(Lowering, "mosaic_cpu: operand {i} has no block"))
+    }
+}
+
+impl BlockEngine for Steps<'_> {
+    fn block_index(&mut self, i: usize, point: &[i64], idx: &mut Vec<i64>) -> Result<()> {
+        let Some(Some((f, n))) = self.c.transforms.get(i) else {
+            return Err(kerr!(Lowering, "mosaic_cpu: operand {i} has no index map"));
+        };
+        let mut grid: Vec<i32> = point.iter().map(|p| *p as i32).collect();
+        let mut err = [0i64; ERR_SLOTS];
+        let mut err_ptr = err.as_mut_ptr();
+        let mut out = vec![0i32; (*n).max(1)];
+        let mut args: Vec<*mut c_void> = grid
+            .iter_mut()
+            .map(|g| g as *mut i32 as *mut c_void)
+            .collect();
+        args.push(&mut err_ptr as *mut *mut i64 as *mut c_void);
+        if *n > 0 {
+            args.push(out.as_mut_ptr() as *mut c_void);
+        }
+        // SAFETY: `f` is the packed entry of `(i32 × grid, memref<8xi64>) -> (i32 × n)` with bare-pointer
+        // memrefs: one pointer per i32 argument, one to the error buffer's pointer, then one to room for
+        // the result (n consecutive i32s — an LLVM struct of i32s has that layout). All outlive the call.
+        unsafe { f(args.as_mut_ptr()) };
+        if err[0] != 0 {
+            return Err(self.c.site_error(&err));
+        }
+        idx.clear();
+        idx.extend(out[..*n].iter().map(|x| *x as i64));
+        Ok(())
+    }
+
+    fn copy_in(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()> {
+        let o = &self.c.kernel.operands[i];
+        let esize = elem_size(o.dtype);
+        let block = self.block_shape(i)?.to_vec();
+        let src = &self.inputs[n];
+        let dst = self.blocks[i].bytes_mut();
+        // Edge blocks: what lies past the array reads as zeros.
+        dst.fill(0);
+        block_rows(&o.shape, &block, idx, esize, |a, b, len| {
+            dst[b..b + len].copy_from_slice(&src[a..a + len]);
+        });
+        Ok(())
+    }
+
+    fn write_back(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()> {
+        let o = &self.c.kernel.operands[i];
+        let esize = elem_size(o.dtype);
+        let block = self.block_shape(i)?.to_vec();
+        let src = self.blocks[i].bytes();
+        let dst = &mut self.outputs[n];
+        block_rows(&o.shape, &block, idx, esize, |a, b, len| {
+            dst[a..a + len].copy_from_slice(&src[b..b + len]);
+        });
+        Ok(())
+    }
+
+    fn start_output(&mut self, i: usize, _n: usize, _idx: &[i64]) -> Result<()> {
+        self.blocks[i].bytes_mut().fill(0);
+        Ok(())
+    }
+
+    fn step(&mut self, point: &[i64]) -> Result<()> {
+        let mut grid: Vec<i32> = point.iter().map(|p| *p as i32).collect();
+        let mut ptrs: Vec<*mut u8> = self
+            .blocks
+            .iter_mut()
+            .map(|b| b.words.as_mut_ptr() as *mut u8)
+            .collect();
+        let mut err = [0i64; ERR_SLOTS];
+        let mut err_ptr = err.as_mut_ptr();
+        let mut args: Vec<*mut c_void> = grid
+            .iter_mut()
+            .map(|g| g as *mut i32 as *mut c_void)
+            .collect();
+        args.extend(ptrs.iter_mut().map(|p| p as *mut *mut u8 as *mut c_void));
+        args.push(&mut err_ptr as *mut *mut i64 as *mut c_void);
+        // SAFETY: the packed entry of the kernel function `(i32 × grid, memref × operands,
+        // memref<8xi64>)` with bare-pointer memrefs: one pointer per i32, then one per buffer pointer.
+        // `Compiled::new` checked that each memref argument has exactly its operand's block shape and
+        // element type, which is the size of the buffer passed; the rewritten code bounds-checks every
+        // window it loads or stores, and its own buffers come from the arena. Everything outlives the call.
+        unsafe { (self.c.kernel_fn)(args.as_mut_ptr()) };
+        reset_arena();
+        if err[0] != 0 {
+            return Err(self.c.site_error(&err));
+        }
+        Ok(())
+    }
+}

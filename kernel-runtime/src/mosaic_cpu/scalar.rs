@@ -1,0 +1,208 @@
+//! Scalar ops as the rewritten code computes them. Upstream `arith`/`math` ops are written as they are;
+//! a few leave some inputs undefined (LLVM `poison` or a trap) where XLA — and so the interpreter and
+//! the TPU — define the result. Those are guarded: the inputs MLIR leaves undefined are replaced by
+//! safe ones and the defined result selected, so the engine never traps and agrees with the interpreter.
+
+use super::rewrite::{Rewriter, Ty, Val};
+use crate::error::{kerr, Result};
+
+type Guard = fn(&mut Rewriter<'_>, &str, &[Val], &str, &str) -> Result<String>;
+
+/// Ops with undefined inputs, and how they are guarded.
+const GUARDS: &[(&str, Guard)] = &[
+    // x / 0 = -1 (all ones), x % 0 = x; MIN / -1 = MIN, MIN % -1 = 0 (wrapping).
+    ("arith.divsi", division),
+    ("arith.remsi", division),
+    ("arith.divui", division),
+    ("arith.remui", division),
+    // Saturating, NaN → 0.
+    ("arith.fptosi", float_to_int),
+    ("arith.fptoui", float_to_int),
+    // Shifts by the bit width or more: 0 (logical), the sign (arithmetic).
+    ("arith.shli", shift),
+    ("arith.shrui", shift),
+    ("arith.shrsi", shift),
+];
+
+/// `name(operands) {attrs} -> result` on scalars, guarded if `name` is in [`GUARDS`].
+pub(super) fn scalar_op(
+    rw: &mut Rewriter<'_>,
+    name: &str,
+    operands: &[Val],
+    result: &str,
+    attrs: &str,
+) -> Result<String> {
+    match GUARDS.iter().find(|(n, _)| *n == name) {
+        Some((_, guard)) => guard(rw, name, operands, result, attrs),
+        None => {
+            let refs: Vec<&Val> = operands.iter().collect();
+            Ok(rw.op1(name, &refs, result, attrs))
+        }
+    }
+}
+
+/// Bits of an integer type (`index` is 64 bits).
+fn width(ty: &str) -> Result<u32> {
+    if ty == "index" {
+        return Ok(64);
+    }
+    ty.strip_prefix('i')
+        .and_then(|w| w.parse().ok())
+        .ok_or_else(|| kerr!(Lowering, "mosaic_cpu: `{ty}` is not an integer type"))
+}
+
+fn two(operands: &[Val], name: &str) -> Result<(Val, Val)> {
+    match operands {
+        [a, b] => Ok((a.clone(), b.clone())),
+        _ => Err(kerr!(
+            Lowering,
+            "mosaic_cpu: `{name}` takes two operands, got {}",
+            operands.len()
+        )),
+    }
+}
+
+fn cmpi(rw: &mut Rewriter<'_>, pred: &str, a: &str, b: &str, ty: &str) -> String {
+    let r = rw.fresh();
+    rw.line(format!("{r} = arith.cmpi {pred}, {a}, {b} : {ty}"));
+    r
+}
+
+fn select(rw: &mut Rewriter<'_>, c: &str, a: &str, b: &str, ty: &str) -> String {
+    let r = rw.fresh();
+    rw.line(format!("{r} = arith.select {c}, {a}, {b} : {ty}"));
+    r
+}
+
+fn bool_op(rw: &mut Rewriter<'_>, op: &str, a: &str, b: &str) -> String {
+    let r = rw.fresh();
+    rw.line(format!("{r} = arith.{op} {a}, {b} : i1"));
+    r
+}
+
+fn scalar(name: String, ty: &str) -> Val {
+    Val {
+        name,
+        ty: Ty::Scalar(ty.to_string()),
+    }
+}
+
+fn division(
+    rw: &mut Rewriter<'_>,
+    name: &str,
+    operands: &[Val],
+    ty: &str,
+    attrs: &str,
+) -> Result<String> {
+    let (x, y) = two(operands, name)?;
+    let w = width(ty)?;
+    let signed = name.ends_with("si");
+    let zero = rw.int(0, ty);
+    let one = rw.int(1, ty);
+    let by_zero = cmpi(rw, "eq", &y.name, &zero, ty);
+    let mut bad = by_zero.clone();
+    if signed {
+        let min = rw.int(
+            if w >= 64 {
+                i64::MIN
+            } else {
+                -(1i64 << (w - 1))
+            },
+            ty,
+        );
+        let minus_one = rw.int(-1, ty);
+        let x_min = cmpi(rw, "eq", &x.name, &min, ty);
+        let y_m1 = cmpi(rw, "eq", &y.name, &minus_one, ty);
+        let overflow = bool_op(rw, "andi", &x_min, &y_m1);
+        bad = bool_op(rw, "ori", &bad, &overflow);
+    }
+    // MIN / 1 = MIN and MIN % 1 = 0 are the wrapping results of MIN / -1 and MIN % -1.
+    let safe_y = select(rw, &bad, &one, &y.name, ty);
+    let r = rw.op1(name, &[&x, &scalar(safe_y, ty)], ty, attrs);
+    let on_zero = if name.contains("div") {
+        rw.int(-1, ty)
+    } else {
+        x.name.clone()
+    };
+    Ok(select(rw, &by_zero, &on_zero, &r, ty))
+}
+
+fn float_to_int(
+    rw: &mut Rewriter<'_>,
+    name: &str,
+    operands: &[Val],
+    ty: &str,
+    attrs: &str,
+) -> Result<String> {
+    let [x] = operands else {
+        return Err(kerr!(Lowering, "mosaic_cpu: `{name}` takes one operand"));
+    };
+    let fty = x.ty.elem().to_string();
+    let w = width(ty)?;
+    let signed = name.ends_with("si");
+    // The representable range is [lo, hi): powers of two, exact in every float type.
+    let (lo, hi, min, max) = if signed {
+        let h = 2f64.powi(w as i32 - 1);
+        let min = if w >= 64 {
+            i64::MIN
+        } else {
+            -(1i64 << (w - 1))
+        };
+        (
+            -h,
+            h,
+            min,
+            if w >= 64 {
+                i64::MAX
+            } else {
+                (1i64 << (w - 1)) - 1
+            },
+        )
+    } else {
+        (-1.0, 2f64.powi(w as i32), 0, -1)
+    };
+    let flt = |v: f64| format!("{v:?} : {fty}");
+    let (lo_c, hi_c) = (rw.constant(&flt(lo), &fty), rw.constant(&flt(hi), &fty));
+    let f = |rw: &mut Rewriter<'_>, pred: &str, a: &str, b: &str| {
+        let r = rw.fresh();
+        rw.line(format!("{r} = arith.cmpf {pred}, {a}, {b} : {fty}"));
+        r
+    };
+    let nan = f(rw, "uno", &x.name, &x.name);
+    let big = f(rw, "oge", &x.name, &hi_c);
+    // Signed: below -2^(w-1) saturates to MIN; unsigned: -1 or below saturates to 0.
+    let small = f(rw, if signed { "olt" } else { "ole" }, &x.name, &lo_c);
+    let out = bool_op(rw, "ori", &nan, &big);
+    let out = bool_op(rw, "ori", &out, &small);
+    let zero_f = rw.constant(&flt(0.0), &fty);
+    let safe = select(rw, &out, &zero_f, &x.name, &fty);
+    let r = rw.op1(name, &[&scalar(safe, &fty)], ty, attrs);
+    let (min_c, max_c, zero) = (rw.int(min, ty), rw.int(max, ty), rw.int(0, ty));
+    let r = select(rw, &big, &max_c, &r, ty);
+    let r = select(rw, &small, &min_c, &r, ty);
+    Ok(select(rw, &nan, &zero, &r, ty))
+}
+
+fn shift(
+    rw: &mut Rewriter<'_>,
+    name: &str,
+    operands: &[Val],
+    ty: &str,
+    attrs: &str,
+) -> Result<String> {
+    let (x, n) = two(operands, name)?;
+    let w = width(ty)?;
+    let bits = rw.int(w as i64, ty);
+    let too_far = cmpi(rw, "uge", &n.name, &bits, ty);
+    let arithmetic = name == "arith.shrsi";
+    let fallback = if arithmetic { w as i64 - 1 } else { 0 };
+    let fb = rw.int(fallback, ty);
+    let safe_n = select(rw, &too_far, &fb, &n.name, ty);
+    let r = rw.op1(name, &[&x, &scalar(safe_n, ty)], ty, attrs);
+    if arithmetic {
+        // Shifting by w-1 already gives the sign fill.
+        return Ok(r);
+    }
+    let zero = rw.int(0, ty);
+    Ok(select(rw, &too_far, &zero, &r, ty))
+}

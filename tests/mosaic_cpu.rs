@@ -1,0 +1,1223 @@
+//! Mosaic on CPU: the Mosaic module we ship, JIT-compiled and run on the CPU (`mosaic_cpu`), must agree
+//! with the interpreter — for every example, for the language constructs and grid/dtype semantics the
+//! interpreter and DSL suites exercise, and for random launches — and a module with a wrong lowering
+//! (mutated ops and attributes) must not.
+//!
+//! Tolerances (see `kernel_runtime::mosaic_cpu`'s docs for the ulp budget behind them): integers and
+//! bools exact; f32 `atol 1e-5 + rtol 1e-5` (summation order, exp/rsqrt ulps); bf16 one rounding step
+//! (`atol 1e-2 + rtol 2^-7`: a 1-ulp f32 difference can flip a bf16 rounding).
+//!
+//! The kernels of `dsl.rs` and `interpret.rs` are declared again here (same bodies and launches) so that
+//! this suite adds no code to those files.
+
+mod common;
+
+use tpu_kernel::lower::mosaic::{MBlock, MModule, MOp};
+use tpu_kernel::prelude::*;
+use tpu_kernel::reference::{self, Tolerance};
+use tpu_kernel::runtime::interpret::{HostArray, InterpretOptions};
+use tpu_kernel::runtime::mosaic_cpu;
+use tpu_kernel::ErrorKind;
+
+// ---------------------------------------------------------------------------------------------- helpers
+
+fn tolerance(dtype: DType) -> Tolerance {
+    match dtype {
+        DType::F32 => Tolerance {
+            atol: 1e-5,
+            rtol: 1e-5,
+        },
+        DType::BF16 => Tolerance {
+            atol: 1e-2,
+            rtol: 1.0 / 128.0,
+        },
+        _ => Tolerance::EXACT,
+    }
+}
+
+/// Whether two runs' outputs agree within the per-dtype tolerance; the worst error per output.
+fn compare(got: &[HostArray], want: &[HostArray]) -> (bool, Vec<f64>) {
+    let mut ok = got.len() == want.len();
+    let mut worst = Vec::new();
+    for (g, w) in got.iter().zip(want) {
+        let c = reference::compare(g, w, tolerance(w.dtype()));
+        ok &= c.ok && g.dtype() == w.dtype();
+        worst.push(c.max_abs_error);
+    }
+    (ok, worst)
+}
+
+/// The interpreter run the engine is compared with: its grid in order on one core, as `mosaic_cpu` runs
+/// it. (By default the interpreter gives each chunk of `parallel` axes its own scratch, like a
+/// megacore; for a kernel that is correct either way — the interpreter's tests hold it to the same
+/// bits — this changes nothing, but a kernel that never initializes its scratch, like
+/// `matmul_no_init_kernel` below, depends on it.)
+fn interpret(call: &PallasCall, inputs: &[HostArray]) -> Vec<HostArray> {
+    let sequential = InterpretOptions {
+        parallel: false,
+        ..InterpretOptions::default()
+    };
+    call.interpret_with(inputs, &sequential)
+        .unwrap_or_else(|e| panic!("{}: interpret: {e}", call.name()))
+}
+
+/// Run `call` on `inputs` through the interpreter and through its Mosaic module; panic unless they agree.
+fn agree(call: &PallasCall, inputs: &[HostArray]) {
+    let want = interpret(call, inputs);
+    let compiled =
+        mosaic_cpu::compile(call.ir()).unwrap_or_else(|e| panic!("{}: compile: {e}", call.name()));
+    let got = compiled
+        .run(inputs)
+        .unwrap_or_else(|e| panic!("{}: mosaic_cpu: {e}", call.name()));
+    let (ok, worst) = compare(&got, &want);
+    let worst: Vec<String> = worst.iter().map(|w| format!("{w:.1e}")).collect();
+    println!(
+        "{:<28} compile {:>7.1} ms   max |error| per output [{}]",
+        call.name(),
+        compiled.compile_time().as_secs_f64() * 1e3,
+        worst.join(", ")
+    );
+    assert!(
+        ok,
+        "{}: mosaic_cpu disagrees with the interpreter (max errors {worst:?})",
+        call.name()
+    );
+}
+
+fn agree_random(call: &PallasCall, seed: u64) {
+    agree(call, &reference::random_inputs(call, seed));
+}
+
+fn f32s(shape: [usize; 2], f: impl Fn(usize) -> f32) -> HostArray {
+    HostArray::from_vec(shape, (0..shape[0] * shape[1]).map(f).collect::<Vec<_>>()).unwrap()
+}
+
+fn i32s(shape: [usize; 2], f: impl Fn(usize) -> i32) -> HostArray {
+    HostArray::from_vec(shape, (0..shape[0] * shape[1]).map(f).collect::<Vec<_>>()).unwrap()
+}
+
+fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
+    ArrayType::new(shape, dtype)
+}
+
+// ---------------------------------------------------------------------------------------------- examples
+
+#[test]
+fn every_example_agrees_with_the_interpreter() {
+    for (name, build) in common::EXAMPLES {
+        let call = build().unwrap_or_else(|e| panic!("{name}: {e}"));
+        agree_random(&call, 3);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- math
+
+// One output per function: as many parameters as outputs.
+#[allow(clippy::too_many_arguments)]
+#[tpu_kernel]
+fn transcendental_kernel(
+    x: Ref<f32>,
+    y: Ref<f32>,
+    e: RefMut<f32>,
+    t: RefMut<f32>,
+    r: RefMut<f32>,
+    l: RefMut<f32>,
+    s: RefMut<f32>,
+    sn: RefMut<f32>,
+    c: RefMut<f32>,
+    p: RefMut<f32>,
+) {
+    let (x, y) = (x.load(), y.load());
+    e.store(exp(x));
+    t.store(tanh(x));
+    r.store(rsqrt(y));
+    l.store(log(y));
+    s.store(sqrt(y));
+    sn.store(sin(x));
+    c.store(cos(x));
+    p.store(pow(y, x * 0.25f32));
+}
+
+/// Distance in units in the last place (NaN = NaN).
+fn ulps(a: f32, b: f32) -> u64 {
+    if a.is_nan() && b.is_nan() {
+        return 0;
+    }
+    let ord = |v: f32| {
+        let b = v.to_bits() as i32;
+        if b < 0 {
+            -((b & 0x7fff_ffff) as i64)
+        } else {
+            b as i64
+        }
+    };
+    (ord(a) - ord(b)).unsigned_abs()
+}
+
+#[test]
+fn transcendentals_agree_within_their_ulp_budget() {
+    // The budget documented in mosaic_cpu's docs: exp ≤ 2 ulp (the interpreter's polynomial), rsqrt ≤ 1
+    // (the interpreter rounds once through f64, the engine's 1/sqrt twice), the rest exact (libm both).
+    const BUDGET: [(&str, u64); 8] = [
+        ("exp", 2),
+        ("tanh", 0),
+        ("rsqrt", 1),
+        ("log", 0),
+        ("sqrt", 0),
+        ("sin", 0),
+        ("cos", 0),
+        ("pow", 0),
+    ];
+    let shape = [64, 1024];
+    let n = shape[0] * shape[1];
+    let spec = || BlockSpec::new(shape, |[_]| (0, 0));
+    let mut b = pallas_call(transcendental_kernel)
+        .grid([1])
+        .input(at(shape, F32), spec())
+        .input(at(shape, F32), spec());
+    for _ in BUDGET {
+        b = b.output(at(shape, F32), spec());
+    }
+    let call = b.build().expect("build");
+    // exp over its whole range (subnormal results and overflow included), roots and logs over decades.
+    let x = f32s(shape, |i| -104.0 + 194.0 * i as f32 / n as f32);
+    let y = f32s(shape, |i| {
+        1e-3 * 1.0005f32.powi((i % 30000) as i32) + i as f32 * 1e-3
+    });
+    let inputs = [x, y];
+    let want = interpret(&call, &inputs);
+    let got = mosaic_cpu::run(call.ir(), &inputs).expect("mosaic_cpu");
+    for ((name, budget), (g, w)) in BUDGET.iter().zip(got.iter().zip(&want)) {
+        let (g, w) = (g.as_slice::<f32>().unwrap(), w.as_slice::<f32>().unwrap());
+        let worst = g
+            .iter()
+            .zip(w)
+            .map(|(a, b)| ulps(*a, *b))
+            .max()
+            .unwrap_or(0);
+        println!("{name:<6} worst {worst} ulp (budget {budget})");
+        assert!(worst <= *budget, "{name}: {worst} ulp > budget {budget}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- the DSL's constructs (dsl.rs)
+
+#[tpu_kernel]
+fn helper_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(softplus(softplus(x.load())));
+}
+
+#[kernel_fn]
+fn softplus(x: Array<f32>) -> Array<f32> {
+    (x.exp() + 1.0).log()
+}
+
+#[tpu_kernel]
+fn control_flow_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let i = program_id(0);
+    let v = if i == 0 {
+        x.load()
+    } else if i == 1 {
+        x.load() * 2.0
+    } else {
+        x.load() * 3.0
+    };
+    let mut acc = v;
+    let mut steps = scalar(0i32);
+    for _k in 0..i + 1 {
+        acc += v;
+        steps += 1;
+    }
+    let mut n = scalar(0i32);
+    while n < 4 && steps > n {
+        acc *= 0.5;
+        n += 1;
+    }
+    o.store(acc);
+}
+
+#[tpu_kernel]
+fn squeezed_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load() + 1.0);
+}
+
+#[tpu_kernel]
+fn window_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let half = x.shape()[0] / 2;
+    let top = x.at((0..half, ..)).load();
+    let bottom = x.at((ds(half, half), ..)).load();
+    o.at((ds(0, half), ..)).store(bottom);
+    o.at((half..2 * half, ..)).store(top);
+}
+
+#[tpu_kernel]
+fn mixed_dtype_kernel(x: Ref<bf16>, idx: Ref<i32>, o: RefMut<f32>, m: RefMut<i32>) {
+    let xf = x.load().cast::<f32>();
+    let i = idx.load();
+    let scaled = xf * i.cast::<f32>() - (i % 3).cast::<f32>();
+    o.store(select(i > 0, scaled, -scaled).tanh().abs());
+    m.store(maximum(i / 2, 0) + (-i).abs());
+}
+
+#[test]
+fn the_language_constructs_agree() {
+    let one = || BlockSpec::new([8, 128], |[_]| (0, 0));
+    let f = || at([8, 128], F32);
+    let helper = pallas_call(helper_kernel)
+        .grid([1])
+        .input(f(), one())
+        .output(f(), one())
+        .build()
+        .expect("build");
+    agree_random(&helper, 1);
+
+    let rows = || BlockSpec::new([8, 128], |[i]| (i, 0));
+    let control = pallas_call(control_flow_kernel)
+        .grid([3])
+        .input(at([24, 128], F32), rows())
+        .output(at([24, 128], F32), rows())
+        .build()
+        .expect("build");
+    agree_random(&control, 2);
+
+    let squeezed = pallas_call(squeezed_kernel)
+        .grid([4])
+        .input(
+            at([4, 8, 128], F32),
+            BlockSpec::new([1, 8, 128], |[i]| (i, 0, 0)).squeeze(0),
+        )
+        .output(at([32, 128], F32), rows())
+        .build()
+        .expect("build");
+    agree_random(&squeezed, 3);
+
+    let halves = || BlockSpec::new([16, 128], |[_]| (0, 0));
+    let windows = pallas_call(window_kernel)
+        .grid([1])
+        .input(at([16, 128], F32), halves())
+        .output(at([16, 128], F32), halves())
+        .build()
+        .expect("build");
+    agree_random(&windows, 4);
+
+    let mixed = pallas_call(mixed_dtype_kernel)
+        .grid([1])
+        .input(at([8, 128], BF16), one())
+        .input(at([8, 128], I32), one())
+        .output(at([8, 128], F32), one())
+        .output(at([8, 128], I32), one())
+        .build()
+        .expect("build");
+    agree_random(&mixed, 5);
+}
+
+// ---------------------------------------------------------------------------------------------- dtype semantics (interpret.rs)
+
+#[tpu_kernel]
+fn bf16_chain_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let b = x.load().cast::<bf16>();
+    o.store((b * 3.0f32).cast::<f32>());
+}
+
+#[tpu_kernel]
+fn int_kernel(x: Ref<i32>, y: Ref<i32>, sum: RefMut<i32>, quo: RefMut<i32>, rem: RefMut<i32>) {
+    let (a, b) = (x.load(), y.load());
+    sum.store(a * 65536 + b);
+    quo.store(a / b);
+    rem.store(a % b);
+}
+
+#[tpu_kernel]
+fn nan_kernel(x: Ref<f32>, mx: RefMut<f32>, mn: RefMut<f32>, ne: RefMut<i32>, e: RefMut<f32>) {
+    let v = x.load();
+    mx.store(v.max_keepdims(-1).broadcast_to(mx.shape()));
+    mn.store(minimum(v, 0.5));
+    ne.store((v != v).cast::<i32>());
+    e.store(v.exp());
+}
+
+#[tpu_kernel]
+fn saturating_cast_kernel(x: Ref<f32>, i: RefMut<i32>, u: RefMut<u8>, b: RefMut<bf16>) {
+    let v = x.load();
+    i.store(v.cast::<i32>());
+    u.store(v.cast::<u8>());
+    b.store(v.cast::<bf16>());
+}
+
+#[test]
+fn dtype_semantics_agree_bit_for_bit_where_they_are_exact() {
+    let one = || BlockSpec::new([8, 128], |[_]| (0, 0));
+    let shape = [8, 128];
+    // bf16: rounding on every op, ties to even, NaN.
+    let chain = pallas_call(bf16_chain_kernel)
+        .grid([1])
+        .input(at(shape, F32), one())
+        .output(at(shape, F32), one())
+        .build()
+        .expect("build");
+    agree_random(&chain, 4);
+    let ties = f32s(shape, |i| {
+        if i == 0 {
+            f32::NAN
+        } else {
+            f32::from_bits(0x3F80_8000 + ((i as u32 % 2) << 16))
+        }
+    });
+    let exact = |call: &PallasCall, inputs: &[HostArray]| {
+        let want = interpret(call, inputs);
+        let got = mosaic_cpu::run(call.ir(), inputs).expect("mosaic_cpu");
+        for (g, w) in got.iter().zip(&want) {
+            let bits = |a: &HostArray| {
+                a.to_f64_vec()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(bits(g), bits(w), "{}", call.name());
+        }
+    };
+    exact(&chain, &[ties]);
+
+    // Integers wrap; division by zero and MIN / -1 give XLA's results (the engine's guards).
+    let arr = || at(shape, I32);
+    let ints = pallas_call(int_kernel)
+        .grid([1])
+        .input(arr(), one())
+        .input(arr(), one())
+        .output(arr(), one())
+        .output(arr(), one())
+        .output(arr(), one())
+        .build()
+        .expect("build");
+    let xs = i32s(shape, |i| [i32::MAX, i32::MIN, -7, 7, 40000][i % 5]);
+    let ys = i32s(shape, |i| [0, -1, 2, 0, 3, -2, 1][i % 7]);
+    exact(&ints, &[xs, ys]);
+
+    // NaN and infinities: max/min propagate NaN, `!=` is unordered, exp overflows and underflows.
+    let nans = pallas_call(nan_kernel)
+        .grid([1])
+        .input(at(shape, F32), one())
+        .output(at(shape, F32), one())
+        .output(at(shape, F32), one())
+        .output(at(shape, I32), one())
+        .output(at(shape, F32), one())
+        .build()
+        .expect("build");
+    let x = f32s(shape, |i| match i {
+        3 => f32::NAN,
+        133 => f32::INFINITY,
+        263 => f32::NEG_INFINITY,
+        393 => 100.0,
+        _ => (i % 128) as f32 / 64.0 - 1.0,
+    });
+    agree(&nans, &[x]);
+
+    // float → int saturates, NaN → 0 (the engine's guards for fptosi/fptoui).
+    let casts = pallas_call(saturating_cast_kernel)
+        .grid([1])
+        .input(at(shape, F32), one())
+        .output(at(shape, I32), one())
+        .output(at(shape, U8), one())
+        .output(at(shape, BF16), one())
+        .build()
+        .expect("build");
+    let specials = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        3e9,
+        -3e9,
+        300.0,
+        -0.7,
+        -1.0,
+        255.9,
+        2.5,
+    ];
+    let x = f32s(shape, |i| {
+        specials
+            .get(i)
+            .copied()
+            .unwrap_or((i as f32 - 500.0) * 0.37)
+    });
+    exact(&casts, &[x]);
+}
+
+// ---------------------------------------------------------------------------------------------- grid semantics (interpret.rs)
+
+#[tpu_kernel]
+fn add_edge_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load() + y.load());
+}
+
+#[tpu_kernel]
+fn matmul_no_init_kernel(x: Ref<bf16>, y: Ref<bf16>, o: RefMut<bf16>, acc: RefMut<f32>) {
+    // Never zeroes the accumulator: agreement needs fresh scratch to be zero in both engines.
+    acc.store(acc.load() + dot(x.load(), y.load()));
+    if program_id(2) == num_programs(2) - 1 {
+        o.store(acc.load().cast::<bf16>());
+    }
+}
+
+#[tpu_kernel]
+fn half_store_kernel(x: Ref<i32>, o: RefMut<i32>) {
+    o.at((0..8, ..)).store(x.at((0..8, ..)).load());
+}
+
+#[tpu_kernel]
+fn column_block_id_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load() + program_id(1).cast::<f32>());
+}
+
+#[tpu_kernel]
+fn block_column_sum_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let x = x.load();
+    let rows = iota::<i32>(x.shape(), 0).cast::<f32>();
+    o.store(x.sum_keepdims(0).broadcast_to(x.shape()) + rows * 1000.0);
+}
+
+#[tpu_kernel]
+fn step_count_kernel(o: RefMut<i32>, seen: RefMut<i32>) {
+    if program_id(0) == 0 {
+        if program_id(1) == 0 {
+            seen.store(zeros());
+        }
+    }
+    seen.store(seen.load() + 1);
+    if program_id(1) == 0 {
+        o.store(zeros());
+    }
+    o.store(o.load() + seen.load());
+}
+
+#[tpu_kernel]
+fn shared_out_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    if program_id(0) == 0 {
+        o.store(zeros());
+    }
+    o.store(o.load() + x.load());
+}
+
+#[tpu_kernel]
+fn read_between_kernel(x: Ref<f32>, o: RefMut<f32>, prev: RefMut<f32>) {
+    let v = x.load() * 2.0f32;
+    let w = o.load();
+    o.store(v);
+    prev.store(w + 1.0f32);
+}
+
+#[tpu_kernel]
+fn exp_sum_kernel(x: Ref<f32>, o: RefMut<f32>, s: RefMut<f32>) {
+    let x = x.load();
+    let e = (x - x.max_keepdims(-1)).exp();
+    let total = e.sum_keepdims(-1);
+    s.store(total.broadcast_to(s.shape()));
+    o.store(e / total);
+}
+
+#[tpu_kernel]
+fn fused_reductions_kernel(x: Ref<f32>, a: RefMut<f32>, b: RefMut<f32>, c: RefMut<bf16>) {
+    let v = x.load();
+    a.store((v * 2.0f32).max_keepdims(-1).broadcast_to(a.shape()));
+    b.store((v - 1.0f32).exp().min_keepdims(-1).broadcast_to(b.shape()));
+    c.store(
+        (v.cast::<bf16>() * 3.0f32)
+            .sum_keepdims(-1)
+            .broadcast_to(c.shape()),
+    );
+}
+
+#[tpu_kernel]
+fn mixed_elementwise_kernel(x: Ref<f32>, y: Ref<i32>, o: RefMut<bf16>, m: RefMut<i32>) {
+    let a = x.load();
+    let b = y.load();
+    o.store(select(b.cast::<f32>() > a, a * 3.0, (a - 1.0).exp()).cast::<bf16>());
+    m.store(b * 7 + 1);
+}
+
+#[test]
+fn grid_semantics_agree() {
+    // Edge blocks run past the array: padded on the way in, clipped on the way out.
+    let edge = || BlockSpec::new([128, 128], |[i, j]| [i, j]);
+    let call = pallas_call(add_edge_kernel)
+        .grid([3, 2])
+        .input(at([300, 200], F32), edge())
+        .input(at([300, 200], F32), edge())
+        .output(at([300, 200], F32), edge())
+        .dimension_semantics([Parallel, Parallel])
+        .build()
+        .expect("build");
+    agree_random(&call, 9);
+
+    // Scratch persists along the reduction axis; output blocks revisited keep their contents.
+    let (m, n, k, b) = (256, 256, 256, 128);
+    let call = pallas_call(matmul_no_init_kernel)
+        .grid([m / b, n / b, k / b])
+        .input(at([m, k], BF16), BlockSpec::new([b, b], |[i, _, k]| [i, k]))
+        .input(at([k, n], BF16), BlockSpec::new([b, b], |[_, j, k]| [k, j]))
+        .output(at([m, n], BF16), BlockSpec::new([b, b], |[i, j, _]| [i, j]))
+        .scratch(Vmem::new([b, b], F32))
+        .dimension_semantics([Parallel, Parallel, Arbitrary])
+        .build()
+        .expect("build");
+    agree_random(&call, 5);
+
+    // Rows never stored read as zeros in both.
+    let whole = || BlockSpec::new([16, 128], |[_]| (0, 0));
+    let call = pallas_call(half_store_kernel)
+        .grid([1])
+        .input(at([16, 128], I32), whole())
+        .output(at([16, 128], I32), whole())
+        .build()
+        .expect("build");
+    agree_random(&call, 1);
+
+    let tiles = || BlockSpec::new([64, 128], |[i, j]| [i, j]);
+    let call = pallas_call(column_block_id_kernel)
+        .grid([4, 4])
+        .input(at([256, 512], F32), tiles())
+        .output(at([256, 512], F32), tiles())
+        .dimension_semantics([Parallel, Parallel])
+        .build()
+        .expect("build");
+    agree_random(&call, 2);
+
+    let row_spec = || BlockSpec::new([8, 256], |[i]| (i, 0));
+    let call = pallas_call(block_column_sum_kernel)
+        .grid([16])
+        .input(at([128, 256], F32), row_spec())
+        .output(at([128, 256], F32), row_spec())
+        .dimension_semantics([Parallel])
+        .build()
+        .expect("build");
+    agree_random(&call, 21);
+
+    let call = pallas_call(step_count_kernel)
+        .grid([3, 4])
+        .output(
+            at([24, 128], I32),
+            BlockSpec::new([8, 128], |[i, _]| (i, 0)),
+        )
+        .scratch(Vmem::new([8, 128], I32))
+        .dimension_semantics([Arbitrary, Arbitrary])
+        .build()
+        .expect("build");
+    agree(&call, &[]);
+
+    let call = pallas_call(shared_out_kernel)
+        .grid([8])
+        .input(at([64, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .output(at([8, 128], F32), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .dimension_semantics([Parallel])
+        .build()
+        .expect("build");
+    agree_random(&call, 8);
+
+    let call = pallas_call(read_between_kernel)
+        .grid([3])
+        .input(at([24, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .output(at([8, 128], F32), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .output(at([24, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .dimension_semantics([Arbitrary])
+        .build()
+        .expect("build");
+    agree_random(&call, 12);
+
+    // Rows of 203 (not a multiple of any vector width) with NaN, ±inf and subnormal exps.
+    let n = 203;
+    let spec = || BlockSpec::new([8, n], |[i]| (i, 0));
+    let call = pallas_call(exp_sum_kernel)
+        .grid([3])
+        .input(at([24, n], F32), spec())
+        .output(at([24, n], F32), spec())
+        .output(at([24, n], F32), spec())
+        .dimension_semantics([Parallel])
+        .build()
+        .expect("build");
+    let mut xs = HostArray::random([24, n], F32, 31)
+        .into_vec::<f32>()
+        .unwrap();
+    for (i, x) in xs.iter_mut().enumerate() {
+        *x *= 120.0;
+        if i % 97 == 3 {
+            *x = -90.0;
+        }
+    }
+    xs[n + 5] = f32::NAN;
+    xs[2 * n + 1] = f32::NEG_INFINITY;
+    xs[3 * n + 7] = f32::INFINITY;
+    agree(&call, &[HostArray::from_vec([24, n], xs).unwrap()]);
+
+    let spec = || BlockSpec::new([8, 200], |[i]| (i, 0));
+    let call = pallas_call(fused_reductions_kernel)
+        .grid([2])
+        .input(at([16, 200], F32), spec())
+        .output(at([16, 200], F32), spec())
+        .output(at([16, 200], F32), spec())
+        .output(at([16, 200], BF16), spec())
+        .dimension_semantics([Parallel])
+        .build()
+        .expect("build");
+    let mut xs = HostArray::random([16, 200], F32, 21)
+        .into_vec::<f32>()
+        .unwrap();
+    xs[5] = f32::NAN;
+    xs[207] = -0.0;
+    agree(&call, &[HostArray::from_vec([16, 200], xs).unwrap()]);
+
+    let spec = || BlockSpec::new([32, 128], |[i, j]| [i, j]);
+    let call = pallas_call(mixed_elementwise_kernel)
+        .grid([8, 3])
+        .input(at([256, 384], F32), spec())
+        .input(at([256, 384], I32), spec())
+        .output(at([256, 384], BF16), spec())
+        .output(at([256, 384], I32), spec())
+        .dimension_semantics([Parallel, Arbitrary])
+        .build()
+        .expect("build");
+    let y = i32s([256, 384], |i| (i % 5) as i32 - 2);
+    agree(&call, &[HostArray::random([256, 384], F32, 5), y]);
+}
+
+// ---------------------------------------------------------------------------------------------- every lowering rule
+
+// The op-coverage suite of bytecode.rs (same kernels): between them they reach every lowering rule and,
+// per rule, every dtype class that picks a different Mosaic op.
+
+#[tpu_kernel]
+fn cov_float_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>, b: RefMut<bf16>, m: RefMut<i32>) {
+    let (a, c) = (x.load(), y.load());
+    let u = -a + a.exp() + a.log() + a.tanh() + a.rsqrt() + a.sqrt() + a.sin() + a.cos() + a.abs();
+    let v = (a - c) * (a / c) + a % c + maximum(a, c) + minimum(a, c) + pow(a, c);
+    let lt = a < c;
+    let le = a <= c;
+    let gt = a > c;
+    let ge = a >= c;
+    let eq = a == c;
+    let ne = a != c;
+    let k = (lt & le) | (gt ^ ge) | !(eq | ne);
+    o.store(select(k, u, v) + k.cast::<f32>() + a.cast::<bool>().cast::<f32>());
+    b.store(u.cast::<bf16>() + b.load());
+    m.store(v.cast::<i32>() + a.cast::<u32>().cast::<i32>());
+}
+
+#[tpu_kernel]
+fn cov_int_kernel(
+    x: Ref<i32>,
+    y: Ref<i32>,
+    u: Ref<u32>,
+    o: RefMut<i32>,
+    f: RefMut<f32>,
+    q: RefMut<u32>,
+) {
+    let (a, c, w) = (x.load(), y.load(), u.load());
+    let z = c.cast::<u32>();
+    let s = -a + a.abs() + (a - c) * (a / c) + a % c + maximum(a, c) + minimum(a, c);
+    let bits = (a & c) | (a ^ c);
+    let k = (a < c) | (a <= c) | (a > c) | (a >= c) | (a == c) | (a != c);
+    let uk = (w < z) | (w <= z) | (w > z) | (w >= z);
+    let narrow = a.cast::<i8>().cast::<i32>() + w.cast::<u8>().cast::<i32>() + k.cast::<i32>();
+    o.store(select(uk, s + bits, narrow) + a.cast::<bool>().cast::<i32>());
+    f.store(a.cast::<f32>() + w.cast::<f32>() + k.cast::<f32>());
+    q.store(w / z + w % z + maximum(w, z) + minimum(w, z) + a.cast::<u32>());
+}
+
+#[tpu_kernel]
+fn cov_reduce_kernel(
+    x: Ref<f32>,
+    i: Ref<i32>,
+    u: Ref<u32>,
+    o: RefMut<f32>,
+    oi: RefMut<i32>,
+    ou: RefMut<u32>,
+) {
+    let (a, b, c) = (x.load(), i.load(), u.load());
+    let rows = a.sum_keepdims(1) + a.max_keepdims(1) + a.min_keepdims(1);
+    let cols = a.sum_keepdims(0) + a.max_keepdims(0) + a.min_keepdims(0);
+    let all = a.sum(1).sum(0);
+    o.store(
+        rows.broadcast_to([8, 128]) + cols.broadcast_to([8, 128]) + all + a.mean(1).reshape([8, 1]),
+    );
+    oi.store(b.sum_keepdims(0).broadcast_to([8, 128]) + b.max_keepdims(1) + b.min_keepdims(1));
+    ou.store(c.sum_keepdims(0).broadcast_to([8, 128]) + c.max_keepdims(1) + c.min_keepdims(1));
+}
+
+#[tpu_kernel]
+fn cov_dot_kernel(x: Ref<bf16>, y: Ref<bf16>, q: Ref<i8>, o: RefMut<f32>, oi: RefMut<i32>) {
+    let (a, b) = (x.load(), y.load());
+    o.store(dot(a, b) + dot_nt(a, b) + dot_tn(a, b) + a.cast::<f32>().t());
+    oi.store(dot(q.load(), q.load()));
+}
+
+#[tpu_kernel]
+fn cov_shape_kernel(x: Ref<f32>, o: RefMut<f32>, row: RefMut<f32>) {
+    let i = program_id(0);
+    let first = x.at((0, ..)).load();
+    let cols = iota::<i32>([8, 128], 1);
+    let t = x.load().transpose([1, 0]).transpose([1, 0]);
+    o.store(t + first.reshape([1, 128]).broadcast_to([8, 128]));
+    o.store_masked(t * 2.0, cols < 64);
+    row.at((0, ..)).store(first);
+    for j in 0..4 {
+        let band = o.at((ds(multiple_of(j * 2, 2), 2), ..));
+        band.store(band.load() + 1.0);
+    }
+    let mut n = scalar(0i32);
+    while n < i + 2 {
+        n += 1;
+    }
+    let v = if i % 2 == 0 { t * 2.0 } else { t };
+    if n > 3 {
+        o.store(v);
+    }
+}
+
+fn coverage_calls() -> Vec<PallasCall> {
+    let ty = |s: [usize; 2], d| ArrayType::new(s, d);
+    let spec = |s: [usize; 2]| BlockSpec::new(s, |[i]| (i, 0));
+    let b = [8, 128];
+    let rows = [16, 128];
+    let built = [
+        pallas_call(cov_float_kernel)
+            .grid([2])
+            .input(ty(rows, F32), spec(b))
+            .input(ty(rows, F32), spec(b))
+            .output(ty(rows, F32), spec(b))
+            .output(ty(rows, BF16), spec(b))
+            .output(ty(rows, I32), spec(b))
+            .build(),
+        pallas_call(cov_int_kernel)
+            .grid([2])
+            .input(ty(rows, I32), spec(b))
+            .input(ty(rows, I32), spec(b))
+            .input(ty(rows, U32), spec(b))
+            .output(ty(rows, I32), spec(b))
+            .output(ty(rows, F32), spec(b))
+            .output(ty(rows, U32), spec(b))
+            .build(),
+        pallas_call(cov_reduce_kernel)
+            .grid([2])
+            .input(ty(rows, F32), spec(b))
+            .input(ty(rows, I32), spec(b))
+            .input(ty(rows, U32), spec(b))
+            .output(ty(rows, F32), spec(b))
+            .output(ty(rows, I32), spec(b))
+            .output(ty(rows, U32), spec(b))
+            .build(),
+        pallas_call(cov_dot_kernel)
+            .grid([1])
+            .input(ty([128, 128], BF16), spec([128, 128]))
+            .input(ty([128, 128], BF16), spec([128, 128]))
+            .input(ty([128, 128], I8), spec([128, 128]))
+            .output(ty([128, 128], F32), spec([128, 128]))
+            .output(ty([128, 128], I32), spec([128, 128]))
+            .build(),
+        pallas_call(cov_shape_kernel)
+            .grid([2])
+            .input(ty(rows, F32), spec(b))
+            .output(ty(rows, F32), spec(b))
+            .output(ty(rows, F32), spec(b))
+            .build(),
+    ];
+    built
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|e| panic!("builds: {e}")))
+        .collect()
+}
+
+/// Every Mosaic op name the lowering can emit: the quoted `dialect.op` names of `lower/rules.rs` and,
+/// where the lowering keeps an op table, of `ir/ops.rs` (read at run time: either may move).
+fn lowering_op_names() -> Vec<String> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/kernel-runtime/src/");
+    let mut names: Vec<String> = Vec::new();
+    for file in ["lower/rules.rs", "ir/ops.rs"] {
+        let Ok(text) = std::fs::read_to_string(format!("{root}{file}")) else {
+            continue;
+        };
+        names.extend(
+            text.split('"')
+                .filter(|s| {
+                    let d = s.split('.').next().unwrap_or("");
+                    ["arith", "math", "vector", "tpu", "scf", "func"].contains(&d)
+                        && s.contains('.')
+                        && !s.contains(char::is_whitespace)
+                })
+                .map(str::to_string),
+        );
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn every_lowering_rule_is_checked_by_execution() {
+    use tpu_kernel::runtime::serialize::{body, MAX_VERSION};
+    let mut text = String::new();
+    for call in coverage_calls() {
+        agree_random(&call, 11);
+        text += &body::body_text(call.ir(), MAX_VERSION).expect("body text");
+    }
+    // The examples count too (as in bytecode.rs): `every_example_agrees_with_the_interpreter` runs them.
+    for (name, build) in common::EXAMPLES {
+        let call = build().unwrap_or_else(|e| panic!("{name}: {e}"));
+        text += &body::body_text(call.ir(), MAX_VERSION).expect("body text");
+    }
+    // Every name must be in the modules that agree.
+    let names = lowering_op_names();
+    assert!(names.len() > 40, "found only {names:?}");
+    let missing: Vec<_> = names
+        .iter()
+        .filter(|n| !text.contains(&format!("\"stable_mosaic.{n}\"")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "lowering rules no kernel of this suite runs through mosaic_cpu: {missing:?}"
+    );
+}
+
+#[tpu_kernel]
+fn tanh_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(tanh(x.load()));
+}
+
+#[test]
+fn tpu_logistic_runs_as_one_over_one_plus_exp_minus_x() {
+    // The lowering here does not emit `tpu.logistic` yet (main's op table does): write it into a
+    // module as data, in place of the `math.tanh` of the same type.
+    let spec = || BlockSpec::new([8, 128], |[_]| (0, 0));
+    let call = pallas_call(tanh_kernel)
+        .grid([1])
+        .input(at([8, 128], F32), spec())
+        .output(at([8, 128], F32), spec())
+        .build()
+        .expect("build");
+    let x = f32s([8, 128], |i| (i as f32 - 512.0) / 16.0);
+    let got = run_mutated(&call, std::slice::from_ref(&x), |m| {
+        mutate(m, "math.tanh", |op| op.name = "tpu.logistic")
+    })
+    .expect("run");
+    let want = f32s([8, 128], |i| {
+        let v = (i as f64 - 512.0) / 16.0;
+        (1.0 / (1.0 + (-v).exp())) as f32
+    });
+    let c = reference::compare(&got[0], &want, tolerance(DType::F32));
+    assert!(c.ok, "max error {}", c.max_abs_error);
+}
+
+#[tpu_kernel]
+fn store_then_masked_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let t = x.load();
+    o.store(t + 1.0f32);
+    o.store_masked(t * 2.0f32, iota::<i32>([8, 128], 1) < 64);
+}
+
+#[test]
+fn a_masked_store_keeps_what_a_direct_write_put_in_the_block() {
+    // Found by this engine: the interpreter's fused path wrote `t + 1` straight into the output array,
+    // then its masked store started from zeros instead of that block (lanes ≥ 64 read 0, not t + 1).
+    let spec = || BlockSpec::new([8, 128], |[i]| (i, 0));
+    let call = pallas_call(store_then_masked_kernel)
+        .grid([2])
+        .input(at([16, 128], F32), spec())
+        .output(at([16, 128], F32), spec())
+        .build()
+        .expect("build");
+    agree_random(&call, 6);
+    let x = reference::random_inputs(&call, 6);
+    let fused = call.interpret(&x).expect("interpret");
+    let xs = x[0].as_slice::<f32>().unwrap();
+    let o = fused[0].as_slice::<f32>().unwrap();
+    for (i, (v, x)) in o.iter().zip(xs).enumerate() {
+        let want = if i % 128 < 64 { x * 2.0 } else { x + 1.0 };
+        assert_eq!(*v, want, "element {i}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- errors
+
+#[tpu_kernel]
+fn oob_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let start = program_id(0) * 16;
+    o.store(x.at((ds(start, 8), ..)).load()); // OOB-LOAD
+}
+
+#[test]
+fn an_out_of_bounds_slice_is_an_error_at_the_same_line_in_both_engines() {
+    let call = pallas_call(oob_kernel)
+        .grid([2])
+        .input(at([16, 128], F32), BlockSpec::new([16, 128], |[_]| (0, 0)))
+        .output(at([16, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .dimension_semantics([Arbitrary])
+        .build()
+        .expect("build");
+    let x = HostArray::random([16, 128], F32, 2);
+    let line = include_str!("mosaic_cpu.rs")
+        .lines()
+        .position(|l| l.ends_with("// OOB-LOAD"))
+        .expect("marker")
+        + 1;
+    let theirs = call
+        .interpret(std::slice::from_ref(&x))
+        .expect_err("interpret");
+    let ours = mosaic_cpu::run(call.ir(), &[x]).expect_err("grid step 1 reads rows 16..24");
+    for err in [&theirs, &ours] {
+        assert_eq!(err.kind, ErrorKind::OutOfBounds, "{err}");
+        let loc = err.location.expect("located");
+        assert!(loc.file.ends_with("mosaic_cpu.rs"), "{err}");
+        assert_eq!(loc.line as usize, line, "{err}");
+        assert!(err.to_string().contains("grid point [1]"), "{err}");
+        assert_eq!(err.argument.as_deref(), Some("input 0"), "{err}");
+    }
+    assert!(ours.to_string().contains("[16, 0]"), "{ours}");
+}
+
+#[test]
+fn wrong_inputs_are_errors_not_panics() {
+    let call = common::add::build().expect("build");
+    let compiled = mosaic_cpu::compile(call.ir()).expect("compile");
+    let x = HostArray::zeros([1024, 1024], F32);
+    let err = compiled
+        .run(std::slice::from_ref(&x))
+        .expect_err("one input");
+    assert_eq!(err.kind, ErrorKind::Signature);
+    let y = HostArray::zeros([1024, 512], F32);
+    assert_eq!(
+        compiled.run(&[x, y]).expect_err("wrong shape").kind,
+        ErrorKind::Shape
+    );
+}
+
+// ---------------------------------------------------------------------------------------------- random launches
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4, max_shrink_iters: 10, ..ProptestConfig::default() })]
+
+        #[test]
+        fn elementwise_add(bm_t in 1usize..4, bn_t in 1usize..3, gm in 1usize..4, gn in 1usize..3, seed in 0u64..1000) {
+            let (bm, bn) = (8 * bm_t, 128 * bn_t);
+            agree_random(&common::add::add(at([bm * gm, bn * gn], F32), at([bm * gm, bn * gn], F32), (bm, bn)).expect("build"), seed);
+        }
+
+        #[test]
+        fn row_softmax(rows_t in 1usize..4, n_t in 1usize..5, g in 1usize..5, seed in 0u64..1000) {
+            let (br, n) = (8 * rows_t, 128 * n_t);
+            agree_random(&common::softmax::softmax(at([br * g, n], F32), br).expect("build"), seed);
+        }
+
+        #[test]
+        fn column_sum(bm_t in 1usize..4, bn_t in 1usize..3, gm in 1usize..5, gn in 1usize..3, seed in 0u64..1000) {
+            let (bm, bn) = (8 * bm_t, 128 * bn_t);
+            agree_random(&common::colsum::colsum(at([bm * gm, bn * gn], F32), (bm, bn)).expect("build"), seed);
+        }
+
+        #[test]
+        fn rmsnorm_rows(rows_t in 1usize..3, n_t in 1usize..4, g in 1usize..4, seed in 0u64..1000) {
+            let (br, n) = (16 * rows_t, 128 * n_t);
+            agree_random(&common::rmsnorm::rmsnorm(at([br * g, n], BF16), at([1, n], F32), 1e-6, br).expect("build"), seed);
+        }
+
+        #[test]
+        fn tiled_matmul(bm_t in 1usize..3, bk_t in 1usize..3, gm in 1usize..3, gk in 1usize..3, seed in 0u64..1000) {
+            let (bm, bn, bk) = (16 * bm_t, 128, 128 * bk_t);
+            agree_random(&common::matmul::matmul(at([bm * gm, bk * gk], BF16), at([bk * gk, bn], BF16), (bm, bn, bk)).expect("build"), seed);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- mutations
+
+/// Apply `f` to the first op named `name` in the module (any function, any depth); panics if none.
+fn mutate(m: &mut MModule, name: &str, f: impl FnOnce(&mut MOp)) {
+    fn find<'a>(b: &'a mut MBlock, name: &str) -> Option<&'a mut MOp> {
+        for op in &mut b.ops {
+            if op.name == name {
+                return Some(op);
+            }
+            for r in op.regions.iter_mut().flatten() {
+                if let Some(found) = find(r, name) {
+                    return Some(found);
+                }
+            }
+        }
+        None
+    }
+    let op = m
+        .funcs
+        .iter_mut()
+        .find_map(|f| find(&mut f.body, name))
+        .unwrap_or_else(|| panic!("no {name} in the module"));
+    f(op);
+}
+
+fn set_attr(op: &mut MOp, name: &str, value: &str) {
+    let slot = op
+        .attrs
+        .iter_mut()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("{} has no {name}", op.name));
+    slot.1 = value.to_string();
+}
+
+/// Run `call`'s Mosaic module, changed by `change`, through mosaic_cpu.
+fn run_mutated(
+    call: &PallasCall,
+    inputs: &[HostArray],
+    change: impl FnOnce(&mut MModule),
+) -> Result<Vec<HostArray>, KernelError> {
+    let mut m = tpu_kernel::lower::lower_module(call.ir())?;
+    change(&mut m);
+    tpu_kernel::lower::with_context(|ctx| {
+        let module = tpu_kernel::lower::module_from_data(ctx, &m)?;
+        mosaic_cpu::compile_module(call.ir(), &module)?.run(inputs)
+    })
+}
+
+#[tpu_kernel]
+fn difference_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load() - y.load());
+}
+
+#[test]
+fn wrong_lowerings_make_the_engine_disagree() {
+    type Change = fn(&mut MModule);
+    let difference = pallas_call(difference_kernel)
+        .grid([2])
+        .input(at([16, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .input(at([16, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .output(at([16, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .build()
+        .expect("build");
+    let example = |name: &str| {
+        let (_, build) = common::EXAMPLES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("example");
+        build().expect("build")
+    };
+    let cases: Vec<(&str, PallasCall, Change)> = vec![
+        ("arith.addf → arith.subf (add)", example("add"), |m| {
+            mutate(m, "arith.addf", |op| op.name = "arith.subf")
+        }),
+        ("arith.subf → arith.addf (x - y)", difference, |m| {
+            mutate(m, "arith.subf", |op| op.name = "arith.addf")
+        }),
+        (
+            "tpu.matmul contracting dims swapped (lhs contracts dim 0, rhs dim 1)",
+            example("matmul"),
+            |m| {
+                mutate(m, "tpu.matmul", |op| {
+                    set_attr(
+                        op,
+                        "dimension_numbers",
+                        "#tpu.dot_dimension_numbers<[0], [1], [1], [0], [0, 1, 1, 0], [], []>",
+                    )
+                })
+            },
+        ),
+        (
+            "tpu.vector_store mask dropped (ops_tour)",
+            example("ops_tour"),
+            |m| {
+                fn masked(op: &MOp) -> bool {
+                    op.attrs
+                        .iter()
+                        .any(|(n, v)| *n == "operandSegmentSizes" && v.ends_with(", 1>"))
+                }
+                let op = m
+                    .funcs
+                    .iter_mut()
+                    .flat_map(|f| f.body.ops.iter_mut())
+                    .find(|op| op.name == "tpu.vector_store" && masked(op))
+                    .expect("a masked store at the top level of ops_tour");
+                op.operands.pop();
+                let seg = op
+                    .attrs
+                    .iter_mut()
+                    .find(|(n, _)| *n == "operandSegmentSizes")
+                    .expect("segments");
+                seg.1 = seg.1.replace(", 1>", ", 0>");
+            },
+        ),
+        (
+            "tpu.iota dimension 0 → 1 (causal_mask)",
+            example("causal_mask"),
+            |m| {
+                mutate(m, "tpu.iota", |op| {
+                    set_attr(op, "dimensions", "array<i32: 1>")
+                })
+            },
+        ),
+        (
+            "tpu.transpose permutation [1, 0] → [0, 1]",
+            example("transpose"),
+            |m| {
+                mutate(m, "tpu.transpose", |op| {
+                    set_attr(op, "permutation", "array<i64: 0, 1>")
+                })
+            },
+        ),
+        (
+            "vector.multi_reduction <add> → <maximumf> (colsum)",
+            example("colsum"),
+            |m| {
+                mutate(m, "vector.multi_reduction", |op| {
+                    set_attr(op, "kind", "#vector.kind<maximumf>")
+                })
+            },
+        ),
+        (
+            "output index map (j, i) → (i, j) (transpose)",
+            example("transpose"),
+            |m| {
+                let ret = m.funcs[2]
+                    .body
+                    .ops
+                    .iter_mut()
+                    .find(|op| op.name == "func.return")
+                    .expect("transform_1 returns");
+                ret.operands.swap(0, 1);
+            },
+        ),
+    ];
+    for (what, call, change) in cases {
+        let inputs = reference::random_inputs(&call, 7);
+        let want = interpret(&call, &inputs);
+        // The unchanged module, through the same path, agrees...
+        let same = run_mutated(&call, &inputs, |_| {}).expect("unchanged module");
+        assert!(
+            compare(&same, &want).0,
+            "{what}: the unchanged module disagrees"
+        );
+        // ...the changed one runs and does not.
+        let got = run_mutated(&call, &inputs, change)
+            .unwrap_or_else(|e| panic!("{what}: the mutated module should run: {e}"));
+        let (ok, worst) = compare(&got, &want);
+        let worst: Vec<String> = worst.iter().map(|w| format!("{w:.2e}")).collect();
+        println!("{what:<72} max |error| [{}]", worst.join(", "));
+        assert!(!ok, "{what}: mosaic_cpu did not notice the wrong lowering");
+    }
+}
+
+#[test]
+fn examples_run_their_mosaic_module_with_engine_mosaic() {
+    use tpu_kernel::example::{parse_args, Emit, Engine};
+    let args = |a: &[&str]| parse_args(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    assert_eq!(args(&["--run"]), Ok(Emit::Run(Engine::Interpret)));
+    assert_eq!(
+        args(&["--run", "--engine", "mosaic"]),
+        Ok(Emit::Run(Engine::Mosaic))
+    );
+    assert_eq!(
+        args(&["--engine", "interpret", "--run"]),
+        Ok(Emit::Run(Engine::Interpret))
+    );
+    assert!(
+        args(&["--engine", "mosaic"]).is_err(),
+        "--engine without --run"
+    );
+    assert!(args(&["--run", "--engine", "tpu"]).is_err());
+}
