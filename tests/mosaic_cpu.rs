@@ -771,6 +771,13 @@ fn cov_shape_kernel(x: Ref<f32>, o: RefMut<f32>, row: RefMut<f32>) {
     }
 }
 
+#[tpu_kernel]
+fn cov_shift_kernel(x: Ref<i32>, n: Ref<i32>, u: Ref<u32>, o: RefMut<i32>, q: RefMut<u32>) {
+    let (a, s, w) = (x.load(), n.load(), u.load());
+    o.store((a << s) + (a >> s) + (a << 3));
+    q.store((w >> s.cast::<u32>()) + (w << 3));
+}
+
 fn coverage_calls() -> Vec<PallasCall> {
     let ty = |s: [usize; 2], d| ArrayType::new(s, d);
     let spec = |s: [usize; 2]| BlockSpec::new(s, |[i]| (i, 0));
@@ -816,6 +823,14 @@ fn coverage_calls() -> Vec<PallasCall> {
             .input(ty(rows, F32), spec(b))
             .output(ty(rows, F32), spec(b))
             .output(ty(rows, F32), spec(b))
+            .build(),
+        pallas_call(cov_shift_kernel)
+            .grid([2])
+            .input(ty(rows, I32), spec(b))
+            .input(ty(rows, I32), spec(b))
+            .input(ty(rows, U32), spec(b))
+            .output(ty(rows, I32), spec(b))
+            .output(ty(rows, U32), spec(b))
             .build(),
     ];
     built
