@@ -22,6 +22,8 @@ pub mod softmax;
 #[path = "../../examples/transpose.rs"]
 pub mod transpose;
 
+pub mod coverage;
+
 use tpu_kernel::{KernelError, PallasCall};
 
 /// An example's `build` function.

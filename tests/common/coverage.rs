@@ -1,0 +1,181 @@
+//! The op-coverage kernels: between them they reach every lowering rule and, per rule, every dtype
+//! class that picks a different Mosaic op. `tests/bytecode.rs` holds their serialized bodies to the
+//! reference serializer; `tests/mosaic_cpu.rs` runs their Mosaic on the CPU against the interpreter.
+
+use tpu_kernel::prelude::*;
+// Between them, these kernels reach every lowering rule and, per rule, every dtype class that picks a
+// different Mosaic op, so every op name (and its inherent attributes) the lowering can emit is checked.
+
+#[tpu_kernel]
+fn float_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>, b: RefMut<bf16>, m: RefMut<i32>) {
+    let (a, c) = (x.load(), y.load());
+    let u = -a + a.exp() + a.log() + a.tanh() + a.rsqrt() + a.sqrt() + a.sin() + a.cos() + a.abs();
+    let u = u + a.erf() + a.log1p() + a.logistic() + a.floor() + a.ceil() + a.round();
+    let v = (a - c) * (a / c) + a % c + maximum(a, c) + minimum(a, c) + pow(a, c);
+    let lt = a < c;
+    let le = a <= c;
+    let gt = a > c;
+    let ge = a >= c;
+    let eq = a == c;
+    let ne = a != c;
+    let k = (lt & le) | (gt ^ ge) | !(eq | ne);
+    o.store(select(k, u, v) + k.cast::<f32>() + a.cast::<bool>().cast::<f32>());
+    b.store(u.cast::<bf16>() + b.load());
+    m.store(v.cast::<i32>() + a.cast::<u32>().cast::<i32>());
+}
+
+#[tpu_kernel]
+fn int_kernel(
+    x: Ref<i32>,
+    y: Ref<i32>,
+    u: Ref<u32>,
+    o: RefMut<i32>,
+    f: RefMut<f32>,
+    q: RefMut<u32>,
+) {
+    let (a, c, w) = (x.load(), y.load(), u.load());
+    let z = c.cast::<u32>();
+    let s = -a + a.abs() + (a - c) * (a / c) + a % c + maximum(a, c) + minimum(a, c);
+    let bits = (a & c) | (a ^ c);
+    let k = (a < c) | (a <= c) | (a > c) | (a >= c) | (a == c) | (a != c);
+    let uk = (w < z) | (w <= z) | (w > z) | (w >= z);
+    let narrow = a.cast::<i8>().cast::<i32>() + w.cast::<u8>().cast::<i32>() + k.cast::<i32>();
+    o.store(select(uk, s + bits, narrow) + a.cast::<bool>().cast::<i32>() + (a << 2) + (a >> 1));
+    f.store(a.cast::<f32>() + w.cast::<f32>() + k.cast::<f32>());
+    q.store(w / z + w % z + maximum(w, z) + minimum(w, z) + a.cast::<u32>() + (w >> 3) + (w << 2));
+}
+
+#[tpu_kernel]
+fn reduce_kernel(
+    x: Ref<f32>,
+    i: Ref<i32>,
+    u: Ref<u32>,
+    o: RefMut<f32>,
+    oi: RefMut<i32>,
+    ou: RefMut<u32>,
+) {
+    let (a, b, c) = (x.load(), i.load(), u.load());
+    let rows = a.sum_keepdims(1) + a.max_keepdims(1) + a.min_keepdims(1);
+    let cols = a.sum_keepdims(0) + a.max_keepdims(0) + a.min_keepdims(0);
+    let all = a.sum(1).sum(0);
+    o.store(
+        rows.broadcast_to([8, 128]) + cols.broadcast_to([8, 128]) + all + a.mean(1).reshape([8, 1]),
+    );
+    oi.store(b.sum_keepdims(0).broadcast_to([8, 128]) + b.max_keepdims(1) + b.min_keepdims(1));
+    ou.store(c.sum_keepdims(0).broadcast_to([8, 128]) + c.max_keepdims(1) + c.min_keepdims(1));
+}
+
+#[tpu_kernel]
+fn dot_kernel(x: Ref<bf16>, y: Ref<bf16>, q: Ref<i8>, o: RefMut<f32>, oi: RefMut<i32>) {
+    let (a, b) = (x.load(), y.load());
+    o.store(dot(a, b) + dot_nt(a, b) + dot_tn(a, b) + a.cast::<f32>().t());
+    oi.store(dot(q.load(), q.load()));
+}
+
+#[tpu_kernel]
+fn shape_kernel(x: Ref<f32>, o: RefMut<f32>, row: RefMut<f32>) {
+    let i = program_id(0);
+    let first = x.at((0, ..)).load();
+    let cols = iota::<i32>([8, 128], 1);
+    let t = x.load().transpose([1, 0]).transpose([1, 0]);
+    o.store(t + first.reshape([1, 128]).broadcast_to([8, 128]));
+    o.store_masked(t * 2.0, cols < 64);
+    row.at((0, ..)).store(first);
+    for j in 0..4 {
+        let band = o.at((ds(multiple_of(j * 2, 2), 2), ..));
+        band.store(band.load() + 1.0);
+    }
+    let mut n = scalar(0i32);
+    while n < i + 2 {
+        n += 1;
+    }
+    let v = if i % 2 == 0 { t * 2.0 } else { t };
+    if n > 3 {
+        o.store(v);
+    }
+}
+
+#[tpu_kernel]
+fn shift_kernel(x: Ref<i32>, n: Ref<i32>, u: Ref<u32>, o: RefMut<i32>, q: RefMut<u32>) {
+    let (a, s, w) = (x.load(), n.load(), u.load());
+    o.store((a << s) + (a >> s) + (a << 3));
+    q.store((w >> s.cast::<u32>()) + (w << 3));
+}
+
+/// The coverage kernels, built: (name, call).
+pub fn calls() -> Vec<(&'static str, PallasCall)> {
+    let ty = |s: [usize; 2], d| ArrayType::new(s, d);
+    let spec = |s: [usize; 2]| BlockSpec::new(s, |[i]| (i, 0));
+    let one = |name: &'static str, r: Result<PallasCall, KernelError>| {
+        (name, r.unwrap_or_else(|e| panic!("{name} builds: {e}")))
+    };
+    let b = [8, 128];
+    vec![
+        one(
+            "float",
+            pallas_call(float_kernel)
+                .grid([2])
+                .input(ty([16, 128], F32), spec(b))
+                .input(ty([16, 128], F32), spec(b))
+                .output(ty([16, 128], F32), spec(b))
+                .output(ty([16, 128], BF16), spec(b))
+                .output(ty([16, 128], I32), spec(b))
+                .build(),
+        ),
+        one(
+            "int",
+            pallas_call(int_kernel)
+                .grid([2])
+                .input(ty([16, 128], I32), spec(b))
+                .input(ty([16, 128], I32), spec(b))
+                .input(ty([16, 128], U32), spec(b))
+                .output(ty([16, 128], I32), spec(b))
+                .output(ty([16, 128], F32), spec(b))
+                .output(ty([16, 128], U32), spec(b))
+                .build(),
+        ),
+        one(
+            "reduce",
+            pallas_call(reduce_kernel)
+                .grid([2])
+                .input(ty([16, 128], F32), spec(b))
+                .input(ty([16, 128], I32), spec(b))
+                .input(ty([16, 128], U32), spec(b))
+                .output(ty([16, 128], F32), spec(b))
+                .output(ty([16, 128], I32), spec(b))
+                .output(ty([16, 128], U32), spec(b))
+                .build(),
+        ),
+        one(
+            "dot",
+            pallas_call(dot_kernel)
+                .grid([1])
+                .input(ty([128, 128], BF16), spec([128, 128]))
+                .input(ty([128, 128], BF16), spec([128, 128]))
+                .input(ty([128, 128], I8), spec([128, 128]))
+                .output(ty([128, 128], F32), spec([128, 128]))
+                .output(ty([128, 128], I32), spec([128, 128]))
+                .build(),
+        ),
+        one(
+            "shape",
+            pallas_call(shape_kernel)
+                .grid([2])
+                .input(ty([16, 128], F32), spec(b))
+                .output(ty([16, 128], F32), spec(b))
+                .output(ty([16, 128], F32), spec(b))
+                .build(),
+        ),
+        one(
+            "shift",
+            pallas_call(shift_kernel)
+                .grid([2])
+                .input(ty([16, 128], I32), spec(b))
+                .input(ty([16, 128], I32), spec(b))
+                .input(ty([16, 128], U32), spec(b))
+                .output(ty([16, 128], I32), spec(b))
+                .output(ty([16, 128], U32), spec(b))
+                .build(),
+        ),
+    ]
+}
