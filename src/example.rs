@@ -1,7 +1,8 @@
 //! The command line shared by the example binaries: a summary by default, `--emit mlir` for the Mosaic
 //! module only (the exact contract), `--emit ir` for the kernel IR, `--emit stablehlo` for the StableHLO
 //! program calling the kernel, `--emit config` for the `tpu_custom_call` backend_config JSON, `--emit body`
-//! for the serialized (stable_mosaic) body as generic text, and `--check <v5e|v6e|...>` to run the kernel
+//! for the serialized (stable_mosaic) body as generic text, `--emit plan` for the CPU interpreter's
+//! execution plan (row bands, parallel axes, fused chains, sunk stores, in-place dots), `--check <v5e|v6e|...>` to run the kernel
 //! through the real toolchain (jaxlib verify + libtpu compile, see `check`), and `--run` to execute it on
 //! the CPU against the plain-Rust reference (see `run`): in interpret mode, or with `--engine mosaic` the
 //! exact Mosaic module that ships, JIT-compiled (`kernel_runtime::mosaic_cpu`).
@@ -13,7 +14,7 @@ use crate::{KernelError, PallasCall};
 use kernel_runtime::serialize::CustomCall;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: <example> [--emit mlir|ir|stablehlo|config|body] [--check v5e|v6e|v5p|v4] [--run [--engine interpret|mosaic]]";
+const USAGE: &str = "usage: <example> [--emit mlir|ir|stablehlo|config|body|plan] [--check v5e|v6e|v5p|v4] [--run [--engine interpret|mosaic]]";
 
 /// What to print.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +26,8 @@ pub enum Emit {
     Config,
     Body,
     /// Check through jaxlib and libtpu for a TPU generation (`v5e`, `v6e`, ...).
+    /// The CPU interpreter's execution plan.
+    Plan,
     Check(String),
     /// Run on the CPU with random inputs, check against the reference, time it.
     Run(Engine),
@@ -54,6 +57,7 @@ pub fn parse_args(args: &[String]) -> Result<Emit, String> {
                     Some("stablehlo") => Emit::StableHlo,
                     Some("config") => Emit::Config,
                     Some("body") => Emit::Body,
+                    Some("plan") => Emit::Plan,
                     Some(other) => return Err(format!("unknown --emit kind `{other}`; {USAGE}")),
                     None => return Err(format!("--emit needs a value; {USAGE}")),
                 }
@@ -127,6 +131,12 @@ fn run(
             .body_text()?
             .trim_end()
             .to_string(),
+        Emit::Plan => kernel_runtime::interpret::plan_text(
+            call.ir(),
+            &kernel_runtime::interpret::InterpretOptions::default(),
+        )?
+        .trim_end()
+        .to_string(),
         Emit::Check(generation) => check::run(&call, &generation)?,
         Emit::Run(engine) => run::run(&call, engine)?,
         Emit::Summary => {

@@ -10,9 +10,8 @@
 
 use super::elementwise::RawDest;
 use super::host::{take_output, ArrayView, ArrayViewMut, HostArray, HostData, HostElement};
-use super::machine::{
-    fill_literal, plan, write_view, write_view_raw, Machine, Plan, RefState, WidenCache,
-};
+use super::machine::{fill_literal, write_view, write_view_raw, Machine, RefState, WidenCache};
+use super::plan::{plan, Plan};
 use super::tensor::{internal, recycle, row_major_strides, Buf, Foreign, Tensor};
 use super::InterpretOptions;
 use crate::dtype::DType;
@@ -188,6 +187,52 @@ pub(crate) fn run_into(
 /// Bytes of one host element of `dtype` (bool is one byte on the host, like XLA's PRED).
 fn host_size(dtype: DType) -> usize {
     super::elementwise::with_dtype!(dtype, T => std::mem::size_of::<T>())
+}
+
+/// The execution plan `execute` follows for `k` under `opts`, printed (`--emit plan`), and its counts:
+/// the row-band coalescing, the parallel grid axes, then the body's per-op plan.
+pub(crate) fn describe(k: &Kernel, opts: &InterpretOptions) -> Result<(String, super::PlanCounts)> {
+    let threads = rayon::current_num_threads();
+    let coalesced = if opts.fuse {
+        super::coalesce::coalesce(k, threads).or_else(|| super::coalesce::coalesce_rows(k, threads))
+    } else {
+        None
+    };
+    let mut out = String::new();
+    match &coalesced {
+        Some(c) => out.push_str(&format!(
+            "grid {:?}: run in row bands as grid {:?} (blocks {:?})\n",
+            k.grid,
+            c.grid,
+            c.operands
+                .iter()
+                .filter_map(|o| o.block.as_ref().map(|b| b.block_shape.clone()))
+                .collect::<Vec<_>>()
+        )),
+        None => out.push_str(&format!("grid {:?}: run as written\n", k.grid)),
+    }
+    let k = coalesced.as_ref().unwrap_or(k);
+    let maps: Vec<_> = k
+        .operands
+        .iter()
+        .map(|o| o.block.as_ref().map(|b| IndexMap::new(&b.index_map)))
+        .collect();
+    let par = if opts.parallel {
+        parallel_axes(k, &maps)?
+    } else {
+        Vec::new()
+    };
+    if par.is_empty() {
+        out.push_str("grid steps run in order on one thread\n");
+    } else {
+        out.push_str(&format!("parallel chunks over grid axes {par:?}\n"));
+    }
+    let p = plan(&k.body, opts.fuse);
+    out.push_str(&p.describe(&k.body));
+    let mut counts = p.counts();
+    counts.row_bands = coalesced.is_some();
+    counts.parallel_axes = par.len();
+    Ok((out, counts))
 }
 
 /// Run every grid step of `k`, writing every block of every output into `targets`.

@@ -37,6 +37,8 @@ pub(crate) mod grid;
 mod host;
 mod machine;
 mod math;
+mod plan;
+pub use plan::PlanCounts;
 mod reduce;
 mod simd;
 mod tensor;
@@ -84,6 +86,18 @@ impl InterpretOptions {
 }
 
 /// Run `kernel` on `inputs` (one host array per kernel input, in order); returns one array per output.
+/// The interpreter's execution plan of `kernel` under `options`, printed (`--emit plan`): row-band
+/// coalescing, parallel grid axes, fused chains (with reduction epilogues and deferred casts), results
+/// sunk into output blocks, in-place dots. Every fast path the interpreter takes shows here.
+pub fn plan_text(kernel: &Kernel, options: &InterpretOptions) -> Result<String> {
+    grid::describe(kernel, options).map(|(text, _)| text)
+}
+
+/// What [`plan_text`] shows, counted (for tests that a fast path fires).
+pub fn plan_counts(kernel: &Kernel, options: &InterpretOptions) -> Result<PlanCounts> {
+    grid::describe(kernel, options).map(|(_, counts)| counts)
+}
+
 pub fn interpret(
     kernel: &Kernel,
     inputs: &[HostArray],

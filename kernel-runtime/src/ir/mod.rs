@@ -7,6 +7,7 @@
 
 mod ops;
 mod print;
+pub use print::op_label;
 
 pub(crate) use ops::{binary_f32, binary_int, for_each_unary, int_arm, op_arm, unary_f32};
 pub use ops::{BinaryOp, Cost, IntLowering, Operands, UnaryOp};

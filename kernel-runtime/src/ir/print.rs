@@ -19,6 +19,11 @@ impl Display for Type {
     }
 }
 
+/// An op kind's printed name (`exp`, `cmp.lt`, `load<..>`), as `--emit ir` shows it.
+pub fn op_label(kind: &OpKind) -> String {
+    op_name(kind)
+}
+
 fn op_name(kind: &OpKind) -> String {
     match kind {
         OpKind::Const(l) => format!("const {l}"),

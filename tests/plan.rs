@@ -1,0 +1,87 @@
+//! The interpreter's execution plan (`--emit plan`): each fast path is observable, so a silently
+//! disabled one fails here instead of only running slower.
+
+mod common;
+
+use tpu_kernel::runtime::interpret::{plan_counts, plan_text, InterpretOptions, PlanCounts};
+
+fn counts(name: &str, opts: &InterpretOptions) -> PlanCounts {
+    let (_, build) = common::EXAMPLES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .expect("example");
+    let call = build().expect("builds");
+    plan_counts(call.ir(), opts).expect("plan")
+}
+
+#[test]
+fn the_examples_fast_paths_fire() {
+    let on = InterpretOptions::default();
+    let softmax = counts("softmax", &on);
+    assert!(softmax.row_bands, "softmax runs in row bands: {softmax:?}");
+    assert_eq!(softmax.parallel_axes, 1, "{softmax:?}");
+    assert!(
+        softmax.chains >= 1 && softmax.epilogues >= 1,
+        "x - max -> exp fused with its sum: {softmax:?}"
+    );
+    assert!(
+        softmax.sunk >= 1,
+        "the division writes straight into the output block: {softmax:?}"
+    );
+
+    let rmsnorm = counts("rmsnorm", &on);
+    assert!(rmsnorm.epilogues >= 1 && rmsnorm.folded >= 3, "{rmsnorm:?}");
+
+    let matmul = counts("matmul", &on);
+    assert_eq!(
+        matmul.in_place_dots, 1,
+        "the dot accumulates into its scratch: {matmul:?}"
+    );
+    assert_eq!(matmul.parallel_axes, 2, "{matmul:?}");
+
+    let add = counts("add", &on);
+    assert!(add.row_bands && add.sunk == 1, "{add:?}");
+}
+
+#[test]
+fn without_fusion_or_threads_nothing_fires() {
+    let off = InterpretOptions {
+        fuse: false,
+        parallel: false,
+        ..InterpretOptions::default()
+    };
+    for (name, _) in common::EXAMPLES {
+        let c = counts(name, &off);
+        assert_eq!(
+            (
+                c.row_bands,
+                c.parallel_axes,
+                c.chains,
+                c.folded,
+                c.epilogues,
+                c.sunk
+            ),
+            (false, 0, 0, 0, 0, 0),
+            "{name}: {c:?}"
+        );
+    }
+}
+
+#[test]
+fn the_plan_text_names_what_fires() {
+    let (_, build) = common::EXAMPLES
+        .iter()
+        .find(|(n, _)| *n == "softmax")
+        .expect("softmax");
+    let text =
+        plan_text(build().expect("builds").ir(), &InterpretOptions::default()).expect("plan");
+    for needle in [
+        "row bands",
+        "parallel chunks",
+        "fused chain",
+        "Sum epilogue",
+        "sunk into the output block",
+    ] {
+        assert!(text.contains(needle), "`{needle}` missing from:\n{text}");
+    }
+}
