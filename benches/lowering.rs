@@ -28,7 +28,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 use tpu_kernel::__private::export::{Library, Request};
-use tpu_kernel::lower;
+use tpu_kernel::runtime::lower;
 use tpu_kernel::{ArrayType, DType};
 
 /// The example's inputs with the first dimension of the arrays in `grow` made `i + 1` blocks longer:

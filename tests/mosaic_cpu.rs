@@ -12,7 +12,7 @@
 
 mod common;
 
-use tpu_kernel::lower::mosaic::{MBlock, MModule, MOp};
+use tpu_kernel::runtime::lower::mosaic::{MBlock, MModule, MOp};
 use tpu_kernel::prelude::*;
 use tpu_kernel::reference::{self, Tolerance};
 use tpu_kernel::runtime::interpret::{HostArray, InterpretOptions};
@@ -934,10 +934,10 @@ fn run_mutated(
     inputs: &[HostArray],
     change: impl FnOnce(&mut MModule),
 ) -> Result<Vec<HostArray>, KernelError> {
-    let mut m = tpu_kernel::lower::lower_module(call.ir())?;
+    let mut m = tpu_kernel::runtime::lower::lower_module(call.ir())?;
     change(&mut m);
-    tpu_kernel::lower::with_context(|ctx| {
-        let module = tpu_kernel::lower::module_from_data(ctx, &m)?;
+    tpu_kernel::runtime::lower::with_context(|ctx| {
+        let module = tpu_kernel::runtime::lower::module_from_data(ctx, &m)?;
         mosaic_cpu::compile_module(call.ir(), &module)?.run(inputs)
     })
 }
