@@ -1,0 +1,255 @@
+//! The ref side of a grid step: window starts (bounds-checked), loads and stores (masked, strided, into
+//! a ref's block or straight into the output array), and the view writers they share with the grid.
+
+use super::*;
+
+impl<'k> Machine<'k> {
+    /// Window starts with dynamic ones read from the op's operands, bounds-checked against the ref.
+    pub(super) fn starts(
+        &self,
+        op: &Op,
+        w: &Window,
+        dyn_first: usize,
+        r: usize,
+    ) -> Result<Vec<usize>> {
+        let shape = &self.refs[r].shape;
+        if w.starts.len() != shape.len()
+            || w.sizes.len() != shape.len()
+            || w.squeezed.len() != shape.len()
+        {
+            return Err(internal("window rank differs from the ref rank"));
+        }
+        let mut next = dyn_first;
+        let mut out = Vec::with_capacity(shape.len());
+        for (d, s) in w.starts.iter().enumerate() {
+            let start = match s {
+                Start::Static(s) => *s as i64,
+                Start::Dynamic => {
+                    let v = op
+                        .operands
+                        .get(next)
+                        .ok_or_else(|| internal("missing dynamic start"))?;
+                    next += 1;
+                    self.tensor(*v)?.scalar_i64()?
+                }
+            };
+            let size = w.sizes[d];
+            if start < 0 || start as u64 + size as u64 > shape[d] as u64 {
+                let what = if matches!(op.kind, OpKind::Load(_)) {
+                    "load from"
+                } else {
+                    "store into"
+                };
+                return Err(kerr!(
+                    OutOfBounds,
+                    "out-of-bounds {what} {}: window {start}..{} along dimension {d} of the ref shape {shape:?}",
+                    self.refs[r].label,
+                    start + size as i64
+                )
+                .for_argument(self.refs[r].label.clone()));
+            }
+            out.push(start as usize);
+        }
+        Ok(out)
+    }
+
+    pub(super) fn load(&self, op: &Op, w: &Window) -> Result<Tensor> {
+        let r = self.ref_index(op.operands[0])?;
+        let starts = self.starts(op, w, 1, r)?;
+        let st = &self.refs[r];
+        let full = w.is_full(&st.shape);
+        let content = self.contents(r)?;
+        Ok(if full {
+            content
+        } else {
+            content.window(&starts, &w.sizes, &w.squeezed)
+        })
+    }
+
+    pub(super) fn store(&mut self, op: &Op, w: &Window, masked: bool) -> Result<()> {
+        let r = self.ref_index(op.operands[0])?;
+        if let Some(Some(Value::Sunk)) = self.env.get(op.operands[1].0 as usize) {
+            // The value was computed straight into the output block.
+            if let Some(old) = self.refs[r].content.take() {
+                recycle(old);
+            }
+            self.refs[r].written_through = true;
+            return Ok(());
+        }
+        let value = self.tensor(op.operands[1])?.clone();
+        let mask = if masked {
+            let m = op
+                .operands
+                .last()
+                .ok_or_else(|| internal("masked store without a mask"))?;
+            Some(self.tensor(*m)?.clone())
+        } else {
+            None
+        };
+        let starts = self.starts(op, w, 2, r)?;
+        let (dtype, shape) = (self.refs[r].dtype, self.refs[r].shape.clone());
+        if value.dtype != dtype || value.shape[..] != w.value_shape()[..] {
+            return Err(internal("stored value does not match the window"));
+        }
+        if mask.is_none() && w.is_full(&shape) {
+            if let Some(old) = self.refs[r].content.replace(value) {
+                recycle(old);
+            }
+            return Ok(());
+        }
+        // Partial or masked store: make the contents an owned contiguous buffer, then write the window.
+        let base = match self.refs[r].content.take() {
+            Some(t) if t.is_contiguous() && t.offset == 0 && t.buf.len() == t.numel() => t,
+            Some(t) => t.materialize()?,
+            // The block was written straight into the output array: continue from what is there
+            // (the contents own the block again and are written back at the block's end).
+            None if self.refs[r].written_through => {
+                let t = self.contents(r)?.materialize()?;
+                self.refs[r].written_through = false;
+                t
+            }
+            None => Tensor::from_data(
+                shape.clone(),
+                HostData::filled(fill_literal(dtype, self.poison), shape.iter().product()),
+            ),
+        };
+        let mut buf = base.buf;
+        let rs = row_major_strides(&shape);
+        let mut dst_off = 0;
+        let mut dst_strides = Vec::new();
+        for d in 0..shape.len() {
+            dst_off += starts[d] * rs[d];
+            if !w.squeezed[d] {
+                dst_strides.push(rs[d]);
+            }
+        }
+        let data = buf.make_mut(dtype)?;
+        with_dtype!(dtype, T => {
+            let dst = T::vec_mut(data).ok_or_else(|| internal("ref buffer type"))?;
+            write_view(dst, dst_off, &dst_strides, &value, mask.as_ref())?;
+        });
+        self.refs[r].content = Some(Tensor {
+            dtype,
+            strides: rs,
+            shape: shape.into(),
+            offset: 0,
+            buf,
+        });
+        Ok(())
+    }
+}
+
+/// Copy an output block out of the output array (after a written-through store).
+pub(super) fn read_dest(d: &RawDest) -> Result<Tensor> {
+    let reach: usize = d
+        .shape
+        .iter()
+        .zip(&d.strides)
+        .map(|(n, s)| n.saturating_sub(1) * s)
+        .sum();
+    if d.shape.contains(&0) || d.off + reach >= d.len {
+        return Err(internal("output block outside its array"));
+    }
+    with_dtype!(d.dtype, T => {
+        let ptr = d.ptr as *const T;
+        let mut out: Vec<T> = Vec::with_capacity(d.shape.iter().product());
+        for_each_row(&d.shape, [&d.strides], [d.off], |[o], n, [s]| {
+            for i in 0..n {
+                // SAFETY: every offset is below `off + reach < len` (checked above); the block was
+                // fully written by the sunk op, and this chunk owns it exclusively.
+                out.push(unsafe { ptr.add(o + i * s).read() });
+            }
+        });
+        Ok(Tensor::from_vec(d.shape.clone(), out))
+    })
+}
+
+/// Write `src` (optionally only where `mask`) into `dst` at `off` with `strides` (one per src dim).
+pub(crate) fn write_view<T: HostElement>(
+    dst: &mut [T],
+    off: usize,
+    strides: &[usize],
+    src: &Tensor,
+    mask: Option<&Tensor>,
+) -> Result<()> {
+    // SAFETY: `dst` is an exclusive slice; `write_view_raw` bounds-checks every row against its length.
+    unsafe { write_view_raw(dst.as_mut_ptr(), dst.len(), off, strides, src, mask) }
+}
+
+/// Like [`write_view`] into a raw buffer of `len` elements.
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` elements of `T`, and no other thread may access the elements
+/// this call writes while it runs (callers write disjoint blocks).
+pub(crate) unsafe fn write_view_raw<T: HostElement>(
+    dst: *mut T,
+    len: usize,
+    off: usize,
+    strides: &[usize],
+    src: &Tensor,
+    mask: Option<&Tensor>,
+) -> Result<()> {
+    if strides.len() != src.shape.len() {
+        return Err(internal("write rank"));
+    }
+    let sd = src.data::<T>()?;
+    let mut err = None;
+    let in_bounds = |o: usize, n: usize, s: usize| n == 0 || o + (n - 1) * s < len;
+    match mask {
+        None => for_each_row(
+            &src.shape,
+            [strides, &src.strides],
+            [off, src.offset],
+            |[od, os], n, [sdst, ssrc]| {
+                if !in_bounds(od, n, sdst) {
+                    err = Some(internal("write out of the destination"));
+                    return;
+                }
+                match (sdst, ssrc) {
+                    // SAFETY: rows checked in bounds above; src and dst never alias (src is a different buffer
+                    // or an earlier copy, see `Machine::store`).
+                    (1, 1) => {
+                        // SAFETY: as above.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(sd[os..os + n].as_ptr(), dst.add(od), n)
+                        }
+                    }
+                    (1, 0) => {
+                        let v = sd[os];
+                        for i in 0..n {
+                            // SAFETY: `od + i < len` (the row was checked in bounds above).
+                            unsafe { dst.add(od + i).write(v) }
+                        }
+                    }
+                    (a, b) => {
+                        for i in 0..n {
+                            // SAFETY: `od + i * a < len` (the row was checked in bounds above).
+                            unsafe { dst.add(od + i * a).write(sd[os + i * b]) }
+                        }
+                    }
+                }
+            },
+        ),
+        Some(m) => {
+            let md = m.data::<bool>()?;
+            for_each_row(
+                &src.shape,
+                [strides, &src.strides, &m.strides],
+                [off, src.offset, m.offset],
+                |[od, os, om], n, [a, b, c]| {
+                    if !in_bounds(od, n, a) {
+                        err = Some(internal("write out of the destination"));
+                        return;
+                    }
+                    for i in 0..n {
+                        if md[om + i * c] {
+                            // SAFETY: `od + i * a < len` (the row was checked in bounds above).
+                            unsafe { dst.add(od + i * a).write(sd[os + i * b]) }
+                        }
+                    }
+                },
+            )
+        }
+    }
+    err.map_or(Ok(()), Err)
+}
