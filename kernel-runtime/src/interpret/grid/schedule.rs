@@ -1,0 +1,142 @@
+//! The Pallas block schedule around the grid steps: grid points in Pallas order, chunks of parallel
+//! axes, and when blocks move (shared by the interpreter and `mosaic_cpu`).
+
+use super::*;
+
+/// Visit every grid point in Pallas order until `f` returns false.
+pub(super) fn for_each_point(
+    grid: &[usize],
+    mut f: impl FnMut(&[i64]) -> Result<bool>,
+) -> Result<()> {
+    let mut p = vec![0i64; grid.len()];
+    loop {
+        if !f(&p)? {
+            return Ok(());
+        }
+        let mut d = grid.len();
+        loop {
+            if d == 0 {
+                return Ok(());
+            }
+            d -= 1;
+            p[d] += 1;
+            if (p[d] as usize) < grid[d] {
+                break;
+            }
+            p[d] = 0;
+        }
+    }
+}
+
+/// The parallel-axis coordinates of chunk number `c` (row-major over `sizes`; empty for no axes).
+pub(super) fn chunk_key(sizes: &[usize], mut c: usize) -> Vec<i64> {
+    let mut key = vec![0i64; sizes.len()];
+    for d in (0..sizes.len()).rev() {
+        key[d] = (c % sizes[d]) as i64;
+        c /= sizes[d];
+    }
+    key
+}
+
+/// The Pallas block schedule around the grid steps, shared by the interpreter and `mosaic_cpu`: an
+/// engine says how index maps are evaluated, how blocks move and how a step runs; [`walk_grid`] says
+/// when (input blocks re-read when their block index changes; output blocks written back when it
+/// changes and after the last step, so a revisited output keeps its contents).
+pub(crate) trait BlockEngine {
+    /// The block indices of operand `i` (which has a BlockSpec) at grid point `point`, into `idx`.
+    fn block_index(&mut self, i: usize, point: &[i64], idx: &mut Vec<i64>) -> Result<()>;
+    /// Input operand `i` (input number `n`) shows block `idx` from now on.
+    fn copy_in(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()>;
+    /// Output operand `i` (output number `n`) is done with block `idx`: write it to its array.
+    fn write_back(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()>;
+    /// Output operand `i` (output number `n`) starts on block `idx`.
+    fn start_output(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()>;
+    /// Run the kernel body at grid point `point`.
+    fn step(&mut self, point: &[i64]) -> Result<()>;
+}
+
+/// Run the grid points of `k` whose coordinates on `par_axes` are `key` (every point when there are no
+/// such axes) in Pallas order, moving blocks as Pallas does, then write back each output's last block.
+pub(crate) fn walk_grid(
+    k: &Kernel,
+    par_axes: &[usize],
+    key: &[i64],
+    e: &mut impl BlockEngine,
+) -> Result<()> {
+    let mut last: Vec<Option<Vec<i64>>> = vec![None; k.operands.len()];
+    // Iterate the non-parallel axes with the parallel ones fixed to `key`.
+    let free: Vec<usize> = (0..k.grid.len())
+        .filter(|a| !par_axes.contains(a))
+        .collect();
+    let sub: Vec<usize> = free.iter().map(|&a| k.grid[a]).collect();
+    let mut point = vec![0i64; k.grid.len()];
+    for (a, v) in par_axes.iter().zip(key) {
+        point[*a] = *v;
+    }
+    for_each_point(&sub, |q| {
+        for (a, v) in free.iter().zip(q) {
+            point[*a] = *v;
+        }
+        enter(k, e, &mut last, &point)?;
+        e.step(&point).map_err(|mut err| {
+            err.message += &format!(" (at grid point {point:?})");
+            err
+        })?;
+        Ok(true)
+    })?;
+    let mut out_no = 0;
+    for (i, o) in k.operands.iter().enumerate() {
+        if o.role == OperandRole::Output {
+            if let Some(idx) = &last[i] {
+                e.write_back(i, out_no, idx)?;
+            }
+            out_no += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Before a step: evaluate every index map; refresh inputs and write back outputs whose block changed.
+fn enter(
+    k: &Kernel,
+    e: &mut impl BlockEngine,
+    last: &mut [Option<Vec<i64>>],
+    point: &[i64],
+) -> Result<()> {
+    let (mut input_no, mut out_no) = (0, 0);
+    for (i, o) in k.operands.iter().enumerate() {
+        let role_no = match o.role {
+            OperandRole::Input => {
+                input_no += 1;
+                input_no - 1
+            }
+            OperandRole::Output => {
+                out_no += 1;
+                out_no - 1
+            }
+            OperandRole::Scratch => continue,
+        };
+        let Some(block) = &o.block else {
+            continue;
+        };
+        let mut idx = Vec::with_capacity(o.shape.len());
+        e.block_index(i, point, &mut idx)
+            .map_err(|err| err.for_argument(o.label()))?;
+        if last[i].as_ref() == Some(&idx) {
+            continue;
+        }
+        check_block(block, &o.shape, &idx, point)
+            .map_err(|err| err.for_argument(o.label()).at(o.loc))?;
+        match o.role {
+            OperandRole::Input => e.copy_in(i, role_no, &idx)?,
+            _ => {
+                if let Some(prev) = &last[i] {
+                    e.write_back(i, role_no, prev)?;
+                }
+                e.start_output(i, role_no, &idx)?;
+            }
+        }
+        last[i] = Some(idx);
+    }
+    Ok(())
+}

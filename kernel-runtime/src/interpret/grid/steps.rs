@@ -1,0 +1,288 @@
+//! The interpreter's side of the block schedule: a chunk of grid steps run by one machine — blocks
+//! read from the inputs (padded at the edges), output blocks written back through the sinks.
+
+use super::*;
+use crate::interpret::machine::{write_view, write_view_raw};
+
+/// The interpreter's side of the schedule: one chunk's machine and the runner's arrays.
+pub(super) struct Chunk<'r, 'a> {
+    runner: &'r Runner<'a>,
+    m: &'r mut Machine<'a>,
+    /// Index-map scratch registers.
+    env: Vec<i64>,
+}
+
+impl BlockEngine for Chunk<'_, '_> {
+    fn block_index(&mut self, i: usize, point: &[i64], idx: &mut Vec<i64>) -> Result<()> {
+        match &self.runner.maps[i] {
+            Some(map) => map.eval(point, &mut self.env, idx),
+            None => Err(internal("an operand without an index map")),
+        }
+    }
+
+    fn copy_in(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()> {
+        let block = self.runner.k.operands[i]
+            .block
+            .as_ref()
+            .ok_or_else(|| internal("input without a block"))?;
+        self.m.refs[i].content = Some(input_block(
+            &self.runner.inputs[n],
+            block,
+            idx,
+            self.runner.poison,
+        )?);
+        Ok(())
+    }
+
+    fn write_back(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()> {
+        self.runner.write_back(self.m, i, n, idx)
+    }
+
+    fn start_output(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()> {
+        if let Some(old) = self.m.refs[i].content.take() {
+            recycle(old);
+        }
+        self.m.refs[i].written_through = false;
+        self.m.dests[i] = self.runner.dest(i, n, idx)?;
+        Ok(())
+    }
+
+    fn step(&mut self, point: &[i64]) -> Result<()> {
+        self.m.step(&self.runner.plan, point)
+    }
+}
+
+pub(super) struct Runner<'a> {
+    pub(super) k: &'a Kernel,
+    /// Each operand's index map (None for whole-array operands and scratch).
+    pub(super) maps: Vec<Option<IndexMap<'a>>>,
+    pub(super) inputs: &'a [Input],
+    pub(super) sinks: &'a [Sink],
+    pub(super) plan: Plan,
+    pub(super) poison: bool,
+}
+
+impl<'a> Runner<'a> {
+    pub(super) fn machine(&self) -> Machine<'a> {
+        let refs = self
+            .k
+            .operands
+            .iter()
+            .map(|o| RefState {
+                dtype: o.dtype,
+                shape: o.ref_shape(),
+                content: None,
+                label: o.label(),
+                written_through: false,
+            })
+            .collect();
+        let inputs = self.inputs.iter().map(|a| a.buf.clone()).collect();
+        Machine::new(&self.k.body, refs, self.poison, WidenCache::new(inputs))
+    }
+
+    /// Run every grid point whose parallel coordinates are `key`, in order, then write back.
+    pub(super) fn chunk(&self, m: &mut Machine<'a>, par_axes: &[usize], key: &[i64]) -> Result<()> {
+        let k = self.k;
+        let mut input_no = 0;
+        for (i, o) in k.operands.iter().enumerate() {
+            if let Some(old) = m.refs[i].content.take() {
+                recycle(old);
+            }
+            m.refs[i].written_through = false;
+            m.dests[i] = None;
+            if o.role == OperandRole::Input {
+                if o.block.is_none() {
+                    m.refs[i].content = Some(whole(&self.inputs[input_no]));
+                }
+                input_no += 1;
+            }
+        }
+        let mut chunk = Chunk {
+            runner: self,
+            m,
+            env: Vec::new(),
+        };
+        walk_grid(k, par_axes, key, &mut chunk)
+    }
+
+    /// Copy output ref `i`'s block (block index `idx`) into output array `out_no`, clipped to the array.
+    fn write_back(&self, m: &mut Machine<'a>, i: usize, out_no: usize, idx: &[i64]) -> Result<()> {
+        let through = std::mem::replace(&mut m.refs[i].written_through, false);
+        m.dests[i] = None;
+        let r = &mut m.refs[i];
+        match r.content.take() {
+            // The block was computed in place in the output array.
+            None if through => self.mark_written(i, out_no, idx),
+            content => {
+                let content = content
+                    .unwrap_or_else(|| Tensor::splat(fill_literal(r.dtype, self.poison), &r.shape));
+                self.write_block(i, out_no, idx, &content)?;
+                recycle(content);
+                Ok(())
+            }
+        }
+    }
+
+    /// Where block `idx` of output operand `i` sits in its array: element offset, strides of the kernel
+    /// dims, the block's kernel shape clipped to the array, and whether it needed clipping.
+    fn geometry(&self, i: usize, idx: &[i64]) -> Result<(usize, Vec<usize>, Vec<usize>, bool)> {
+        let o = &self.k.operands[i];
+        let block = o
+            .block
+            .as_ref()
+            .ok_or_else(|| internal("output without a block"))?;
+        let astr = row_major_strides(&o.shape);
+        let (mut off, mut strides, mut clipped, mut cut) = (0, Vec::new(), Vec::new(), false);
+        for d in 0..o.shape.len() {
+            let start = idx[d] as usize * block.block_shape[d];
+            off += start * astr[d];
+            cut |= start + block.block_shape[d] > o.shape[d];
+            if !block.squeezed[d] {
+                strides.push(astr[d]);
+                clipped.push(block.block_shape[d].min(o.shape[d] - start));
+            }
+        }
+        Ok((off, strides, clipped, cut))
+    }
+
+    /// The output array region of block `idx` as a direct destination, if the block lies inside it.
+    fn dest(&self, i: usize, out_no: usize, idx: &[i64]) -> Result<Option<RawDest>> {
+        let (off, strides, shape, cut) = self.geometry(i, idx)?;
+        let sink = self
+            .sinks
+            .get(out_no)
+            .ok_or_else(|| internal("output sink"))?;
+        Ok((!cut).then_some(RawDest {
+            ptr: sink.ptr,
+            len: sink.len,
+            off,
+            strides: strides.into(),
+            shape: shape.into(),
+            dtype: sink.dtype,
+        }))
+    }
+
+    /// Write `content` as block `idx` of output array `out_no` (operand `i`), clipped to the array.
+    pub(super) fn write_block(
+        &self,
+        i: usize,
+        out_no: usize,
+        idx: &[i64],
+        content: &Tensor,
+    ) -> Result<()> {
+        let (off, strides, clipped, _) = self.geometry(i, idx)?;
+        let zeros = vec![0; clipped.len()];
+        let src = content.window(&zeros, &clipped, &vec![false; clipped.len()]);
+        let sink = self
+            .sinks
+            .get(out_no)
+            .ok_or_else(|| internal("output sink"))?;
+        if sink.dtype != src.dtype {
+            return Err(internal("output dtype"));
+        }
+        crate::interpret::elementwise::with_dtype!(src.dtype, T => {
+            // SAFETY: the sink points at a live output buffer with room for `len` elements of this
+            // dtype; chunks write disjoint blocks (see `parallel_axes`), and `write_view_raw`
+            // bounds-checks each row and only writes (never reads) the destination.
+            unsafe { write_view_raw::<T>(sink.ptr as *mut T, sink.len, off, &strides, &src, None)? }
+        });
+        self.mark_written(i, out_no, idx)
+    }
+
+    fn mark_written(&self, i: usize, out_no: usize, idx: &[i64]) -> Result<()> {
+        let o = &self.k.operands[i];
+        let block = o
+            .block
+            .as_ref()
+            .ok_or_else(|| internal("output without a block"))?;
+        let sink = self
+            .sinks
+            .get(out_no)
+            .ok_or_else(|| internal("output sink"))?;
+        let n: Vec<usize> = o
+            .shape
+            .iter()
+            .zip(&block.block_shape)
+            .map(|(a, s)| a.div_ceil(*s))
+            .collect();
+        let lin = idx
+            .iter()
+            .zip(&n)
+            .fold(0usize, |acc, (&x, &nb)| acc * nb + x as usize);
+        if let Some(w) = sink.written.get(lin) {
+            w.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// A whole input array as a tensor (shares the caller's buffer).
+fn whole(a: &Input) -> Tensor {
+    Tensor {
+        dtype: a.dtype,
+        shape: a.shape.as_slice().into(),
+        strides: row_major_strides(&a.shape),
+        offset: 0,
+        buf: a.buf.clone(),
+    }
+}
+
+pub(super) fn check_block(
+    block: &BlockIr,
+    shape: &[usize],
+    idx: &[i64],
+    point: &[i64],
+) -> Result<()> {
+    if idx.len() != shape.len() {
+        return Err(kerr!(
+            Grid,
+            "the index map returns {} block indices for an array of rank {}",
+            idx.len(),
+            shape.len()
+        ));
+    }
+    for d in 0..shape.len() {
+        let nblocks = shape[d].div_ceil(block.block_shape[d]);
+        if idx[d] < 0 || idx[d] as usize >= nblocks {
+            return Err(kerr!(
+                OutOfBounds,
+                "at grid point {point:?} the index map returns block {idx:?}, but dimension {d} has only {nblocks} blocks of {} (array {shape:?})",
+                block.block_shape[d]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The input block at `idx`: a view of the caller's array, or a padded copy for an edge block that
+/// runs past the array (padding reads as the fill value, like unspecified VMEM on the TPU).
+fn input_block(a: &Input, block: &BlockIr, idx: &[i64], poison: bool) -> Result<Tensor> {
+    let shape = a.shape.as_slice();
+    let starts: Vec<usize> = (0..shape.len())
+        .map(|d| idx[d] as usize * block.block_shape[d])
+        .collect();
+    let inside = (0..shape.len()).all(|d| starts[d] + block.block_shape[d] <= shape[d]);
+    let w = whole(a);
+    if inside {
+        return Ok(w.window(&starts, &block.block_shape, &block.squeezed));
+    }
+    let clipped: Vec<usize> = (0..shape.len())
+        .map(|d| block.block_shape[d].min(shape[d] - starts[d]))
+        .collect();
+    let src = w.window(&starts, &clipped, &block.squeezed);
+    let kshape = block.kernel_shape();
+    let n = kshape.iter().product();
+    let mut data = HostData::filled(fill_literal(a.dtype, poison), n);
+    let strides = row_major_strides(&kshape);
+    crate::interpret::elementwise::with_dtype!(a.dtype, T => {
+        let dst = T::vec_mut(&mut data).ok_or_else(|| internal("block buffer type"))?;
+        write_view(dst, 0, &strides, &src, None)?;
+    });
+    Ok(Tensor {
+        dtype: a.dtype,
+        shape: kshape.into(),
+        strides,
+        offset: 0,
+        buf: Buf::host(data),
+    })
+}
