@@ -1,6 +1,10 @@
 //! The kernel language, construct by construct: what each one traces to (kernel IR) and that the result
 //! lowers to verified Mosaic. Compile-time values must fold away; traced ones must become ops.
 
+#[path = "common/kernels.rs"]
+mod kernels;
+
+use kernels::*;
 use tpu_kernel::ir::{Func, OpKind};
 use tpu_kernel::prelude::*;
 
@@ -103,33 +107,6 @@ fn kernel_fn_helpers_are_traced_inline() {
     );
 }
 
-#[tpu_kernel]
-fn control_flow_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    let i = program_id(0);
-    // else-if chain producing a value.
-    let v = if i == 0 {
-        x.load()
-    } else if i == 1 {
-        x.load() * 2.0
-    } else {
-        x.load() * 3.0
-    };
-    // A loop with a traced upper bound and two carried values.
-    let mut acc = v;
-    let mut steps = scalar(0i32);
-    for _k in 0..i + 1 {
-        acc += v;
-        steps += 1;
-    }
-    // while with a compound condition.
-    let mut n = scalar(0i32);
-    while n < 4 && steps > n {
-        acc *= 0.5;
-        n += 1;
-    }
-    o.store(acc);
-}
-
 #[test]
 fn traced_control_flow_becomes_scf() {
     let spec = || BlockSpec::new([8, 128], |[i]| (i, 0));
@@ -159,12 +136,6 @@ fn traced_control_flow_becomes_scf() {
     assert!(mlir.contains("scf.for") && mlir.contains("scf.while") && mlir.contains("scf.if"));
 }
 
-#[tpu_kernel]
-fn squeezed_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    // x is a (1, 8, 128) block of a (4, 8, 128) array, squeezed to (8, 128).
-    o.store(x.load() + 1.0);
-}
-
 #[test]
 fn squeezed_block_dimensions() {
     let call = one_block(|| {
@@ -189,15 +160,6 @@ fn squeezed_block_dimensions() {
         mlir.contains("window_bounds = array<i64: 1, 8, 128>"),
         "{mlir}"
     );
-}
-
-#[tpu_kernel]
-fn window_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    let half = x.shape()[0] / 2;
-    let top = x.at((0..half, ..)).load();
-    let bottom = x.at((ds(half, half), ..)).load();
-    o.at((ds(0, half), ..)).store(bottom);
-    o.at((half..2 * half, ..)).store(top);
 }
 
 #[test]
@@ -227,15 +189,6 @@ fn static_windows_swap_halves() {
             (vec![Static(8), Static(0)], vec![8, 128]),
         ]
     );
-}
-
-#[tpu_kernel]
-fn mixed_dtype_kernel(x: Ref<bf16>, idx: Ref<i32>, o: RefMut<f32>, m: RefMut<i32>) {
-    let xf = x.load().cast::<f32>();
-    let i = idx.load();
-    let scaled = xf * i.cast::<f32>() - (i % 3).cast::<f32>();
-    o.store(select(i > 0, scaled, -scaled).tanh().abs());
-    m.store(maximum(i / 2, 0) + (-i).abs());
 }
 
 #[test]

@@ -30,6 +30,10 @@ mod softmax;
 #[allow(dead_code)]
 mod transpose;
 
+#[path = "common/kernels.rs"]
+mod kernels;
+
+use kernels::*;
 use tpu_kernel::prelude::*;
 use tpu_kernel::reference::{self, Tolerance};
 use tpu_kernel::runtime::interpret::{HostArray, InterpretOptions};
@@ -132,15 +136,6 @@ fn parallel_and_sequential_runs_agree_bit_for_bit() {
 
 // ---------------------------------------------------------------------------------------------- poisoning
 
-#[tpu_kernel]
-fn matmul_no_init_kernel(x: Ref<bf16>, y: Ref<bf16>, o: RefMut<bf16>, acc: RefMut<f32>) {
-    // Bug under test: the accumulator is never zeroed at k == 0.
-    acc.store(acc.load() + dot(x.load(), y.load()));
-    if program_id(2) == num_programs(2) - 1 {
-        o.store(acc.load().cast::<bf16>());
-    }
-}
-
 fn matmul_no_init() -> PallasCall {
     let (m, n, k, b) = (256, 256, 256, 128);
     pallas_call(matmul_no_init_kernel)
@@ -183,11 +178,6 @@ fn poisoning_catches_a_matmul_that_never_zeroes_its_accumulator() {
         out.iter().all(|v| v.is_nan()),
         "uninitialized accumulator must poison the result"
     );
-}
-
-#[tpu_kernel]
-fn half_store_kernel(x: Ref<i32>, o: RefMut<i32>) {
-    o.at((0..8, ..)).store(x.at((0..8, ..)).load());
 }
 
 #[test]
@@ -287,13 +277,6 @@ fn wrong_inputs_are_errors_not_panics() {
 
 // ---------------------------------------------------------------------------------------------- dtypes
 
-#[tpu_kernel]
-fn bf16_chain_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    // Each op on bf16 values rounds: (x as bf16) * 3 as bf16, then back to f32.
-    let b = x.load().cast::<bf16>();
-    o.store((b * 3.0f32).cast::<f32>());
-}
-
 #[test]
 fn bf16_rounds_on_every_cast_and_op() {
     let call = pallas_call(bf16_chain_kernel)
@@ -343,14 +326,6 @@ fn bf16_rounds_on_every_cast_and_op() {
     }
 }
 
-#[tpu_kernel]
-fn int_kernel(x: Ref<i32>, y: Ref<i32>, sum: RefMut<i32>, quo: RefMut<i32>, rem: RefMut<i32>) {
-    let (a, b) = (x.load(), y.load());
-    sum.store(a * 65536 + b);
-    quo.store(a / b);
-    rem.store(a % b);
-}
-
 #[test]
 fn integers_wrap_and_divide_like_xla() {
     let spec = || BlockSpec::new([8, 128], |[_]| (0, 0));
@@ -385,15 +360,6 @@ fn integers_wrap_and_divide_like_xla() {
         };
         assert_eq!((q[i], r[i]), (wq, wr), "{a} / {b}");
     }
-}
-
-#[tpu_kernel]
-fn nan_kernel(x: Ref<f32>, mx: RefMut<f32>, mn: RefMut<f32>, ne: RefMut<i32>, e: RefMut<f32>) {
-    let v = x.load();
-    mx.store(v.max_keepdims(-1).broadcast_to(mx.shape()));
-    mn.store(minimum(v, 0.5));
-    ne.store((v != v).cast::<i32>());
-    e.store(v.exp());
 }
 
 #[test]
@@ -465,11 +431,6 @@ fn edge_blocks_are_clipped_on_write_back() {
     }
 }
 
-#[tpu_kernel]
-fn add_edge_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
-    o.store(x.load() + y.load());
-}
-
 fn check_against_reference_named(call: &PallasCall, name: &str, opts: &InterpretOptions) {
     let inputs = reference::random_inputs(call, 9);
     let got = call.interpret_with(&inputs, opts).expect("run");
@@ -480,14 +441,6 @@ fn check_against_reference_named(call: &PallasCall, name: &str, opts: &Interpret
         let c = reference::compare(g, w, tol);
         assert!(c.ok, "{name}: max error {}", c.max_abs_error);
     }
-}
-
-#[tpu_kernel]
-fn mixed_elementwise_kernel(x: Ref<f32>, y: Ref<i32>, o: RefMut<bf16>, m: RefMut<i32>) {
-    let a = x.load();
-    let b = y.load();
-    o.store(select(b.cast::<f32>() > a, a * 3.0, (a - 1.0).exp()).cast::<bf16>());
-    m.store(b * 7 + 1);
 }
 
 #[test]
@@ -544,11 +497,6 @@ fn elementwise_kernels_run_over_row_bands_with_the_same_bits() {
     }
 }
 
-#[tpu_kernel]
-fn column_block_id_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    o.store(x.load() + program_id(1).cast::<f32>());
-}
-
 #[test]
 fn kernels_reading_grid_indices_keep_their_blocks() {
     // Identity maps, elementwise arithmetic, but the body reads program_id: the blocks matter.
@@ -566,14 +514,6 @@ fn kernels_reading_grid_indices_keep_their_blocks() {
     for (i, v) in o.iter().enumerate() {
         assert_eq!(*v, ((i % 512) / 128) as f32, "element {i}");
     }
-}
-
-#[tpu_kernel]
-fn block_column_sum_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    // Mixes the rows of a block: each block's column sums, broadcast over its rows, plus the row index.
-    let x = x.load();
-    let rows = iota::<i32>(x.shape(), 0).cast::<f32>();
-    o.store(x.sum_keepdims(0).broadcast_to(x.shape()) + rows * 1000.0);
 }
 
 #[tpu_kernel]
@@ -649,21 +589,6 @@ fn row_kernels_merge_blocks_only_when_rows_stay_apart() {
     }
 }
 
-#[tpu_kernel]
-fn step_count_kernel(o: RefMut<i32>, seen: RefMut<i32>) {
-    // Scratch persists across steps; the output block revisited along the arbitrary axis keeps its value.
-    if program_id(0) == 0 {
-        if program_id(1) == 0 {
-            seen.store(zeros());
-        }
-    }
-    seen.store(seen.load() + 1);
-    if program_id(1) == 0 {
-        o.store(zeros());
-    }
-    o.store(o.load() + seen.load());
-}
-
 #[test]
 fn scratch_persists_and_revisited_outputs_accumulate_in_order() {
     let call = pallas_call(step_count_kernel)
@@ -688,14 +613,6 @@ fn scratch_persists_and_revisited_outputs_accumulate_in_order() {
             "block {i}"
         );
     }
-}
-
-#[tpu_kernel]
-fn shared_out_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    if program_id(0) == 0 {
-        o.store(zeros());
-    }
-    o.store(o.load() + x.load());
 }
 
 #[test]
@@ -787,16 +704,6 @@ fn tolerance_helper_flags_mismatched_non_finite_values() {
     assert!(!reference::compare(&a, &c, Tolerance::EXACT).ok);
 }
 
-#[tpu_kernel]
-fn read_between_kernel(x: Ref<f32>, o: RefMut<f32>, prev: RefMut<f32>) {
-    // `v` may be computed straight into o's output block; the load in between must still see the
-    // block's previous contents (the last step's `v`, or zeros on the first step).
-    let v = x.load() * 2.0f32;
-    let w = o.load();
-    o.store(v);
-    prev.store(w + 1.0f32);
-}
-
 #[test]
 fn loads_between_a_direct_write_and_its_store_see_the_old_block() {
     let call = pallas_call(read_between_kernel)
@@ -843,15 +750,6 @@ fn loads_between_a_direct_write_and_its_store_see_the_old_block() {
             assert_eq!(prev[2048 + e], xs[1024 + e] * 2.0 + 1.0, "fuse={fuse}");
         }
     }
-}
-
-#[tpu_kernel]
-fn exp_sum_kernel(x: Ref<f32>, o: RefMut<f32>, s: RefMut<f32>) {
-    let x = x.load();
-    let e = (x - x.max_keepdims(-1)).exp();
-    let total = e.sum_keepdims(-1);
-    s.store(total.broadcast_to(s.shape()));
-    o.store(e / total);
 }
 
 #[test]
@@ -907,19 +805,6 @@ fn exp_of_a_difference_summed_in_one_pass_matches_unfused_bit_for_bit() {
             "a subnormal"
         );
     }
-}
-
-#[tpu_kernel]
-fn fused_reductions_kernel(x: Ref<f32>, a: RefMut<f32>, b: RefMut<f32>, c: RefMut<bf16>) {
-    let v = x.load();
-    // A lone op, a chain and a bf16 chain, each reduced over the last axis (folded into the pass).
-    a.store((v * 2.0f32).max_keepdims(-1).broadcast_to(a.shape()));
-    b.store((v - 1.0f32).exp().min_keepdims(-1).broadcast_to(b.shape()));
-    c.store(
-        (v.cast::<bf16>() * 3.0f32)
-            .sum_keepdims(-1)
-            .broadcast_to(c.shape()),
-    );
 }
 
 #[test]

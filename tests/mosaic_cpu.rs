@@ -12,10 +12,12 @@
 
 mod common;
 
-use tpu_kernel::runtime::lower::mosaic::{MBlock, MModule, MOp};
+use common::kernels::*;
+
 use tpu_kernel::prelude::*;
 use tpu_kernel::reference::{self, Tolerance};
 use tpu_kernel::runtime::interpret::{HostArray, InterpretOptions};
+use tpu_kernel::runtime::lower::mosaic::{MBlock, MModule, MOp};
 use tpu_kernel::runtime::mosaic_cpu;
 use tpu_kernel::ErrorKind;
 
@@ -212,53 +214,6 @@ fn softplus(x: Array<f32>) -> Array<f32> {
     (x.exp() + 1.0).log()
 }
 
-#[tpu_kernel]
-fn control_flow_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    let i = program_id(0);
-    let v = if i == 0 {
-        x.load()
-    } else if i == 1 {
-        x.load() * 2.0
-    } else {
-        x.load() * 3.0
-    };
-    let mut acc = v;
-    let mut steps = scalar(0i32);
-    for _k in 0..i + 1 {
-        acc += v;
-        steps += 1;
-    }
-    let mut n = scalar(0i32);
-    while n < 4 && steps > n {
-        acc *= 0.5;
-        n += 1;
-    }
-    o.store(acc);
-}
-
-#[tpu_kernel]
-fn squeezed_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    o.store(x.load() + 1.0);
-}
-
-#[tpu_kernel]
-fn window_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    let half = x.shape()[0] / 2;
-    let top = x.at((0..half, ..)).load();
-    let bottom = x.at((ds(half, half), ..)).load();
-    o.at((ds(0, half), ..)).store(bottom);
-    o.at((half..2 * half, ..)).store(top);
-}
-
-#[tpu_kernel]
-fn mixed_dtype_kernel(x: Ref<bf16>, idx: Ref<i32>, o: RefMut<f32>, m: RefMut<i32>) {
-    let xf = x.load().cast::<f32>();
-    let i = idx.load();
-    let scaled = xf * i.cast::<f32>() - (i % 3).cast::<f32>();
-    o.store(select(i > 0, scaled, -scaled).tanh().abs());
-    m.store(maximum(i / 2, 0) + (-i).abs());
-}
-
 #[test]
 fn the_language_constructs_agree() {
     let one = || BlockSpec::new([8, 128], |[_]| (0, 0));
@@ -312,29 +267,6 @@ fn the_language_constructs_agree() {
 }
 
 // ---------------------------------------------------------------------------------------------- dtype semantics (interpret.rs)
-
-#[tpu_kernel]
-fn bf16_chain_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    let b = x.load().cast::<bf16>();
-    o.store((b * 3.0f32).cast::<f32>());
-}
-
-#[tpu_kernel]
-fn int_kernel(x: Ref<i32>, y: Ref<i32>, sum: RefMut<i32>, quo: RefMut<i32>, rem: RefMut<i32>) {
-    let (a, b) = (x.load(), y.load());
-    sum.store(a * 65536 + b);
-    quo.store(a / b);
-    rem.store(a % b);
-}
-
-#[tpu_kernel]
-fn nan_kernel(x: Ref<f32>, mx: RefMut<f32>, mn: RefMut<f32>, ne: RefMut<i32>, e: RefMut<f32>) {
-    let v = x.load();
-    mx.store(v.max_keepdims(-1).broadcast_to(mx.shape()));
-    mn.store(minimum(v, 0.5));
-    ne.store((v != v).cast::<i32>());
-    e.store(v.exp());
-}
 
 #[tpu_kernel]
 fn saturating_cast_kernel(x: Ref<f32>, i: RefMut<i32>, u: RefMut<u8>, b: RefMut<bf16>) {
@@ -443,96 +375,6 @@ fn dtype_semantics_agree_bit_for_bit_where_they_are_exact() {
 }
 
 // ---------------------------------------------------------------------------------------------- grid semantics (interpret.rs)
-
-#[tpu_kernel]
-fn add_edge_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
-    o.store(x.load() + y.load());
-}
-
-#[tpu_kernel]
-fn matmul_no_init_kernel(x: Ref<bf16>, y: Ref<bf16>, o: RefMut<bf16>, acc: RefMut<f32>) {
-    // Never zeroes the accumulator: agreement needs fresh scratch to be zero in both engines.
-    acc.store(acc.load() + dot(x.load(), y.load()));
-    if program_id(2) == num_programs(2) - 1 {
-        o.store(acc.load().cast::<bf16>());
-    }
-}
-
-#[tpu_kernel]
-fn half_store_kernel(x: Ref<i32>, o: RefMut<i32>) {
-    o.at((0..8, ..)).store(x.at((0..8, ..)).load());
-}
-
-#[tpu_kernel]
-fn column_block_id_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    o.store(x.load() + program_id(1).cast::<f32>());
-}
-
-#[tpu_kernel]
-fn block_column_sum_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    let x = x.load();
-    let rows = iota::<i32>(x.shape(), 0).cast::<f32>();
-    o.store(x.sum_keepdims(0).broadcast_to(x.shape()) + rows * 1000.0);
-}
-
-#[tpu_kernel]
-fn step_count_kernel(o: RefMut<i32>, seen: RefMut<i32>) {
-    if program_id(0) == 0 {
-        if program_id(1) == 0 {
-            seen.store(zeros());
-        }
-    }
-    seen.store(seen.load() + 1);
-    if program_id(1) == 0 {
-        o.store(zeros());
-    }
-    o.store(o.load() + seen.load());
-}
-
-#[tpu_kernel]
-fn shared_out_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    if program_id(0) == 0 {
-        o.store(zeros());
-    }
-    o.store(o.load() + x.load());
-}
-
-#[tpu_kernel]
-fn read_between_kernel(x: Ref<f32>, o: RefMut<f32>, prev: RefMut<f32>) {
-    let v = x.load() * 2.0f32;
-    let w = o.load();
-    o.store(v);
-    prev.store(w + 1.0f32);
-}
-
-#[tpu_kernel]
-fn exp_sum_kernel(x: Ref<f32>, o: RefMut<f32>, s: RefMut<f32>) {
-    let x = x.load();
-    let e = (x - x.max_keepdims(-1)).exp();
-    let total = e.sum_keepdims(-1);
-    s.store(total.broadcast_to(s.shape()));
-    o.store(e / total);
-}
-
-#[tpu_kernel]
-fn fused_reductions_kernel(x: Ref<f32>, a: RefMut<f32>, b: RefMut<f32>, c: RefMut<bf16>) {
-    let v = x.load();
-    a.store((v * 2.0f32).max_keepdims(-1).broadcast_to(a.shape()));
-    b.store((v - 1.0f32).exp().min_keepdims(-1).broadcast_to(b.shape()));
-    c.store(
-        (v.cast::<bf16>() * 3.0f32)
-            .sum_keepdims(-1)
-            .broadcast_to(c.shape()),
-    );
-}
-
-#[tpu_kernel]
-fn mixed_elementwise_kernel(x: Ref<f32>, y: Ref<i32>, o: RefMut<bf16>, m: RefMut<i32>) {
-    let a = x.load();
-    let b = y.load();
-    o.store(select(b.cast::<f32>() > a, a * 3.0, (a - 1.0).exp()).cast::<bf16>());
-    m.store(b * 7 + 1);
-}
 
 #[test]
 fn grid_semantics_agree() {

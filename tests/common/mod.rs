@@ -23,6 +23,7 @@ pub mod softmax;
 pub mod transpose;
 
 pub mod coverage;
+pub mod kernels;
 
 use tpu_kernel::{KernelError, PallasCall};
 

@@ -1,0 +1,175 @@
+//! Kernels shared by the interpreter, DSL and Mosaic-on-CPU suites (the same kernel run by each
+//! engine). Kernels whose tests check source lines stay in their own files.
+#![allow(dead_code)] // each suite uses some of them
+
+use tpu_kernel::prelude::*;
+
+#[tpu_kernel]
+pub fn control_flow_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let i = program_id(0);
+    // else-if chain producing a value.
+    let v = if i == 0 {
+        x.load()
+    } else if i == 1 {
+        x.load() * 2.0
+    } else {
+        x.load() * 3.0
+    };
+    // A loop with a traced upper bound and two carried values.
+    let mut acc = v;
+    let mut steps = scalar(0i32);
+    for _k in 0..i + 1 {
+        acc += v;
+        steps += 1;
+    }
+    // while with a compound condition.
+    let mut n = scalar(0i32);
+    while n < 4 && steps > n {
+        acc *= 0.5;
+        n += 1;
+    }
+    o.store(acc);
+}
+
+#[tpu_kernel]
+pub fn squeezed_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    // x is a (1, 8, 128) block of a (4, 8, 128) array, squeezed to (8, 128).
+    o.store(x.load() + 1.0);
+}
+
+#[tpu_kernel]
+pub fn window_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let half = x.shape()[0] / 2;
+    let top = x.at((0..half, ..)).load();
+    let bottom = x.at((ds(half, half), ..)).load();
+    o.at((ds(0, half), ..)).store(bottom);
+    o.at((half..2 * half, ..)).store(top);
+}
+
+#[tpu_kernel]
+pub fn mixed_dtype_kernel(x: Ref<bf16>, idx: Ref<i32>, o: RefMut<f32>, m: RefMut<i32>) {
+    let xf = x.load().cast::<f32>();
+    let i = idx.load();
+    let scaled = xf * i.cast::<f32>() - (i % 3).cast::<f32>();
+    o.store(select(i > 0, scaled, -scaled).tanh().abs());
+    m.store(maximum(i / 2, 0) + (-i).abs());
+}
+
+#[tpu_kernel]
+pub fn bf16_chain_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    // Each op on bf16 values rounds: (x as bf16) * 3 as bf16, then back to f32.
+    let b = x.load().cast::<bf16>();
+    o.store((b * 3.0f32).cast::<f32>());
+}
+
+#[tpu_kernel]
+pub fn int_kernel(x: Ref<i32>, y: Ref<i32>, sum: RefMut<i32>, quo: RefMut<i32>, rem: RefMut<i32>) {
+    let (a, b) = (x.load(), y.load());
+    sum.store(a * 65536 + b);
+    quo.store(a / b);
+    rem.store(a % b);
+}
+
+#[tpu_kernel]
+pub fn nan_kernel(x: Ref<f32>, mx: RefMut<f32>, mn: RefMut<f32>, ne: RefMut<i32>, e: RefMut<f32>) {
+    let v = x.load();
+    mx.store(v.max_keepdims(-1).broadcast_to(mx.shape()));
+    mn.store(minimum(v, 0.5));
+    ne.store((v != v).cast::<i32>());
+    e.store(v.exp());
+}
+
+#[tpu_kernel]
+pub fn add_edge_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load() + y.load());
+}
+
+#[tpu_kernel]
+pub fn matmul_no_init_kernel(x: Ref<bf16>, y: Ref<bf16>, o: RefMut<bf16>, acc: RefMut<f32>) {
+    // Bug under test: the accumulator is never zeroed at k == 0.
+    acc.store(acc.load() + dot(x.load(), y.load()));
+    if program_id(2) == num_programs(2) - 1 {
+        o.store(acc.load().cast::<bf16>());
+    }
+}
+
+#[tpu_kernel]
+pub fn half_store_kernel(x: Ref<i32>, o: RefMut<i32>) {
+    o.at((0..8, ..)).store(x.at((0..8, ..)).load());
+}
+
+#[tpu_kernel]
+pub fn column_block_id_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load() + program_id(1).cast::<f32>());
+}
+
+#[tpu_kernel]
+pub fn block_column_sum_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    // Mixes the rows of a block: each block's column sums, broadcast over its rows, plus the row index.
+    let x = x.load();
+    let rows = iota::<i32>(x.shape(), 0).cast::<f32>();
+    o.store(x.sum_keepdims(0).broadcast_to(x.shape()) + rows * 1000.0);
+}
+
+#[tpu_kernel]
+pub fn step_count_kernel(o: RefMut<i32>, seen: RefMut<i32>) {
+    // Scratch persists across steps; the output block revisited along the arbitrary axis keeps its value.
+    if program_id(0) == 0 {
+        if program_id(1) == 0 {
+            seen.store(zeros());
+        }
+    }
+    seen.store(seen.load() + 1);
+    if program_id(1) == 0 {
+        o.store(zeros());
+    }
+    o.store(o.load() + seen.load());
+}
+
+#[tpu_kernel]
+pub fn shared_out_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    if program_id(0) == 0 {
+        o.store(zeros());
+    }
+    o.store(o.load() + x.load());
+}
+
+#[tpu_kernel]
+pub fn read_between_kernel(x: Ref<f32>, o: RefMut<f32>, prev: RefMut<f32>) {
+    // `v` may be computed straight into o's output block; the load in between must still see the
+    // block's previous contents (the last step's `v`, or zeros on the first step).
+    let v = x.load() * 2.0f32;
+    let w = o.load();
+    o.store(v);
+    prev.store(w + 1.0f32);
+}
+
+#[tpu_kernel]
+pub fn exp_sum_kernel(x: Ref<f32>, o: RefMut<f32>, s: RefMut<f32>) {
+    let x = x.load();
+    let e = (x - x.max_keepdims(-1)).exp();
+    let total = e.sum_keepdims(-1);
+    s.store(total.broadcast_to(s.shape()));
+    o.store(e / total);
+}
+
+#[tpu_kernel]
+pub fn fused_reductions_kernel(x: Ref<f32>, a: RefMut<f32>, b: RefMut<f32>, c: RefMut<bf16>) {
+    let v = x.load();
+    // A lone op, a chain and a bf16 chain, each reduced over the last axis (folded into the pass).
+    a.store((v * 2.0f32).max_keepdims(-1).broadcast_to(a.shape()));
+    b.store((v - 1.0f32).exp().min_keepdims(-1).broadcast_to(b.shape()));
+    c.store(
+        (v.cast::<bf16>() * 3.0f32)
+            .sum_keepdims(-1)
+            .broadcast_to(c.shape()),
+    );
+}
+
+#[tpu_kernel]
+pub fn mixed_elementwise_kernel(x: Ref<f32>, y: Ref<i32>, o: RefMut<bf16>, m: RefMut<i32>) {
+    let a = x.load();
+    let b = y.load();
+    o.store(select(b.cast::<f32>() > a, a * 3.0, (a - 1.0).exp()).cast::<bf16>());
+    m.store(b * 7 + 1);
+}
