@@ -401,11 +401,11 @@ impl Plan {
     /// The plan, one line per op that is not run as written (plus a summary), indented by region.
     pub(crate) fn describe(&self, f: &Func) -> String {
         let mut out = String::new();
-        self.describe_region(f, &f.body, 0, &mut out);
+        self.describe_region(&f.body, 0, &mut out);
         out
     }
 
-    fn describe_region(&self, f: &Func, r: &Region, depth: usize, out: &mut String) {
+    fn describe_region(&self, r: &Region, depth: usize, out: &mut String) {
         let pad = "  ".repeat(depth);
         for (i, op) in r.ops.iter().enumerate() {
             let at = format!("{pad}op {i} ({})", crate::ir::op_label(&op.kind));
@@ -443,7 +443,7 @@ impl Plan {
             }
             for (k, (sub, region)) in self.sub[i].iter().zip(&op.regions).enumerate() {
                 let mut inner = String::new();
-                sub.describe_region(f, region, depth + 1, &mut inner);
+                sub.describe_region(region, depth + 1, &mut inner);
                 if !inner.is_empty() {
                     let _ = writeln!(out, "{at}: region {k}");
                     out.push_str(&inner);
