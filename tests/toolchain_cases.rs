@@ -65,6 +65,14 @@ fn dot_f32_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
     o.store(dot(x.load(), y.load()));
 }
 
+#[tpu_kernel]
+fn float_ne_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
+    // Float `!=` and a float -> bool cast: both `x != y` comparisons, which libtpu accepts only as
+    // ordered predicates (tpu-kernel lowers them as `!(x oeq y)`).
+    let ne = x.load() != y.load();
+    o.store(select(ne, x.load().cast::<bool>().cast::<f32>(), 0.0));
+}
+
 fn add_bias_kernel(x: Ref<f32>, w: Ref<f32>, o: RefMut<f32>) {
     o.store(x.load() + w.load());
 }
@@ -295,6 +303,13 @@ const CASES: &[Case] = &[
         probe: None,
         expect: None,
     },
+    Case {
+        name: "float_ne",
+        what: "float != and a float -> bool cast (libtpu rejects cmpf une)",
+        ours: float_ne_case,
+        probe: None,
+        expect: None,
+    },
 ];
 
 fn scratch_case(limit: Option<u64>) -> Result<PallasCall, KernelError> {
@@ -353,6 +368,18 @@ fn div_i32_case() -> Result<PallasCall, KernelError> {
         .input(ArrayType::new([512, 512], I32), spec())
         .input(ArrayType::new([512, 512], I32), spec())
         .output(ArrayType::new([512, 512], I32), spec())
+        .dimension_semantics([Parallel, Parallel])
+        .build()
+}
+
+fn float_ne_case() -> Result<PallasCall, KernelError> {
+    let spec = || BlockSpec::new([256, 256], |[i, j]| [i, j]);
+    pallas_call(float_ne_kernel)
+        .name("float_ne_kernel")
+        .grid([2, 2])
+        .input(ArrayType::new([512, 512], F32), spec())
+        .input(ArrayType::new([512, 512], F32), spec())
+        .output(ArrayType::new([512, 512], F32), spec())
         .dimension_semantics([Parallel, Parallel])
         .build()
 }
