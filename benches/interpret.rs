@@ -11,6 +11,9 @@
 //! without Python only our column is printed. Each figure is the median of repeated warm runs, and our
 //! output is checked against the plain-Rust reference. `--ab` compares fused vs unfused interpretation.
 
+#[path = "../examples/activations.rs"]
+#[allow(dead_code)]
+mod activations;
 #[path = "../examples/add.rs"]
 #[allow(dead_code)]
 mod add;
@@ -31,10 +34,177 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 use tpu_kernel::dtype::{BF16, F32};
 use tpu_kernel::reference;
-use tpu_kernel::runtime::interpret::InterpretOptions;
+use tpu_kernel::runtime::interpret::{HostArray, InterpretOptions};
 use tpu_kernel::{ArrayType, DType, KernelError, PallasCall};
 
+// ---------------------------------------------------------------------------------------------- kernels
+// Kernels that lean on one transcendental each (the examples cover the rest).
+mod transcendental {
+    use tpu_kernel::prelude::*;
+
+    /// GELU with erf (`jax.nn.gelu(x, approximate=False)`).
+    #[tpu_kernel]
+    pub fn gelu_erf_kernel(x: Ref<f32>, o: RefMut<f32>) {
+        let x = x.load();
+        o.store(0.5 * x * (1.0 + (x * 0.707_106_77).erf()));
+    }
+
+    /// SwiGLU's gating: `silu(g) * x` with `silu(g) = g * logistic(g)`.
+    #[tpu_kernel]
+    pub fn swiglu_kernel(x: Ref<f32>, g: Ref<f32>, o: RefMut<f32>) {
+        let g = g.load();
+        o.store(g * g.logistic() * x.load());
+    }
+
+    /// Soft-capped logits (Gemma 2's final layer): `cap * tanh(x / cap)`, cap 30.
+    #[tpu_kernel]
+    pub fn softcap_kernel(x: Ref<f32>, o: RefMut<f32>) {
+        o.store((x.load() * (1.0 / 30.0)).tanh() * 30.0);
+    }
+
+    /// Rotary position embedding of the two halves of each row: angle = position · frequency.
+    #[tpu_kernel]
+    pub fn rotary_kernel(
+        x1: Ref<f32>,
+        x2: Ref<f32>,
+        pos: Ref<f32>,
+        freq: Ref<f32>,
+        o1: RefMut<f32>,
+        o2: RefMut<f32>,
+    ) {
+        let theta = pos.load() * freq.load();
+        let (c, s) = (theta.cos(), theta.sin());
+        let (a, b) = (x1.load(), x2.load());
+        o1.store(a * c - b * s);
+        o2.store(b * c + a * s);
+    }
+
+    fn rows(bm: usize, n: usize) -> BlockSpec<'static> {
+        BlockSpec::new([bm, n], |[i]| (i, 0))
+    }
+
+    fn a(m: usize, n: usize) -> ArrayType {
+        ArrayType::new([m, n], F32)
+    }
+
+    /// `gelu_erf_kernel` on f32 `[m, n]`, `bm` rows a step.
+    pub fn gelu(m: usize, n: usize, bm: usize) -> Result<PallasCall, KernelError> {
+        pallas_call(gelu_erf_kernel)
+            .grid([m / bm])
+            .input(a(m, n), rows(bm, n))
+            .output(a(m, n), rows(bm, n))
+            .dimension_semantics([Parallel])
+            .build()
+    }
+
+    /// `softcap_kernel` on f32 `[m, n]`, `bm` rows a step.
+    pub fn softcap(m: usize, n: usize, bm: usize) -> Result<PallasCall, KernelError> {
+        pallas_call(softcap_kernel)
+            .grid([m / bm])
+            .input(a(m, n), rows(bm, n))
+            .output(a(m, n), rows(bm, n))
+            .dimension_semantics([Parallel])
+            .build()
+    }
+
+    /// `swiglu_kernel` on f32 `[m, n]` `x` and gate, `bm` rows a step.
+    pub fn swiglu(m: usize, n: usize, bm: usize) -> Result<PallasCall, KernelError> {
+        pallas_call(swiglu_kernel)
+            .grid([m / bm])
+            .input(a(m, n), rows(bm, n))
+            .input(a(m, n), rows(bm, n))
+            .output(a(m, n), rows(bm, n))
+            .dimension_semantics([Parallel])
+            .build()
+    }
+
+    /// `x1, x2: [m, h]`, positions `[m, 1]`, frequencies `[1, h]`.
+    pub fn rotary(m: usize, h: usize, bm: usize) -> Result<PallasCall, KernelError> {
+        pallas_call(rotary_kernel)
+            .grid([m / bm])
+            .input(a(m, h), rows(bm, h))
+            .input(a(m, h), rows(bm, h))
+            .input(ArrayType::new([m, 1], F32), rows(bm, 1))
+            .input(
+                ArrayType::new([1, h], F32),
+                BlockSpec::new([1, h], |[_]| (0, 0)),
+            )
+            .output(a(m, h), rows(bm, h))
+            .output(a(m, h), rows(bm, h))
+            .dimension_semantics([Parallel])
+            .build()
+    }
+}
+
 type Build = Box<dyn Fn() -> Result<PallasCall, KernelError>>;
+
+/// `--ops`: every float op of the op table alone on an f32 `[1024, 1024]` array (inputs in (0.5, 4.5)).
+mod ops {
+    use super::Build;
+    use tpu_kernel::prelude::*;
+
+    macro_rules! op_cases {
+        (unary { $($u:ident => |$x:ident| $e:expr;)* } binary { $($b:ident => |$p:ident, $q:ident| $f:expr;)* }) => {
+            $(
+                #[tpu_kernel]
+                fn $u(x: Ref<f32>, o: RefMut<f32>) {
+                    let $x = x.load();
+                    o.store($e);
+                }
+            )*
+            $(
+                #[tpu_kernel]
+                fn $b(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
+                    let ($p, $q) = (x.load(), y.load());
+                    o.store($f);
+                }
+            )*
+            pub fn cases() -> Vec<(&'static str, Build)> {
+                let a = || ArrayType::new([1024, 1024], F32);
+                let spec = || BlockSpec::new([64, 1024], |[i]| (i, 0));
+                vec![
+                    $((concat!("op_", stringify!($u)), Box::new(move || {
+                        pallas_call($u).grid([16]).input(a(), spec()).output(a(), spec())
+                            .dimension_semantics([Parallel]).build()
+                    }) as Build),)*
+                    $((concat!("op_", stringify!($b)), Box::new(move || {
+                        pallas_call($b).grid([16]).input(a(), spec()).input(a(), spec())
+                            .output(a(), spec()).dimension_semantics([Parallel]).build()
+                    }) as Build),)*
+                ]
+            }
+        };
+    }
+    op_cases! {
+        unary {
+            neg => |x| -x;
+            abs => |x| x.abs();
+            sqrt => |x| x.sqrt();
+            rsqrt => |x| x.rsqrt();
+            exp => |x| x.exp();
+            log => |x| x.log();
+            tanh => |x| x.tanh();
+            sin => |x| x.sin();
+            cos => |x| x.cos();
+            erf => |x| x.erf();
+            log1p => |x| x.log1p();
+            logistic => |x| x.logistic();
+            floor => |x| x.floor();
+            ceil => |x| x.ceil();
+            round => |x| x.round();
+        }
+        binary {
+            add => |x, y| x + y;
+            sub => |x, y| x - y;
+            mul => |x, y| x * y;
+            div => |x, y| x / y;
+            rem => |x, y| x % y;
+            max => |x, y| maximum(x, y);
+            min => |x, y| minimum(x, y);
+            pow => |x, y| tpu_kernel::prelude::pow(x, y);
+        }
+    }
+}
 
 fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
     ArrayType::new(shape, dtype)
@@ -76,7 +246,100 @@ fn cases() -> Vec<(&'static str, Build)> {
             "add_f32_1024",
             Box::new(|| add::add(at([1024, 1024], F32), at([1024, 1024], F32), (256, 256))),
         ),
+        (
+            "gelu_erf_f32_1024",
+            Box::new(|| transcendental::gelu(1024, 1024, 32)),
+        ),
+        (
+            "swiglu_f32_1024",
+            Box::new(|| transcendental::swiglu(1024, 1024, 32)),
+        ),
+        (
+            "softcap_f32_1024",
+            Box::new(|| transcendental::softcap(1024, 1024, 32)),
+        ),
+        (
+            "rotary_f32_4096",
+            Box::new(|| transcendental::rotary(4096, 128, 256)),
+        ),
+        ("activations_f32_256", Box::new(activations::build)),
     ]
+}
+
+/// The inputs of a case: uniform in [-1, 1) scaled to the range the kernel sees in a model (the same
+/// scales as `xla_baselines.py`); rotary gets positions `0..m` and frequencies `10000^(-j/h)`.
+fn case_inputs(name: &str, call: &PallasCall) -> Vec<HostArray> {
+    let mut inputs = reference::random_inputs(call, 1);
+    let scale = |a: &HostArray, k: f32| {
+        let v = a.as_slice::<f32>().expect("f32").iter().map(|x| x * k);
+        HostArray::from_vec(a.shape(), v.collect::<Vec<f32>>()).expect("shape")
+    };
+    if name.starts_with("op_") {
+        return inputs
+            .iter()
+            .map(|a| {
+                let v = a
+                    .as_slice::<f32>()
+                    .expect("f32")
+                    .iter()
+                    .map(|x| x * 2.0 + 2.5);
+                HostArray::from_vec(a.shape(), v.collect::<Vec<f32>>()).expect("shape")
+            })
+            .collect();
+    }
+    match name {
+        "gelu_erf_f32_1024" => inputs[0] = scale(&inputs[0], 3.0),
+        "swiglu_f32_1024" => inputs[1] = scale(&inputs[1], 4.0),
+        "softcap_f32_1024" => inputs[0] = scale(&inputs[0], 40.0),
+        "rotary_f32_4096" => {
+            let (m, h) = (inputs[0].shape()[0], inputs[0].shape()[1]);
+            let pos = (0..m).map(|i| i as f32).collect::<Vec<f32>>();
+            let freq = (0..h).map(|j| 10000f32.powf(-(j as f32) / h as f32));
+            inputs[2] = HostArray::from_vec([m, 1], pos).expect("shape");
+            inputs[3] = HostArray::from_vec([1, h], freq.collect::<Vec<f32>>()).expect("shape");
+        }
+        _ => {}
+    }
+    inputs
+}
+
+/// The expected outputs of a bench-only kernel, in f64 from the same f32 inputs (the examples' come from
+/// `tpu_kernel::reference`).
+fn bench_reference(name: &str, inputs: &[HostArray]) -> Option<Vec<HostArray>> {
+    let f = |i: usize| inputs[i].to_f64_vec();
+    let out = |shape: &[usize], v: Vec<f64>| {
+        HostArray::from_vec(shape, v.into_iter().map(|x| x as f32).collect::<Vec<f32>>())
+            .expect("shape")
+    };
+    let shape = inputs[0].shape();
+    let map = |v: Vec<f64>, g: &dyn Fn(f64) -> f64| v.into_iter().map(g).collect::<Vec<_>>();
+    Some(match name {
+        "gelu_erf_kernel" => vec![out(
+            shape,
+            map(f(0), &|x| {
+                0.5 * x * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2))
+            }),
+        )],
+        "softcap_kernel" => vec![out(shape, map(f(0), &|x| (x / 30.0).tanh() * 30.0))],
+        "swiglu_kernel" => {
+            let (x, g) = (f(0), f(1));
+            let v = x.iter().zip(&g).map(|(x, g)| g / (1.0 + (-g).exp()) * x);
+            vec![out(shape, v.collect())]
+        }
+        "rotary_kernel" => {
+            let (x1, x2, pos, freq) = (f(0), f(1), f(2), f(3));
+            let h = shape[1];
+            let (mut o1, mut o2) = (Vec::new(), Vec::new());
+            for (i, (a, b)) in x1.iter().zip(&x2).enumerate() {
+                // The angle as the kernel rounds it (f32), then sin and cos in f64.
+                let t = f64::from((pos[i / h] as f32) * (freq[i % h] as f32));
+                o1.push(a * t.cos() - b * t.sin());
+                o2.push(b * t.cos() + a * t.sin());
+            }
+            vec![out(shape, o1), out(shape, o2)]
+        }
+        _ => return None,
+    })
 }
 
 /// (median, min) ms of warm runs.
@@ -158,7 +421,7 @@ fn ab_fusion(only: Option<&str>) {
             continue;
         }
         let Ok(call) = build() else { continue };
-        let inputs = reference::random_inputs(&call, 1);
+        let inputs = case_inputs(name, &call);
         let opts = |fuse| InterpretOptions {
             fuse,
             ..InterpretOptions::default()
@@ -227,7 +490,13 @@ fn main() {
     }
     let mut baseline = HashMap::new();
     let mut rows = Vec::new();
-    for (name, build) in cases() {
+    // `--ops`: each float op of the table alone (no reference check) instead of the kernels.
+    let list = if args.iter().any(|a| a == "--ops") {
+        ops::cases()
+    } else {
+        cases()
+    };
+    for (name, build) in list {
         if only.as_ref().is_some_and(|o| !name.contains(o.as_str())) {
             continue;
         }
@@ -238,7 +507,7 @@ fn main() {
                 continue;
             }
         };
-        let inputs = reference::random_inputs(&call, 1);
+        let inputs = case_inputs(name, &call);
         let out = match call.interpret_with(&inputs, &opts) {
             Ok(o) => o,
             Err(e) => {
@@ -246,7 +515,14 @@ fn main() {
                 continue;
             }
         };
-        let check = match reference::expected(call.name(), &inputs) {
+        let local = bench_reference(call.name(), &inputs).map(|w| {
+            let tol = reference::Tolerance {
+                atol: 1e-5,
+                rtol: 1e-5,
+            };
+            Ok((w, tol))
+        });
+        let check = match local.or_else(|| reference::expected(call.name(), &inputs)) {
             Some(Ok((want, tol))) => {
                 let c = out
                     .iter()
@@ -256,7 +532,7 @@ fn main() {
                     (e.max(c.max_abs_error), ok && c.ok)
                 })
             }
-            _ => (f64::NAN, false),
+            _ => (f64::NAN, name.starts_with("op_")),
         };
         // Two interleaved rounds (XLA, ours, Pallas, ours, XLA); each engine keeps its better round.
         eprintln!("measuring {name}...");

@@ -7,7 +7,7 @@ With `--serve` it reads requests from stdin, one per line, and answers each with
 interleave XLA and its own runs in time). Inputs are numpy-generated;
 numpy does no timed work here, so OPENBLAS_CORETYPE does not matter.
 
-usage: python xla_baselines.py [--quick]
+usage: python xla_baselines.py [--quick] [--ops]
 """
 import statistics
 import sys
@@ -93,6 +93,65 @@ def rmsnorm_pallas(x, w, br=16):
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)), interpret=True)(x, w)
 
 
+def gelu_erf_kernel(x_ref, o_ref):
+    x = x_ref[...]
+    o_ref[...] = 0.5 * x * (1.0 + lax.erf(x * 0.70710677))
+
+
+def swiglu_kernel(x_ref, g_ref, o_ref):
+    g = g_ref[...]
+    o_ref[...] = g * jax.nn.sigmoid(g) * x_ref[...]
+
+
+def softcap_kernel(x_ref, o_ref):
+    o_ref[...] = jnp.tanh(x_ref[...] * (1.0 / 30.0)) * 30.0
+
+
+def rotary_kernel(x1_ref, x2_ref, pos_ref, freq_ref, o1_ref, o2_ref):
+    theta = pos_ref[...] * freq_ref[...]
+    c, s = jnp.cos(theta), jnp.sin(theta)
+    a, b = x1_ref[...], x2_ref[...]
+    o1_ref[...] = a * c - b * s
+    o2_ref[...] = b * c + a * s
+
+
+def rows_pallas(kernel, n_in, n_out, br):
+    """An elementwise Pallas kernel over `br`-row blocks of f32 [m, n] operands."""
+    def call(*args):
+        m, n = args[0].shape
+        spec = pl.BlockSpec((br, n), lambda i: (i, 0))
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32), grid=(m // br,),
+            in_specs=[spec] * n_in, out_specs=spec,
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)), interpret=True)(*args)
+    return call
+
+
+def rotary_pallas(x1, x2, pos, freq, br=256):
+    m, h = x1.shape
+    spec = pl.BlockSpec((br, h), lambda i: (i, 0))
+    shape = jax.ShapeDtypeStruct((m, h), jnp.float32)
+    return pl.pallas_call(
+        rotary_kernel, out_shape=(shape, shape), grid=(m // br,),
+        in_specs=[spec, spec, pl.BlockSpec((br, 1), lambda i: (i, 0)), pl.BlockSpec((1, h), lambda i: (0, 0))],
+        out_specs=(spec, spec),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)), interpret=True)(x1, x2, pos, freq)
+
+
+def activations_kernel(x_ref, g_ref, c_ref, o_ref, p_ref):
+    o_ref[...], p_ref[...] = activations_jnp(x_ref[...], g_ref[...], c_ref[...])
+
+
+def activations_pallas(x, g, codes, br=8):
+    m, n = x.shape
+    spec = pl.BlockSpec((br, n), lambda i: (i, 0))
+    return pl.pallas_call(
+        activations_kernel,
+        out_shape=(jax.ShapeDtypeStruct((m, n), jnp.float32), jax.ShapeDtypeStruct((m, n), jnp.int32)),
+        grid=(m // br,), in_specs=[spec] * 3, out_specs=(spec, spec),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)), interpret=True)(x, g, codes)
+
+
 # ---------------------------------------------------------------- jnp references (what XLA:CPU runs)
 def matmul_jnp(x, y):
     return jnp.dot(x, y, preferred_element_type=jnp.float32).astype(x.dtype)
@@ -113,6 +172,36 @@ def add_jnp(x, y):
     return x + y
 
 
+def gelu_erf_jnp(x):
+    return 0.5 * x * (1.0 + lax.erf(x * 0.70710677))
+
+
+def swiglu_jnp(x, g):
+    return g * jax.nn.sigmoid(g) * x
+
+
+def softcap_jnp(x):
+    return jnp.tanh(x * (1.0 / 30.0)) * 30.0
+
+
+def rotary_jnp(x1, x2, pos, freq):
+    theta = pos * freq
+    c, s = jnp.cos(theta), jnp.sin(theta)
+    return x1 * c - x2 * s, x2 * c + x1 * s
+
+
+def activations_jnp(x, g, codes):
+    """examples/activations.rs in jnp."""
+    gelu = 0.5 * x * (1.0 + lax.erf(x * 0.70710677))
+    swiglu = g * jax.nn.sigmoid(g) * x
+    capped = jnp.tanh(swiglu * 0.1) * 10.0
+    shaped = (jnp.log1p(jnp.abs(x)) + jnp.expm1(x * 0.25) + jnp.round(x * 2.5) - jnp.floor(x) + jnp.ceil(x)) \
+        * jnp.sign(x)
+    y = gelu + capped + jnp.clip(shaped, -4.0, 4.0)
+    packed = ((codes << 3) >> 5) ^ (codes & 255) | (codes >> 31)
+    return jnp.where(jnp.isnan(y), 0.0, y), packed
+
+
 rng = np.random.default_rng(0)
 
 
@@ -127,7 +216,49 @@ CASES = {
     "softmax_f32_1024": (softmax_jnp, softmax_pallas, lambda: [uni((1024, 1024), jnp.float32)]),
     "rmsnorm_bf16_1024": (rmsnorm_jnp, rmsnorm_pallas, lambda: [uni((1024, 1024), jnp.bfloat16), uni((1, 1024), jnp.float32)]),
     "add_f32_1024": (add_jnp, add_pallas, lambda: [uni((1024, 1024), jnp.float32), uni((1024, 1024), jnp.float32)]),
+    # Input scales as in benches/interpret.rs (`case_inputs`).
+    "gelu_erf_f32_1024": (gelu_erf_jnp, rows_pallas(gelu_erf_kernel, 1, 1, 32),
+                          lambda: [uni((1024, 1024), jnp.float32) * 3.0]),
+    "swiglu_f32_1024": (swiglu_jnp, rows_pallas(swiglu_kernel, 2, 1, 32),
+                        lambda: [uni((1024, 1024), jnp.float32), uni((1024, 1024), jnp.float32) * 4.0]),
+    "softcap_f32_1024": (softcap_jnp, rows_pallas(softcap_kernel, 1, 1, 32),
+                         lambda: [uni((1024, 1024), jnp.float32) * 40.0]),
+    "rotary_f32_4096": (rotary_jnp, rotary_pallas,
+                        lambda: [uni((4096, 128), jnp.float32), uni((4096, 128), jnp.float32),
+                                 jnp.arange(4096, dtype=jnp.float32).reshape(4096, 1),
+                                 (10000.0 ** (-jnp.arange(128, dtype=jnp.float32) / 128)).reshape(1, 128)]),
+    "activations_f32_256": (activations_jnp, activations_pallas,
+                            lambda: [uni((256, 512), jnp.float32), uni((256, 512), jnp.float32),
+                                     jnp.asarray(rng.integers(-8, 8, size=(256, 512)).astype(np.int32))]),
 }
+
+
+# `--ops` of benches/interpret.rs: each float op of the op table alone, inputs in (0.5, 4.5).
+def _op_inputs(n):
+    return lambda: [uni((1024, 1024), jnp.float32) * 2.0 + 2.5 for _ in range(n)]
+
+
+OPS = {
+    "neg": lambda x: -x, "abs": jnp.abs, "sqrt": jnp.sqrt, "rsqrt": lax.rsqrt, "exp": jnp.exp, "log": jnp.log,
+    "tanh": jnp.tanh, "sin": jnp.sin, "cos": jnp.cos, "erf": lax.erf, "log1p": jnp.log1p,
+    "logistic": jax.nn.sigmoid, "floor": jnp.floor, "ceil": jnp.ceil, "round": jnp.round,
+}
+BINARY_OPS = {
+    "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.divide, "rem": lax.rem,
+    "max": jnp.maximum, "min": jnp.minimum, "pow": jnp.power,
+}
+
+
+def _op_pallas(f, n):
+    def kernel(*refs):
+        refs[-1][...] = f(*(r[...] for r in refs[:-1]))
+    return rows_pallas(kernel, n, 1, 64)
+
+
+for _name, _f in OPS.items():
+    CASES["op_" + _name] = (_f, _op_pallas(_f, 1), _op_inputs(1))
+for _name, _f in BINARY_OPS.items():
+    CASES["op_" + _name] = (_f, _op_pallas(_f, 2), _op_inputs(2))
 
 
 def times_ms(f, args, budget_s):
@@ -166,6 +297,8 @@ def main():
         serve(budget)
         return
     for name, (ref, kernel, make) in CASES.items():
+        if name.startswith("op_") != ("--ops" in sys.argv):
+            continue
         args = make()
         xla, xla_min = times_ms(jax.jit(ref), args, budget)
         pallas, _ = times_ms(jax.jit(kernel), args, budget)
