@@ -479,7 +479,7 @@ impl Plan {
     }
 }
 
-/// What a plan makes fire, summed over the function (see [`Plan::counts`]).
+/// What a plan makes fire, summed over the function (`interpret::plan_counts`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PlanCounts {
     /// The grid runs in larger row bands than written (see `coalesce`).
