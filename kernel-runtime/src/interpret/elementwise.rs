@@ -1,12 +1,16 @@
 //! Elementwise rules (unary, binary, compare, select, cast): one generic strided loop per arity, then a
 //! small table per op family. Floats compute in f32; bf16 results are rounded on every op, like XLA.
 
+mod elem;
+
 use super::host::HostElement;
 use super::math::IntOps;
 use super::tensor::{bf16_from_f32, bf16_to_f32, internal, take_vec, Rows, Tensor};
 use crate::dtype::DType;
 use crate::error::{kerr, Result};
 use crate::ir::{BinaryOp, CmpOp, UnaryOp};
+pub(crate) use elem::FloatElem;
+use elem::{binary_with, unary_with, Convert};
 use half::bf16;
 
 // ---------------------------------------------------------------------------------------------- loops
@@ -133,12 +137,47 @@ macro_rules! dispatch {
     }};
 }
 
+/// A function over a whole contiguous row (`src` and `dst` of one length): the vector loops of an op
+/// whose per-element form is the `f` given with it.
+type Row1<'a, A, R> = Option<&'a dyn Fn(&[A], &mut [std::mem::MaybeUninit<R>])>;
+/// A binary row function (each operand a row or a broadcast value).
+type Row2<'a, A, B, R> =
+    Option<&'a dyn Fn(RowArg<'_, A>, RowArg<'_, B>, &mut [std::mem::MaybeUninit<R>])>;
+
+/// An operand of a binary row function.
+#[derive(Clone, Copy)]
+pub(crate) enum RowArg<'a, T> {
+    Slice(&'a [T]),
+    Scalar(T),
+}
+
+impl<'a, T: Copy> RowArg<'a, T> {
+    /// The `len` elements at `o` with stride `s`, if contiguous (1) or broadcast (0).
+    #[inline(always)]
+    fn of(d: &'a [T], o: usize, s: usize, len: usize) -> Option<Self> {
+        match s {
+            1 => Some(RowArg::Slice(&d[o..o + len])),
+            0 => Some(RowArg::Scalar(d[o])),
+            _ => None,
+        }
+    }
+}
+
 /// `f` over every element of `a`.
 pub(crate) fn map1<A: HostElement, R: HostElement>(
     a: &Tensor,
     f: impl Fn(A) -> R,
 ) -> Result<Tensor> {
-    dispatch!(map1_avx2, map1_impl, (a, f))
+    map1_rows(a, f, None)
+}
+
+/// [`map1`], with contiguous rows computed by `row` when given.
+pub(crate) fn map1_rows<A: HostElement, R: HostElement>(
+    a: &Tensor,
+    f: impl Fn(A) -> R,
+    row: Row1<'_, A, R>,
+) -> Result<Tensor> {
+    dispatch!(map1_avx2, map1_impl, (a, f, row))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -146,12 +185,17 @@ pub(crate) fn map1<A: HostElement, R: HostElement>(
 unsafe fn map1_avx2<A: HostElement, R: HostElement>(
     a: &Tensor,
     f: impl Fn(A) -> R,
+    row: Row1<'_, A, R>,
 ) -> Result<Tensor> {
-    map1_impl(a, f)
+    map1_impl(a, f, row)
 }
 
 #[inline(always)]
-fn map1_impl<A: HostElement, R: HostElement>(a: &Tensor, f: impl Fn(A) -> R) -> Result<Tensor> {
+fn map1_impl<A: HostElement, R: HostElement>(
+    a: &Tensor,
+    f: impl Fn(A) -> R,
+    row: Row1<'_, A, R>,
+) -> Result<Tensor> {
     let ad = a.data::<A>()?;
     let mut out = Out::<R>::new(&a.shape);
     if !out.fits(&a.shape) {
@@ -163,11 +207,14 @@ fn map1_impl<A: HostElement, R: HostElement>(a: &Tensor, f: impl Fn(A) -> R) -> 
         // SAFETY: `fits` checked every destination row; rows of one result never overlap.
         unsafe {
             match (sa, so) {
-                (1, 1) => {
-                    for (d, &x) in out.row(od, len).iter_mut().zip(&ad[oa..oa + len]) {
-                        d.write(f(x));
+                (1, 1) => match row {
+                    Some(row) => row(&ad[oa..oa + len], out.row(od, len)),
+                    None => {
+                        for (d, &x) in out.row(od, len).iter_mut().zip(&ad[oa..oa + len]) {
+                            d.write(f(x));
+                        }
                     }
-                }
+                },
                 (0, 1) => {
                     let v = f(ad[oa]);
                     for d in out.row(od, len) {
@@ -191,7 +238,17 @@ pub(crate) fn map2<A: HostElement, B: HostElement, R: HostElement>(
     b: &Tensor,
     f: impl Fn(A, B) -> R,
 ) -> Result<Tensor> {
-    dispatch!(map2_avx2, map2_impl, (a, b, f))
+    map2_rows(a, b, f, None)
+}
+
+/// [`map2`], with contiguous rows (an operand may be broadcast) computed by `row` when given.
+pub(crate) fn map2_rows<A: HostElement, B: HostElement, R: HostElement>(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(A, B) -> R,
+    row: Row2<'_, A, B, R>,
+) -> Result<Tensor> {
+    dispatch!(map2_avx2, map2_impl, (a, b, f, row))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -200,8 +257,9 @@ unsafe fn map2_avx2<A: HostElement, B: HostElement, R: HostElement>(
     a: &Tensor,
     b: &Tensor,
     f: impl Fn(A, B) -> R,
+    row: Row2<'_, A, B, R>,
 ) -> Result<Tensor> {
-    map2_impl(a, b, f)
+    map2_impl(a, b, f, row)
 }
 
 #[inline(always)]
@@ -209,6 +267,7 @@ fn map2_impl<A: HostElement, B: HostElement, R: HostElement>(
     a: &Tensor,
     b: &Tensor,
     f: impl Fn(A, B) -> R,
+    row: Row2<'_, A, B, R>,
 ) -> Result<Tensor> {
     if a.shape != b.shape {
         return Err(internal("elementwise operands of different shapes"));
@@ -227,6 +286,14 @@ fn map2_impl<A: HostElement, B: HostElement, R: HostElement>(
     for [oa, ob, od] in rows {
         // SAFETY: `fits` checked every destination row; rows of one result never overlap.
         unsafe {
+            if let (Some(row), 1) = (row, so) {
+                if let (Some(x), Some(y)) =
+                    (RowArg::of(ad, oa, sa, len), RowArg::of(bd, ob, sb, len))
+                {
+                    row(x, y, out.row(od, len));
+                    continue;
+                }
+            }
             match (sa, sb, so) {
                 (1, 1, 1) => {
                     for ((d, &x), &y) in out
@@ -327,126 +394,6 @@ fn map3_impl<A: HostElement, B: HostElement, C: HostElement, R: HostElement>(
     Ok(out.finish(&a.shape))
 }
 
-// ---------------------------------------------------------------------------------------------- element types
-
-/// f32 and bf16: computed in f32, results rounded back to the element type.
-pub(crate) trait FloatElem: HostElement {
-    fn f(self) -> f32;
-    fn from_f(x: f32) -> Self;
-}
-impl FloatElem for f32 {
-    #[inline(always)]
-    fn f(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn from_f(x: f32) -> Self {
-        x
-    }
-}
-impl FloatElem for bf16 {
-    #[inline(always)]
-    fn f(self) -> f32 {
-        bf16_to_f32(self)
-    }
-    #[inline(always)]
-    fn from_f(x: f32) -> Self {
-        bf16_from_f32(x)
-    }
-}
-
-/// Conversions used by `cast` (saturating float→int with NaN→0, wrapping int→int, exact int→float then
-/// one rounding).
-pub(crate) trait Convert: HostElement {
-    fn to_f64(self) -> f64;
-    fn to_i64(self) -> i64;
-    fn from_f64_sat(x: f64) -> Self;
-    fn from_i64(x: i64) -> Self;
-}
-macro_rules! convert_int {
-    ($($t:ty),*) => {$(
-        impl Convert for $t {
-            #[inline(always)] fn to_f64(self) -> f64 { self as f64 }
-            #[inline(always)] fn to_i64(self) -> i64 { self as i64 }
-            #[inline(always)] fn from_f64_sat(x: f64) -> Self { x as $t }
-            #[inline(always)] fn from_i64(x: i64) -> Self { x as $t }
-        }
-    )*};
-}
-convert_int!(i32, u32, i8, u8);
-impl Convert for f32 {
-    #[inline(always)]
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    #[inline(always)]
-    fn to_i64(self) -> i64 {
-        self as i64
-    }
-    #[inline(always)]
-    fn from_f64_sat(x: f64) -> Self {
-        x as f32
-    }
-    #[inline(always)]
-    fn from_i64(x: i64) -> Self {
-        x as f32
-    }
-}
-impl Convert for bf16 {
-    #[inline(always)]
-    fn to_f64(self) -> f64 {
-        bf16_to_f32(self) as f64
-    }
-    #[inline(always)]
-    fn to_i64(self) -> i64 {
-        bf16_to_f32(self) as i64
-    }
-    #[inline(always)]
-    fn from_f64_sat(x: f64) -> Self {
-        bf16_from_f32(x as f32)
-    }
-    fn from_i64(x: i64) -> Self {
-        i64_to_bf16(x)
-    }
-}
-impl Convert for bool {
-    #[inline(always)]
-    fn to_f64(self) -> f64 {
-        self as u8 as f64
-    }
-    #[inline(always)]
-    fn to_i64(self) -> i64 {
-        self as i64
-    }
-    #[inline(always)]
-    fn from_f64_sat(x: f64) -> Self {
-        x != 0.0
-    }
-    #[inline(always)]
-    fn from_i64(x: i64) -> Self {
-        x != 0
-    }
-}
-
-/// An integer rounded once (to nearest, ties to even) to bf16's 8 significant bits; going through f32
-/// would round twice for integers above 2^24.
-fn i64_to_bf16(v: i64) -> bf16 {
-    let mut a = v.unsigned_abs();
-    let bits = 64 - a.leading_zeros();
-    if bits > 8 {
-        let shift = bits - 8;
-        let rem = a & ((1u64 << shift) - 1);
-        let half = 1u64 << (shift - 1);
-        a >>= shift;
-        if rem > half || (rem == half && a & 1 == 1) {
-            a += 1;
-        }
-        a <<= shift;
-    }
-    let f = a as f32; // exact: at most 9 significant bits
-    bf16_from_f32(if v < 0 { -f } else { f })
-}
-
 // ---------------------------------------------------------------------------------------------- dispatch
 
 /// Instantiate `$body` with `$T` bound to the Rust type of a dtype.
@@ -528,7 +475,7 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Result<Tensor> {
 fn float_unary<T: FloatElem>(op: UnaryOp, a: &Tensor) -> Result<Tensor> {
     crate::ir::unary_f32!(
         op,
-        f => map1(a, move |x: T| T::from_f(f(x.f()))),
+        f => unary_with::<T, _>(f, a),
         else Err(unsupported(format!("`{}` on {}", op.name(), T::DTYPE)))
     )
 }
@@ -562,7 +509,7 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 fn float_binary<T: FloatElem>(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     crate::ir::binary_f32!(
         op,
-        f => map2(a, b, |x: T, y: T| T::from_f(f(x.f(), y.f()))),
+        f => binary_with::<T, _>(f, a, b),
         else Err(unsupported(format!("`{}` on {}", op.name(), T::DTYPE)))
     )
 }

@@ -39,12 +39,8 @@ thread_local! {
         const { std::cell::Cell::new(None) };
 }
 
-/// An operand chunk: a contiguous f32 slice, a broadcast scalar, or a gathered copy.
-#[derive(Clone, Copy)]
-enum Src<'a> {
-    Slice(&'a [f32]),
-    Scalar(f32),
-}
+// An operand chunk: a contiguous f32 slice (maybe a gathered copy) or a broadcast scalar.
+use super::math::Operand as Src;
 
 #[inline(always)]
 fn round(v: &mut [f32], d: DType) {
@@ -57,29 +53,15 @@ fn round(v: &mut [f32], d: DType) {
 
 #[inline(always)]
 fn unary(u: UnaryOp, v: &mut [f32]) {
-    macro_rules! each {
-        (|$x:ident| $e:expr) => {
-            for $x in v.iter_mut() {
-                *$x = {
-                    let $x = *$x;
-                    $e
-                };
-            }
-        };
-    }
-    if u == UnaryOp::Exp {
-        #[cfg(target_arch = "x86_64")]
-        if super::simd::avx2() {
-            // SAFETY: the CPU has AVX2 and FMA (checked at run time); same bits as `exp_f32`.
-            unsafe { super::simd::exp_run(v, super::simd::ExpIn::InPlace, None) };
-            return;
-        }
-    }
-    crate::ir::unary_f32!(u, f => each!(|x| f(x)), else {})
+    crate::ir::unary_f32!(u, f => f.run(v), else {})
 }
 
 #[inline(always)]
-fn zip(v: &mut [f32], e: Src<'_>, lhs: bool, f: impl Fn(f32, f32) -> f32) {
+fn zip<F: math::BinaryF32>(v: &mut [f32], e: Src<'_>, lhs: bool, f: F) {
+    if F::VECTOR {
+        return f.zip_in_place(v, e, lhs);
+    }
+    let f = |x: f32, y: f32| f.scalar(x, y);
     match (e, lhs) {
         (Src::Slice(s), true) => {
             for (x, &y) in v.iter_mut().zip(s) {
@@ -108,7 +90,13 @@ fn zip(v: &mut [f32], e: Src<'_>, lhs: bool, f: impl Fn(f32, f32) -> f32) {
 #[inline(always)]
 fn binary_from(op: BinaryOp, v: &mut [f32], a: Src<'_>, b: Src<'_>) {
     #[inline(always)]
-    fn zip2(v: &mut [f32], a: Src<'_>, b: Src<'_>, f: impl Fn(f32, f32) -> f32) {
+    fn zip2<F: math::BinaryF32>(v: &mut [f32], a: Src<'_>, b: Src<'_>, f: F) {
+        if F::VECTOR {
+            // SAFETY: f32 and MaybeUninit<f32> have one layout; only f32 values are written.
+            let dst = unsafe { &mut *(v as *mut [f32] as *mut [std::mem::MaybeUninit<f32>]) };
+            return f.zip_into(dst, a, b);
+        }
+        let f = |x: f32, y: f32| f.scalar(x, y);
         match (a, b) {
             (Src::Slice(x), Src::Slice(y)) => {
                 for ((o, &x), &y) in v.iter_mut().zip(x).zip(y) {

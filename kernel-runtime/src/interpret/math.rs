@@ -1,6 +1,24 @@
 //! Per-element semantics shared by every elementwise loop and the scalar path, written branch-free where
 //! it matters so the block loops vectorize. They follow XLA: NaN-propagating max/min, integer division by
 //! zero gives -1 (all ones) and remainder by zero gives the dividend, `MIN / -1` wraps.
+//!
+//! The transcendental ops are written once over [`lanes::Lanes`] (`approx.rs`, `trig.rs`, `pow.rs`):
+//! their f32 instantiation is the op's reference and the AVX2 / AVX-512 loops (`elementfn.rs`) give
+//! the same bits; the op table's `f32:` column names them by the items of `elementfn.rs`.
+
+#[cfg(test)]
+mod accuracy;
+mod approx;
+mod elementfn;
+pub(crate) mod lanes;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod lanes512;
+mod pow;
+mod trig;
+
+pub(crate) use elementfn::{
+    BinaryF32, Cos, Erf, Exp, Log, Log1p, Logistic, Operand, Pow, Rsqrt, Sin, Tanh, UnaryF32,
+};
 
 /// The constants of [`exp_f32`], shared with its 8- and 16-lane forms (`simd::exp8`, `simd::exp16`),
 /// which must give the same bits.
@@ -57,12 +75,6 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     }
 }
 
-/// `1 / (1 + e^-x)` (`tpu.logistic`), on the interpreter's `exp`.
-#[inline(always)]
-pub(crate) fn logistic_f32(x: f32) -> f32 {
-    1.0 / (1.0 + exp_f32(-x))
-}
-
 /// NaN-propagating maximum with `max(-0, +0) = +0` (`arith.maximumf`, `jnp.maximum`).
 #[inline(always)]
 pub(crate) fn max_f32(a: f32, b: f32) -> f32 {
@@ -95,12 +107,6 @@ pub(crate) fn min_f32(a: f32, b: f32) -> f32 {
     } else {
         m
     }
-}
-
-/// `1/sqrt(x)` correctly rounded through f64 (the TPU's rsqrt is approximate; XLA:CPU is exact-ish).
-#[inline(always)]
-pub(crate) fn rsqrt_f32(x: f32) -> f32 {
-    (1.0 / (x as f64).sqrt()) as f32
 }
 
 /// Integer element semantics (wrapping, XLA division rules).

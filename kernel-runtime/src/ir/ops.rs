@@ -264,16 +264,16 @@ unary_table! { $
           f32: none, cost: Simple }
     /// Elementwise `e^x`.
     Exp { method: exp, operands: Float, float: Some("math.exp"), int: IntLowering::None,
-          f32: exp_f32, cost: Transcendental }
+          f32: Exp, cost: Transcendental }
     /// Elementwise natural logarithm.
     Log { method: log, operands: Float, float: Some("math.log"), int: IntLowering::None,
-          f32: (f32::ln), cost: Transcendental }
+          f32: Log, cost: Transcendental }
     /// Elementwise hyperbolic tangent.
     Tanh { method: tanh, operands: Float, float: Some("math.tanh"), int: IntLowering::None,
-           f32: (f32::tanh), cost: Transcendental }
+           f32: Tanh, cost: Transcendental }
     /// Elementwise `1/sqrt(x)`.
     Rsqrt { method: rsqrt, operands: Float, float: Some("math.rsqrt"), int: IntLowering::None,
-            f32: rsqrt_f32, cost: Transcendental }
+            f32: Rsqrt, cost: Transcendental }
     /// Elementwise square root.
     Sqrt { method: sqrt, operands: Float, float: Some("math.sqrt"), int: IntLowering::None,
            f32: (f32::sqrt), cost: Transcendental }
@@ -282,20 +282,20 @@ unary_table! { $
           int: IntLowering::Op("math.absi"), f32: (f32::abs), cost: Simple }
     /// Elementwise sine.
     Sin { method: sin, operands: Float, float: Some("math.sin"), int: IntLowering::None,
-          f32: (f32::sin), cost: Transcendental }
+          f32: Sin, cost: Transcendental }
     /// Elementwise cosine.
     Cos { method: cos, operands: Float, float: Some("math.cos"), int: IntLowering::None,
-          f32: (f32::cos), cost: Transcendental }
+          f32: Cos, cost: Transcendental }
     /// Elementwise error function (`jax.lax.erf`).
     Erf { method: erf, operands: Float, float: Some("math.erf"), int: IntLowering::None,
-          f32: (libm::erff), cost: Transcendental }
+          f32: Erf, cost: Transcendental }
     /// Elementwise `ln(1 + x)`, accurate near 0.
     Log1p { method: log1p, operands: Float, float: Some("math.log1p"), int: IntLowering::None,
-            f32: (f32::ln_1p), cost: Transcendental }
+            f32: Log1p, cost: Transcendental }
     /// Elementwise `1 / (1 + e^-x)` (`jax.nn.sigmoid`, `lax.logistic`): `tpu.logistic`, as Pallas lowers
     /// it (v6e has a native instruction; v5e expands it).
     Logistic { method: logistic, operands: Float, float: Some("tpu.logistic"), int: IntLowering::None,
-               f32: logistic_f32, cost: Transcendental }
+               f32: Logistic, cost: Transcendental }
     /// Elementwise floor.
     Floor { method: floor, operands: Float, float: Some("math.floor"), int: IntLowering::None,
             f32: (f32::floor), cost: Simple }
@@ -382,7 +382,7 @@ binary_table! { $
     Min { operands: Numeric, float: Some("arith.minimumf"), signed: Some("arith.minsi"),
           unsigned: Some("arith.minui"), f32: min_f32, int: imin }
     Pow { operands: Float, float: Some("math.powf"), signed: None, unsigned: None,
-          f32: (f32::powf), int: none }
+          f32: Pow, int: none }
     And { operands: IntOrBool, float: None, signed: Some("arith.andi"), unsigned: Some("arith.andi"),
           f32: none, int: and }
     Or { operands: IntOrBool, float: None, signed: Some("arith.ori"), unsigned: Some("arith.ori"),
