@@ -370,14 +370,16 @@ fn map3_impl<A: HostElement, B: HostElement, C: HostElement, R: HostElement>(
         [a.offset, b.offset, c.offset, out.off],
     );
     let (len, [sa, sb, sc, so]) = (rows.inner, rows.inner_strides);
+    // Broadcast operands (`select(m, 0.0, x)`) are spread into a row buffer, so the loop stays contiguous.
+    let (mut ba, mut bb, mut bc) = (Vec::new(), Vec::new(), Vec::new());
     for [oa, ob, oc, od] in rows {
         // SAFETY: `fits` checked every destination row; rows of one result never overlap.
         unsafe {
-            if (sa, sb, sc, so) == (1, 1, 1, 1) {
-                let src = ad[oa..oa + len]
+            if so == 1 && sa <= 1 && sb <= 1 && sc <= 1 {
+                let src = contiguous(ad, oa, sa, len, &mut ba)
                     .iter()
-                    .zip(&bd[ob..ob + len])
-                    .zip(&cd[oc..oc + len]);
+                    .zip(contiguous(bd, ob, sb, len, &mut bb))
+                    .zip(contiguous(cd, oc, sc, len, &mut bc));
                 for (d, ((&x, &y), &z)) in out.row(od, len).iter_mut().zip(src) {
                     d.write(f(x, y, z));
                 }
@@ -392,6 +394,23 @@ fn map3_impl<A: HostElement, B: HostElement, C: HostElement, R: HostElement>(
         }
     }
     Ok(out.finish(&a.shape))
+}
+
+/// The `len` elements at `o` with inner stride `s` (1, or 0: one value spread into `buf`) as a slice.
+#[inline(always)]
+fn contiguous<'a, T: Copy>(
+    d: &'a [T],
+    o: usize,
+    s: usize,
+    len: usize,
+    buf: &'a mut Vec<T>,
+) -> &'a [T] {
+    if s == 1 {
+        return &d[o..o + len];
+    }
+    buf.clear();
+    buf.resize(len, d[o]);
+    buf
 }
 
 // ---------------------------------------------------------------------------------------------- dispatch

@@ -12,6 +12,8 @@ mod approx;
 mod elementfn;
 pub(crate) mod lanes;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod lanes256;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod lanes512;
 mod pow;
 mod trig;

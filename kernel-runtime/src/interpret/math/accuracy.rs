@@ -151,7 +151,7 @@ fn worst(xs: &[f32], f: impl Fn(f32) -> f32, want: impl Fn(f64) -> f64) -> (f64,
 type Case = (&'static str, fn(f32) -> f32, fn(f64) -> f64, f64);
 fn cases() -> [Case; 7] {
     [
-        ("tanh", Tanh::apply::<f32>, f64::tanh, 1.5),
+        ("tanh", Tanh::apply::<f32>, f64::tanh, 2.0),
         ("log", Log::apply::<f32>, f64::ln, 0.9),
         ("log1p", Log1p::apply::<f32>, f64::ln_1p, 1.0),
         ("erf", Erf::apply::<f32>, libm::erf, 1.1),

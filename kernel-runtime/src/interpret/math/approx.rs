@@ -55,21 +55,6 @@ pub(crate) fn exp<V: Lanes>(x: V) -> V {
     V::select(x.is_nan(), x + x, y)
 }
 
-/// `e^x` for `x` in `[-87, 0]` (so `2^n` is a normal f32): [`exp`] without the clamp, the
-/// two-factor scaling and the NaN rule, for the reductions below that bound their argument.
-#[inline(always)]
-fn exp_bounded<V: Lanes>(x: V) -> V {
-    use exp_consts::*;
-    let c = |k: f32| x.splat(k);
-    let t = x.fma(c(LOG2E), c(ROUND));
-    let n = t - c(ROUND);
-    let ni = t.bits().sub(x.splat_int(ROUND_BITS));
-    let r = n.fma(c(-LN2_HI), x);
-    let r = n.fma(c(-LN2_LO), r);
-    let y = horner(r, &POLY).fma(r * r, r) + c(1.0);
-    y * V::from_bits(ni.add(x.splat_int(127)).shl::<23>())
-}
-
 /// `1 / (1 + e^-x)` (`tpu.logistic`), ≤ 3 ulp: with `e = e^-|x|` (never overflows), `1/(1 + e)` for
 /// `x ≥ 0` and `e/(1 + e)` below, so tiny results keep their (subnormal) value.
 #[inline(always)]
@@ -81,36 +66,40 @@ pub(crate) fn logistic<V: Lanes>(x: V) -> V {
     V::select(x.is_nan(), x + x, r)
 }
 
-/// tanh(x) on [0, 0.625] is `x + x·z·P(z)`, `z = x²` (fit error 0.07 ulp).
-const TANH_P: [f32; 5] = [
-    -5.704_987e-3,
-    2.063_908_8e-2,
-    -5.373_971_5e-2,
-    1.333_144_2e-1,
-    -3.333_328e-1,
+/// `e^r - 1 = r + r²/2 + r³·P(r)` for `|r| ≤ ln2/2` (fit error 0.007 ulp).
+const EXPM1_P: [f32; 5] = [
+    1.982_411_9e-4,
+    1.393_327e-3,
+    8.333_419e-3,
+    4.166_648e-2,
+    1.666_666_6e-1,
 ];
 
-/// `tanh(x)`, ≤ 1.5 ulp: `|x| + |x|·z·P(z)` below 0.625, else `1 - 2e/(1 + e)` with `e = e^(-2|x|)`
-/// (|x| clamped to 10, where tanh has rounded to 1 since 9.02), the sign copied from `x`.
+/// `tanh(x) = u / (u + 2)`, ≤ 2 ulp, with `u = e^(2|x|) - 1` (|x| clamped to 10, where tanh has
+/// rounded to 1 since 9.02): `2|x| = n·ln2 + r`, `u = 2^n·expm1(r) + (2^n - 1)` in one rounding,
+/// exact at `n = 0` so small arguments keep their relative accuracy; the sign copied from `x`.
 #[inline(always)]
 pub(crate) fn tanh<V: Lanes>(x: V) -> V {
+    use exp_consts::{LN2_HI, LN2_LO, LOG2E, ROUND, ROUND_BITS};
     let c = |k: f32| x.splat(k);
-    let ax = x.abs();
-    let small = ax.lt(c(0.625));
-    let zero = c(0.0);
-    let poly = if V::any(small) {
-        let z = ax * ax;
-        (ax * z).fma(horner(z, &TANH_P), ax)
-    } else {
-        zero
-    };
-    let quot = if V::any(!small) {
-        let e = exp_bounded(c(-2.0) * c(10.0).min(ax));
-        c(1.0) - (e + e) / (c(1.0) + e)
-    } else {
-        zero
-    };
-    let r = with_sign_of(V::select(small, poly, quot), x);
+    let y = c(10.0).min(x.abs());
+    let y = y + y;
+    let t = y.fma(c(LOG2E), c(ROUND));
+    let n = t - c(ROUND);
+    let ni = t.bits().sub(x.splat_int(ROUND_BITS));
+    let r = n.fma(c(-LN2_HI), y);
+    let r = n.fma(c(-LN2_LO), r);
+    let p = (r * r).fma(r.fma(horner(r, &EXPM1_P), c(0.5)), r);
+    let s = V::from_bits(ni.add(x.splat_int(127)).shl::<23>());
+    let u = s.fma(p, s - c(1.0));
+    // u / (u + 2), with the rounding error `e` of `v = u + 2` (fast two-sum) put back: to first
+    // order the quotient loses `q·e/v`, and `1/v = (1 - q)/2`.
+    let two = c(2.0);
+    let v = u + two;
+    let e = (u.max(two) - v) + u.min(two);
+    let q = u / v;
+    let q = (q * q.fma(c(-0.5), c(0.5))).fma(-e, q);
+    let r = with_sign_of(q, x);
     V::select(x.is_nan(), x + x, r)
 }
 
@@ -182,51 +171,111 @@ pub(crate) fn log1p<V: Lanes>(x: V) -> V {
     V::select(x.is_nan(), x + x, r)
 }
 
-/// erf(x) on [0, 1] is `x + x·Q(x²)` (fit error 0.02 ulp; `Q(0) = 2/√π - 1`, so its rounding errors
-/// weigh 8× less than a leading 1.128's would).
-const ERF_Q: [f32; 7] = [
-    7.853_861_5e-5,
-    -8.010_193_7e-4,
-    5.188_327_7e-3,
-    -2.685_381_3e-2,
-    1.128_358_54e-1,
-    -3.761_262_6e-1,
-    1.283_791_7e-1,
+/// erf on [0, 4) in 8 intervals of 0.5, interval `i` = `[i/2, (i+1)/2)`: with `t = |x| - ERF_CENTER[i]`,
+/// `erf = ERF_BASE[i] + t·(ERF_SLOPE[i] + q_i(t))`, `q_i` of degree 6 (`ERF_Q[k][i]`: the coefficient
+/// of `t^(6-k)`). Interval 0 is `t + t·q_0(t)` around 0 (relative accuracy down to the subnormals),
+/// the others a polynomial around the midpoint. Fit error 0.14 ulp (`minimax.py`, `erf_table`).
+const ERF_CENTER: [f32; 8] = [0.0, 0.75, 1.25, 1.75, 2.25, 2.75, 3.25, 3.75];
+const ERF_SLOPE: [f32; 8] = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+const ERF_BASE: [f32; 8] = [
+    0.0,
+    0.711_155_65,
+    0.922_900_14,
+    0.986_671_7,
+    0.998_537_3,
+    0.999_899_4,
+    0.999_995_7,
+    0.999_999_9,
 ];
-/// ln(erfc(x)) on [1, 3.9375] as a polynomial in `t = x - 1` (fit error 0.0004 ulp of erf; its f32
-/// evaluation 0.35 ulp).
-const ERFC_LOG: [f32; 8] = [
-    -2.168_674_7e-5,
-    2.895_278_7e-4,
-    -2.011_966_2e-3,
-    1.004_645_2e-2,
-    -4.156_348e-2,
-    -8.431_071e-1,
-    -2.638_967_5,
-    -1.849_605_6,
+const ERF_Q: [[f32; 8]; 7] = [
+    [
+        -0.017_976_964,
+        0.017_754_301,
+        0.003_804_845,
+        -0.005_920_939,
+        -7.273_687e-4,
+        6.347_013_4e-4,
+        1.739_933_4e-4,
+        1.724_248_6e-5,
+    ],
+    [
+        -0.008_006_055,
+        -0.026_585_653,
+        0.020_597_277,
+        0.009_049_175,
+        -0.002_779_593_5,
+        -0.001_667_821_9,
+        -2.737_57e-4,
+        -2.069_223_2e-5,
+    ],
+    [
+        0.115_878_41,
+        -0.053_202_79,
+        -0.047_193_084,
+        0.006_617_151,
+        0.010_660_699,
+        0.002_756_412_1,
+        3.135_854_5e-4,
+        1.831_936_4e-5,
+    ],
+    [
+        -5.649_169e-4,
+        0.150_675_9,
+        -0.006_131_991_7,
+        -0.048_105_493,
+        -0.019_088_253,
+        -0.003_257_713,
+        -2.861_695_5e-4,
+        -1.378_542_7e-5,
+    ],
+    [
+        -0.376_077_38,
+        0.026_787_907,
+        0.167_536_1,
+        0.090_157_43,
+        0.021_724_492,
+        0.002_760_376_5,
+        1.958_139_9e-4,
+        7.970_662e-6,
+    ],
+    [
+        -1.580_990_6e-6,
+        -0.482_198_18,
+        -0.295_651_73,
+        -0.092_356_205,
+        -0.016_070_157,
+        -0.001_612_267_3,
+        -9.486_933e-5,
+        -3.306_070_5e-6,
+    ],
+    [
+        0.128_379_18,
+        0.642_931_1,
+        0.236_521_12,
+        0.052_774_996,
+        0.007_142_319_3,
+        5.862_773_4e-4,
+        2.918_900_1e-5,
+        8.814_262e-7,
+    ],
 ];
-/// erf rounds to 1 from 3.92 on.
+/// erf rounds to 1 from 3.92 on (and is 1 here, whatever the last polynomial gives).
 const ERF_ONE: f32 = 3.9375;
 
-/// `erf(x)`, ≤ 1.1 ulp: `|x| + |x|·Q(x²)` below 1, else `1 - e^L(|x| - 1)` with `L` ≈ ln erfc; the sign
+/// `erf(x)`, ≤ 1.1 ulp: a piecewise polynomial of `|x|` (16 table lookups, no branch), the sign
 /// copied from `x`.
 #[inline(always)]
 pub(crate) fn erf<V: Lanes>(x: V) -> V {
     let c = |k: f32| x.splat(k);
-    let ax = x.abs();
-    let small = ax.lt(c(1.0));
-    let zero = c(0.0);
-    let poly = if V::any(small) {
-        ax.fma(horner(ax * ax, &ERF_Q), ax)
-    } else {
-        zero
-    };
-    let tail = if V::any(!small) {
-        let t = c(ERF_ONE).min(ax) - c(1.0);
-        c(1.0) - exp_bounded(horner(t, &ERFC_LOG))
-    } else {
-        zero
-    };
-    let r = with_sign_of(V::select(small, poly, tail), x);
+    let ax = c(ERF_ONE).min(x.abs());
+    let i = (ax * c(2.0)).trunc_int();
+    let t = ax - x.lookup8(i, &ERF_CENTER);
+    let mut q = x.lookup8(i, &ERF_Q[0]);
+    for row in &ERF_Q[1..] {
+        q = q.fma(t, x.lookup8(i, row));
+    }
+    let base = x.lookup8(i, &ERF_SLOPE).fma(t, x.lookup8(i, &ERF_BASE));
+    let r = V::select(ax.lt(c(ERF_ONE)), t.fma(q, base), c(1.0));
+    let r = with_sign_of(r, x);
     V::select(x.is_nan(), x + x, r)
 }

@@ -129,7 +129,7 @@ macro_rules! unary_items {
 }
 
 unary_items! {
-    /// `tanh` (≤ 1.5 ulp).
+    /// `tanh` (≤ 2 ulp).
     Tanh = super::approx::tanh, wide: true;
     /// `1 / (1 + e^-x)` (≤ 3 ulp).
     Logistic = super::approx::logistic, wide: true;
@@ -223,7 +223,7 @@ impl UnaryF32 for Exp {
 pub(crate) mod drive {
     use super::{Kernel1, Kernel2, Operand};
     #[cfg(target_arch = "x86_64")]
-    use crate::interpret::math::lanes::V8;
+    use crate::interpret::math::lanes256::V8;
     #[cfg(target_arch = "x86_64")]
     use crate::interpret::math::lanes512::V16;
     #[cfg(target_arch = "x86_64")]

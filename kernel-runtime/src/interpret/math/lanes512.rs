@@ -2,7 +2,7 @@
 //! vectors pay. Only AVX-512F instructions are used (no DQ/BW/VL), and every operation has the
 //! meaning of its scalar counterpart, so the results are those of the one-lane reference.
 
-use super::lanes::{IntLanes, Lanes, Lanes64};
+use super::lanes::{IntLanes, Lanes, Lanes64, WideFn};
 use std::arch::x86_64::*;
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
@@ -79,6 +79,18 @@ impl Neg for V16 {
 }
 
 impl V16 {
+    /// The low and high eight lanes in f64.
+    #[inline(always)]
+    fn halves(self) -> (D8, D8) {
+        let lo = avx512!(_mm512_castps512_ps256(self.0));
+        let hi = avx512!(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+            _mm512_castps_pd(self.0)
+        )));
+        (
+            D8(avx512!(_mm512_cvtps_pd(lo))),
+            D8(avx512!(_mm512_cvtps_pd(hi))),
+        )
+    }
     #[inline(always)]
     fn bits_xor(self, o: V16) -> V16 {
         V16(avx512!(_mm512_castsi512_ps(_mm512_xor_si512(
@@ -167,6 +179,12 @@ impl Lanes for V16 {
         avx512!(_mm512_cmpeq_epi32_mask(a.0, b.0))
     }
     #[inline(always)]
+    fn lookup8(self, i: I16, table: &[f32; 8]) -> V16 {
+        // Indices below 8 read only the low half, the table.
+        let t = avx512!(_mm512_castps256_ps512(_mm256_loadu_ps(table.as_ptr())));
+        V16(avx512!(_mm512_permutexvar_ps(i.0, t)))
+    }
+    #[inline(always)]
     fn load(self, src: &[f32]) -> V16 {
         assert!(src.len() >= 16);
         V16(avx512!(_mm512_loadu_ps(src.as_ptr())))
@@ -187,19 +205,9 @@ impl Lanes for V16 {
         avx512!(_mm512_storeu_si512(dst.as_mut_ptr() as *mut _, i.0))
     }
     #[inline(always)]
-    fn map_wide(self, o: V16, f: impl Fn(D8, D8) -> D8) -> V16 {
-        let halves = |v: __m512| {
-            let hi = avx512!(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
-                _mm512_castps_pd(v)
-            )));
-            let lo = avx512!(_mm512_castps512_ps256(v));
-            (
-                D8(avx512!(_mm512_cvtps_pd(lo))),
-                D8(avx512!(_mm512_cvtps_pd(hi))),
-            )
-        };
-        let ((xl, xh), (ol, oh)) = (halves(self.0), halves(o.0));
-        let (lo, hi) = (f(xl, ol), f(xh, oh));
+    fn map_wide<F: WideFn>(self, o: V16) -> V16 {
+        let ((xl, xh), (ol, oh)) = (self.halves(), o.halves());
+        let (lo, hi) = (F::apply(xl, ol), F::apply(xh, oh));
         V16(avx512!(_mm512_castpd_ps(_mm512_insertf64x4::<1>(
             _mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(lo.0))),
             _mm256_castps_pd(_mm512_cvtpd_ps(hi.0))

@@ -49,18 +49,14 @@ def fit(f, w, lo, hi, deg, n=3000):
 
 sq = mp.sqrt
 FITS = {
-    # tanh(x) = x + x z P(z), z = x^2 on [0, 0.625]
-    "TANH_P": (lambda z: (mp.tanh(sq(z)) - sq(z)) / (sq(z) * z) if z > 0 else -mp.mpf(1) / 3,
-               lambda z: z / (mp.tanh(sq(z)) / sq(z)) if z > 0 else mp.mpf(0), 0.0, 0.625 ** 2, 4),
+    # e^r - 1 = r + r^2/2 + r^3 P(r), |r| <= ln2/2 (tanh)
+    "EXPM1_P": (lambda r: (mp.expm1(r) - r - r * r / 2) / r ** 3 if abs(r) > 1e-20 else mp.mpf(1) / 6,
+                lambda r: r * r / (mp.expm1(r) / r) if abs(r) > 1e-20 else mp.mpf(0),
+                -float(mp.log(2) / 2) - 1e-4, float(mp.log(2) / 2) + 1e-4, 4),
     # ln(1 + f) = f - f^2/2 + f^3 P(f), 1 + f in [sqrt(1/2), sqrt(2))
     "LOG_P": (lambda x: (mp.log1p(x) - x + x * x / 2) / x ** 3 if abs(x) > 1e-30 else mp.mpf(1) / 3,
               lambda x: x * x / (mp.log1p(x) / x) if abs(x) > 1e-30 else mp.mpf(0),
               float(sq(0.5) - 1), float(sq(2) - 1), 7),
-    # erf(x) = x + x Q(z), z = x^2 on [0, 1]
-    "ERF_Q": (lambda z: (mp.erf(sq(z)) / sq(z) if z > 0 else 2 / sq(mp.pi)) - 1,
-              lambda z: 1 / (mp.erf(sq(z)) / sq(z) if z > 0 else 2 / sq(mp.pi)), 0.0, 1.0, 6),
-    # ln erfc(1 + t), t in [0, 2.9375], weighted by erfc (the error it makes in erf)
-    "ERFC_LOG": (lambda t: mp.log(mp.erfc(t + 1)), lambda t: mp.erfc(t + 1), 0.0, 2.9375, 7),
     # sin(r) = r + r z S(z), z = r^2 on [0, 0.79]
     "SIN_S": (lambda z: (mp.sin(sq(z)) - sq(z)) / (sq(z) * z) if z > 0 else -mp.mpf(1) / 6,
               lambda z: z / (mp.sin(sq(z)) / sq(z)) if z > 0 else mp.mpf(0), 0.0, 0.79 ** 2, 2),
@@ -69,10 +65,39 @@ FITS = {
               lambda z: z * z / mp.cos(sq(z)), 0.0, 0.79 ** 2, 2),
 }
 
+def lit(v):
+    """The shortest literal that round-trips to the f32 `v`."""
+    v = np.float32(v)
+    if v == 0 or 1e-3 <= abs(v) < 1e3:
+        return np.format_float_positional(v, unique=True)
+    return np.format_float_scientific(v, unique=True)
+
+
+def erf_table():
+    """erf on [0, 4) in 8 intervals of 0.5: `t = |x| - c_i` (c_0 = 0, else the midpoint), then
+    `erf = t + t q(t)` on interval 0 and `c0_i + t q_i(t)` on the others, q of degree 6."""
+    rows = []
+    for i in range(8):
+        a, b = 0.5 * i, 0.5 * (i + 1)
+        if i == 0:
+            f = lambda t: (mp.erf(t) / t if t != 0 else 2 / sq(mp.pi)) - 1
+            q, err = fit(f, lambda t: 1, a, b, 6)
+            rows.append((0.0, 1.0, 0.0, q, err))
+        else:
+            c = (a + b) / 2
+            p, err = fit(lambda t: mp.erf(t + c), lambda t: 1 / mp.erf(t + c), a - c, b - c, 7)
+            rows.append((c, 0.0, p[0], p[1:], err))
+    print(f"erf table (fit error {max(r[4] for r in rows):.4f} ulp)")
+    print("ERF_CENTER:", [lit(r[0]) for r in rows])
+    print("ERF_SLOPE:", [lit(r[1]) for r in rows])
+    print("ERF_BASE:", [lit(r[2]) for r in rows])
+    for k in reversed(range(7)):
+        print(f"ERF_Q[{6 - k}] (t^{k}):", [lit(r[3][k]) for r in rows])
+
+
 if __name__ == "__main__":
     for name, (f, w, lo, hi, deg) in FITS.items():
         c, err = fit(f, w, lo, hi, deg)
-        # Shortest literals that round-trip to the f32 coefficients.
-        lits = ", ".join(np.format_float_positional(v, unique=True) if 1e-3 <= abs(v) < 1e3
-                         else np.format_float_scientific(v, unique=True) for v in reversed(c))
+        lits = ", ".join(lit(v) for v in reversed(c))
         print(f"{name} (highest degree first; fit error {err:.4f} ulp): [{lits}]")
+    erf_table()

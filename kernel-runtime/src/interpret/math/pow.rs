@@ -3,7 +3,7 @@
 //! back to f32 makes the result ≤ 1 ulp (correctly rounded but for results within ~1e-11 relative of
 //! a rounding boundary), overflow, underflow and subnormal results included.
 
-use super::lanes::{IntLanes, Lanes, Lanes64};
+use super::lanes::{IntLanes, Lanes, Lanes64, WideFn};
 
 /// `ln m = 2s + s·z·Q(z)` with `s = (m - 1)/(m + 1)`, `z = s²`: Q's Taylor coefficients
 /// `2/(2k + 1)`, k = 1..9, highest first (for `|s| ≤ 0.172` the rest weighs < 1e-16).
@@ -71,7 +71,7 @@ pub(crate) fn pow<V: Lanes>(x: V, y: V) -> V {
     let c = |k: f32| x.splat(k);
     let ax = x.abs();
     let inf = c(f32::INFINITY);
-    let mag = ax.map_wide(y, pow_abs);
+    let mag = ax.map_wide::<PowAbs>(y);
     // 0^y and inf^y: 0 or inf by the signs (0^-y = inf^y).
     let (is_inf, y_neg) = (ax.eq(inf), y.lt(c(0.0)));
     let huge = (is_inf & !y_neg) | (!is_inf & y_neg);
@@ -108,5 +108,22 @@ fn signaling<V: Lanes>(x: V) -> V::Mask {
 /// `1/√x` correctly rounded through f64 (the TPU's rsqrt is approximate; XLA:CPU's is exact-ish).
 #[inline(always)]
 pub(crate) fn rsqrt<V: Lanes>(x: V) -> V {
-    x.map_wide(x, |d, _| d.splat(1.0) / d.sqrt())
+    x.map_wide::<RsqrtWide>(x)
+}
+
+struct PowAbs;
+impl WideFn for PowAbs {
+    #[inline(always)]
+    fn apply<D: Lanes64>(x: D, y: D) -> D {
+        pow_abs(x, y)
+    }
+}
+
+/// `1/√x` in f64 (the second operand unused).
+struct RsqrtWide;
+impl WideFn for RsqrtWide {
+    #[inline(always)]
+    fn apply<D: Lanes64>(x: D, _: D) -> D {
+        x.splat(1.0) / x.sqrt()
+    }
 }
