@@ -2,6 +2,7 @@
 //! small table per op family. Floats compute in f32; bf16 results are rounded on every op, like XLA.
 
 mod elem;
+mod rows;
 
 use super::host::HostElement;
 use super::math::IntOps;
@@ -12,6 +13,8 @@ use crate::ir::{BinaryOp, CmpOp, UnaryOp};
 pub(crate) use elem::FloatElem;
 use elem::{binary_with, unary_with, Convert};
 use half::bf16;
+use rows::zip3;
+pub(crate) use rows::RowArg;
 
 // ---------------------------------------------------------------------------------------------- loops
 
@@ -143,25 +146,6 @@ type Row1<'a, A, R> = Option<&'a dyn Fn(&[A], &mut [std::mem::MaybeUninit<R>])>;
 /// A binary row function (each operand a row or a broadcast value).
 type Row2<'a, A, B, R> =
     Option<&'a dyn Fn(RowArg<'_, A>, RowArg<'_, B>, &mut [std::mem::MaybeUninit<R>])>;
-
-/// An operand of a binary row function.
-#[derive(Clone, Copy)]
-pub(crate) enum RowArg<'a, T> {
-    Slice(&'a [T]),
-    Scalar(T),
-}
-
-impl<'a, T: Copy> RowArg<'a, T> {
-    /// The `len` elements at `o` with stride `s`, if contiguous (1) or broadcast (0).
-    #[inline(always)]
-    fn of(d: &'a [T], o: usize, s: usize, len: usize) -> Option<Self> {
-        match s {
-            1 => Some(RowArg::Slice(&d[o..o + len])),
-            0 => Some(RowArg::Scalar(d[o])),
-            _ => None,
-        }
-    }
-}
 
 /// `f` over every element of `a`.
 pub(crate) fn map1<A: HostElement, R: HostElement>(
@@ -370,47 +354,29 @@ fn map3_impl<A: HostElement, B: HostElement, C: HostElement, R: HostElement>(
         [a.offset, b.offset, c.offset, out.off],
     );
     let (len, [sa, sb, sc, so]) = (rows.inner, rows.inner_strides);
-    // Broadcast operands (`select(m, 0.0, x)`) are spread into a row buffer, so the loop stays contiguous.
-    let (mut ba, mut bb, mut bc) = (Vec::new(), Vec::new(), Vec::new());
     for [oa, ob, oc, od] in rows {
         // SAFETY: `fits` checked every destination row; rows of one result never overlap.
         unsafe {
-            if so == 1 && sa <= 1 && sb <= 1 && sc <= 1 {
-                let src = contiguous(ad, oa, sa, len, &mut ba)
-                    .iter()
-                    .zip(contiguous(bd, ob, sb, len, &mut bb))
-                    .zip(contiguous(cd, oc, sc, len, &mut bc));
-                for (d, ((&x, &y), &z)) in out.row(od, len).iter_mut().zip(src) {
-                    d.write(f(x, y, z));
-                }
-            } else {
-                for i in 0..len {
-                    out.put(
-                        od + i * so,
-                        f(ad[oa + i * sa], bd[ob + i * sb], cd[oc + i * sc]),
-                    );
+            let args = (
+                RowArg::of(ad, oa, sa, len),
+                RowArg::of(bd, ob, sb, len),
+                RowArg::of(cd, oc, sc, len),
+            );
+            match (so, args) {
+                // Contiguous or broadcast operands (`select(m, 0.0, x)`): one loop per combination.
+                (1, (Some(x), Some(y), Some(z))) => zip3(out.row(od, len), x, y, z, &f),
+                _ => {
+                    for i in 0..len {
+                        out.put(
+                            od + i * so,
+                            f(ad[oa + i * sa], bd[ob + i * sb], cd[oc + i * sc]),
+                        );
+                    }
                 }
             }
         }
     }
     Ok(out.finish(&a.shape))
-}
-
-/// The `len` elements at `o` with inner stride `s` (1, or 0: one value spread into `buf`) as a slice.
-#[inline(always)]
-fn contiguous<'a, T: Copy>(
-    d: &'a [T],
-    o: usize,
-    s: usize,
-    len: usize,
-    buf: &'a mut Vec<T>,
-) -> &'a [T] {
-    if s == 1 {
-        return &d[o..o + len];
-    }
-    buf.clear();
-    buf.resize(len, d[o]);
-    buf
 }
 
 // ---------------------------------------------------------------------------------------------- dispatch

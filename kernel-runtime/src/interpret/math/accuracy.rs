@@ -390,3 +390,34 @@ fn exhaustive_ulp_bounds() {
         println!("{name}: worst {e:.4} ulp at {x:e} ({:#x})", x.to_bits());
     }
 }
+
+/// All 2^32 inputs of rsqrt against the former `(1/sqrt(x as f64)) as f32`.
+#[test]
+#[ignore = "a minute in release mode"]
+fn exhaustive_rsqrt_vs_f64() {
+    use rayon::prelude::*;
+    let diffs: Vec<u32> = (0..1u32 << 16)
+        .into_par_iter()
+        .flat_map_iter(|hi| {
+            (0..1u32 << 16).filter_map(move |lo| {
+                let x = f32::from_bits(hi << 16 | lo);
+                let (a, b) = (Rsqrt::apply(x), (1.0 / (x as f64).sqrt()) as f32);
+                (a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan())).then_some(x.to_bits())
+            })
+        })
+        .collect();
+    println!(
+        "rsqrt differs from the f64 formula at {} inputs: {:x?}",
+        diffs.len(),
+        &diffs[..diffs.len().min(20)]
+    );
+    for d in diffs.iter().take(5) {
+        let x = f32::from_bits(*d);
+        println!(
+            "{x:e}: new {:e} old {:e} exact {:e}",
+            Rsqrt::apply(x),
+            (1.0 / (x as f64).sqrt()) as f32,
+            1.0 / (x as f64).sqrt()
+        );
+    }
+}

@@ -42,6 +42,8 @@ pub(crate) trait Lanes:
     fn min(self, o: Self) -> Self;
     /// The sign bit cleared.
     fn abs(self) -> Self;
+    /// Correctly rounded square root.
+    fn sqrt(self) -> Self;
     fn lt(self, o: Self) -> Self::Mask;
     fn eq(self, o: Self) -> Self::Mask;
     fn is_nan(self) -> Self::Mask;
@@ -93,7 +95,6 @@ pub(crate) trait Lanes64:
     type Mask: Copy;
     fn splat(self, c: f64) -> Self;
     fn fma(self, b: Self, c: Self) -> Self;
-    fn sqrt(self) -> Self;
     /// As [`Lanes::max`] / [`Lanes::min`].
     fn max(self, o: Self) -> Self;
     fn min(self, o: Self) -> Self;
@@ -145,6 +146,10 @@ impl Lanes for f32 {
     #[inline(always)]
     fn abs(self) -> f32 {
         f32::from_bits(self.to_bits() & 0x7FFF_FFFF)
+    }
+    #[inline(always)]
+    fn sqrt(self) -> f32 {
+        f32::sqrt(self)
     }
     #[inline(always)]
     fn lt(self, o: f32) -> bool {
@@ -256,10 +261,6 @@ impl Lanes64 for f64 {
     #[inline(always)]
     fn fma(self, b: f64, c: f64) -> f64 {
         self.mul_add(b, c)
-    }
-    #[inline(always)]
-    fn sqrt(self) -> f64 {
-        f64::sqrt(self)
     }
     #[inline(always)]
     fn max(self, o: f64) -> f64 {

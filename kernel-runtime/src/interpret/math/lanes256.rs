@@ -131,6 +131,10 @@ impl Lanes for V8 {
         V8(avx!(_mm256_andnot_ps(_mm256_set1_ps(-0.0), self.0)))
     }
     #[inline(always)]
+    fn sqrt(self) -> V8 {
+        V8(avx!(_mm256_sqrt_ps(self.0)))
+    }
+    #[inline(always)]
     fn lt(self, o: V8) -> M8 {
         M8(avx!(_mm256_cmp_ps::<_CMP_LT_OQ>(self.0, o.0)))
     }
@@ -249,10 +253,6 @@ impl Lanes64 for D4 {
     #[inline(always)]
     fn fma(self, b: D4, c: D4) -> D4 {
         D4(avx!(_mm256_fmadd_pd(self.0, b.0, c.0)))
-    }
-    #[inline(always)]
-    fn sqrt(self) -> D4 {
-        D4(avx!(_mm256_sqrt_pd(self.0)))
     }
     #[inline(always)]
     fn max(self, o: D4) -> D4 {

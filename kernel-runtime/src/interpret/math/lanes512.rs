@@ -139,6 +139,10 @@ impl Lanes for V16 {
         ))))
     }
     #[inline(always)]
+    fn sqrt(self) -> V16 {
+        V16(avx512!(_mm512_sqrt_ps(self.0)))
+    }
+    #[inline(always)]
     fn lt(self, o: V16) -> u16 {
         avx512!(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(self.0, o.0))
     }
@@ -255,10 +259,6 @@ impl Lanes64 for D8 {
     #[inline(always)]
     fn fma(self, b: D8, c: D8) -> D8 {
         D8(avx512!(_mm512_fmadd_pd(self.0, b.0, c.0)))
-    }
-    #[inline(always)]
-    fn sqrt(self) -> D8 {
-        D8(avx512!(_mm512_sqrt_pd(self.0)))
     }
     #[inline(always)]
     fn max(self, o: D8) -> D8 {
