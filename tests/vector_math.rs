@@ -20,10 +20,10 @@ fn chained_ops(x: Ref<f32>, y: Ref<f32>, a: RefMut<f32>, b: RefMut<bf16>, c: Ref
     let x = x.load();
     let y = y.load();
     // A chain through several vector ops and a broadcast operand, an f32 → bf16 chain, and pow with
-    // an array, a scalar and a reversed operand.
+    // an array, a scalar and a reversed operand, and rem.
     a.store(((x * 0.5 - 1.0).tanh() * 3.0).sin().erf());
     b.store((x.cast::<bf16>() * 2.0).logistic().cos());
-    c.store(pow(x.abs(), y) + pow(x, 3.0) + pow(y.abs(), x * 0.1) + x.abs().log());
+    c.store(pow(x.abs(), y) + pow(x, 3.0) + pow(y.abs(), x * 0.1) + x.abs().log() + (x * 3.0) % y);
 }
 
 /// Inputs: a spread of magnitudes with the specials mixed in, rows of an odd length.

@@ -375,7 +375,7 @@ binary_table! { $
           unsigned: Some("arith.divui"), f32: (|x: f32, y: f32| x / y), int: xdiv }
     /// The remainder takes the dividend's sign; by zero gives the dividend, as XLA.
     Rem { operands: Numeric, float: Some("arith.remf"), signed: Some("arith.remsi"),
-          unsigned: Some("arith.remui"), f32: (|x: f32, y: f32| x % y), int: xrem }
+          unsigned: Some("arith.remui"), f32: Rem, int: xrem }
     /// NaN-propagating for floats (`jnp.maximum`).
     Max { operands: Numeric, float: Some("arith.maximumf"), signed: Some("arith.maxsi"),
           unsigned: Some("arith.maxui"), f32: max_f32, int: imax }

@@ -4,7 +4,7 @@
 //! ulp bounds over all 2^32 inputs.
 
 use super::elementfn::{
-    drive, Cos, Erf, Kernel1, Kernel2, Log, Log1p, Logistic, Pow, Rsqrt, Sin, Tanh,
+    drive, Cos, Erf, Kernel1, Kernel2, Log, Log1p, Logistic, Pow, Rem, Rsqrt, Sin, Tanh,
 };
 use super::lanes::Lanes;
 
@@ -296,6 +296,56 @@ fn pow_is_bit_identical_across_widths_within_one_ulp_and_follows_c99() {
         worst.0, worst.1, worst.2
     );
     assert!(worst.0 <= 1.0, "pow: {worst:?}");
+}
+
+#[test]
+fn rem_is_exact_and_bit_identical_across_widths() {
+    let (mut xs, mut ys) = pow_pairs();
+    // Quotients past 2^29 (the one-lane path), and the other way round.
+    let (a, b) = (xs.clone(), ys.clone());
+    xs.extend(&b);
+    ys.extend(&a);
+    xs.extend([1e30, -7.5, 3.0e38, 0.0, -0.0, 5.0, 5.0, f32::MIN_POSITIVE]);
+    ys.extend([
+        3.0,
+        2.0,
+        1e-30,
+        1.0,
+        1.0,
+        -0.0,
+        f32::INFINITY,
+        f32::from_bits(3),
+    ]);
+    let want: Vec<f32> = xs
+        .iter()
+        .zip(&ys)
+        .map(|(&x, &y)| Rem::apply(x, y))
+        .collect();
+    for ((&x, &y), &w) in xs.iter().zip(&ys).zip(&want) {
+        let fmod = x % y;
+        assert!(
+            w.to_bits() == fmod.to_bits() || (w.is_nan() && fmod.is_nan()),
+            "rem({x:e}, {y:e}) = {w:e}, fmod says {fmod:e}"
+        );
+    }
+    for (width, run) in [
+        (8, drive::binary8::<Rem> as fn(&mut [f32], &[f32]) -> bool),
+        (16, drive::binary16::<Rem>),
+    ] {
+        let mut v = xs.clone();
+        if !run(&mut v, &ys) {
+            continue;
+        }
+        for (i, (g, w)) in v.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "rem({:e}, {:e}), {width} lanes",
+                xs[i],
+                ys[i]
+            );
+        }
+    }
 }
 
 #[test]

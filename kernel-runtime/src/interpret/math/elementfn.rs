@@ -147,42 +147,55 @@ unary_items! {
     Rsqrt = super::pow::rsqrt, wide: true;
 }
 
+/// The binary items: `Kernel2` and `BinaryF32` for a unit struct from a function over [`Lanes`].
+macro_rules! binary_item {
+    ($T:ident, $f:path) => {
+        impl Kernel2 for $T {
+            const WIDE: bool = true;
+            #[inline(always)]
+            fn apply<V: Lanes>(x: V, y: V) -> V {
+                $f(x, y)
+            }
+        }
+        impl BinaryF32 for $T {
+            const VECTOR: bool = true;
+            #[inline(always)]
+            fn scalar(self, x: f32, y: f32) -> f32 {
+                $f(x, y)
+            }
+            fn zip_in_place(self, v: &mut [f32], e: Operand<'_>, v_is_lhs: bool) {
+                let n = v.len();
+                let p = v.as_mut_ptr();
+                let e = drive::Arg::of(e, n);
+                let (a, b) = if v_is_lhs {
+                    (drive::Arg::Ptr(p), e)
+                } else {
+                    (e, drive::Arg::Ptr(p))
+                };
+                // SAFETY: `p` addresses `n` elements, read and written in place; `e` is checked by
+                // `Arg::of`.
+                unsafe { drive::binary::<$T>(a, b, p, n) }
+            }
+            fn zip_into(self, dst: &mut [MaybeUninit<f32>], a: Operand<'_>, b: Operand<'_>) {
+                let n = dst.len();
+                let (a, b) = (drive::Arg::of(a, n), drive::Arg::of(b, n));
+                // SAFETY: `dst` addresses `n` elements; the operands hold at least `n` (checked by
+                // `Arg::of`) and cannot overlap a `&mut` `dst`.
+                unsafe { drive::binary::<$T>(a, b, dst.as_mut_ptr() as *mut f32, n) }
+            }
+        }
+    };
+}
+
 /// `x^y` (≤ 1 ulp; C99 `powf` special cases).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Pow;
-impl Kernel2 for Pow {
-    const WIDE: bool = true;
-    #[inline(always)]
-    fn apply<V: Lanes>(x: V, y: V) -> V {
-        super::pow::pow(x, y)
-    }
-}
-impl BinaryF32 for Pow {
-    const VECTOR: bool = true;
-    #[inline(always)]
-    fn scalar(self, x: f32, y: f32) -> f32 {
-        super::pow::pow(x, y)
-    }
-    fn zip_in_place(self, v: &mut [f32], e: Operand<'_>, v_is_lhs: bool) {
-        let n = v.len();
-        let p = v.as_mut_ptr();
-        let e = drive::Arg::of(e, n);
-        let (a, b) = if v_is_lhs {
-            (drive::Arg::Ptr(p), e)
-        } else {
-            (e, drive::Arg::Ptr(p))
-        };
-        // SAFETY: `p` addresses `n` elements, read and written in place; `e` is checked by `Arg::of`.
-        unsafe { drive::binary::<Pow>(a, b, p, n) }
-    }
-    fn zip_into(self, dst: &mut [MaybeUninit<f32>], a: Operand<'_>, b: Operand<'_>) {
-        let n = dst.len();
-        let (a, b) = (drive::Arg::of(a, n), drive::Arg::of(b, n));
-        // SAFETY: `dst` addresses `n` elements; the operands hold at least `n` (checked by `Arg::of`)
-        // and cannot overlap a `&mut` `dst`.
-        unsafe { drive::binary::<Pow>(a, b, dst.as_mut_ptr() as *mut f32, n) }
-    }
-}
+binary_item!(Pow, super::pow::pow);
+
+/// `x % y` (exact; C `fmodf`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rem;
+binary_item!(Rem, super::pow::rem);
 
 /// `e^x`: [`super::exp_f32`], whose vector loops (with the fused softmax forms) are `simd::exp_run`.
 #[derive(Clone, Copy, Debug)]

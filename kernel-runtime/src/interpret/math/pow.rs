@@ -1,7 +1,7 @@
-//! pow and rsqrt, written once over [`Lanes`] and computed in f64 lanes ([`Lanes64`]): every f32 is
-//! exact in f64, and the f64 arithmetic keeps the error far below half an f32 ulp, so the one rounding
-//! back to f32 makes the result ≤ 1 ulp (correctly rounded but for results within ~1e-11 relative of
-//! a rounding boundary), overflow, underflow and subnormal results included.
+//! pow, rsqrt and rem, written once over [`Lanes`] and computed in f64 lanes ([`Lanes64`]): every
+//! f32 is exact in f64, and the f64 arithmetic keeps the error far below half an f32 ulp, so the one
+//! rounding back to f32 makes pow ≤ 1 ulp (correctly rounded but for results within ~1e-11 relative
+//! of a rounding boundary), overflow, underflow and subnormal results included; rem is exact.
 
 use super::lanes::{IntLanes, Lanes, Lanes64, WideFn};
 
@@ -134,5 +134,48 @@ impl WideFn for RsqrtNewton {
         let e = (x * x.splat(-1.0) * y).fma(y, x.splat(1.0));
         // y·(1 - e)^(-1/2) to second order: y + y·e·(1/2 + 3e/8).
         (y * e).fma(e.fma(x.splat(0.375), x.splat(0.5)), y)
+    }
+}
+
+/// `x % y` (C `fmodf`, `arith.remf`: the sign of `x`), exact. For `|x| < 2^29·|y|` (both finite, `y`
+/// nonzero) in f64: `q = round(|x|/|y|)` is at most one too big, so `|x| - q·|y|` (exact in one fma:
+/// `q·|y|` has at most 53 bits) plus `|y|` when negative is the remainder; other lanes (huge
+/// quotients, specials) take `x % y` one at a time — the same bits, the remainder being exact.
+#[inline(always)]
+pub(crate) fn rem<V: Lanes>(x: V, y: V) -> V {
+    let (ax, ay) = (x.abs(), y.abs());
+    let r = ax.map_wide::<RemAbs>(ay);
+    let sign = x.bits().and(x.splat_int(i32::MIN));
+    let r = V::from_bits(r.bits().or(sign));
+    if !V::any(!rem_in_f64(ax, ay)) {
+        return r;
+    }
+    let (mut xs, mut ys, mut rs) = ([0f32; 16], [0f32; 16], [0f32; 16]);
+    x.store(&mut xs);
+    y.store(&mut ys);
+    r.store(&mut rs);
+    for i in 0..V::N {
+        if !rem_in_f64(xs[i].abs(), ys[i].abs()) {
+            rs[i] = xs[i] % ys[i];
+        }
+    }
+    x.load(&rs)
+}
+
+/// The lanes [`rem`] computes in f64: finite `|x| < 2^29·|y|`, `y` nonzero and finite.
+#[inline(always)]
+fn rem_in_f64<V: Lanes>(ax: V, ay: V) -> V::Mask {
+    let inf = ax.splat(f32::INFINITY);
+    ax.lt(ay * ax.splat(536_870_912.0)) & ax.lt(inf) & ax.splat(0.0).lt(ay) & ay.lt(inf)
+}
+
+/// `a mod b` for `0 ≤ a < 2^29·b` (see [`rem`]).
+struct RemAbs;
+impl WideFn for RemAbs {
+    #[inline(always)]
+    fn apply<D: Lanes64>(a: D, b: D) -> D {
+        let q = (a / b + a.splat(ROUND52)) - a.splat(ROUND52);
+        let r = (q * a.splat(-1.0)).fma(b, a);
+        D::select(r.lt(a.splat(0.0)), r + b, r)
     }
 }
