@@ -97,7 +97,6 @@ fn vector_transcendentals_are_bit_identical_to_their_scalar_reference() {
 #[derive(Clone, Copy)]
 struct ExpGeneric;
 impl Kernel1 for ExpGeneric {
-    const WIDE: bool = true;
     fn apply<V: Lanes>(x: V) -> V {
         super::approx::exp(x)
     }

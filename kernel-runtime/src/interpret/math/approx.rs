@@ -33,9 +33,20 @@ fn with_sign_of<V: Lanes>(x: V, s: V) -> V {
 /// (one factor when `2^n` is a normal f32 in every lane, which gives the same bits as two) and NaN rule.
 #[inline(always)]
 pub(crate) fn exp<V: Lanes>(x: V) -> V {
+    V::select(x.is_nan(), x + x, exp_core::<V, false>(x))
+}
+
+/// [`exp`] without its NaN rule; for `NONPOSITIVE` arguments (`x ≤ 0` or NaN) also without the upper
+/// clamp and overflow check, which cannot matter there (the same bits for every such `x`).
+#[inline(always)]
+fn exp_core<V: Lanes, const NONPOSITIVE: bool>(x: V) -> V {
     use exp_consts::*;
     let c = |k: f32| x.splat(k);
-    let xc = c(HI).min(c(LO).max(x));
+    let xc = if NONPOSITIVE {
+        c(LO).max(x)
+    } else {
+        c(HI).min(c(LO).max(x))
+    };
     let t = xc.fma(c(LOG2E), c(ROUND));
     let n = t - c(ROUND);
     let ni = t.bits().sub(x.splat_int(ROUND_BITS));
@@ -43,7 +54,12 @@ pub(crate) fn exp<V: Lanes>(x: V) -> V {
     let r = n.fma(c(-LN2_LO), r);
     let y = horner(r, &POLY).fma(r * r, r) + c(1.0);
     let bias = x.splat_int(127);
-    let y = if V::any(n.lt(c(-126.0)) | c(127.0).lt(n)) {
+    let outside = if NONPOSITIVE {
+        n.lt(c(-126.0))
+    } else {
+        n.lt(c(-126.0)) | c(127.0).lt(n)
+    };
+    if V::any(outside) {
         let n1 = ni.sra::<1>();
         let n2 = ni.sub(n1);
         let s1 = V::from_bits(n1.add(bias).shl::<23>());
@@ -51,8 +67,7 @@ pub(crate) fn exp<V: Lanes>(x: V) -> V {
         y * s1 * s2
     } else {
         y * V::from_bits(ni.add(bias).shl::<23>())
-    };
-    V::select(x.is_nan(), x + x, y)
+    }
 }
 
 /// `1 / (1 + e^-x)` (`tpu.logistic`), ≤ 3 ulp: with `e = e^-|x|` (never overflows), `1/(1 + e)` for
@@ -60,7 +75,7 @@ pub(crate) fn exp<V: Lanes>(x: V) -> V {
 #[inline(always)]
 pub(crate) fn logistic<V: Lanes>(x: V) -> V {
     let one = x.splat(1.0);
-    let e = exp(-x.abs());
+    let e = exp_core::<V, true>(-x.abs());
     let r = one / (one + e);
     let r = V::select(x.lt(x.splat(0.0)), e * r, r);
     V::select(x.is_nan(), x + x, r)
