@@ -26,6 +26,25 @@ fn chained_ops(x: Ref<f32>, y: Ref<f32>, a: RefMut<f32>, b: RefMut<bf16>, c: Ref
     c.store(pow(x.abs(), y) + pow(x, 3.0) + pow(y.abs(), x * 0.1) + x.abs().log() + (x * 3.0) % y);
 }
 
+#[tpu_kernel]
+fn leading_ops(
+    x: Ref<f32>,
+    y: Ref<f32>,
+    a: RefMut<f32>,
+    b: RefMut<f32>,
+    c: RefMut<f32>,
+    d: RefMut<f32>,
+) {
+    let x = x.load();
+    let y = y.load();
+    // Chains that open with a vector function, after `v op scalar` or not: the fused path runs both
+    // in one pass over the input.
+    a.store((x * 0.1).tanh() * 30.0);
+    b.store((x / 3.0).erf() + y);
+    c.store((x - 0.5).logistic() * y);
+    d.store((x + 2.0).log1p() - x.sin() * y);
+}
+
 /// Inputs: a spread of magnitudes with the specials mixed in, rows of an odd length.
 fn inputs(rows: usize, n: usize, seed: u64) -> HostArray {
     let mut v = HostArray::random([rows, n], F32, seed)
@@ -103,6 +122,21 @@ fn vector_ops_give_the_same_bits_fused_and_unfused() {
             bits(&run(&chained, &ins, true)),
             bits(&run(&chained, &ins, false)),
             "chained, {n} columns"
+        );
+        let leading = pallas_call(leading_ops)
+            .grid([2])
+            .input(f(), spec())
+            .input(f(), spec())
+            .output(f(), spec())
+            .output(f(), spec())
+            .output(f(), spec())
+            .output(f(), spec())
+            .build()
+            .expect("builds");
+        assert_eq!(
+            bits(&run(&leading, &ins, true)),
+            bits(&run(&leading, &ins, false)),
+            "leading, {n} columns"
         );
     }
 }

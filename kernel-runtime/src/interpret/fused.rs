@@ -3,8 +3,10 @@
 //! pass and one block-sized temporary per op. Each op still rounds its result to its own dtype, so the
 //! values are exactly those of the unfused ops.
 
+mod rows;
+
 use super::elementwise::RawDest;
-use super::math;
+use super::math::{self, Pre};
 use super::tensor::{bf16_from_f32, bf16_to_f32, internal, take_vec, Buf, Tensor};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -122,6 +124,30 @@ fn binary_from(op: BinaryOp, v: &mut [f32], a: Src<'_>, b: Src<'_>) {
 #[inline(always)]
 fn binary(b: BinaryOp, v: &mut [f32], e: Src<'_>, lhs: bool) {
     crate::ir::binary_f32!(b, f => zip(v, e, lhs, f), else {})
+}
+
+/// The chain's leading links that one vector pass can do: a vector function of the op table, maybe
+/// after `v op s` with the first external operand (if it turns out to be a broadcast value), in f32.
+fn leading_vector(links: &[Link], exts: usize) -> Option<(Option<BinaryOp>, UnaryOp)> {
+    fn vector<F: math::UnaryF32>(_: F) -> bool {
+        F::VECTOR
+    }
+    let is_vector = |u: UnaryOp| crate::ir::unary_f32!(u, f => vector(f), else false);
+    let simple = |b: BinaryOp| {
+        matches!(
+            b,
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div
+        )
+    };
+    match links {
+        [Link::Binary(b, true, DType::F32), Link::Unary(u, DType::F32), ..]
+            if exts > 0 && simple(*b) && is_vector(*u) =>
+        {
+            Some((Some(*b), *u))
+        }
+        [Link::Unary(u, DType::F32), ..] if is_vector(*u) => Some((None, *u)),
+        _ => None,
+    }
 }
 
 /// A reduction over the last axis folded into a chain: its kind and the reduction's result type.
@@ -362,7 +388,8 @@ fn chain_impl(
         && links[0] == Link::Binary(BinaryOp::Sub, true, DType::F32)
         && links[1] == Link::Unary(UnaryOp::Exp, DType::F32)
         && super::simd::avx2();
-    let mut rows = RowsN::new(&shape, &strides, &offsets);
+    let leading = leading_vector(links, exts.len());
+    let mut rows = rows::RowsN::new(&shape, &strides, &offsets);
     let inner = rows.inner;
     let inner_strides = rows.inner_strides.clone();
     let k = exts.len();
@@ -412,8 +439,27 @@ fn chain_impl(
                     (e, start) = (1, 2);
                 }
             }
+            // A leading vector function (after a binary op with a broadcast value) reads the chain's
+            // input itself: one pass that overlaps the memory traffic with the arithmetic, instead
+            // of a copying (or multiplying) pass and then a computing one.
+            if let (0, Some((pre_op, u)), Src::Slice(xs)) = (start, leading, first_src) {
+                let pre = match pre_op {
+                    None => Some(Pre::Id),
+                    Some(b) => {
+                        let s1 = inner_strides[1];
+                        match source(&ext_d[0], row[1] + c0 * s1, s1, c, tmp2) {
+                            Src::Scalar(y) => Pre::of(b, y),
+                            Src::Slice(_) => None,
+                        }
+                    }
+                };
+                if let Some(pre) = pre {
+                    crate::ir::unary_f32!(u, f => f.map_pre(pre, xs, &mut *w), else {});
+                    (e, start) = if pre_op.is_some() { (1, 2) } else { (0, 1) };
+                }
+            }
             match (links.first(), first_src) {
-                _ if start == 2 => {}
+                _ if start > 0 => {}
                 (Some(&Link::Binary(b, true, d)), first_src) if k > 0 => {
                     let s1 = inner_strides[1];
                     // `x * x`: the same elements need not be read (or widened) twice.
@@ -543,75 +589,4 @@ fn chain_impl(
         }
     };
     Ok((Some(value), reduced))
-}
-
-/// [`Rows`](super::tensor::Rows) for a run-time number of operands.
-struct RowsN {
-    outer: Vec<(usize, Vec<usize>)>,
-    idx: Vec<usize>,
-    off: Vec<usize>,
-    cur: Vec<usize>,
-    done: bool,
-    inner: usize,
-    inner_strides: Vec<usize>,
-}
-
-impl RowsN {
-    fn new(shape: &[usize], strides: &[&[usize]], offsets: &[usize]) -> Self {
-        let k = strides.len();
-        let mut merged: Vec<(usize, Vec<usize>)> = Vec::new();
-        for d in (0..shape.len()).rev() {
-            if shape[d] == 1 {
-                continue;
-            }
-            let s: Vec<usize> = strides.iter().map(|st| st[d]).collect();
-            if let Some((mn, ms)) = merged.last_mut() {
-                if (0..k).all(|j| s[j] == ms[j] * *mn) {
-                    *mn *= shape[d];
-                    continue;
-                }
-            }
-            merged.push((shape[d], s));
-        }
-        merged.reverse();
-        let (inner, inner_strides) = merged.pop().unwrap_or((1, vec![0; k]));
-        RowsN {
-            idx: vec![0; merged.len()],
-            outer: merged,
-            off: offsets.to_vec(),
-            cur: offsets.to_vec(),
-            done: shape.contains(&0),
-            inner,
-            inner_strides,
-        }
-    }
-
-    /// The next row's start offsets (one per operand).
-    fn next_row(&mut self) -> Option<&[usize]> {
-        if self.done {
-            return None;
-        }
-        self.cur.copy_from_slice(&self.off);
-        let mut d = self.outer.len();
-        loop {
-            if d == 0 {
-                self.done = true;
-                break;
-            }
-            d -= 1;
-            let n = self.outer[d].0;
-            self.idx[d] += 1;
-            if self.idx[d] < n {
-                for (o, s) in self.off.iter_mut().zip(&self.outer[d].1) {
-                    *o += s;
-                }
-                break;
-            }
-            for (o, s) in self.off.iter_mut().zip(&self.outer[d].1) {
-                *o -= s * (n - 1);
-            }
-            self.idx[d] = 0;
-        }
-        Some(&self.cur)
-    }
 }

@@ -19,7 +19,8 @@ mod pow;
 mod trig;
 
 pub(crate) use elementfn::{
-    BinaryF32, Cos, Erf, Exp, Log, Log1p, Logistic, Operand, Pow, Rem, Rsqrt, Sin, Tanh, UnaryF32,
+    BinaryF32, Cos, Erf, Exp, Log, Log1p, Logistic, Operand, Pow, Pre, Rem, Rsqrt, Sin, Tanh,
+    UnaryF32,
 };
 
 /// The constants of [`exp_f32`], shared with its 8- and 16-lane forms (`simd::exp8`, `simd::exp16`),

@@ -25,6 +25,49 @@ pub(crate) trait UnaryF32: Copy {
             d.write(self.scalar(x));
         }
     }
+    /// `dst[i] = f(pre(src[i]))`.
+    #[inline(always)]
+    fn map_pre(self, pre: Pre, src: &[f32], dst: &mut [f32]) {
+        for (d, &x) in dst.iter_mut().zip(src) {
+            *d = self.scalar(pre.apply(x));
+        }
+    }
+}
+
+/// A binary op with a broadcast value, applied to each element on its way into a unary function (a
+/// fused chain's `x * c` before `tanh`): the op's own IEEE operation, with its operands in its order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Pre {
+    Id,
+    /// `x + c`.
+    Add(f32),
+    Sub(f32),
+    Mul(f32),
+    Div(f32),
+}
+
+impl Pre {
+    /// `x op y` for the ops a [`Pre`] covers.
+    pub(crate) fn of(op: crate::ir::BinaryOp, y: f32) -> Option<Pre> {
+        use crate::ir::BinaryOp;
+        match op {
+            BinaryOp::Add => Some(Pre::Add(y)),
+            BinaryOp::Sub => Some(Pre::Sub(y)),
+            BinaryOp::Mul => Some(Pre::Mul(y)),
+            BinaryOp::Div => Some(Pre::Div(y)),
+            _ => None,
+        }
+    }
+    #[inline(always)]
+    pub(crate) fn apply<V: Lanes>(self, x: V) -> V {
+        match self {
+            Pre::Id => x,
+            Pre::Add(c) => x + x.splat(c),
+            Pre::Sub(c) => x - x.splat(c),
+            Pre::Mul(c) => x * x.splat(c),
+            Pre::Div(c) => x / x.splat(c),
+        }
+    }
 }
 
 impl<F: Fn(f32) -> f32 + Copy> UnaryF32 for F {
@@ -112,13 +155,20 @@ macro_rules! unary_items {
             fn run(self, v: &mut [f32]) {
                 let p = v.as_mut_ptr();
                 // SAFETY: `p` addresses `v.len()` elements, read and written in place.
-                unsafe { drive::unary::<$T>(p, p, v.len()) }
+                unsafe { drive::unary::<$T>(Pre::Id, p, p, v.len()) }
             }
             fn map(self, src: &[f32], dst: &mut [MaybeUninit<f32>]) {
                 assert_eq!(src.len(), dst.len(), "elementwise row lengths");
-                // SAFETY: `src` and `dst` each address `src.len()` elements; a `&mut` `dst` cannot
-                // overlap `src`.
-                unsafe { drive::unary::<$T>(src.as_ptr(), dst.as_mut_ptr() as *mut f32, src.len()) }
+                let (s, d, n) = (src.as_ptr(), dst.as_mut_ptr() as *mut f32, src.len());
+                // SAFETY: `src` and `dst` each address `n` elements; a `&mut` `dst` cannot overlap
+                // `src`.
+                unsafe { drive::unary::<$T>(Pre::Id, s, d, n) }
+            }
+            fn map_pre(self, pre: Pre, src: &[f32], dst: &mut [f32]) {
+                assert_eq!(src.len(), dst.len(), "elementwise row lengths");
+                let (s, d, n) = (src.as_ptr(), dst.as_mut_ptr(), src.len());
+                // SAFETY: as in `map`.
+                unsafe { drive::unary::<$T>(pre, s, d, n) }
             }
         }
     )*};
@@ -223,13 +273,19 @@ impl UnaryF32 for Exp {
         let v = unsafe { &mut *(dst as *mut [MaybeUninit<f32>] as *mut [f32]) };
         self.run(v);
     }
+    fn map_pre(self, pre: Pre, src: &[f32], dst: &mut [f32]) {
+        for (d, &x) in dst.iter_mut().zip(src) {
+            *d = pre.apply(x);
+        }
+        self.run(dst);
+    }
 }
 
 /// The loops: 16 lanes (AVX-512F), 8 (AVX2+FMA) or one, chosen at run time per call; a row's last
 /// partial vector runs padded in a full one (all widths give the same bits anyway). Sixteen lanes pay
 /// for every function here (1.3–2.1× over eight on this project's AVX-512 machine, Zen 4).
 pub(crate) mod drive {
-    use super::{Kernel1, Kernel2, Operand};
+    use super::{Kernel1, Kernel2, Operand, Pre};
     #[cfg(target_arch = "x86_64")]
     use crate::interpret::math::lanes256::V8;
     #[cfg(target_arch = "x86_64")]
@@ -267,26 +323,26 @@ pub(crate) mod drive {
         }
     }
 
-    /// `dst[i] = K(src[i])` for `i < n`.
+    /// `dst[i] = K(pre(src[i]))` for `i < n`.
     ///
     /// # Safety
     /// `src` must be valid for reading and `dst` for writing `n` f32; they are the same or disjoint.
-    pub(crate) unsafe fn unary<K: Kernel1>(src: *const f32, dst: *mut f32, n: usize) {
+    pub(crate) unsafe fn unary<K: Kernel1>(pre: Pre, src: *const f32, dst: *mut f32, n: usize) {
         #[cfg(target_arch = "x86_64")]
         if avx2() {
             // SAFETY: the features were checked just now; the pointers by the caller.
             unsafe {
                 if avx512() {
-                    unary_avx512::<K>(src, dst, n)
+                    unary_avx512::<K>(pre, src, dst, n)
                 } else {
-                    unary_avx2::<K>(src, dst, n)
+                    unary_avx2::<K>(pre, src, dst, n)
                 }
             }
             return;
         }
         for i in 0..n {
             // SAFETY: `i < n`, by the caller's contract.
-            unsafe { *dst.add(i) = K::apply(*src.add(i)) };
+            unsafe { *dst.add(i) = K::apply(pre.apply(*src.add(i))) };
         }
     }
 
@@ -321,11 +377,13 @@ pub(crate) mod drive {
             /// As [`unary`], and the CPU must support the enabled features.
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = $feat)]
-            unsafe fn $unary<K: Kernel1>(src: *const f32, dst: *mut f32, n: usize) {
+            unsafe fn $unary<K: Kernel1>(pre: Pre, src: *const f32, dst: *mut f32, n: usize) {
                 let mut i = 0;
                 while i + $N <= n {
                     // SAFETY: `i + $N <= n`; the features by the caller.
-                    unsafe { K::apply($V::load_ptr(src.add(i))).store_ptr(dst.add(i)) };
+                    let x = unsafe { $V::load_ptr(src.add(i)) };
+                    // SAFETY: as above.
+                    unsafe { K::apply(pre.apply(x)).store_ptr(dst.add(i)) };
                     i += $N;
                 }
                 if i < n {
@@ -335,7 +393,9 @@ pub(crate) mod drive {
                         *b = unsafe { *src.add(i + k) };
                     }
                     // SAFETY: `buf` holds `$N` elements; the features by the caller.
-                    unsafe { K::apply($V::load_ptr(buf.as_ptr())).store_ptr(buf.as_mut_ptr()) };
+                    let x = unsafe { $V::load_ptr(buf.as_ptr()) };
+                    // SAFETY: as above.
+                    unsafe { K::apply(pre.apply(x)).store_ptr(buf.as_mut_ptr()) };
                     for (k, b) in buf[..n - i].iter().enumerate() {
                         // SAFETY: `i + k < n`.
                         unsafe { *dst.add(i + k) = *b };
@@ -396,7 +456,7 @@ pub(crate) mod drive {
             if avx2() {
                 let p = v.as_mut_ptr();
                 // SAFETY: checked just now; `p` addresses `v.len()` elements.
-                unsafe { unary_avx2::<K>(p, p, v.len()) };
+                unsafe { unary_avx2::<K>(Pre::Id, p, p, v.len()) };
                 return true;
             }
             false
@@ -407,7 +467,7 @@ pub(crate) mod drive {
             if avx2() && avx512() {
                 let p = v.as_mut_ptr();
                 // SAFETY: checked just now; `p` addresses `v.len()` elements.
-                unsafe { unary_avx512::<K>(p, p, v.len()) };
+                unsafe { unary_avx512::<K>(Pre::Id, p, p, v.len()) };
                 return true;
             }
             false
