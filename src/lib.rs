@@ -30,12 +30,12 @@
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
 pub use kernel_macros::{export, export_library, kernel_fn, tpu_kernel};
-pub use kernel_runtime::{check, dtype, error, ir, launch, trace};
 /// The runtime crate whole — lowering, serialization, the interpreter's and the Mosaic-on-CPU
 /// engine's internals — for this repository's tests, benchmarks and tools. Not a stable API: kernels
 /// and user code need only the items above and the [`prelude`].
 #[doc(hidden)]
 pub use kernel_runtime as runtime;
+pub use kernel_runtime::{check, dtype, error, ir, launch, trace};
 pub use kernel_runtime::{
     pallas_call, require, ArrayType, BlockSpec, DType, ErrorKind, KernelError, PallasCall,
     SourceLoc, Vmem,

@@ -70,3 +70,56 @@ fn kernel_macros_depends_only_on_syn_quote_proc_macro2() {
         "kernel-macros must not grow dependencies (no melior)"
     );
 }
+
+/// The interpreter's sources (path relative to `kernel-runtime/src/interpret`, text).
+fn interpreter_sources() -> Vec<(String, String)> {
+    fn walk(dir: &std::path::Path, root: &std::path::Path, out: &mut Vec<(String, String)>) {
+        for e in std::fs::read_dir(dir).expect("interpreter sources") {
+            let p = e.expect("dir entry").path();
+            if p.is_dir() {
+                walk(&p, root, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let rel = p.strip_prefix(root).expect("prefix").display().to_string();
+                out.push((rel, std::fs::read_to_string(&p).expect("read")));
+            }
+        }
+    }
+    let root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernel-runtime/src/interpret");
+    let mut out = Vec::new();
+    walk(&root, &root, &mut out);
+    assert!(out.len() > 20, "found only {} interpreter files", out.len());
+    out
+}
+
+#[test]
+fn interpreter_files_stay_under_600_lines() {
+    for (path, text) in interpreter_sources() {
+        let n = text.lines().count();
+        assert!(
+            n < 600,
+            "interpret/{path} has {n} lines: split it along a boundary"
+        );
+    }
+}
+
+/// Loops are compiled twice only through `simd::multiversion!`; `#[target_feature]` appears only on the
+/// explicit-intrinsic kernels (which are AVX2/AVX-512 code by construction).
+#[test]
+fn only_the_multiversion_macro_compiles_a_loop_twice() {
+    let intrinsic_kernels = [
+        "simd.rs",
+        "math/elementfn.rs",
+        "math/lanes256.rs",
+        "math/lanes512.rs",
+        "dot_bf16.rs",
+    ];
+    for (path, text) in interpreter_sources() {
+        if !intrinsic_kernels.contains(&path.as_str()) {
+            assert!(
+                !text.contains("#[target_feature"),
+                "interpret/{path} enables target features itself: use `simd::multiversion!`"
+            );
+        }
+    }
+}

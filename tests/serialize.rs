@@ -22,9 +22,7 @@ fn body_is_mlir_bytecode_v0_in_the_stable_mosaic_form() {
         bytes[4], 0x01,
         "bytecode format version 0 (varint), as jax writes it"
     );
-    let text = CustomCall::new(call.ir())
-        .body_text()
-        .expect("body text");
+    let text = CustomCall::new(call.ir()).body_text().expect("body text");
     assert!(text.contains(&format!("stable_mosaic.version = {DEFAULT_VERSION} : i64")));
     for op in [
         "stable_mosaic.func.func",
@@ -63,9 +61,7 @@ fn versions_outside_the_supported_range_are_errors() {
 #[test]
 fn backend_config_has_the_pallas_fields() {
     let call = matmul();
-    let cfg = CustomCall::new(call.ir())
-        .backend_config()
-        .expect("config");
+    let cfg = CustomCall::new(call.ir()).backend_config().expect("config");
     assert!(
         cfg.starts_with("{\"custom_call_config\":{\"body\":\"TUzvUg"),
         "{}",

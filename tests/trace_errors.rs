@@ -491,6 +491,11 @@ fn a_panic_after_a_mistake_reports_the_mistake() {
         .output(f32s([32, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
         .build();
     // The first recorded error, at its own line — not "the kernel body panicked: index out of bounds".
-    let e = expect_err(r, ErrorKind::Shape, "first_mistake", &["cannot be broadcast"]);
+    let e = expect_err(
+        r,
+        ErrorKind::Shape,
+        "first_mistake",
+        &["cannot be broadcast"],
+    );
     assert!(!e.message.contains("panicked"), "{e}");
 }

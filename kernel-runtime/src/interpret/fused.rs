@@ -7,6 +7,7 @@ mod rows;
 
 use super::elementwise::RawDest;
 use super::math::{self, Pre};
+use super::simd::multiversion;
 use super::tensor::{bf16_from_f32, bf16_to_f32, internal, take_vec, Buf, Tensor};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -162,30 +163,12 @@ pub(crate) struct Epilogue {
 /// epilogue's reduction.
 pub(crate) type ChainResult = (Option<Tensor>, Option<Tensor>);
 
+multiversion! {
 /// Evaluate `first` (the chain's input, already a tensor) through `links`, taking external operands from
 /// `exts` in order. The value has `out_dtype`; it is written to `dest` when given, to a fresh tensor if
-/// `store`, and otherwise only fed to the epilogue's reduction (the same 16-lane order as an unfused
+/// `store`, and otherwise only fed to the epilogue's reduction (in `row_order`'s order, as an unfused
 /// `reduce`, so the bits agree).
-pub(crate) fn run_chain(
-    first: &Tensor,
-    links: &[Link],
-    exts: &[&Tensor],
-    out_dtype: DType,
-    dest: Option<&RawDest>,
-    epi: Option<&Epilogue>,
-    store: bool,
-) -> Result<ChainResult> {
-    #[cfg(target_arch = "x86_64")]
-    if super::simd::avx2() {
-        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-        return unsafe { chain_avx2(first, links, exts, out_dtype, dest, epi, store) };
-    }
-    chain_impl(first, links, exts, out_dtype, dest, epi, store)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn chain_avx2(
+pub(crate) fn run_chain[](
     first: &Tensor,
     links: &[Link],
     exts: &[&Tensor],
@@ -196,52 +179,9 @@ unsafe fn chain_avx2(
 ) -> Result<ChainResult> {
     chain_impl(first, links, exts, out_dtype, dest, epi, store)
 }
-
-use super::reduce::{MAX, MIN, SUM};
-
-#[inline(always)]
-fn comb<const K: u8>(a: f32, b: f32) -> f32 {
-    match K {
-        SUM => a + b,
-        MAX => math::max_f32(a, b),
-        _ => math::min_f32(a, b),
-    }
 }
 
-/// Fold a chunk into the row's 16 lanes (and its tail into `rest`), as `reduce_row` does.
-#[inline(always)]
-fn fold_lanes<const K: u8>(lanes: &mut [f32; 16], rest: &mut f32, v: &[f32]) {
-    let full = v.len() / 16 * 16;
-    #[cfg(target_arch = "x86_64")]
-    if super::simd::avx2() {
-        // SAFETY: the CPU has AVX2 (checked at run time); `full` is a multiple of 16.
-        unsafe { super::simd::fold16::<K>(lanes, &v[..full]) };
-        for &x in &v[full..] {
-            *rest = comb::<K>(*rest, x);
-        }
-        return;
-    }
-    for g in v[..full].chunks_exact(16) {
-        for j in 0..16 {
-            lanes[j] = comb::<K>(lanes[j], g[j]);
-        }
-    }
-    for &x in &v[full..] {
-        *rest = comb::<K>(*rest, x);
-    }
-}
-
-#[inline(always)]
-fn finish_lanes<const K: u8>(mut lanes: [f32; 16], rest: f32, identity: f32) -> f32 {
-    let mut w = 16;
-    while w > 1 {
-        w /= 2;
-        for i in 0..w {
-            lanes[i] = comb::<K>(lanes[i], lanes[i + w]);
-        }
-    }
-    comb::<K>(identity, comb::<K>(lanes[0], rest))
-}
+use super::row_order::{comb_f32, RowAcc, MAX, MIN, SUM};
 
 /// Typed read access to a float operand.
 enum FData<'a> {
@@ -400,7 +340,7 @@ fn chain_impl(
     let [v, tmp, tmp2] = &mut *bufs;
     while let Some(row) = rows.next_row() {
         let mut c0 = 0;
-        let (mut lanes, mut rest) = ([identity; 16], identity);
+        let mut acc = RowAcc::new(identity);
         while c0 < inner {
             let c = CHUNK.min(inner - c0);
             let (o, s) = (row[k + 1] + c0 * inner_strides[k + 1], inner_strides[k + 1]);
@@ -420,7 +360,7 @@ fn chain_impl(
             let mut e = 0;
             let mut start = 0;
             // `exp(x - m)` with a broadcast `m` (softmax): one pass reading `x`, and when the chain ends
-            // there, its sum folded in the same pass (same lanes, same order as `fold_lanes`).
+            // there, its sum folded in the same pass (in the same order, see `row_order`).
             #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
             let mut folded = false;
             #[cfg(target_arch = "x86_64")]
@@ -430,7 +370,7 @@ fn chain_impl(
                     (first_src, source(&ext_d[0], row[1] + c0 * s1, s1, c, tmp2))
                 {
                     let sum = (links.len() == 2 && epi.map(|e| e.kind) == Some(ReduceKind::Sum))
-                        .then_some((&mut lanes, &mut rest));
+                        .then_some(&mut acc);
                     folded = sum.is_some();
                     // SAFETY: `sub_exp` implies the CPU has AVX2 and FMA (checked at run time).
                     unsafe {
@@ -508,9 +448,9 @@ fn chain_impl(
             }
             match epi.map(|e| e.kind) {
                 _ if folded => {}
-                Some(ReduceKind::Sum) => fold_lanes::<SUM>(&mut lanes, &mut rest, &*w),
-                Some(ReduceKind::Max) => fold_lanes::<MAX>(&mut lanes, &mut rest, &*w),
-                Some(ReduceKind::Min) => fold_lanes::<MIN>(&mut lanes, &mut rest, &*w),
+                Some(ReduceKind::Sum) => acc.fold_f32::<SUM>(w),
+                Some(ReduceKind::Max) => acc.fold_f32::<MAX>(w),
+                Some(ReduceKind::Min) => acc.fold_f32::<MIN>(w),
                 None => {}
             }
             if !store {
@@ -556,10 +496,11 @@ fn chain_impl(
         }
         if let Some(e) = epi {
             let o = row[k + 2];
+            // The row's result joins the output's accumulator, as in the unfused `reduce`.
             red[o] = match e.kind {
-                ReduceKind::Sum => finish_lanes::<SUM>(lanes, rest, red[o]),
-                ReduceKind::Max => finish_lanes::<MAX>(lanes, rest, red[o]),
-                ReduceKind::Min => finish_lanes::<MIN>(lanes, rest, red[o]),
+                ReduceKind::Sum => comb_f32::<SUM>(red[o], acc.finish_f32::<SUM>()),
+                ReduceKind::Max => comb_f32::<MAX>(red[o], acc.finish_f32::<MAX>()),
+                ReduceKind::Min => comb_f32::<MIN>(red[o], acc.finish_f32::<MIN>()),
             };
         }
     }

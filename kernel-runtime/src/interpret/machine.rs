@@ -3,7 +3,7 @@
 //! plan's liveness), so partial stores into a ref rarely have to copy it.
 
 use super::dot::{dot, dot_f32_into};
-use super::elementwise::{self, into_dest, with_dtype, RawDest};
+use super::elementwise::{self, with_dtype, RawDest, Sink};
 use super::fused;
 use super::host::{HostData, HostElement};
 use super::plan::{Chain, Plan};
@@ -270,10 +270,13 @@ impl<'k> Machine<'k> {
         };
         // SAFETY: `dests` only holds blocks of the output arrays that this chunk owns exclusively
         // (see `grid::Runner::enter`), and nothing reads them while the op runs.
-        match unsafe { into_dest(dest, || self.op(op, &[]).and_then(single_tensor)) }? {
-            None => Ok(vec![Value::Sunk]),
-            Some(t) => Ok(vec![Value::T(t)]),
-        }
+        let sink = unsafe { Sink::offer(&dest) };
+        let t = self.op_to(op, &[], &sink).and_then(single_tensor)?;
+        Ok(vec![if sink.filled() {
+            Value::Sunk
+        } else {
+            Value::T(t)
+        }])
     }
 
     /// A `dot` accumulating in place into the buffer of ref `rf` (see [`Plan`]): when the accumulator
@@ -354,19 +357,26 @@ impl<'k> Machine<'k> {
     }
 
     fn op(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+        self.op_to(op, sub, &Sink::fresh())
+    }
+
+    /// Run `op`; an elementwise op writes its result through `sink`.
+    fn op_to(&mut self, op: &Op, sub: &[Plan], sink: &Sink<'_>) -> Result<Vec<Value>> {
         let one = |t: Tensor| Ok(vec![Value::T(t)]);
         match &op.kind {
             OpKind::Const(l) => one(Tensor::splat(*l, &self.result_shape(op)?)),
-            OpKind::Unary(u) => one(elementwise::unary(*u, self.tensor(op.operands[0])?)?),
+            OpKind::Unary(u) => one(elementwise::unary(*u, self.tensor(op.operands[0])?, sink)?),
             OpKind::Binary(b) => one(elementwise::binary(
                 *b,
                 self.tensor(op.operands[0])?,
                 self.tensor(op.operands[1])?,
+                sink,
             )?),
             OpKind::Compare(c) => one(elementwise::compare(
                 *c,
                 self.tensor(op.operands[0])?,
                 self.tensor(op.operands[1])?,
+                sink,
             )?),
             OpKind::Select => {
                 let [c, a, b] = [0, 1, 2].map(|i| op.operands.get(i).copied());
@@ -374,9 +384,13 @@ impl<'k> Machine<'k> {
                     v.ok_or_else(|| internal("select operands"))
                         .and_then(|v| self.tensor(v))
                 };
-                one(elementwise::select(get(c)?, get(a)?, get(b)?)?)
+                one(elementwise::select(get(c)?, get(a)?, get(b)?, sink)?)
             }
-            OpKind::Cast(to) => one(elementwise::cast(self.tensor(op.operands[0])?, *to)?),
+            OpKind::Cast(to) => one(elementwise::cast_to(
+                self.tensor(op.operands[0])?,
+                *to,
+                sink,
+            )?),
             OpKind::Broadcast => one(self
                 .tensor(op.operands[0])?
                 .broadcast_to(&self.result_shape(op)?)?),

@@ -205,33 +205,30 @@ mod tests {
         // SAFETY: AVX2 and FMA checked above.
         unsafe { simd::exp_run_avx2(&mut v, ExpIn::InPlace, None) };
         check("avx2", &v);
+        // With the sum folded in: the row order's lanes and tail (`row_order::RowAcc`), bit for bit.
+        use crate::interpret::row_order::{RowAcc, SUM};
+        let row: Vec<f32> = (0..1003).map(|i| (i as f32) * 0.01 - 5.0).collect();
+        let mut start = RowAcc::new(0.5f32);
+        start.rest = 0.25;
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let (mut a2, mut d2) = (start, vec![0f32; row.len()]);
+        // SAFETY: as above.
+        unsafe { simd::exp_run_avx2(&mut d2, ExpIn::SubScalar(&row, 1.5), Some(&mut a2)) };
+        let mut want = start;
+        want.fold_f32::<SUM>(&d2);
+        assert_eq!(bits(&a2.lanes), bits(&want.lanes));
+        assert_eq!(a2.rest.to_bits(), want.rest.to_bits());
         if simd::avx512() {
             let mut v = xs.clone();
             // SAFETY: AVX-512F checked, AVX2 and FMA above.
             unsafe { simd::exp_run_avx512(&mut v, ExpIn::InPlace, None) };
             check("avx512", &v);
-            // With the sum folded in: the same lanes and tail as the AVX2 path, bit for bit.
-            let xs: Vec<f32> = (0..1003).map(|i| (i as f32) * 0.01 - 5.0).collect();
-            let (mut l2, mut l5) = ([0.5f32; 16], [0.5f32; 16]);
-            let (mut r2, mut r5) = (0.25f32, 0.25f32);
-            let (mut d2, mut d5) = (vec![0f32; xs.len()], vec![0f32; xs.len()]);
+            let (mut a5, mut d5) = (start, vec![0f32; row.len()]);
             // SAFETY: as above.
-            unsafe {
-                simd::exp_run_avx2(
-                    &mut d2,
-                    ExpIn::SubScalar(&xs, 1.5),
-                    Some((&mut l2, &mut r2)),
-                );
-                simd::exp_run_avx512(
-                    &mut d5,
-                    ExpIn::SubScalar(&xs, 1.5),
-                    Some((&mut l5, &mut r5)),
-                );
-            }
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            unsafe { simd::exp_run_avx512(&mut d5, ExpIn::SubScalar(&row, 1.5), Some(&mut a5)) };
             assert_eq!(bits(&d2), bits(&d5));
-            assert_eq!(bits(&l2), bits(&l5));
-            assert_eq!(r2.to_bits(), r5.to_bits());
+            assert_eq!(bits(&a5.lanes), bits(&want.lanes));
+            assert_eq!(a5.rest.to_bits(), want.rest.to_bits());
         } else {
             eprintln!("this CPU has no AVX-512F: the 16-lane exp is not tested here");
         }

@@ -40,6 +40,7 @@ mod math;
 mod plan;
 pub use plan::PlanCounts;
 mod reduce;
+mod row_order;
 mod simd;
 mod tensor;
 mod workers;

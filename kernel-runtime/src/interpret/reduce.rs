@@ -4,7 +4,8 @@
 
 use super::elementwise::FloatElem;
 use super::host::HostElement;
-use super::math::{self, IntOps};
+use super::math::IntOps;
+use super::simd::multiversion;
 use super::tensor::{internal, row_major_strides, Rows, Tensor};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -22,9 +23,8 @@ trait Combine: Copy {
     }
 }
 
-pub(crate) const SUM: u8 = 0;
-pub(crate) const MAX: u8 = 1;
-pub(crate) const MIN: u8 = 2;
+use super::row_order::{comb_f32, identity_f32, RowAcc};
+pub(crate) use super::row_order::{MAX, MIN, SUM};
 
 /// Float combiners; the kind is a const parameter so the hot loop has no branch on it.
 #[derive(Clone, Copy)]
@@ -33,29 +33,15 @@ impl<const K: u8> Combine for FloatComb<K> {
     type Acc = f32;
     #[inline(always)]
     fn identity(self) -> f32 {
-        match K {
-            SUM => 0.0,
-            MAX => f32::NEG_INFINITY,
-            _ => f32::INFINITY,
-        }
+        identity_f32::<K>()
     }
     #[inline(always)]
     fn combine(self, a: f32, b: f32) -> f32 {
-        match K {
-            SUM => a + b,
-            MAX => math::max_f32(a, b),
-            _ => math::min_f32(a, b),
-        }
+        comb_f32::<K>(a, b)
     }
     #[inline(always)]
     fn row_f32(self, row: &[f32]) -> Option<f32> {
-        #[cfg(target_arch = "x86_64")]
-        if super::simd::avx2() {
-            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-            return Some(unsafe { super::simd::reduce_row_f32::<K>(row) });
-        }
-        let _ = row;
-        None
+        Some(super::row_order::row_f32::<K>(row))
     }
 }
 
@@ -158,7 +144,8 @@ fn int_reduce<T: HostElement + IntOps, const K: u8>(
     )
 }
 
-fn reduce_with<T: HostElement, C: Combine>(
+multiversion! {
+fn reduce_with[T: HostElement, C: Combine](
     t: &Tensor,
     axes: &[usize],
     out_shape: &[usize],
@@ -166,25 +153,8 @@ fn reduce_with<T: HostElement, C: Combine>(
     load: impl Fn(T) -> C::Acc,
     finish: impl Fn(C::Acc) -> T,
 ) -> Result<Tensor> {
-    #[cfg(target_arch = "x86_64")]
-    if super::simd::avx2() {
-        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-        return unsafe { reduce_avx2(t, axes, out_shape, comb, load, finish) };
-    }
     reduce_impl(t, axes, out_shape, comb, load, finish)
 }
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn reduce_avx2<T: HostElement, C: Combine>(
-    t: &Tensor,
-    axes: &[usize],
-    out_shape: &[usize],
-    comb: C,
-    load: impl Fn(T) -> C::Acc,
-    finish: impl Fn(C::Acc) -> T,
-) -> Result<Tensor> {
-    reduce_impl(t, axes, out_shape, comb, load, finish)
 }
 
 #[inline(always)]
@@ -249,92 +219,10 @@ fn reduce_impl<T: HostElement, C: Combine>(
     Ok(Tensor::from_vec(out_shape, out))
 }
 
-/// A contiguous row reduced with 16 independent lanes (vectorizes; the summation order differs from a
-/// sequential loop, as it does on the TPU).
+/// A contiguous row reduced in [`super::row_order`]'s order.
 #[inline(always)]
 fn reduce_row<T: Copy, C: Combine>(row: &[T], comb: C, load: &impl Fn(T) -> C::Acc) -> C::Acc {
-    const L: usize = 16;
-    let mut lanes = [comb.identity(); L];
-    let chunks = row.chunks_exact(L);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for i in 0..L {
-            lanes[i] = comb.combine(lanes[i], load(c[i]));
-        }
-    }
-    let mut r = comb.identity();
-    for x in rest {
-        r = comb.combine(r, load(*x));
-    }
-    // Pairwise tree over the lanes.
-    let mut w = L;
-    while w > 1 {
-        w /= 2;
-        for i in 0..w {
-            lanes[i] = comb.combine(lanes[i], lanes[i + w]);
-        }
-    }
-    comb.combine(lanes[0], r)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn simd_rows_match_the_portable_lanes_bit_for_bit() {
-        if !super::super::simd::avx2() {
-            return;
-        }
-        let mut row: Vec<f32> = (0..1037)
-            .map(|i| ((i * 7919) % 1000) as f32 / 997.0 - 0.5)
-            .collect();
-        row[17] = -0.0;
-        row[33] = 0.0;
-        let check = |row: &[f32]| {
-            let id = |x: f32| x;
-            // SAFETY: AVX2 checked above.
-            unsafe {
-                assert_eq!(
-                    super::super::simd::reduce_row_f32::<SUM>(row).to_bits(),
-                    reduce_row(row, FloatComb::<SUM>, &id).to_bits()
-                );
-                assert_eq!(
-                    super::super::simd::reduce_row_f32::<MAX>(row).to_bits(),
-                    reduce_row(row, FloatComb::<MAX>, &id).to_bits()
-                );
-                assert_eq!(
-                    super::super::simd::reduce_row_f32::<MIN>(row).to_bits(),
-                    reduce_row(row, FloatComb::<MIN>, &id).to_bits()
-                );
-            }
-        };
-        check(&row);
-        check(&row[..16]);
-        check(&row[3..50]);
-        let zeros: Vec<f32> = (0..64)
-            .map(|i| if i % 3 == 0 { -0.0 } else { 0.0 })
-            .collect();
-        check(&zeros);
-        // Zero ties at the extremum (the fast max/min path must defer to the exact one), infinities.
-        let mut neg: Vec<f32> = (0..77).map(|i| -1.0 - i as f32).collect();
-        neg[40] = -0.0;
-        neg[41] = 0.0;
-        neg[70] = -0.0;
-        check(&neg);
-        let pos: Vec<f32> = neg.iter().map(|x| -x).collect();
-        check(&pos);
-        check(&[f32::NEG_INFINITY; 35]);
-        check(&[f32::INFINITY; 35]);
-        check(&[f32::from_bits(1), -f32::from_bits(1), 0.0, -0.0]);
-        row[500] = f32::NAN;
-        let id = |x: f32| x;
-        // SAFETY: AVX2 checked above.
-        unsafe {
-            assert!(super::super::simd::reduce_row_f32::<MAX>(&row).is_nan());
-            assert!(super::super::simd::reduce_row_f32::<MIN>(&row).is_nan());
-        }
-        assert!(reduce_row(&row, FloatComb::<MAX>, &id).is_nan());
-    }
+    let mut acc = RowAcc::new(comb.identity());
+    acc.fold(row, load, |a, b| comb.combine(a, b));
+    acc.finish(|a, b| comb.combine(a, b))
 }

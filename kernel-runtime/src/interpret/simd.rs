@@ -1,80 +1,53 @@
-//! Run-time CPU feature checks: the hot loops are compiled twice, for the baseline target and with AVX2
-//! (`#[target_feature]`), and pick one per call. The results are bit-identical (`mul_add` is exact either way; nothing is contracted implicitly).
+//! Run-time CPU features, and the one way the interpreter compiles a loop twice: [`multiversion!`]
+//! builds a function's body for the baseline target and again with AVX2 + FMA enabled, and picks one
+//! per call. The two give the same bits (`mul_add` is exact either way; nothing is contracted
+//! implicitly). The explicit-intrinsic kernels here (`fold16`, `exp_run`, ...) are AVX2 code only,
+//! called after the same check.
 
-/// Whether this CPU has AVX2 and FMA (cached by std after the first call). The `*_avx2` variants of
-/// the hot loops are compiled with both enabled.
+/// Whether this CPU has AVX2 and FMA (cached by std after the first call).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub(crate) fn avx2() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
+/// Define `fn name[generics](args) -> Ret { body }` whose body is compiled twice — for the baseline
+/// target and with `#[target_feature(enable = "avx2,fma")]` — running the AVX2 build when [`avx2`]
+/// says the CPU has it. Generics go in square brackets (no `where` clauses); every argument is a plain
+/// `name: Type`. The body is `#[inline(always)]` into both builds, so the closures and generic callees
+/// it calls are vectorized for the enabled features too.
+macro_rules! multiversion {
+    (
+        $(#[$attr:meta])*
+        $vis:vis fn $name:ident [$($gen:tt)*] ($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $body:block
+    ) => {
+        $(#[$attr])*
+        $vis fn $name<$($gen)*>($($arg: $ty),*) -> $ret {
+            #[inline(always)]
+            fn portable<$($gen)*>($($arg: $ty),*) -> $ret $body
+
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2<$($gen)*>($($arg: $ty),*) -> $ret {
+                portable($($arg),*)
+            }
+
+            #[cfg(target_arch = "x86_64")]
+            if $crate::interpret::simd::avx2() {
+                // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+                return unsafe { avx2($($arg),*) };
+            }
+            portable($($arg),*)
+        }
+    };
+}
+pub(crate) use multiversion;
+
 /// Whether this CPU has AVX-512F (checked once): `exp_run` then takes 16 lanes per step.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn avx512() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"))
-}
-
-/// Sum / NaN-propagating max / min of a contiguous f32 row with AVX2, lane for lane the same order as
-/// the portable `reduce_row` (16 lanes: element `i` goes to lane `i % 16`, then a pairwise tree), so
-/// both paths give identical bits.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn reduce_row_f32<const K: u8>(row: &[f32]) -> f32 {
-    use super::math::{max_f32, min_f32};
-    use super::reduce::{MAX, SUM};
-    use std::arch::x86_64::*;
-    let identity = match K {
-        SUM => 0.0,
-        MAX => f32::NEG_INFINITY,
-        _ => f32::INFINITY,
-    };
-    use comb_ps as comb;
-    let scalar = |a: f32, b: f32| match K {
-        SUM => a + b,
-        MAX => max_f32(a, b),
-        _ => min_f32(a, b),
-    };
-    if K != SUM {
-        // SAFETY: AVX2 per this function's contract.
-        if let Some(r) = unsafe { max_min_no_nan::<K>(row, identity) } {
-            return r;
-        }
-    }
-    let mut a0 = _mm256_set1_ps(identity);
-    let mut a1 = _mm256_set1_ps(identity);
-    let chunks = row.chunks_exact(16);
-    let rest = chunks.remainder();
-    for c in chunks {
-        // SAFETY: `c` has 16 elements; unaligned loads.
-        let (x0, x1) = unsafe {
-            (
-                _mm256_loadu_ps(c.as_ptr()),
-                _mm256_loadu_ps(c.as_ptr().add(8)),
-            )
-        };
-        a0 = comb::<K>(a0, x0);
-        a1 = comb::<K>(a1, x1);
-    }
-    let mut lanes = [0f32; 16];
-    // SAFETY: `lanes` has room for two 8-lane stores.
-    unsafe {
-        _mm256_storeu_ps(lanes.as_mut_ptr(), a0);
-        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a1);
-    }
-    let r = rest.iter().fold(identity, |a, &x| scalar(a, x));
-    let mut w = 16;
-    while w > 1 {
-        w /= 2;
-        for i in 0..w {
-            lanes[i] = scalar(lanes[i], lanes[i + w]);
-        }
-    }
-    scalar(lanes[0], r)
 }
 
 /// Max / min of a row with plain `vmaxps` / `vminps`, when that is provably the answer of the 16-lane
@@ -86,8 +59,8 @@ pub(crate) unsafe fn reduce_row_f32<const K: u8>(row: &[f32]) -> f32 {
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn max_min_no_nan<const K: u8>(row: &[f32], identity: f32) -> Option<f32> {
-    use super::reduce::MAX;
+pub(crate) unsafe fn max_min_no_nan<const K: u8>(row: &[f32], identity: f32) -> Option<f32> {
+    use super::row_order::MAX;
     use std::arch::x86_64::*;
     let mut a0 = _mm256_set1_ps(identity);
     let mut a1 = _mm256_set1_ps(identity);
@@ -142,7 +115,7 @@ pub(crate) unsafe fn comb_ps<const K: u8>(
     a: std::arch::x86_64::__m256,
     x: std::arch::x86_64::__m256,
 ) -> std::arch::x86_64::__m256 {
-    use super::reduce::{MAX, SUM};
+    use super::row_order::{MAX, SUM};
     use std::arch::x86_64::*;
     // SAFETY: AVX2 is guaranteed by the caller.
     unsafe {
@@ -168,7 +141,8 @@ pub(crate) unsafe fn comb_ps<const K: u8>(
     }
 }
 
-/// Fold `v` (a multiple of 16 long) into 16 running lanes: lane `j` takes elements `16q + j`.
+/// Fold `v` (a multiple of 16 long) into 16 running lanes: lane `j` takes elements `16q + j` (the
+/// vector form of [`super::row_order::RowAcc::fold`]).
 ///
 /// # Safety
 /// The CPU must support AVX2.
@@ -201,9 +175,8 @@ pub(crate) enum ExpIn<'a> {
 }
 
 /// `dst[i] = exp_f32(input[i])` with AVX2+FMA, bit for bit [`super::math::exp_f32`]: the same clamp,
-/// range reduction and polynomial, op for op. With `sum`, the results are also folded into the 16 running
-/// lanes and the tail exactly as [`fold16`] and the scalar tail loop of a fused reduction would (lane `j`
-/// takes elements `16q + j`; the elements past the last whole 16 go to `rest` in order).
+/// range reduction and polynomial, op for op. With `sum`, the results are also folded into the row's
+/// reduction in [`super::row_order`]'s order (as `sum.fold_f32::<SUM>(dst)` would).
 ///
 /// The one shortcut: `exp_f32` scales by `2^n` in two factors so that subnormal results round once;
 /// when every lane of a vector has `-126 <= n <= 127`, `2^n` is itself a normal f32, `y·2^n` is one
@@ -216,7 +189,7 @@ pub(crate) enum ExpIn<'a> {
 pub(crate) unsafe fn exp_run(
     dst: &mut [f32],
     input: ExpIn<'_>,
-    sum: Option<(&mut [f32; 16], &mut f32)>,
+    sum: Option<&mut super::row_order::RowAcc<f32>>,
 ) {
     if avx512() {
         // SAFETY: AVX-512F checked; AVX2 + FMA by the caller.
@@ -236,7 +209,7 @@ pub(crate) unsafe fn exp_run(
 pub(crate) unsafe fn exp_run_avx2(
     dst: &mut [f32],
     input: ExpIn<'_>,
-    sum: Option<(&mut [f32; 16], &mut f32)>,
+    sum: Option<&mut super::row_order::RowAcc<f32>>,
 ) {
     use std::arch::x86_64::*;
     let len = dst.len();
@@ -256,7 +229,8 @@ pub(crate) unsafe fn exp_run_avx2(
         }
     };
     match sum {
-        Some((lanes, rest)) => {
+        Some(acc) => {
+            let lanes = &mut acc.lanes;
             // SAFETY: as above; `lanes` has 16 elements.
             unsafe {
                 let mut a0 = _mm256_loadu_ps(lanes.as_ptr());
@@ -266,8 +240,8 @@ pub(crate) unsafe fn exp_run_avx2(
                     let (e0, e1) = (exp8(load(i)), exp8(load(i + 8)));
                     _mm256_storeu_ps(p.add(i), e0);
                     _mm256_storeu_ps(p.add(i + 8), e1);
-                    a0 = comb_ps::<{ super::reduce::SUM }>(a0, e0);
-                    a1 = comb_ps::<{ super::reduce::SUM }>(a1, e1);
+                    a0 = comb_ps::<{ super::row_order::SUM }>(a0, e0);
+                    a1 = comb_ps::<{ super::row_order::SUM }>(a1, e1);
                     i += 16;
                 }
                 _mm256_storeu_ps(lanes.as_mut_ptr(), a0);
@@ -278,7 +252,7 @@ pub(crate) unsafe fn exp_run_avx2(
             }
             exp_tail(dst, input, full8);
             for &e in &dst[full16..] {
-                *rest += e;
+                acc.rest += e;
             }
         }
         None => {
@@ -303,7 +277,7 @@ pub(crate) unsafe fn exp_run_avx2(
 pub(crate) unsafe fn exp_run_avx512(
     dst: &mut [f32],
     input: ExpIn<'_>,
-    sum: Option<(&mut [f32; 16], &mut f32)>,
+    sum: Option<&mut super::row_order::RowAcc<f32>>,
 ) {
     use std::arch::x86_64::*;
     let len = dst.len();
@@ -331,9 +305,9 @@ pub(crate) unsafe fn exp_run_avx512(
             }
         }
     };
-    let mut lanes_acc = sum.as_ref().map(|(lanes, _)| {
+    let mut lanes_acc = sum.as_ref().map(|acc| {
         // SAFETY: `lanes` has 16 elements.
-        unsafe { _mm512_loadu_ps(lanes.as_ptr()) }
+        unsafe { _mm512_loadu_ps(acc.lanes.as_ptr()) }
     });
     let mut i = 0;
     while i < full16 {
@@ -350,11 +324,11 @@ pub(crate) unsafe fn exp_run_avx512(
         unsafe { _mm256_storeu_ps(p.add(i), exp8(load8(i))) };
     }
     exp_tail(dst, input, full8);
-    if let (Some((lanes, rest)), Some(a)) = (sum, lanes_acc) {
+    if let (Some(acc), Some(a)) = (sum, lanes_acc) {
         // SAFETY: `lanes` has 16 elements.
-        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), a) };
+        unsafe { _mm512_storeu_ps(acc.lanes.as_mut_ptr(), a) };
         for &e in &dst[full16..] {
-            *rest += e;
+            acc.rest += e;
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The element types of the elementwise loops: floats computed in f32 (bf16 rounded back on every op,
 //! and the op table's vector loops run on f32 chunks), and the conversions `cast` makes.
 
-use super::{map1, map1_rows, map2, map2_rows, RowArg};
+use super::{map1, map1_rows, map2, map2_rows, RowArg, Sink};
 use crate::error::Result;
 use crate::interpret::host::HostElement;
 use crate::interpret::math::{BinaryF32, Operand, UnaryF32};
@@ -204,15 +204,20 @@ fn i64_to_bf16(v: i64) -> bf16 {
 }
 
 /// The op table's f32 function `f` over `a`: rows through its vector loops when it has them.
-pub(super) fn unary_with<T: FloatElem, F: UnaryF32>(f: F, a: &Tensor) -> Result<Tensor> {
+pub(super) fn unary_with<T: FloatElem, F: UnaryF32>(
+    f: F,
+    a: &Tensor,
+    sink: &Sink<'_>,
+) -> Result<Tensor> {
     let elem = move |x: T| T::from_f(f.scalar(x.f()));
     if !F::VECTOR {
-        return map1(a, elem);
+        return map1(a, elem, sink);
     }
     map1_rows(
         a,
         elem,
         Some(&move |src: &[T], dst: &mut _| T::unary_row(f, src, dst)),
+        sink,
     )
 }
 
@@ -221,11 +226,12 @@ pub(super) fn binary_with<T: FloatElem, F: BinaryF32>(
     f: F,
     a: &Tensor,
     b: &Tensor,
+    sink: &Sink<'_>,
 ) -> Result<Tensor> {
     let elem = move |x: T, y: T| T::from_f(f.scalar(x.f(), y.f()));
     if !F::VECTOR {
-        return map2(a, b, elem);
+        return map2(a, b, elem, sink);
     }
     let row = move |x: RowArg<'_, T>, y: RowArg<'_, T>, dst: &mut _| T::binary_row(f, x, y, dst);
-    map2_rows(a, b, elem, Some(&row))
+    map2_rows(a, b, elem, Some(&row), sink)
 }

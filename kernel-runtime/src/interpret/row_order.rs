@@ -1,0 +1,212 @@
+//! The one order in which a row reduction combines its elements. Every path that reduces a row — the
+//! plain reduction (any element type), its AVX2 loop, a fused chain's epilogue and the exp-and-sum loop
+//! of a fused softmax — folds through [`RowAcc`], so all of them give the same bits:
+//!
+//! 1. element `i` of the row goes to lane `i % 16` while whole groups of [`LANES`] remain (lane `j`
+//!    combines elements `j`, `16 + j`, `32 + j`, ... in that order);
+//! 2. the elements past the last whole group go, in order, to a separate accumulator `rest`;
+//! 3. the lanes combine as a pairwise tree (`lane[i] ⊕= lane[i + w]` for `w` = 8, 4, 2, 1);
+//! 4. the result is `lane[0] ⊕ rest`.
+//!
+//! Every accumulator starts at the combiner's identity. The 16 independent lanes let the loop vectorize
+//! (two AVX2 registers, or one AVX-512 register); the summation order differs from a sequential loop, as
+//! it does on the TPU.
+
+use super::math;
+
+/// Lanes of a row reduction.
+pub(crate) const LANES: usize = 16;
+
+/// Float combiners, as a const parameter (`K`) so hot loops do not branch on the kind.
+pub(crate) const SUM: u8 = 0;
+pub(crate) const MAX: u8 = 1;
+pub(crate) const MIN: u8 = 2;
+
+/// The identity of float combiner `K`.
+#[inline(always)]
+pub(crate) fn identity_f32<const K: u8>() -> f32 {
+    match K {
+        SUM => 0.0,
+        MAX => f32::NEG_INFINITY,
+        _ => f32::INFINITY,
+    }
+}
+
+/// Float combiner `K`: `+`, or the NaN-propagating max / min that orders -0 below +0.
+#[inline(always)]
+pub(crate) fn comb_f32<const K: u8>(a: f32, b: f32) -> f32 {
+    match K {
+        SUM => a + b,
+        MAX => math::max_f32(a, b),
+        _ => math::min_f32(a, b),
+    }
+}
+
+/// The running state of one row's reduction (see the module docs).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowAcc<A> {
+    pub lanes: [A; LANES],
+    pub rest: A,
+}
+
+impl<A: Copy> RowAcc<A> {
+    pub(crate) fn new(identity: A) -> RowAcc<A> {
+        RowAcc {
+            lanes: [identity; LANES],
+            rest: identity,
+        }
+    }
+
+    /// Fold the next piece of the row. Every piece but the row's last must be a whole number of
+    /// [`LANES`] long (so lane `j` keeps taking elements `16q + j` across pieces).
+    #[inline(always)]
+    pub(crate) fn fold<T: Copy>(
+        &mut self,
+        piece: &[T],
+        load: impl Fn(T) -> A,
+        comb: impl Fn(A, A) -> A,
+    ) {
+        let groups = piece.chunks_exact(LANES);
+        let tail = groups.remainder();
+        for g in groups {
+            for (l, &x) in self.lanes.iter_mut().zip(g) {
+                *l = comb(*l, load(x));
+            }
+        }
+        for &x in tail {
+            self.rest = comb(self.rest, load(x));
+        }
+    }
+
+    /// The row's result: the lanes' pairwise tree, then `lane[0] ⊕ rest`.
+    #[inline(always)]
+    pub(crate) fn finish(mut self, comb: impl Fn(A, A) -> A) -> A {
+        let mut w = LANES;
+        while w > 1 {
+            w /= 2;
+            for i in 0..w {
+                self.lanes[i] = comb(self.lanes[i], self.lanes[i + w]);
+            }
+        }
+        comb(self.lanes[0], self.rest)
+    }
+}
+
+impl RowAcc<f32> {
+    /// [`RowAcc::fold`] with float combiner `K`, the whole groups in AVX2 when the CPU has it.
+    #[inline(always)]
+    pub(crate) fn fold_f32<const K: u8>(&mut self, piece: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if super::simd::avx2() {
+            let full = piece.len() / LANES * LANES;
+            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+            unsafe { super::simd::fold16::<K>(&mut self.lanes, &piece[..full]) };
+            for &x in &piece[full..] {
+                self.rest = comb_f32::<K>(self.rest, x);
+            }
+            return;
+        }
+        self.fold(piece, |x| x, comb_f32::<K>);
+    }
+
+    #[inline(always)]
+    pub(crate) fn finish_f32<const K: u8>(self) -> f32 {
+        self.finish(comb_f32::<K>)
+    }
+}
+
+/// A whole contiguous f32 row reduced in this order with float combiner `K`. A max / min over a row
+/// without NaNs whose extremum is not a zero takes plain `vmaxps` / `vminps` (see
+/// [`super::simd::max_min_no_nan`]: provably the same answer).
+pub(crate) fn row_f32<const K: u8>(row: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if K != SUM && super::simd::avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+        if let Some(r) = unsafe { super::simd::max_min_no_nan::<K>(row, identity_f32::<K>()) } {
+            return r;
+        }
+    }
+    let mut acc = RowAcc::new(identity_f32::<K>());
+    acc.fold_f32::<K>(row);
+    acc.finish_f32::<K>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The order written out by hand for one row of 37: lanes take 0..32, `rest` 32..37.
+    #[test]
+    fn the_order_is_lanes_then_tree_then_rest() {
+        let row: Vec<f32> = (0..37).map(|i| 1.0 + (i as f32) * 1e-7).collect();
+        let mut lanes = [0f32; 16];
+        for (i, &x) in row[..32].iter().enumerate() {
+            lanes[i % 16] += x;
+        }
+        let rest = row[32..].iter().fold(0.0f32, |a, &x| a + x);
+        for w in [8, 4, 2, 1] {
+            for i in 0..w {
+                lanes[i] += lanes[i + w];
+            }
+        }
+        let want = lanes[0] + rest;
+        assert_eq!(row_f32::<SUM>(&row).to_bits(), want.to_bits());
+        let mut acc = RowAcc::new(0.0f32);
+        acc.fold(&row, |x| x, |a, b| a + b);
+        assert_eq!(acc.finish(|a, b| a + b).to_bits(), want.to_bits());
+    }
+
+    /// Folding a row in pieces (whole groups but the last) gives the bits of folding it whole, on the
+    /// vector and the portable path alike.
+    #[test]
+    fn pieces_vector_and_portable_paths_agree_bit_for_bit() {
+        let mut row: Vec<f32> = (0..1037)
+            .map(|i| ((i * 7919) % 1000) as f32 / 997.0 - 0.5)
+            .collect();
+        row[17] = -0.0;
+        row[33] = 0.0;
+        fn check<const K: u8>(row: &[f32]) {
+            let whole = row_f32::<K>(row);
+            let mut pieces = RowAcc::new(identity_f32::<K>());
+            for p in row.chunks(64) {
+                pieces.fold_f32::<K>(p);
+            }
+            let mut portable = RowAcc::new(identity_f32::<K>());
+            portable.fold(row, |x| x, comb_f32::<K>);
+            let (a, b) = (pieces.finish_f32::<K>(), portable.finish_f32::<K>());
+            assert_eq!(
+                whole.to_bits(),
+                b.to_bits(),
+                "kind {K}, row of {}",
+                row.len()
+            );
+            assert_eq!(a.to_bits(), b.to_bits(), "kind {K}, row of {}", row.len());
+        }
+        let all = |row: &[f32]| {
+            check::<SUM>(row);
+            check::<MAX>(row);
+            check::<MIN>(row);
+        };
+        all(&row);
+        all(&row[..16]);
+        all(&row[3..50]);
+        let zeros: Vec<f32> = (0..64)
+            .map(|i| if i % 3 == 0 { -0.0 } else { 0.0 })
+            .collect();
+        all(&zeros);
+        // Zero ties at the extremum (the max/min shortcut must defer to the exact order), infinities.
+        let mut neg: Vec<f32> = (0..77).map(|i| -1.0 - i as f32).collect();
+        neg[40] = -0.0;
+        neg[41] = 0.0;
+        neg[70] = -0.0;
+        all(&neg);
+        let pos: Vec<f32> = neg.iter().map(|x| -x).collect();
+        all(&pos);
+        all(&[f32::NEG_INFINITY; 35]);
+        all(&[f32::INFINITY; 35]);
+        all(&[f32::from_bits(1), -f32::from_bits(1), 0.0, -0.0]);
+        row[500] = f32::from_bits(0x7fc0_1234);
+        all(&row);
+        assert!(row_f32::<MAX>(&row).is_nan() && row_f32::<MIN>(&row).is_nan());
+    }
+}
