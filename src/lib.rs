@@ -37,8 +37,8 @@ pub use kernel_macros::{export, export_library, kernel_fn, tpu_kernel};
 pub use kernel_runtime as runtime;
 pub use kernel_runtime::{check, dtype, error, ir, launch, trace};
 pub use kernel_runtime::{
-    pallas_call, require, ArrayType, BlockSpec, DType, ErrorKind, KernelError, PallasCall,
-    SourceLoc, Vmem,
+    pallas_call, require, Any, ArrayType, BlockSpec, DType, ErrorKind, KernelError, PallasCall,
+    Smem, SourceLoc, Vmem,
 };
 
 pub mod example;
@@ -58,7 +58,7 @@ pub mod prelude {
         program_id, scalar, select, where_, zeros, Array, Ref, RefMut, Scalar,
     };
     pub use kernel_runtime::{
-        pallas_call, require, ArrayType, BlockSpec, DType, KernelError, PallasCall, Vmem,
+        pallas_call, require, Any, ArrayType, BlockSpec, DType, KernelError, PallasCall, Smem, Vmem,
     };
 }
 

@@ -68,12 +68,32 @@ pub fn compare(got: &HostArray, want: &HostArray, tol: Tolerance) -> Comparison 
     Comparison { max_abs_error, ok }
 }
 
-/// Random inputs for a kernel (deterministic in `seed`), one per kernel input.
+/// Random inputs for a kernel (deterministic in `seed`), one per kernel input. Scalar-prefetch tables
+/// hold block numbers: random values in `0..b`, `b` the number of blocks along the leading dimension of
+/// the first operand whose index map reads them.
 pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
-    call.ir()
-        .inputs()
+    let k = call.ir();
+    let blocks = k
+        .operands
+        .iter()
+        .find_map(|o| {
+            let b = o.block.as_ref().filter(|b| b.index_map.reads_refs())?;
+            Some(o.shape.first()?.div_ceil(*b.block_shape.first()?))
+        })
+        .unwrap_or(1)
+        .max(1);
+    k.inputs()
         .enumerate()
-        .map(|(i, o)| HostArray::random(&o.shape, o.dtype, seed + i as u64))
+        .map(|(i, o)| {
+            let r = HostArray::random(&o.shape, o.dtype, seed + i as u64);
+            match (i < k.scalar_prefetch, r.as_slice::<i32>()) {
+                (true, Some(v)) => {
+                    let v = v.iter().map(|x| x.rem_euclid(blocks as i32)).collect();
+                    HostArray::from_vec(&o.shape, v).unwrap_or(r)
+                }
+                _ => r,
+            }
+        })
         .collect()
 }
 
@@ -85,6 +105,7 @@ pub fn expected(
 ) -> Option<Result<(Vec<HostArray>, Tolerance), KernelError>> {
     let r = match name {
         "add_kernel" => add(inputs).map(|o| (o, Tolerance::EXACT)),
+        "gather_kernel" => gather(inputs, 8).map(|o| (o, Tolerance::EXACT)),
         "matmul_kernel" => matmul(inputs).map(|o| (o, Tolerance::BF16)),
         "softmax_kernel" => softmax(inputs).map(|o| (o, Tolerance::F32)),
         "rmsnorm_kernel" => rmsnorm(inputs, 1e-6).map(|o| (o, Tolerance::BF16)),
@@ -181,6 +202,24 @@ pub fn add(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
         [m, n],
         x.iter().zip(y).map(|(a, b)| a + b).collect(),
     )?])
+}
+
+/// `2 * x[idx[i]*bm..][..bm]` for each block number `idx[i]` (the `gather_prefetch` example).
+pub fn gather(inputs: &[HostArray], bm: usize) -> Result<Vec<HostArray>, KernelError> {
+    let idx = inputs
+        .first()
+        .and_then(|a| a.as_slice::<i32>())
+        .ok_or_else(|| bad("input 0 is not an i32 table"))?;
+    let (x, m, n) = f32_input(inputs, 1)?;
+    let mut out = Vec::with_capacity(idx.len() * bm * n);
+    for &b in idx {
+        let b = usize::try_from(b)
+            .ok()
+            .filter(|b| (b + 1) * bm <= m)
+            .ok_or_else(|| bad(format!("block number {b} is out of range")))?;
+        out.extend(x[b * bm * n..(b + 1) * bm * n].iter().map(|v| v * 2.0));
+    }
+    Ok(vec![f32_out([idx.len() * bm, n], out)?])
 }
 
 /// bf16 `x @ y`, accumulated exactly (f64), rounded once to bf16.

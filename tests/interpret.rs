@@ -14,6 +14,9 @@ mod colsum;
 #[path = "../examples/fori_rowsum.rs"]
 #[allow(dead_code)]
 mod fori_rowsum;
+#[path = "../examples/gather_prefetch.rs"]
+#[allow(dead_code)]
+mod gather_prefetch;
 #[path = "../examples/matmul.rs"]
 #[allow(dead_code)]
 mod matmul;
@@ -41,8 +44,9 @@ use tpu_kernel::ErrorKind;
 
 type Build = fn() -> Result<PallasCall, KernelError>;
 
-const EXAMPLES: [(&str, Build); 9] = [
+const EXAMPLES: [(&str, Build); 10] = [
     ("add", add::build),
+    ("gather_prefetch", gather_prefetch::build),
     ("causal_mask", causal_mask::build),
     ("colsum", colsum::build),
     ("fori_rowsum", fori_rowsum::build),

@@ -104,10 +104,22 @@ fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
 
 // ---------------------------------------------------------------------------------------------- examples
 
+/// Examples using what the engine does not run yet, with the error it gives (the list shrinks to
+/// nothing: scalar prefetch is next).
+const NOT_YET: &[(&str, &str)] = &[("gather_prefetch", "scalar prefetch")];
+
 #[test]
 fn every_example_agrees_with_the_interpreter() {
     for (name, build) in common::EXAMPLES {
         let call = build().unwrap_or_else(|e| panic!("{name}: {e}"));
+        if let Some((_, what)) = NOT_YET.iter().find(|(n, _)| n == name) {
+            let e = mosaic_cpu::compile(call.ir()).map(|_| ()).unwrap_err();
+            assert!(
+                e.kind == tpu_kernel::ErrorKind::Unsupported && e.message.contains(what),
+                "{name}: {e}"
+            );
+            continue;
+        }
         agree_random(&call, 3);
     }
 }

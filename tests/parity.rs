@@ -239,7 +239,8 @@ parity_tests!(
     causal_mask,
     fori_rowsum,
     transpose,
-    colsum
+    colsum,
+    gather_prefetch
 );
 
 #[test]

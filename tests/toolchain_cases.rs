@@ -17,6 +17,9 @@ use tpu_kernel::prelude::*;
 use tpu_kernel::runtime::serialize::{CallOptions, CustomCall, MAX_VERSION, MIN_VERSION};
 use tpu_kernel::{ErrorKind, PallasCall};
 
+#[path = "common/kernels.rs"]
+mod kernels;
+
 type Build = fn() -> Result<PallasCall, KernelError>;
 
 struct Case {
@@ -307,6 +310,27 @@ const CASES: &[Case] = &[
         name: "float_ne",
         what: "float != and a float -> bool cast (libtpu rejects cmpf une)",
         ours: float_ne_case,
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "smem_prefetch_table",
+        what: "a 2-D scalar-prefetch table read by an index map and by the body (memref.load in SMEM)",
+        ours: kernels::table_call,
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "smem_prefetch_loop_bound",
+        what: "a prefetched length as an scf.for bound and an scf.if condition",
+        ours: kernels::lengths_call,
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "smem_scratch_counter",
+        what: "an SMEM scratch cell written and read across grid steps (memref.store / memref.load)",
+        ours: kernels::counter_call,
         probe: None,
         expect: None,
     },

@@ -18,6 +18,9 @@ mod colsum;
 #[path = "../../examples/fori_rowsum.rs"]
 mod fori_rowsum;
 #[allow(dead_code)]
+#[path = "../../examples/gather_prefetch.rs"]
+mod gather_prefetch;
+#[allow(dead_code)]
 #[path = "../../examples/matmul.rs"]
 mod matmul;
 #[allow(dead_code)]
@@ -41,6 +44,7 @@ tpu_kernel::export_library!(
         causal_mask::causal_mask,
         colsum::colsum,
         fori_rowsum::fori_rowsum,
+        gather_prefetch::gather_prefetch,
         matmul::matmul,
         matmul::matmul_dx,
         matmul::matmul_dw,

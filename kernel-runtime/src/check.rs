@@ -58,6 +58,13 @@ pub fn operand(op: &Operand, grid: &[usize]) -> Result<()> {
             "bool arrays cannot cross the kernel boundary; pass them as i32 (or u8) and compare"
         ));
     }
+    if op.space == MemSpace::Smem && op.dtype.size_bytes() != 4 {
+        return Err(kerr!(
+            DType,
+            "SMEM holds 32-bit scalars; a {} array cannot live there (use i32, u32 or f32)",
+            op.dtype
+        ));
+    }
     let Some(block) = &op.block else {
         return Ok(());
     };
@@ -103,6 +110,11 @@ fn check_index_map(op: &Operand, grid: &[usize]) -> Result<()> {
     let Some(block) = &op.block else {
         return Ok(());
     };
+    // A map that reads scalar-prefetch data depends on values known only at run time: the
+    // interpreter checks its blocks at every step instead.
+    if block.index_map.reads_refs() {
+        return Ok(());
+    }
     let nblocks: Vec<usize> = op
         .shape
         .iter()
@@ -171,9 +183,30 @@ fn check_index_map(op: &Operand, grid: &[usize]) -> Result<()> {
 
 /// Evaluate a scalar `i32` function (an index map) on concrete grid indices.
 pub fn eval_index_map(f: &Func, args: &[i64]) -> Result<Vec<i64>> {
+    eval_index_map_with(f, args, &[])
+}
+
+/// One scalar-prefetch operand's contents, as an index map reads them.
+#[derive(Clone, Copy, Debug)]
+pub struct Prefetched<'a> {
+    pub shape: &'a [usize],
+    pub data: &'a [i32],
+}
+
+/// [`eval_index_map`] for a map that may read the scalar-prefetch operands (its parameters after the
+/// grid indices, in order).
+pub fn eval_index_map_with(
+    f: &Func,
+    args: &[i64],
+    prefetch: &[Prefetched<'_>],
+) -> Result<Vec<i64>> {
     let mut env = vec![0i64; f.values.len()];
     for (a, v) in f.body.args.iter().zip(args) {
         env[a.0 as usize] = *v;
+    }
+    // A ref parameter's slot holds which prefetch operand it is.
+    for (k, a) in f.body.args.iter().skip(args.len()).enumerate() {
+        env[a.0 as usize] = k as i64;
     }
     let wrap = |x: i64| x as i32 as i64;
     for op in &f.body.ops {
@@ -181,6 +214,7 @@ pub fn eval_index_map(f: &Func, args: &[i64]) -> Result<Vec<i64>> {
         let r = match &op.kind {
             OpKind::Const(l) => l.as_i64(),
             OpKind::MultipleOf(_) => get(0),
+            OpKind::Load(w) => read_prefetch(op, w, &env, prefetch)?,
             OpKind::Binary(b) => {
                 let (x, y) = (get(0), get(1));
                 match b {
@@ -207,17 +241,55 @@ pub fn eval_index_map(f: &Func, args: &[i64]) -> Result<Vec<i64>> {
     Err(kerr!(Grid, "index map has no return (internal error)"))
 }
 
+/// One element of a scalar-prefetch operand read by an index map (`idx_ref[i]`), bounds-checked.
+fn read_prefetch(
+    op: &Op,
+    w: &crate::ir::Window,
+    env: &[i64],
+    prefetch: &[Prefetched<'_>],
+) -> Result<i64> {
+    let k = env[op.operands[0].0 as usize] as usize;
+    let Some(p) = prefetch.get(k) else {
+        return Err(kerr!(
+            Grid,
+            "this index map reads scalar-prefetch data, which is known only when the kernel runs"
+        )
+        .at(op.loc));
+    };
+    let mut dynamic = op.operands[1..].iter().map(|v| env[v.0 as usize]);
+    let mut idx = Vec::with_capacity(w.starts.len());
+    for s in &w.starts {
+        idx.push(match s {
+            crate::ir::Start::Static(v) => *v as i64,
+            crate::ir::Start::Dynamic => dynamic.next().unwrap_or(0),
+        });
+    }
+    let mut flat = 0usize;
+    for (d, (&i, &n)) in idx.iter().zip(p.shape).enumerate() {
+        if i < 0 || i as usize >= n {
+            return Err(kerr!(
+                OutOfBounds,
+                "the index map reads element {idx:?} of scalar-prefetch operand {k} (shape {:?}): index {i} is out of bounds along dimension {d}",
+                p.shape
+            )
+            .at(op.loc));
+        }
+        flat = flat * n + i as usize;
+    }
+    Ok(p.data.get(flat).copied().unwrap_or(0) as i64)
+}
+
 fn unsupported_in_index_map(op: &Op) -> crate::error::KernelError {
     kerr!(
         Unsupported,
-        "index maps may only use integer + - * / % min max on grid indices; found {:?}",
+        "index maps may only use integer + - * / % min max on grid indices and read scalar-prefetch refs; found {:?}",
         op.kind
     )
     .at(op.loc)
 }
 
 /// The kernel's parameters must be the operands, in order, with matching kinds and dtypes.
-pub fn params(params: &[(ParamKind, DType)], operands: &[Operand]) -> Result<()> {
+pub fn params(params: &[(ParamKind, DType, MemSpace)], operands: &[Operand]) -> Result<()> {
     if params.len() != operands.len() {
         let (ni, no, ns) = (
             operands
@@ -240,17 +312,23 @@ pub fn params(params: &[(ParamKind, DType)], operands: &[Operand]) -> Result<()>
             operands.len()
         ));
     }
-    for (i, ((kind, dtype), op)) in params.iter().zip(operands).enumerate() {
+    for (i, ((kind, dtype, space), op)) in params.iter().zip(operands).enumerate() {
         let want = if op.role == OperandRole::Input {
             ParamKind::Ref
         } else {
             ParamKind::RefMut
         };
-        if *kind != want {
-            let (got, need) = (kind_name(*kind, *dtype), kind_name(want, op.dtype));
+        if *kind != want || *space != op.space {
+            let got = kind_name(*kind, *dtype, *space);
+            let need = kind_name(want, op.dtype, op.space);
+            let what = match op.space {
+                MemSpace::Vmem => "a VMEM block".to_string(),
+                MemSpace::Smem => "an SMEM array".to_string(),
+                MemSpace::Any => "a whole array left in HBM (ANY: DMA only)".to_string(),
+            };
             return Err(kerr!(
                 Signature,
-                "kernel parameter {i} is `{got}` but it receives {}: declare it `{need}`",
+                "kernel parameter {i} is `{got}` but it receives {} ({what}): declare it `{need}`",
                 op.label()
             )
             .for_argument(op.label())
@@ -270,10 +348,15 @@ pub fn params(params: &[(ParamKind, DType)], operands: &[Operand]) -> Result<()>
     Ok(())
 }
 
-fn kind_name(k: ParamKind, d: DType) -> String {
-    match k {
-        ParamKind::Ref => format!("Ref<{d}>"),
-        ParamKind::RefMut => format!("RefMut<{d}>"),
+fn kind_name(k: ParamKind, d: DType, space: MemSpace) -> String {
+    let h = match k {
+        ParamKind::Ref => "Ref",
+        ParamKind::RefMut => "RefMut",
+    };
+    match space {
+        MemSpace::Vmem => format!("{h}<{d}>"),
+        MemSpace::Smem => format!("{h}<{d}, Smem>"),
+        MemSpace::Any => format!("{h}<{d}, Any>"),
     }
 }
 

@@ -3,7 +3,7 @@
 //! allocating. Same arithmetic as [`crate::check::eval_index_map`]
 //! (which reports the errors for anything this does not handle).
 
-use crate::check::eval_index_map;
+use crate::check::{eval_index_map, eval_index_map_with, Prefetched};
 use crate::error::Result;
 use crate::ir::{BinaryOp, Func, OpKind};
 
@@ -100,24 +100,39 @@ impl IndexFn {
     }
 }
 
-/// An index map: compiled when possible, else evaluated by the general evaluator.
+/// An index map: compiled when possible, else evaluated by the general evaluator (with the
+/// scalar-prefetch data when it reads it).
 pub(crate) struct IndexMap<'k> {
     func: &'k Func,
     compiled: Option<IndexFn>,
+    prefetch: Vec<Prefetched<'k>>,
 }
 
 impl<'k> IndexMap<'k> {
     pub fn new(func: &'k Func) -> Self {
+        Self::with_prefetch(func, Vec::new())
+    }
+    /// A map that may read the scalar-prefetch operands `prefetch`.
+    pub fn with_prefetch(func: &'k Func, prefetch: Vec<Prefetched<'k>>) -> Self {
         IndexMap {
             func,
             compiled: IndexFn::compile(func),
+            prefetch,
         }
+    }
+    /// Whether the blocks depend on scalar-prefetch data (so they are checked when the map runs).
+    pub fn reads_data(&self) -> bool {
+        self.compiled.is_none() && self.func.reads_refs()
     }
     pub fn eval(&self, point: &[i64], env: &mut Vec<i64>, out: &mut Vec<i64>) -> Result<()> {
         match &self.compiled {
             Some(c) => c.eval(self.func, point, env, out),
-            None => {
+            None if self.prefetch.is_empty() => {
                 *out = eval_index_map(self.func, point)?;
+                Ok(())
+            }
+            None => {
+                *out = eval_index_map_with(self.func, point, &self.prefetch)?;
                 Ok(())
             }
         }

@@ -9,7 +9,7 @@ use crate::ir::{
     self, BlockIr, CostEstimate, DimensionSemantics, Kernel, MemSpace, Operand, OperandRole, Type,
 };
 use crate::opt;
-use crate::trace::{self, KernelParam, ParamKind, Scalar, Val};
+use crate::trace::{self, KernelParam, ParamKind, Ref, Scalar, Val};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// A whole array's shape and element type (an input or an output of the kernel).
@@ -82,7 +82,8 @@ pub fn require(ok: bool, message: impl std::fmt::Display) -> Result<()> {
     }
 }
 
-/// A VMEM scratch buffer (`pltpu.VMEM(shape, dtype)`), persisting across grid steps.
+/// A VMEM scratch buffer (`pltpu.VMEM(shape, dtype)`), persisting across grid steps; as a type, the
+/// vector memory space of a ref (`Ref<f32, Vmem>`, the default).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Vmem {
     pub shape: Vec<usize>,
@@ -95,6 +96,54 @@ impl Vmem {
             shape: shape.as_ref().to_vec(),
             dtype,
         }
+    }
+}
+
+/// An SMEM scratch buffer (`pltpu.SMEM(shape, dtype)`) of 32-bit scalars; as a type, the scalar memory
+/// space of a ref (`RefMut<i32, Smem>`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Smem {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+impl Smem {
+    pub fn new(shape: impl AsRef<[usize]>, dtype: DType) -> Self {
+        Smem {
+            shape: shape.as_ref().to_vec(),
+            dtype,
+        }
+    }
+}
+
+/// The memory space of a whole array left where XLA placed it, usually HBM (`pl.ANY`): a
+/// `Ref<T, Any>` cannot be loaded or stored, only windowed and copied by DMA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Any;
+
+impl crate::trace::MemorySpace for Vmem {
+    const SPACE: MemSpace = MemSpace::Vmem;
+}
+impl crate::trace::MemorySpace for Smem {
+    const SPACE: MemSpace = MemSpace::Smem;
+}
+impl crate::trace::MemorySpace for Any {
+    const SPACE: MemSpace = MemSpace::Any;
+}
+
+/// A scratch buffer: [`Vmem`] or [`Smem`].
+pub trait Scratch {
+    #[doc(hidden)]
+    fn decl(self) -> (ArrayType, MemSpace);
+}
+impl Scratch for Vmem {
+    fn decl(self) -> (ArrayType, MemSpace) {
+        (ArrayType::new(self.shape, self.dtype), MemSpace::Vmem)
+    }
+}
+impl Scratch for Smem {
+    fn decl(self) -> (ArrayType, MemSpace) {
+        (ArrayType::new(self.shape, self.dtype), MemSpace::Smem)
     }
 }
 
@@ -160,7 +209,7 @@ index_tuple!(A, B, C);
 index_tuple!(A, B, C, D);
 index_tuple!(A, B, C, D, E);
 
-type IndexMapFn<'a> = Box<dyn Fn(&[Scalar<i32>]) -> Vec<IndexVal> + 'a>;
+type IndexMapFn<'a> = Box<dyn Fn(&[Scalar<i32>], &[Val]) -> Vec<IndexVal> + 'a>;
 
 /// Which block of an array each grid step sees: a block shape and an index map from grid indices to
 /// block indices (`pl.BlockSpec(block_shape, index_map)`).
@@ -168,6 +217,8 @@ pub struct BlockSpec<'a> {
     shape: Vec<usize>,
     squeezed: Vec<bool>,
     grid_rank: usize,
+    /// How many scalar-prefetch refs the index map takes (`None`: it takes none).
+    prefetch: Option<usize>,
     index_map: IndexMapFn<'a>,
     loc: SourceLoc,
 }
@@ -180,7 +231,7 @@ impl<'a> BlockSpec<'a> {
         F: Fn([Scalar<i32>; G]) -> O + 'a,
         O: IndexTuple,
     {
-        let f = move |grid: &[Scalar<i32>]| -> Vec<IndexVal> {
+        let f = move |grid: &[Scalar<i32>], _: &[Val]| -> Vec<IndexVal> {
             match <[Scalar<i32>; G]>::try_from(grid) {
                 Ok(arr) => index_map(arr).indices(),
                 Err(_) => Vec::new(),
@@ -190,6 +241,40 @@ impl<'a> BlockSpec<'a> {
             shape: shape.to_vec(),
             squeezed: vec![false; R],
             grid_rank: G,
+            prefetch: None,
+            index_map: Box::new(f),
+            loc: SourceLoc::caller(),
+        }
+    }
+
+    /// A BlockSpec whose index map also reads the scalar-prefetch operands (Pallas's
+    /// `PrefetchScalarGridSpec` index maps `lambda i, idx_ref: (idx_ref[i], 0)`):
+    /// `BlockSpec::with_prefetch([8, n], |[i], [idx]| (idx.at(i).load(), 0))`. The closure takes one
+    /// `Scalar<i32>` per grid axis and one SMEM ref per `.scalar_prefetch(..)` operand.
+    #[track_caller]
+    pub fn with_prefetch<const G: usize, const P: usize, const R: usize, F, O>(
+        shape: [usize; R],
+        index_map: F,
+    ) -> Self
+    where
+        F: Fn([Scalar<i32>; G], [Ref<i32, Smem>; P]) -> O + 'a,
+        O: IndexTuple,
+    {
+        let f = move |grid: &[Scalar<i32>], pre: &[Val]| -> Vec<IndexVal> {
+            let refs = pre.iter().map(|v| Ref::<i32, Smem>::from_val(*v));
+            match (
+                <[Scalar<i32>; G]>::try_from(grid),
+                <[Ref<i32, Smem>; P]>::try_from(refs.collect::<Vec<_>>()),
+            ) {
+                (Ok(g), Ok(p)) => index_map(g, p).indices(),
+                _ => Vec::new(),
+            }
+        };
+        BlockSpec {
+            shape: shape.to_vec(),
+            squeezed: vec![false; R],
+            grid_rank: G,
+            prefetch: Some(P),
             index_map: Box::new(f),
             loc: SourceLoc::caller(),
         }
@@ -212,6 +297,9 @@ struct OperandDecl<'a> {
     role: OperandRole,
     array: ArrayType,
     block: Option<BlockSpec<'a>>,
+    space: MemSpace,
+    /// A scalar-prefetch operand (an input; placed first).
+    prefetch: bool,
     loc: SourceLoc,
 }
 
@@ -223,7 +311,7 @@ struct OperandDecl<'a> {
 )]
 pub trait KernelFn<Args> {
     #[doc(hidden)]
-    fn params(&self) -> Vec<(ParamKind, DType)>;
+    fn params(&self) -> Vec<(ParamKind, DType, MemSpace)>;
     #[doc(hidden)]
     fn call(&self, args: &[Val]);
 }
@@ -234,8 +322,8 @@ macro_rules! kernel_fn {
         where
             Func: Fn($($n),*),
         {
-            fn params(&self) -> Vec<(ParamKind, DType)> {
-                vec![$(($n::KIND, $n::DTYPE)),*]
+            fn params(&self) -> Vec<(ParamKind, DType, MemSpace)> {
+                vec![$(($n::KIND, $n::DTYPE, $n::SPACE)),*]
             }
             #[allow(non_snake_case, unused_variables, unused_mut)]
             fn call(&self, args: &[Val]) {
@@ -313,57 +401,66 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
         self.grid_loc = Some(SourceLoc::caller());
         self
     }
-    /// An input array, windowed by `block`.
-    #[track_caller]
-    pub fn input(mut self, array: ArrayType, block: BlockSpec<'a>) -> Self {
-        let loc = SourceLoc::caller();
+    fn push(
+        mut self,
+        role: OperandRole,
+        array: ArrayType,
+        block: Option<BlockSpec<'a>>,
+        space: MemSpace,
+        loc: SourceLoc,
+    ) -> Self {
         self.operands.push(OperandDecl {
-            role: OperandRole::Input,
+            role,
             array,
-            block: Some(block),
+            block,
+            space,
+            prefetch: false,
             loc,
         });
         self
     }
-    /// An input array passed whole, left in HBM (`memory_space=pl.ANY`).
+    /// A scalar-prefetch operand (Pallas's `PrefetchScalarGridSpec(num_scalar_prefetch=..)`): a whole
+    /// i32 array placed in SMEM before the grid runs. The kernel receives it as a `Ref<i32, Smem>`
+    /// parameter right after the grid indices, and index maps made with [`BlockSpec::with_prefetch`]
+    /// receive it too. Scalar-prefetch operands come first among the call's inputs.
     #[track_caller]
-    pub fn input_any(mut self, array: ArrayType) -> Self {
+    pub fn scalar_prefetch(mut self, array: ArrayType) -> Self {
         let loc = SourceLoc::caller();
         self.operands.push(OperandDecl {
             role: OperandRole::Input,
             array,
             block: None,
+            space: MemSpace::Smem,
+            prefetch: true,
             loc,
         });
         self
+    }
+    /// An input array, windowed by `block` into VMEM.
+    #[track_caller]
+    pub fn input(self, array: ArrayType, block: BlockSpec<'a>) -> Self {
+        let loc = SourceLoc::caller();
+        self.push(OperandRole::Input, array, Some(block), MemSpace::Vmem, loc)
+    }
+    /// An input array passed whole and left where XLA put it, usually HBM (`memory_space=pl.ANY`):
+    /// the kernel receives a `Ref<T, Any>`, which it can only window and copy by DMA.
+    #[track_caller]
+    pub fn input_any(self, array: ArrayType) -> Self {
+        let loc = SourceLoc::caller();
+        self.push(OperandRole::Input, array, None, MemSpace::Any, loc)
     }
     /// An output array (`out_shape`), windowed by `block` (`out_specs`).
     #[track_caller]
-    pub fn output(mut self, array: ArrayType, block: BlockSpec<'a>) -> Self {
+    pub fn output(self, array: ArrayType, block: BlockSpec<'a>) -> Self {
         let loc = SourceLoc::caller();
-        self.operands.push(OperandDecl {
-            role: OperandRole::Output,
-            array,
-            block: Some(block),
-            loc,
-        });
-        self
+        self.push(OperandRole::Output, array, Some(block), MemSpace::Vmem, loc)
     }
-    /// A VMEM scratch buffer (`scratch_shapes`).
+    /// A scratch buffer (`scratch_shapes`): `Vmem::new(shape, dtype)` or `Smem::new(shape, dtype)`.
     #[track_caller]
-    pub fn scratch(mut self, buf: Vmem) -> Self {
+    pub fn scratch(self, buf: impl Scratch) -> Self {
         let loc = SourceLoc::caller();
-        let array = ArrayType {
-            shape: buf.shape,
-            dtype: buf.dtype,
-        };
-        self.operands.push(OperandDecl {
-            role: OperandRole::Scratch,
-            array,
-            block: None,
-            loc,
-        });
-        self
+        let (array, space) = buf.decl();
+        self.push(OperandRole::Scratch, array, None, space, loc)
     }
     /// Per grid axis: `Parallel` (steps independent) or `Arbitrary` (sequential, e.g. a reduction).
     #[track_caller]
@@ -423,10 +520,16 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
         // Operands in kernel-parameter order: inputs, outputs, scratch.
         let mut decls = self.operands;
         decls.sort_by_key(|d| match d.role {
-            OperandRole::Input => 0,
-            OperandRole::Output => 1,
-            OperandRole::Scratch => 2,
+            OperandRole::Input if d.prefetch => 0,
+            OperandRole::Input => 1,
+            OperandRole::Output => 2,
+            OperandRole::Scratch => 3,
         });
+        let prefetch: Vec<Type> = decls
+            .iter()
+            .filter(|d| d.prefetch)
+            .map(|d| Type::Ref(d.array.shape.clone(), d.array.dtype, MemSpace::Smem))
+            .collect();
         let mut operands = Vec::new();
         let mut counters = [0usize; 3];
         let mut transform_no = 0;
@@ -435,17 +538,14 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
             let label = format!("{} {}", d.role.name(), *index);
             let block = match &d.block {
                 Some(spec) => {
-                    let b = trace_block(spec, &grid, &d.array, transform_no)
+                    let b = trace_block(spec, &grid, &prefetch, &d.array, transform_no)
                         .map_err(|e| e.for_argument(&label).at(spec.loc))?;
                     transform_no += 1;
                     Some(b)
                 }
                 None => None,
             };
-            let space = match (d.role, &d.block) {
-                (OperandRole::Scratch, _) | (_, Some(_)) => MemSpace::Vmem,
-                (_, None) => MemSpace::Any,
-            };
+            let space = d.space;
             operands.push(Operand {
                 role: d.role,
                 index: *index,
@@ -481,6 +581,7 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
             grid,
             dimension_semantics: semantics,
             operands,
+            scalar_prefetch: prefetch.len(),
             body,
             vmem_limit_bytes: self.vmem_limit_bytes,
             cost_estimate: self.cost_estimate,
@@ -494,6 +595,7 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
 fn trace_block(
     spec: &BlockSpec<'_>,
     grid: &[usize],
+    prefetch: &[Type],
     array: &ArrayType,
     n: usize,
 ) -> Result<BlockIr> {
@@ -505,10 +607,24 @@ fn trace_block(
             grid.len()
         ));
     }
-    let params = vec![Type::Scalar(DType::I32); grid.len()];
+    if let Some(p) = spec.prefetch {
+        if p != prefetch.len() {
+            return Err(kerr!(
+                Grid,
+                "the index map takes {p} scalar-prefetch refs but the call has {} (`.scalar_prefetch(..)` operands)",
+                prefetch.len()
+            ));
+        }
+    }
+    // Pallas passes every index map the scalar-prefetch refs after the grid indices.
+    let mut params = vec![Type::Scalar(DType::I32); grid.len()];
+    params.extend(prefetch.iter().cloned());
     let vals = trace::begin(grid, &params, grid.len())?;
-    let idx: Vec<Scalar<i32>> = vals.iter().map(|v| Scalar::from_val(*v)).collect();
-    let outs = (spec.index_map)(&idx);
+    let idx: Vec<Scalar<i32>> = vals[..grid.len()]
+        .iter()
+        .map(|v| Scalar::from_val(*v))
+        .collect();
+    let outs = (spec.index_map)(&idx, &vals[grid.len()..]);
     // Constants become values of the transform function.
     let mut results = Vec::new();
     for o in &outs {

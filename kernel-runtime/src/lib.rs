@@ -23,4 +23,6 @@ pub mod trace;
 
 pub use dtype::{DType, Element};
 pub use error::{ErrorKind, KernelError, SourceLoc};
-pub use launch::{pallas_call, require, ArrayType, BlockSpec, PallasCall, PallasCallBuilder, Vmem};
+pub use launch::{
+    pallas_call, require, Any, ArrayType, BlockSpec, PallasCall, PallasCallBuilder, Smem, Vmem,
+};

@@ -221,6 +221,23 @@ def activations(x, g, c, bm=8):
                           compiler_params=_params("parallel"), name="activations_kernel")(x, g, c)
 
 
+# -- gather_prefetch: a scalar-prefetch table of block numbers picks each step's input block
+def _gather_kernel(idx_ref, x_ref, o_ref):
+    del idx_ref  # read by the index map only
+    o_ref[...] = x_ref[...] * 2.0
+
+
+def gather_prefetch(idx, x, bm=8):
+    nb, n = idx.shape[0], x.shape[1]
+    return pl.pallas_call(
+        _gather_kernel, out_shape=S((nb * bm, n), x.dtype),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1, grid=(nb,),
+            in_specs=[pl.BlockSpec((bm, n), lambda i, idx_ref: (idx_ref[i], 0))],
+            out_specs=pl.BlockSpec((bm, n), lambda i, idx_ref: (i, 0))),
+        compiler_params=_params("arbitrary"), name="gather_kernel")(idx, x)
+
+
 KERNELS = {
     "add": (add, [S((1024, 1024), f32), S((1024, 1024), f32)]),
     "matmul": (matmul, [S((512, 512), bf16), S((512, 512), bf16)]),
@@ -232,7 +249,20 @@ KERNELS = {
     "colsum": (colsum, [S((1024, 256), f32)]),
     "ops_tour": (ops_tour, [S((256, 128), f32), S((128, 128), f32)]),
     "activations": (activations, [S((256, 512), f32), S((256, 512), f32), S((256, 512), i32)]),
+    "gather_prefetch": (gather_prefetch, [S((4,), i32), S((64, 256), f32)]),
 }
+
+
+# Operands whose values must be in range (block tables): operand index -> exclusive upper bound.
+INDEX_OPERANDS = {"gather_prefetch": {0: 8}}
+
+
+def valid_inputs(name, xs):
+    """Random inputs made valid for kernel `name`: table operands folded into their range."""
+    xs = list(xs)
+    for i, hi in INDEX_OPERANDS.get(name, {}).items():
+        xs[i] = jnp.mod(xs[i], hi).astype(xs[i].dtype)
+    return xs
 
 
 # -- the same math in plain jnp, compiled by XLA: the fused baseline of the parity benchmark
@@ -265,4 +295,5 @@ REFERENCES = {
     "colsum": lambda x: jnp.broadcast_to(jnp.sum(x, axis=0, keepdims=True), (8, x.shape[1])),
     "ops_tour": _ops_tour_ref,
     "activations": _activations_math,
+    "gather_prefetch": lambda idx, x: (x.reshape(-1, 8, x.shape[1])[idx] * 2.0).reshape(-1, x.shape[1]),
 }

@@ -173,3 +173,86 @@ pub fn mixed_elementwise_kernel(x: Ref<f32>, y: Ref<i32>, o: RefMut<bf16>, m: Re
     o.store(select(b.cast::<f32>() > a, a * 3.0, (a - 1.0).exp()).cast::<bf16>());
     m.store(b * 7 + 1);
 }
+
+// ---------------------------------------------------------------------------------------------- SMEM
+
+/// Row block `tables[b, 0]` of `x`, scaled by `tables[b, 1]` read in the body (a 2-D table).
+#[tpu_kernel]
+pub fn table_kernel(tables: Ref<i32, Smem>, x: Ref<f32>, o: RefMut<f32>) {
+    let b = program_id(0);
+    let scale = tables.at((b, 1)).load();
+    o.store(x.load() * scale.cast::<f32>());
+}
+
+pub fn table_call() -> Result<PallasCall, KernelError> {
+    pallas_call(table_kernel)
+        .grid([3])
+        .scalar_prefetch(ArrayType::new([3, 2], I32))
+        .input(
+            ArrayType::new([32, 128], F32),
+            BlockSpec::with_prefetch([8, 128], |[b], [t]| (t.at((b, 0)).load(), 0)),
+        )
+        .output(
+            ArrayType::new([24, 128], F32),
+            BlockSpec::new([8, 128], |[b]| (b, 0)),
+        )
+        .build()
+}
+
+/// A prefetched length bounds a loop and picks a branch: `o[r] = sum of x[r, ..128*n]` style.
+#[tpu_kernel]
+pub fn lengths_kernel(lens: Ref<i32, Smem>, x: Ref<f32>, o: RefMut<f32>) {
+    let n = lens.at(program_id(0)).load();
+    o.store(zeros());
+    for j in 0..n {
+        let start = multiple_of(j * 128, 128);
+        o.store(o.load() + x.at((.., ds(start, 128))).load());
+    }
+    if n == 0 {
+        o.store(-1.0);
+    }
+}
+
+/// `lengths_kernel` on three 8-row blocks.
+pub fn lengths_call() -> Result<PallasCall, KernelError> {
+    pallas_call(lengths_kernel)
+        .grid([3])
+        .scalar_prefetch(ArrayType::new([3], I32))
+        .input(
+            ArrayType::new([24, 512], F32),
+            BlockSpec::new([8, 512], |[i]| (i, 0)),
+        )
+        .output(
+            ArrayType::new([24, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .build()
+}
+
+/// A running count in an SMEM scratch cell, persisting across grid steps: `o` gets the step's count.
+#[tpu_kernel]
+pub fn counter_kernel(x: Ref<f32>, o: RefMut<f32>, count: RefMut<i32, Smem>) {
+    let i = program_id(0);
+    if i == 0 {
+        count.at(0).store(0);
+    }
+    let c: Scalar<i32> = count.at(0).load() + 1;
+    count.at(0).store(c);
+    o.store(x.load() + c.cast::<f32>());
+}
+
+/// `counter_kernel` over four 8-row blocks with a one-cell SMEM scratch.
+pub fn counter_call() -> Result<PallasCall, KernelError> {
+    pallas_call(counter_kernel)
+        .grid([4])
+        .input(
+            ArrayType::new([32, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .output(
+            ArrayType::new([32, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .scratch(Smem::new([1], I32))
+        .build()
+}

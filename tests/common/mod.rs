@@ -11,6 +11,8 @@ pub mod causal_mask;
 pub mod colsum;
 #[path = "../../examples/fori_rowsum.rs"]
 pub mod fori_rowsum;
+#[path = "../../examples/gather_prefetch.rs"]
+pub mod gather_prefetch;
 #[path = "../../examples/matmul.rs"]
 pub mod matmul;
 #[path = "../../examples/ops_tour.rs"]
@@ -42,6 +44,7 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("colsum", colsum::build),
     ("ops_tour", ops_tour::build),
     ("activations", activations::build),
+    ("gather_prefetch", gather_prefetch::build),
 ];
 
 /// The Mosaic text of an example (built, lowered, verified by melior).

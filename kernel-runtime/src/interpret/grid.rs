@@ -250,7 +250,7 @@ fn execute(
 ) -> Result<()> {
     // Kernels that never mix rows run over larger row bands (same bits, see `coalesce`).
     let threads = rayon::current_num_threads();
-    let coalesced = if opts.fuse {
+    let coalesced = if opts.fuse && k.scalar_prefetch == 0 {
         super::coalesce::coalesce(k, threads).or_else(|| super::coalesce::coalesce_rows(k, threads))
     } else {
         None
@@ -267,12 +267,29 @@ fn execute(
             written: (0..*b).map(|_| AtomicBool::new(false)).collect(),
         })
         .collect();
+    // Index maps read the scalar-prefetch operands (the first inputs) in place.
+    let prefetch = inputs[..k.scalar_prefetch.min(inputs.len())]
+        .iter()
+        .map(|a| {
+            Ok(crate::check::Prefetched {
+                shape: &a.shape,
+                data: a
+                    .buf
+                    .slice::<i32>()
+                    .ok_or_else(|| internal("scalar-prefetch operand is not i32"))?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let runner = Runner {
         k,
         maps: k
             .operands
             .iter()
-            .map(|o| o.block.as_ref().map(|b| IndexMap::new(&b.index_map)))
+            .map(|o| {
+                o.block
+                    .as_ref()
+                    .map(|b| IndexMap::with_prefetch(&b.index_map, prefetch.clone()))
+            })
             .collect(),
         inputs,
         sinks: &sinks,
@@ -414,8 +431,13 @@ fn parallel_axes(k: &Kernel, maps: &[Option<IndexMap<'_>>]) -> Result<Vec<usize>
             k.dimension_semantics.get(a) == Some(&DimensionSemantics::Parallel) && k.grid[a] > 1
         })
         .collect();
-    if axes.is_empty() {
-        return Ok(axes);
+    // Outputs whose blocks depend on scalar-prefetch data: no proof that chunks write apart.
+    let data_dependent =
+        k.operands.iter().zip(maps).any(|(o, m)| {
+            o.role == OperandRole::Output && m.as_ref().is_some_and(|m| m.reads_data())
+        });
+    if axes.is_empty() || data_dependent {
+        return Ok(Vec::new());
     }
     // Per output: which chunk (linear index of the parallel coordinates) owns each block.
     let outs: Vec<(usize, Vec<usize>)> = k

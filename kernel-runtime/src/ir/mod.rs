@@ -253,6 +253,12 @@ impl Func {
             .flat_map(|o| o.results.iter().copied())
             .collect()
     }
+    /// Whether the function reads a ref (an index map reading scalar-prefetch data).
+    pub fn reads_refs(&self) -> bool {
+        let mut found = false;
+        self.walk(&mut |op| found |= matches!(op.kind, OpKind::Load(_)));
+        found
+    }
     /// Visit every op (pre-order, nested regions included).
     pub fn walk<'a>(&'a self, f: &mut impl FnMut(&'a Op)) {
         fn go<'a>(r: &'a Region, f: &mut impl FnMut(&'a Op)) {
@@ -365,6 +371,10 @@ pub struct Kernel {
     pub dimension_semantics: Vec<DimensionSemantics>,
     /// Inputs, then outputs, then scratch — the kernel's parameter order after the grid indices.
     pub operands: Vec<Operand>,
+    /// The first `scalar_prefetch` inputs are scalar-prefetch operands (Pallas's
+    /// `PrefetchScalarGridSpec`): whole i32 arrays placed in SMEM before the grid runs, passed to the
+    /// body and to every index map (after the grid indices).
+    pub scalar_prefetch: usize,
     pub body: Func,
     pub vmem_limit_bytes: Option<u64>,
     pub cost_estimate: Option<CostEstimate>,
@@ -380,6 +390,10 @@ impl Kernel {
         self.operands
             .iter()
             .filter(|o| o.role == OperandRole::Output)
+    }
+    /// The scalar-prefetch operands (the first inputs).
+    pub fn prefetch(&self) -> impl Iterator<Item = &Operand> {
+        self.operands.iter().take(self.scalar_prefetch)
     }
     pub fn scratch(&self) -> impl Iterator<Item = &Operand> {
         self.operands

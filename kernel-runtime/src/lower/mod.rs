@@ -98,7 +98,13 @@ fn lower_kernel_fn(k: &Kernel) -> Result<MFunc> {
         .join(", ");
     let mut windows = Vec::new();
     let mut n_transform = 0;
-    for o in k.operands.iter().filter(|o| o.role != OperandRole::Scratch) {
+    // Scalar-prefetch operands are not windowed: they precede the window params.
+    for o in k
+        .operands
+        .iter()
+        .skip(k.scalar_prefetch)
+        .filter(|o| o.role != OperandRole::Scratch)
+    {
         match &o.block {
             Some(b) => {
                 let bounds = b
@@ -136,7 +142,7 @@ fn lower_kernel_fn(k: &Kernel) -> Result<MFunc> {
                 format!("array<i64: {grid}>")
             },
         ),
-        ("scalar_prefetch", "0 : i64".into()),
+        ("scalar_prefetch", format!("{} : i64", k.scalar_prefetch)),
         ("scratch_operands", format!("{n_scratch} : i64")),
         ("tpu.core_type", "#tpu.core_type<tc>".into()),
         ("window_params", format!("[{}]", windows.join(", "))),

@@ -5,7 +5,8 @@ use super::{vector_type_text, Lowerer};
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, Result};
 use crate::ir::{
-    BinaryOp, CmpOp, IntLowering, Op, OpKind, ReduceKind, Start, Type, UnaryOp, ValueId, Window,
+    BinaryOp, CmpOp, IntLowering, MemSpace, Op, OpKind, ReduceKind, Start, Type, UnaryOp, ValueId,
+    Window,
 };
 
 /// Dispatch an op to its rule.
@@ -455,10 +456,23 @@ fn window_indices(
 fn load(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, w: &Window) -> Result<()> {
     let ref_ty = lw.func.ty(op.operands[0]).clone();
     let out_ty = lw.func.ty(op.results[0]).clone();
-    if matches!(out_ty, Type::Scalar(_)) {
-        return Err(kerr!(Unsupported, "loading a single element from a VMEM ref is not supported yet; load a window with `ds(i, 1)`"));
-    }
     let idx = window_indices(lw, block, op, w, &op.operands[1..])?;
+    if let (Type::Scalar(_), Type::Ref(_, _, MemSpace::Smem)) = (&out_ty, &ref_ty) {
+        // One SMEM element: `memref.load` (what Pallas emits for `idx_ref[i]`).
+        let base = lw.v(op.operands[0])?;
+        let mut args = vec![base];
+        args.extend(idx);
+        let mty = lw.ty(&out_ty)?;
+        let r = emit(lw, block, op, "memref.load", &args, &[mty], &[])?[0];
+        lw.bind(op.results[0], r);
+        return Ok(());
+    }
+    if matches!(out_ty, Type::Scalar(_)) {
+        return Err(kerr!(
+            Lowering,
+            "a scalar load from a {ref_ty} reached lowering (the trace rejects it; internal error)"
+        ));
+    }
     let base = lw.v(op.operands[0])?;
     let mut args = vec![base];
     args.extend(idx);
@@ -483,6 +497,13 @@ fn store(
     let n_dyn = w.n_dynamic();
     let dynamic = &op.operands[2..2 + n_dyn];
     let idx = window_indices(lw, block, op, w, dynamic)?;
+    if let Type::Ref(_, _, MemSpace::Smem) = ref_ty {
+        // One SMEM element: `memref.store value, ref[indices]`.
+        let mut args = vec![lw.v(op.operands[1])?, lw.v(op.operands[0])?];
+        args.extend(idx);
+        emit(lw, block, op, "memref.store", &args, &[], &[])?;
+        return Ok(());
+    }
     let mut value = lw.v(op.operands[1])?;
     let mut mask = match masked {
         true => Some(lw.v(op.operands[2 + n_dyn])?),

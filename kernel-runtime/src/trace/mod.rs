@@ -18,7 +18,9 @@ pub use control::{
     for_range, for_range_step, if_else, while_loop, Bound, Carry, Cond, TraceEq, TraceLogic,
     TraceOrd, WhileCond,
 };
-pub use refs::{ds, Ds, KernelParam, ParamKind, Ref, RefMut, SliceArg, SliceSpec, View, ViewMut};
+pub use refs::{
+    ds, Ds, KernelParam, MemorySpace, ParamKind, Ref, RefMut, SliceArg, SliceSpec, View, ViewMut,
+};
 
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, KernelError, Result, SourceLoc};

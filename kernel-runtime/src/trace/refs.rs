@@ -1,51 +1,61 @@
 //! Kernel refs: [`Ref`] (read-only input block), [`RefMut`] (output block or scratch), and windows into them
-//! (`r.at((ds(start, 8), ..))`).
+//! (`r.at((ds(start, 8), ..))`). A ref's memory space is part of its type (`Ref<T, S>`, `S` one of
+//! [`Vmem`] — the default —, [`Smem`], [`Any`]), so what the hardware cannot do does not compile:
+//! VMEM refs load and store vectors, SMEM refs load and store single scalars, ANY (HBM) refs neither.
 
 use super::array::{Array, IntoArg, Scalar};
 use super::{emit, with, Arg, Val};
 use crate::dtype::{DType, Element};
 use crate::error::{kerr, Result, SourceLoc};
-use crate::ir::{OpKind, Start, Type, Window};
+use crate::ir::{MemSpace, OpKind, Start, Type, Window};
+use crate::launch::{Any, Smem, Vmem};
 use std::marker::PhantomData;
 use std::ops::{Range, RangeFull};
 
-/// A read-only block ref (a kernel input).
-pub struct Ref<T> {
-    pub(crate) v: Val,
-    _t: PhantomData<T>,
+/// Where a ref lives, as a type parameter of [`Ref`]/[`RefMut`]: [`Vmem`] (vector memory, the
+/// default), [`Smem`] (scalar memory), [`Any`] (left where XLA put it, usually HBM: reached by DMA only).
+pub trait MemorySpace: 'static {
+    /// The space in the kernel IR.
+    const SPACE: MemSpace;
 }
 
-/// A writable block ref (a kernel output or a scratch buffer).
-pub struct RefMut<T> {
+/// A read-only block ref (a kernel input) in memory space `S`.
+pub struct Ref<T, S = Vmem> {
     pub(crate) v: Val,
-    _t: PhantomData<T>,
+    _t: PhantomData<fn() -> (T, S)>,
+}
+
+/// A writable block ref (a kernel output or a scratch buffer) in memory space `S`.
+pub struct RefMut<T, S = Vmem> {
+    pub(crate) v: Val,
+    _t: PhantomData<fn() -> (T, S)>,
 }
 
 /// A window of a [`Ref`].
-pub struct View<T> {
+pub struct View<T, S = Vmem> {
     r: Val,
     spec: SliceSpec,
     loc: SourceLoc,
-    _t: PhantomData<T>,
+    _t: PhantomData<fn() -> (T, S)>,
 }
 
 /// A window of a [`RefMut`].
-pub struct ViewMut<T> {
+pub struct ViewMut<T, S = Vmem> {
     r: Val,
     spec: SliceSpec,
     loc: SourceLoc,
-    _t: PhantomData<T>,
+    _t: PhantomData<fn() -> (T, S)>,
 }
 
 macro_rules! copy_handle {
     ($H:ident) => {
-        impl<T> Clone for $H<T> {
+        impl<T, S> Clone for $H<T, S> {
             fn clone(&self) -> Self {
                 *self
             }
         }
-        impl<T> Copy for $H<T> {}
-        impl<T> std::fmt::Debug for $H<T> {
+        impl<T, S> Copy for $H<T, S> {}
+        impl<T, S> std::fmt::Debug for $H<T, S> {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 write!(f, "{}({:?})", stringify!($H), self.v)
             }
@@ -71,20 +81,23 @@ pub enum ParamKind {
 pub trait KernelParam: Copy {
     const KIND: ParamKind;
     const DTYPE: DType;
+    const SPACE: MemSpace;
     #[doc(hidden)]
     fn from_val(v: Val) -> Self;
 }
 
-impl<T: Element> KernelParam for Ref<T> {
+impl<T: Element, S: MemorySpace> KernelParam for Ref<T, S> {
     const KIND: ParamKind = ParamKind::Ref;
     const DTYPE: DType = T::DTYPE;
+    const SPACE: MemSpace = S::SPACE;
     fn from_val(v: Val) -> Self {
         Ref { v, _t: PhantomData }
     }
 }
-impl<T: Element> KernelParam for RefMut<T> {
+impl<T: Element, S: MemorySpace> KernelParam for RefMut<T, S> {
     const KIND: ParamKind = ParamKind::RefMut;
     const DTYPE: DType = T::DTYPE;
+    const SPACE: MemSpace = S::SPACE;
     fn from_val(v: Val) -> Self {
         RefMut { v, _t: PhantomData }
     }
@@ -258,12 +271,33 @@ fn resolve(
 
 fn load(r: Val, spec: Option<&SliceSpec>, loc: SourceLoc) -> Val {
     emit(loc, |t| {
-        let (shape, d) = ref_type(t, r)?;
+        let (shape, d, space) = ref_type(t, r)?;
         let (w, dynamic) = match spec {
             Some(s) => resolve(t, &shape, s, loc)?,
             None => (Window::full(&shape), vec![]),
         };
         let vshape = w.value_shape();
+        match space {
+            MemSpace::Smem if !vshape.is_empty() => {
+                return Err(kerr!(
+                    Unsupported,
+                    "SMEM refs hold scalars: index every dimension to read one element (`r.at((i, j)).load()` on a ref of shape {shape:?}); vectors live in VMEM"
+                ))
+            }
+            MemSpace::Vmem if vshape.is_empty() => {
+                return Err(kerr!(
+                    Unsupported,
+                    "loading a single element from a VMEM ref (shape {shape:?}) is not supported by Mosaic; keep scalars in SMEM — pass them as scalar prefetch (`.scalar_prefetch(..)`, a `Ref<i32, Smem>` parameter) or an SMEM scratch (`.scratch(Smem::new(..))`) — and read them with `r.at((i, j)).load()`"
+                ))
+            }
+            MemSpace::Any => {
+                return Err(kerr!(
+                    Unsupported,
+                    "an ANY (HBM) ref cannot be loaded; copy it into VMEM by DMA first"
+                ))
+            }
+            _ => {}
+        }
         let ty = if vshape.is_empty() {
             Type::Scalar(d)
         } else {
@@ -277,13 +311,28 @@ fn load(r: Val, spec: Option<&SliceSpec>, loc: SourceLoc) -> Val {
 
 fn store(r: Val, spec: Option<&SliceSpec>, value: Stored, mask: Option<Val>, loc: SourceLoc) {
     with(loc, |t| {
-        let (shape, d) = ref_type(t, r)?;
+        let (shape, d, space) = ref_type(t, r)?;
         let (w, dynamic) = match spec {
             Some(s) => resolve(t, &shape, s, loc)?,
             None => (Window::full(&shape), vec![]),
         };
         let vshape = w.value_shape();
-        let target = Type::Vector(vshape.clone(), d);
+        let target = match space {
+            MemSpace::Smem if vshape.is_empty() => Type::Scalar(d),
+            MemSpace::Smem => {
+                return Err(kerr!(
+                    Unsupported,
+                    "SMEM refs hold scalars: index every dimension to write one element (`r.at((i, j)).store(v)` on a ref of shape {shape:?})"
+                ))
+            }
+            MemSpace::Any => {
+                return Err(kerr!(
+                    Unsupported,
+                    "an ANY (HBM) ref cannot be stored to; write a VMEM buffer and copy it by DMA"
+                ))
+            }
+            MemSpace::Vmem => Type::Vector(vshape.clone(), d),
+        };
         let arg = match value {
             Stored::Arg(a) => a,
             Stored::Fill(f) => Arg::Lit(crate::dtype::Literal::from_f64(d, f)),
@@ -295,6 +344,12 @@ fn store(r: Val, spec: Option<&SliceSpec>, value: Stored, mask: Option<Val>, loc
                     DType,
                     "storing {} values into a {d} ref; cast with `.cast::<{d}>()` first",
                     vt.dtype()
+                ));
+            }
+            if space == MemSpace::Smem && vt != target {
+                return Err(kerr!(
+                    Shape,
+                    "an SMEM element takes a scalar, got a value of type {vt}"
                 ));
             }
             if let Type::Vector(s, _) = &vt {
@@ -333,9 +388,9 @@ fn store(r: Val, spec: Option<&SliceSpec>, value: Stored, mask: Option<Val>, loc
     });
 }
 
-fn ref_type(t: &super::Tracer, r: Val) -> Result<(Vec<usize>, DType)> {
+fn ref_type(t: &super::Tracer, r: Val) -> Result<(Vec<usize>, DType, MemSpace)> {
     match t.ty(r)? {
-        Type::Ref(s, d, _) => Ok((s.clone(), *d)),
+        Type::Ref(s, d, m) => Ok((s.clone(), *d, *m)),
         other => Err(kerr!(Trace, "expected a ref, got {other}")),
     }
 }
@@ -386,12 +441,7 @@ impl<T> IntoStored<T> for super::api::Fill {
 
 macro_rules! ref_read_api {
     ($H:ident, $V:ident) => {
-        impl<T: Element> $H<T> {
-            /// Load the whole block.
-            #[track_caller]
-            pub fn load(self) -> Array<T> {
-                Array::from_val(load(self.v, None, SourceLoc::caller()))
-            }
+        impl<T: Element, S: MemorySpace> $H<T, S> {
             /// The block shape the kernel sees.
             #[track_caller]
             pub fn shape(self) -> Vec<usize> {
@@ -400,9 +450,10 @@ macro_rules! ref_read_api {
             pub fn dtype(self) -> DType {
                 T::DTYPE
             }
-            /// A window of this ref: `r.at((ds(start, 8), ..))`.
+            /// A window of this ref: `r.at((ds(start, 8), ..))`; on an SMEM ref, one element:
+            /// `r.at((i, j))`.
             #[track_caller]
-            pub fn at(self, idx: impl IntoSliceSpec) -> $V<T> {
+            pub fn at(self, idx: impl IntoSliceSpec) -> $V<T, S> {
                 $V {
                     r: self.v,
                     spec: idx.into_spec(),
@@ -411,12 +462,27 @@ macro_rules! ref_read_api {
                 }
             }
         }
-        impl<T: Element> $V<T> {
+        impl<T: Element> $H<T, Vmem> {
+            /// Load the whole block.
+            #[track_caller]
+            pub fn load(self) -> Array<T> {
+                Array::from_val(load(self.v, None, SourceLoc::caller()))
+            }
+        }
+        impl<T: Element> $V<T, Vmem> {
             /// Load this window (integer-indexed dimensions are dropped).
             #[track_caller]
             pub fn load(&self) -> Array<T> {
                 let _ = self.loc;
                 Array::from_val(load(self.r, Some(&self.spec), SourceLoc::caller()))
+            }
+        }
+        impl<T: Element> $V<T, Smem> {
+            /// Read one element of an SMEM ref (`idx_ref[i]`): a traced scalar, usable as an index,
+            /// a loop bound or a condition. Every dimension must be indexed by an integer.
+            #[track_caller]
+            pub fn load(&self) -> Scalar<T> {
+                Scalar::from_val(load(self.r, Some(&self.spec), SourceLoc::caller()))
             }
         }
     };
@@ -433,9 +499,85 @@ ref_read_api!(RefMut, ViewMut);
     note = "store results into an output or scratch parameter declared `RefMut<T>`, e.g. `o: RefMut<f32>` and `o.store(..)`"
 )]
 pub trait Writable {}
-impl<T> Writable for RefMut<T> {}
+impl<T, S> Writable for RefMut<T, S> {}
 
-impl<T: Element> Ref<T> {
+/// Only VMEM refs load and store whole vectors; this bound turns `r.load()` / `r.store(..)` on an SMEM
+/// or ANY ref into a compile error that says what to do.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot load or store vectors: only VMEM refs can",
+    label = "not a VMEM ref",
+    note = "an SMEM ref holds scalars: read or write one element with `r.at((i, j)).load()` / `.store(v)`; an ANY (HBM) ref is reached by DMA only: copy a window into a VMEM scratch buffer first"
+)]
+pub trait VectorMemory {}
+impl<T> VectorMemory for Ref<T, Vmem> {}
+impl<T> VectorMemory for RefMut<T, Vmem> {}
+
+impl<T: Element> Ref<T, Smem> {
+    /// Not callable: only VMEM refs load vectors (the `VectorMemory` bound never holds here). It
+    /// exists so that `r.load()` explains that, instead of "no method named `load`".
+    #[doc(hidden)]
+    pub fn load(self) -> Array<T>
+    where
+        Self: VectorMemory,
+    {
+        unreachable!("VectorMemory is implemented for VMEM refs only")
+    }
+}
+
+impl<T: Element> Ref<T, Any> {
+    /// Not callable: only VMEM refs load vectors (the `VectorMemory` bound never holds here). It
+    /// exists so that `r.load()` explains that, instead of "no method named `load`".
+    #[doc(hidden)]
+    pub fn load(self) -> Array<T>
+    where
+        Self: VectorMemory,
+    {
+        unreachable!("VectorMemory is implemented for VMEM refs only")
+    }
+}
+
+impl<T: Element> RefMut<T, Smem> {
+    /// Not callable: only VMEM refs load vectors (the `VectorMemory` bound never holds here). It
+    /// exists so that `r.load()` explains that, instead of "no method named `load`".
+    #[doc(hidden)]
+    pub fn load(self) -> Array<T>
+    where
+        Self: VectorMemory,
+    {
+        unreachable!("VectorMemory is implemented for VMEM refs only")
+    }
+    /// Not callable: only VMEM refs store vectors (see `VectorMemory`).
+    #[doc(hidden)]
+    pub fn store(self, value: impl IntoStored<T>)
+    where
+        Self: VectorMemory,
+    {
+        let _ = value;
+    }
+}
+
+impl<T: Element> RefMut<T, Any> {
+    /// Not callable: only VMEM refs load vectors (the `VectorMemory` bound never holds here). It
+    /// exists so that `r.load()` explains that, instead of "no method named `load`".
+    #[doc(hidden)]
+    pub fn load(self) -> Array<T>
+    where
+        Self: VectorMemory,
+    {
+        unreachable!("VectorMemory is implemented for VMEM refs only")
+    }
+    /// Not callable: only VMEM refs store vectors (see `VectorMemory`).
+    #[doc(hidden)]
+    pub fn store(self, value: impl IntoStored<T>)
+    where
+        Self: VectorMemory,
+    {
+        let _ = value;
+    }
+}
+
+impl<T: Element> Ref<T, Vmem> {
     /// Not callable: inputs are read-only (the `Writable` bound never holds for a `Ref`). It exists so that
     /// `x.store(..)` on an input explains that, instead of "no method named `store`".
     #[doc(hidden)]
@@ -447,7 +589,7 @@ impl<T: Element> Ref<T> {
     }
 }
 
-impl<T: Element> RefMut<T> {
+impl<T: Element> RefMut<T, Vmem> {
     /// Store a value into the whole block (`o_ref[...] = value`); scalars and literals are broadcast.
     #[track_caller]
     pub fn store(self, value: impl IntoStored<T>) {
@@ -466,7 +608,21 @@ impl<T: Element> RefMut<T> {
     }
 }
 
-impl<T: Element> ViewMut<T> {
+impl<T: Element> ViewMut<T, Smem> {
+    /// Write one element of an SMEM ref (`r[i, j] = value`): a scalar or a literal.
+    #[track_caller]
+    pub fn store(&self, value: impl IntoArg<T>) {
+        store(
+            self.r,
+            Some(&self.spec),
+            Stored::Arg(value.into_arg()),
+            None,
+            SourceLoc::caller(),
+        )
+    }
+}
+
+impl<T: Element> ViewMut<T, Vmem> {
     /// Store into this window.
     #[track_caller]
     pub fn store(&self, value: impl IntoStored<T>) {

@@ -14,10 +14,28 @@ pub(super) struct Chunk<'r, 'a> {
 
 impl BlockEngine for Chunk<'_, '_> {
     fn block_index(&mut self, i: usize, point: &[i64], idx: &mut Vec<i64>) -> Result<()> {
-        match &self.runner.maps[i] {
-            Some(map) => map.eval(point, &mut self.env, idx),
-            None => Err(internal("an operand without an index map")),
+        let Some(map) = &self.runner.maps[i] else {
+            return Err(internal("an operand without an index map"));
+        };
+        map.eval(point, &mut self.env, idx)?;
+        // Blocks chosen by scalar-prefetch data are checked here (`build()` checked the others).
+        if map.reads_data() {
+            let o = &self.runner.k.operands[i];
+            let block = o.block.as_ref().map(|b| &b.block_shape[..]).unwrap_or(&[]);
+            for (d, (&b, (&n, &bs))) in idx.iter().zip(o.shape.iter().zip(block)).enumerate() {
+                if b < 0 || b as usize >= n.div_ceil(bs) {
+                    return Err(kerr!(
+                        OutOfBounds,
+                        "at grid point {point:?} the index map of {} returns block {idx:?} (from scalar-prefetch data), but dimension {d} has only {} blocks of {bs} (array {:?})",
+                        o.label(),
+                        n.div_ceil(bs),
+                        o.shape
+                    )
+                    .at(o.loc));
+                }
+            }
         }
+        Ok(())
     }
 
     fn copy_in(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()> {
