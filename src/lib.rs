@@ -54,8 +54,9 @@ pub mod prelude {
     pub use kernel_runtime::ir::DimensionSemantics::{self, Arbitrary, Parallel};
     pub use kernel_runtime::trace::unary::*;
     pub use kernel_runtime::trace::{
-        dot, dot_nt, dot_tn, ds, full, iota, maximum, minimum, multiple_of, num_programs, pow,
-        program_id, scalar, select, where_, zeros, Array, Ref, RefMut, Scalar,
+        async_copy, dot, dot_nt, dot_tn, ds, full, iota, maximum, minimum, multiple_of,
+        num_programs, pow, program_id, scalar, select, sync_copy, where_, zeros, Array, DmaSem,
+        Ref, RefMut, Scalar, Sem,
     };
     pub use kernel_runtime::{
         pallas_call, require, Any, ArrayType, BlockSpec, DType, KernelError, PallasCall, Smem, Vmem,

@@ -106,6 +106,7 @@ pub fn expected(
     let r = match name {
         "add_kernel" => add(inputs).map(|o| (o, Tolerance::EXACT)),
         "gather_kernel" => gather(inputs, 8).map(|o| (o, Tolerance::EXACT)),
+        "dma_double_kernel" => scale(inputs, 2.0).map(|o| (o, Tolerance::EXACT)),
         "matmul_kernel" => matmul(inputs).map(|o| (o, Tolerance::BF16)),
         "softmax_kernel" => softmax(inputs).map(|o| (o, Tolerance::F32)),
         "rmsnorm_kernel" => rmsnorm(inputs, 1e-6).map(|o| (o, Tolerance::BF16)),
@@ -202,6 +203,12 @@ pub fn add(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
         [m, n],
         x.iter().zip(y).map(|(a, b)| a + b).collect(),
     )?])
+}
+
+/// `s * x` (the `dma_double` example).
+pub fn scale(inputs: &[HostArray], s: f32) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, n) = f32_input(inputs, 0)?;
+    Ok(vec![f32_out([m, n], x.iter().map(|v| v * s).collect())?])
 }
 
 /// `2 * x[idx[i]*bm..][..bm]` for each block number `idx[i]` (the `gather_prefetch` example).

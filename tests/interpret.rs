@@ -11,6 +11,9 @@ mod causal_mask;
 #[path = "../examples/colsum.rs"]
 #[allow(dead_code)]
 mod colsum;
+#[path = "../examples/dma_double.rs"]
+#[allow(dead_code)]
+mod dma_double;
 #[path = "../examples/fori_rowsum.rs"]
 #[allow(dead_code)]
 mod fori_rowsum;
@@ -44,8 +47,9 @@ use tpu_kernel::ErrorKind;
 
 type Build = fn() -> Result<PallasCall, KernelError>;
 
-const EXAMPLES: [(&str, Build); 10] = [
+const EXAMPLES: [(&str, Build); 11] = [
     ("add", add::build),
+    ("dma_double", dma_double::build),
     ("gather_prefetch", gather_prefetch::build),
     ("causal_mask", causal_mask::build),
     ("colsum", colsum::build),

@@ -105,8 +105,11 @@ fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
 // ---------------------------------------------------------------------------------------------- examples
 
 /// Examples using what the engine does not run yet, with the error it gives (the list shrinks to
-/// nothing: scalar prefetch is next).
-const NOT_YET: &[(&str, &str)] = &[("gather_prefetch", "scalar prefetch")];
+/// nothing: scalar prefetch is next, then DMA and semaphores).
+const NOT_YET: &[(&str, &str)] = &[
+    ("gather_prefetch", "scalar prefetch"),
+    ("dma_double", "semaphore_mem"),
+];
 
 #[test]
 fn every_example_agrees_with_the_interpreter() {
@@ -575,6 +578,13 @@ fn every_lowering_rule_is_checked_by_execution() {
     use tpu_kernel::runtime::serialize::{body, MAX_VERSION};
     let mut text = String::new();
     for call in coverage_calls() {
+        // Not run yet (see `NOT_YET`): the engine must refuse it by name, not run it wrongly.
+        if call.name() == "dma_kernel" {
+            let e = mosaic_cpu::compile(call.ir()).map(|_| ()).unwrap_err();
+            assert!(e.message.contains("semaphore_mem"), "{e}");
+            text += &body::body_text(call.ir(), MAX_VERSION).expect("body text");
+            continue;
+        }
         agree_random(&call, 11);
         text += &body::body_text(call.ir(), MAX_VERSION).expect("body text");
     }

@@ -328,6 +328,13 @@ const CASES: &[Case] = &[
         expect: None,
     },
     Case {
+        name: "dma_double_buffered",
+        what: "a two-slot DMA pipeline from HBM across grid steps (enqueue_dma / wait_dma on sliced buffers and semaphores)",
+        ours: kernels::pipelined_call,
+        probe: None,
+        expect: None,
+    },
+    Case {
         name: "smem_scratch_counter",
         what: "an SMEM scratch cell written and read across grid steps (memref.store / memref.load)",
         ours: kernels::counter_call,

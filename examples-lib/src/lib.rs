@@ -15,6 +15,9 @@ mod causal_mask;
 #[path = "../../examples/colsum.rs"]
 mod colsum;
 #[allow(dead_code)]
+#[path = "../../examples/dma_double.rs"]
+mod dma_double;
+#[allow(dead_code)]
 #[path = "../../examples/fori_rowsum.rs"]
 mod fori_rowsum;
 #[allow(dead_code)]
@@ -43,6 +46,7 @@ tpu_kernel::export_library!(
         add::add,
         causal_mask::causal_mask,
         colsum::colsum,
+        dma_double::dma_double,
         fori_rowsum::fori_rowsum,
         gather_prefetch::gather_prefetch,
         matmul::matmul,

@@ -67,6 +67,11 @@ pub(crate) const KNOWN_METHODS: &[&str] = &[
     "unwrap_or",
     "step_by",
     "iter",
+    // DMA and semaphores
+    "start",
+    "wait",
+    "signal",
+    "read",
 ];
 
 /// How many of [`KNOWN_METHODS`] the "unknown method" message lists.

@@ -39,6 +39,9 @@ pub fn grid(grid: &[usize]) -> Result<()> {
 
 /// Shape, tiling and dtype rules for one operand.
 pub fn operand(op: &Operand, grid: &[usize]) -> Result<()> {
+    if let MemSpace::Sem(_) = op.space {
+        return Ok(()); // one semaphore (rank 0) or an array of them
+    }
     if op.shape.is_empty() {
         return Err(kerr!(
             Shape,
@@ -325,6 +328,7 @@ pub fn params(params: &[(ParamKind, DType, MemSpace)], operands: &[Operand]) -> 
                 MemSpace::Vmem => "a VMEM block".to_string(),
                 MemSpace::Smem => "an SMEM array".to_string(),
                 MemSpace::Any => "a whole array left in HBM (ANY: DMA only)".to_string(),
+                MemSpace::Sem(_) => "semaphores".to_string(),
             };
             return Err(kerr!(
                 Signature,
@@ -357,6 +361,8 @@ fn kind_name(k: ParamKind, d: DType, space: MemSpace) -> String {
         MemSpace::Vmem => format!("{h}<{d}>"),
         MemSpace::Smem => format!("{h}<{d}, Smem>"),
         MemSpace::Any => format!("{h}<{d}, Any>"),
+        MemSpace::Sem(crate::ir::SemKind::Dma) => "DmaSem".to_string(),
+        MemSpace::Sem(crate::ir::SemKind::Regular) => "Sem".to_string(),
     }
 }
 

@@ -91,6 +91,11 @@ pub enum ErrorKind {
     Lowering,
     /// Something the DSL does not support yet.
     Unsupported,
+    /// A data race the hardware would run into: a DMA's destination read, or its source or
+    /// destination written, while it is in flight; a copy or a semaphore count left at kernel end.
+    Race,
+    /// A wait that nothing will ever end (a semaphore no one signals).
+    Deadlock,
 }
 
 /// A user-facing error with its source location.

@@ -540,11 +540,15 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
                 Some(spec) => {
                     let b = trace_block(spec, &grid, &prefetch, &d.array, transform_no)
                         .map_err(|e| e.for_argument(&label).at(spec.loc))?;
-                    transform_no += 1;
                     Some(b)
                 }
                 None => None,
             };
+            // Pallas names index maps by operand position among the windowed inputs and outputs
+            // (an ANY operand keeps its number), after the scalar-prefetch operands.
+            if !d.prefetch && d.role != OperandRole::Scratch {
+                transform_no += 1;
+            }
             let space = d.space;
             operands.push(Operand {
                 role: d.role,

@@ -238,6 +238,24 @@ def gather_prefetch(idx, x, bm=8):
         compiler_params=_params("arbitrary"), name="gather_kernel")(idx, x)
 
 
+# -- dma_double: the input stays in HBM; each step copies its rows into VMEM by DMA and doubles them
+def _dma_double_kernel(x_hbm, o_ref, buf, sem):
+    bm = buf.shape[0]
+    copy = pltpu.make_async_copy(x_hbm.at[pl.ds(pl.program_id(0) * bm, bm)], buf, sem)
+    copy.start()
+    copy.wait()
+    o_ref[...] = buf[...] * 2.0
+
+
+def dma_double(x, bm=128):
+    m, n = x.shape
+    return pl.pallas_call(
+        _dma_double_kernel, out_shape=S((m, n), x.dtype), grid=(m // bm,),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec((bm, n), lambda i: (i, 0)),
+        scratch_shapes=[pltpu.VMEM((bm, n), x.dtype), pltpu.SemaphoreType.DMA],
+        compiler_params=_params("parallel"), name="dma_double_kernel")(x)
+
+
 KERNELS = {
     "add": (add, [S((1024, 1024), f32), S((1024, 1024), f32)]),
     "matmul": (matmul, [S((512, 512), bf16), S((512, 512), bf16)]),
@@ -250,6 +268,7 @@ KERNELS = {
     "ops_tour": (ops_tour, [S((256, 128), f32), S((128, 128), f32)]),
     "activations": (activations, [S((256, 512), f32), S((256, 512), f32), S((256, 512), i32)]),
     "gather_prefetch": (gather_prefetch, [S((4,), i32), S((64, 256), f32)]),
+    "dma_double": (dma_double, [S((512, 128), f32)]),
 }
 
 
@@ -296,4 +315,5 @@ REFERENCES = {
     "ops_tour": _ops_tour_ref,
     "activations": _activations_math,
     "gather_prefetch": lambda idx, x: (x.reshape(-1, 8, x.shape[1])[idx] * 2.0).reshape(-1, x.shape[1]),
+    "dma_double": lambda x: x * 2.0,
 }

@@ -102,6 +102,19 @@ fn shift_kernel(x: Ref<i32>, n: Ref<i32>, u: Ref<u32>, o: RefMut<i32>, q: RefMut
     q.store((w >> s.cast::<u32>()) + (w << 3));
 }
 
+#[tpu_kernel]
+fn dma_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sems: DmaSem, s: Sem) {
+    let i = program_id(0);
+    let c = async_copy(x_hbm.at(ds(i * 8, 8)), buf.at(1), sems.at(1));
+    c.start();
+    c.wait();
+    s.signal(2);
+    s.wait(1);
+    let left = s.read();
+    s.wait(1);
+    o.store(buf.at(1).load() + left.cast::<f32>());
+}
+
 /// The coverage kernels, built: (name, call).
 pub fn calls() -> Vec<(&'static str, PallasCall)> {
     let ty = |s: [usize; 2], d| ArrayType::new(s, d);
@@ -111,6 +124,17 @@ pub fn calls() -> Vec<(&'static str, PallasCall)> {
     };
     let b = [8, 128];
     vec![
+        one(
+            "dma",
+            pallas_call(dma_kernel)
+                .grid([2])
+                .input_any(ty([16, 128], F32))
+                .output(ty([16, 128], F32), spec(b))
+                .scratch(Vmem::new([2, 8, 128], F32))
+                .scratch(DmaSem::array([2]))
+                .scratch(Sem::one())
+                .build(),
+        ),
         one(
             "float",
             pallas_call(float_kernel)

@@ -256,3 +256,38 @@ pub fn counter_call() -> Result<PallasCall, KernelError> {
         .scratch(Smem::new([1], I32))
         .build()
 }
+
+// ---------------------------------------------------------------------------------------------- DMA
+
+/// A hand-pipelined copy from HBM: step `i` waits for its block (started by step `i - 1`, or now at
+/// step 0) in one slot of a two-slot buffer while the next block streams into the other slot.
+#[tpu_kernel]
+pub fn pipelined_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sems: DmaSem) {
+    let i = program_id(0);
+    let n = num_programs(0);
+    let slot = i % 2;
+    if i == 0 {
+        async_copy(x_hbm.at(ds(0, 8)), buf.at(0), sems.at(0)).start();
+    }
+    if i + 1 < n {
+        let next = (i + 1) % 2;
+        async_copy(x_hbm.at(ds((i + 1) * 8, 8)), buf.at(next), sems.at(next)).start();
+    }
+    async_copy(x_hbm.at(ds(i * 8, 8)), buf.at(slot), sems.at(slot)).wait();
+    o.store(buf.at(slot).load() * 3.0);
+}
+
+/// `pipelined_kernel` over four 8-row blocks.
+pub fn pipelined_call() -> Result<PallasCall, KernelError> {
+    pallas_call(pipelined_kernel)
+        .grid([4])
+        .input_any(ArrayType::new([32, 128], F32))
+        .output(
+            ArrayType::new([32, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .scratch(Vmem::new([2, 8, 128], F32))
+        .scratch(DmaSem::array([2]))
+        .dimension_semantics([Arbitrary])
+        .build()
+}

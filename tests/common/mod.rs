@@ -9,6 +9,8 @@ pub mod add;
 pub mod causal_mask;
 #[path = "../../examples/colsum.rs"]
 pub mod colsum;
+#[path = "../../examples/dma_double.rs"]
+pub mod dma_double;
 #[path = "../../examples/fori_rowsum.rs"]
 pub mod fori_rowsum;
 #[path = "../../examples/gather_prefetch.rs"]
@@ -45,6 +47,7 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("ops_tour", ops_tour::build),
     ("activations", activations::build),
     ("gather_prefetch", gather_prefetch::build),
+    ("dma_double", dma_double::build),
 ];
 
 /// The Mosaic text of an example (built, lowered, verified by melior).

@@ -295,6 +295,7 @@ fn execute(
         sinks: &sinks,
         plan: plan(&k.body, opts.fuse),
         poison: opts.poison_uninitialized,
+        dma_seed: opts.dma_seed,
     };
 
     let par_axes = if opts.parallel {

@@ -14,7 +14,9 @@ use crate::error::{kerr, Result};
 use crate::ir::{Func, Op, OpKind, Region, Start, ValueId, Window};
 use std::collections::HashMap;
 
+mod dma;
 mod refs;
+pub(crate) use dma::{DmaState, RefView};
 use refs::read_dest;
 pub(crate) use refs::{write_view, write_view_raw};
 
@@ -25,6 +27,8 @@ pub(crate) enum Value {
     /// An elementwise result already written into its ref's output block (see [`Plan`]); its only
     /// use is the full store into that ref.
     Sunk,
+    /// A window of a ref, as a DMA endpoint or one semaphore of an array.
+    View(RefView),
 }
 
 /// A kernel ref during a grid step: its block contents, or nothing yet (reads see the fill value).
@@ -36,6 +40,8 @@ pub(crate) struct RefState {
     pub label: String,
     /// The current output block holds this ref's contents in the output array itself.
     pub written_through: bool,
+    /// A pipelined block (replaced or written back between grid steps), not a whole array or scratch.
+    pub blocked: bool,
 }
 
 /// What uninitialized memory reads as: zeros, or with poisoning NaN / a bit pattern.
@@ -63,6 +69,8 @@ pub(crate) struct Machine<'k> {
     /// f32 copies of bf16 `dot` operands that are views of the caller's input arrays (see
     /// [`WidenCache`]).
     widened: WidenCache,
+    /// Copies in flight and semaphore counts.
+    pub dma: DmaState,
 }
 
 /// The f32 widening of bf16 views of the caller's input arrays, kept across grid steps: a matmul's input
@@ -122,6 +130,7 @@ impl<'k> Machine<'k> {
             refs,
             dests,
             widened,
+            dma: DmaState::default(),
         }
     }
 
@@ -136,6 +145,9 @@ impl<'k> Machine<'k> {
         }
         args.extend((0..self.refs.len()).map(Value::Ref));
         self.region(&self.func.body, plan, args)?;
+        if !self.dma.idle() {
+            self.dma_step_end()?;
+        }
         Ok(())
     }
 
@@ -198,6 +210,9 @@ impl<'k> Machine<'k> {
                 self.env[id.0 as usize] = Some(v);
             }
             self.free(&plan.dead_after[i]);
+            if !self.dma.idle() {
+                self.dma_tick().map_err(|e| e.at(op.loc))?;
+            }
         }
         Ok(Vec::new())
     }
@@ -454,6 +469,10 @@ impl<'k> Machine<'k> {
                 self.store(op, window, *masked)?;
                 Ok(vec![])
             }
+            OpKind::RefView(w) => self.ref_view(op, w),
+            OpKind::DmaStart => self.dma_start(op).map(|_| vec![]),
+            OpKind::DmaWait => self.dma_wait(op).map(|_| vec![]),
+            OpKind::SemSignal | OpKind::SemWait | OpKind::SemRead => self.semaphore_op(op),
             OpKind::MultipleOf(_) => one(self.tensor(op.operands[0])?.clone()),
             OpKind::If => {
                 let c = self.tensor(op.operands[0])?.scalar_bool()?;

@@ -64,6 +64,11 @@ pub struct InterpretOptions {
     /// row bands rather than their blocks. Results are bit-identical either way; switch off to debug
     /// the interpreter itself.
     pub fuse: bool,
+    /// DMA timing: `None` completes every copy at its wait; `Some(seed)` completes each at a random
+    /// op boundary between its start and its wait (seeded, so reproducible). A correct kernel gives
+    /// the same results under every seed; reading a copy's destination too early is an error either
+    /// way.
+    pub dma_seed: Option<u64>,
 }
 
 impl Default for InterpretOptions {
@@ -72,6 +77,7 @@ impl Default for InterpretOptions {
             poison_uninitialized: false,
             parallel: true,
             fuse: true,
+            dma_seed: None,
         }
     }
 }

@@ -25,6 +25,17 @@ pub enum MemSpace {
     Vmem,
     Smem,
     Any,
+    /// Semaphores (`#tpu.memory_space<semaphore_mem>`): a ref of them, of either kind.
+    Sem(SemKind),
+}
+
+/// What a semaphore counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SemKind {
+    /// Signalled by DMA completion (`!tpu.dma_semaphore`, `pltpu.SemaphoreType.DMA`).
+    Dma,
+    /// Signalled by the kernel (`!tpu.semaphore`, `pltpu.SemaphoreType.REGULAR`).
+    Regular,
 }
 
 impl MemSpace {
@@ -33,6 +44,7 @@ impl MemSpace {
             MemSpace::Vmem => "vmem",
             MemSpace::Smem => "smem",
             MemSpace::Any => "any",
+            MemSpace::Sem(_) => "semaphore_mem",
         }
     }
 }
@@ -172,6 +184,19 @@ pub enum OpKind {
         window: Window,
         masked: bool,
     },
+    /// A window of a ref, as a ref (for DMA and semaphore selection). Operands: ref, dynamic
+    /// starts... Result: a ref of the window's shape (squeezed dims dropped), same space.
+    RefView(Window),
+    /// Start a DMA. Operands: source ref, destination ref, DMA semaphore.
+    DmaStart,
+    /// Wait for a DMA of this shape to complete. Operands: source ref, destination ref, DMA semaphore.
+    DmaWait,
+    /// Add `amount` to a semaphore. Operands: semaphore, amount (i32).
+    SemSignal,
+    /// Wait until a semaphore holds `amount`, then subtract it. Operands: semaphore, amount (i32).
+    SemWait,
+    /// A semaphore's value. Operands: semaphore. Result: i32.
+    SemRead,
     /// Hint that an i32 scalar is a multiple of the given value.
     MultipleOf(u32),
     /// Operands: condition. Regions: then, else. Results: the yielded values.

@@ -55,6 +55,12 @@ fn op_name(kind: &OpKind) -> String {
                 if *masked { ", masked" } else { "" }
             )
         }
+        OpKind::RefView(w) => format!("view<{}>", window(w)),
+        OpKind::DmaStart => "dma_start".into(),
+        OpKind::DmaWait => "dma_wait".into(),
+        OpKind::SemSignal => "sem_signal".into(),
+        OpKind::SemWait => "sem_wait".into(),
+        OpKind::SemRead => "sem_read".into(),
         OpKind::MultipleOf(m) => format!("multiple_of<{m}>"),
         OpKind::If => "if".into(),
         OpKind::For => "for".into(),

@@ -97,7 +97,6 @@ fn lower_kernel_fn(k: &Kernel) -> Result<MFunc> {
         .collect::<Vec<_>>()
         .join(", ");
     let mut windows = Vec::new();
-    let mut n_transform = 0;
     // Scalar-prefetch operands are not windowed: they precede the window params.
     for o in k
         .operands
@@ -120,9 +119,9 @@ fn lower_kernel_fn(k: &Kernel) -> Result<MFunc> {
                         ""
                     };
                 windows.push(format!(
-                    "{{{pipeline}transform_indices = @transform_{n_transform}, window_bounds = array<i64: {bounds}>}}"
+                    "{{{pipeline}transform_indices = @{}, window_bounds = array<i64: {bounds}>}}",
+                    b.index_map.name
                 ));
-                n_transform += 1;
             }
             None => windows.push("{}".into()),
         }
@@ -223,11 +222,16 @@ impl<'f> Lowerer<'f> {
             Type::Vector(s, d) => MType::Plain(vector_type_text(s, d.mlir()).into()),
             Type::Ref(s, d, space) => MType::MemRef {
                 shape: s.clone(),
-                elem: d.mlir(),
+                elem: match space {
+                    MemSpace::Sem(crate::ir::SemKind::Dma) => "!tpu.dma_semaphore",
+                    MemSpace::Sem(crate::ir::SemKind::Regular) => "!tpu.semaphore",
+                    _ => d.mlir(),
+                },
                 space: match space {
                     MemSpace::Vmem => "#tpu.memory_space<vmem>",
                     MemSpace::Smem => "#tpu.memory_space<smem>",
                     MemSpace::Any => "#tpu.memory_space<any>",
+                    MemSpace::Sem(_) => "#tpu.memory_space<semaphore_mem>",
                 },
             },
         }

@@ -9,6 +9,8 @@ use crate::ir::{
     Window,
 };
 
+mod dma;
+
 /// Dispatch an op to its rule.
 pub(crate) fn lower_op(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> Result<()> {
     match &op.kind {
@@ -48,6 +50,12 @@ pub(crate) fn lower_op(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> R
         } => dot(lw, block, op, *transpose_lhs, *transpose_rhs),
         OpKind::Load(w) => load(lw, block, op, w),
         OpKind::Store { window, masked } => store(lw, block, op, window, *masked),
+        OpKind::RefView(w) => dma::ref_view(lw, block, op, w),
+        OpKind::DmaStart => dma::dma(lw, block, op, false),
+        OpKind::DmaWait => dma::dma(lw, block, op, true),
+        OpKind::SemSignal => dma::semaphore(lw, block, op, "tpu.sem_signal"),
+        OpKind::SemWait => dma::semaphore(lw, block, op, "tpu.sem_wait"),
+        OpKind::SemRead => dma::semaphore(lw, block, op, "tpu.sem_read"),
         OpKind::MultipleOf(m) => simple(
             lw,
             block,

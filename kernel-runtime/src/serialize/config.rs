@@ -139,7 +139,7 @@ pub fn output_memory_colors(k: &Kernel) -> Vec<(usize, MemoryColor)> {
 
 fn whole_array_color(o: &crate::ir::Operand) -> Option<MemoryColor> {
     match (&o.block, o.space) {
-        (Some(_), _) | (None, MemSpace::Any) => None,
+        (Some(_), _) | (None, MemSpace::Any | MemSpace::Sem(_)) => None,
         (None, MemSpace::Vmem) => Some(MemoryColor::Vmem),
         (None, MemSpace::Smem) => Some(MemoryColor::Smem),
     }

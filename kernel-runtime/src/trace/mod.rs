@@ -10,6 +10,7 @@
 mod api;
 mod array;
 mod control;
+mod dma;
 mod refs;
 
 pub use api::*;
@@ -18,6 +19,7 @@ pub use control::{
     for_range, for_range_step, if_else, while_loop, Bound, Carry, Cond, TraceEq, TraceLogic,
     TraceOrd, WhileCond,
 };
+pub use dma::{async_copy, sync_copy, AsyncCopy, DmaSem, DmaSource, DmaTarget, Sem, SemScratch};
 pub use refs::{
     ds, Ds, KernelParam, MemorySpace, ParamKind, Ref, RefMut, SliceArg, SliceSpec, View, ViewMut,
 };

@@ -33,16 +33,16 @@ pub struct RefMut<T, S = Vmem> {
 
 /// A window of a [`Ref`].
 pub struct View<T, S = Vmem> {
-    r: Val,
-    spec: SliceSpec,
+    pub(crate) r: Val,
+    pub(crate) spec: SliceSpec,
     loc: SourceLoc,
     _t: PhantomData<fn() -> (T, S)>,
 }
 
 /// A window of a [`RefMut`].
 pub struct ViewMut<T, S = Vmem> {
-    r: Val,
-    spec: SliceSpec,
+    pub(crate) r: Val,
+    pub(crate) spec: SliceSpec,
     loc: SourceLoc,
     _t: PhantomData<fn() -> (T, S)>,
 }
@@ -290,7 +290,7 @@ fn load(r: Val, spec: Option<&SliceSpec>, loc: SourceLoc) -> Val {
                     "loading a single element from a VMEM ref (shape {shape:?}) is not supported by Mosaic; keep scalars in SMEM — pass them as scalar prefetch (`.scalar_prefetch(..)`, a `Ref<i32, Smem>` parameter) or an SMEM scratch (`.scratch(Smem::new(..))`) — and read them with `r.at((i, j)).load()`"
                 ))
             }
-            MemSpace::Any => {
+            MemSpace::Any | MemSpace::Sem(_) => {
                 return Err(kerr!(
                     Unsupported,
                     "an ANY (HBM) ref cannot be loaded; copy it into VMEM by DMA first"
@@ -325,7 +325,7 @@ fn store(r: Val, spec: Option<&SliceSpec>, value: Stored, mask: Option<Val>, loc
                     "SMEM refs hold scalars: index every dimension to write one element (`r.at((i, j)).store(v)` on a ref of shape {shape:?})"
                 ))
             }
-            MemSpace::Any => {
+            MemSpace::Any | MemSpace::Sem(_) => {
                 return Err(kerr!(
                     Unsupported,
                     "an ANY (HBM) ref cannot be stored to; write a VMEM buffer and copy it by DMA"
@@ -388,7 +388,27 @@ fn store(r: Val, spec: Option<&SliceSpec>, value: Stored, mask: Option<Val>, loc
     });
 }
 
-fn ref_type(t: &super::Tracer, r: Val) -> Result<(Vec<usize>, DType, MemSpace)> {
+/// A window of ref `r` as a ref (a `RefView` op), or `r` itself without a window: a DMA endpoint or
+/// one semaphore of an array.
+pub(crate) fn view_in(
+    t: &mut super::Tracer,
+    r: Val,
+    spec: Option<&SliceSpec>,
+    loc: SourceLoc,
+) -> Result<crate::ir::ValueId> {
+    let Some(spec) = spec else {
+        return t.check(r);
+    };
+    let (shape, d, space) = ref_type(t, r)?;
+    let (w, dynamic) = resolve(t, &shape, spec, loc)?;
+    let ty = Type::Ref(w.value_shape(), d, space);
+    let mut operands = vec![t.check(r)?];
+    operands.extend(dynamic);
+    let v = t.push1(OpKind::RefView(w), operands, ty, loc);
+    t.check(v)
+}
+
+pub(crate) fn ref_type(t: &super::Tracer, r: Val) -> Result<(Vec<usize>, DType, MemSpace)> {
     match t.ty(r)? {
         Type::Ref(s, d, m) => Ok((s.clone(), *d, *m)),
         other => Err(kerr!(Trace, "expected a ref, got {other}")),

@@ -78,6 +78,8 @@ pub(super) struct Runner<'a> {
     pub(super) sinks: &'a [Sink],
     pub(super) plan: Plan,
     pub(super) poison: bool,
+    /// Seed of the DMA completion points (`InterpretOptions::dma_seed`).
+    pub(super) dma_seed: Option<u64>,
 }
 
 impl<'a> Runner<'a> {
@@ -92,6 +94,7 @@ impl<'a> Runner<'a> {
                 content: None,
                 label: o.label(),
                 written_through: false,
+                blocked: o.block.is_some(),
             })
             .collect();
         let inputs = self.inputs.iter().map(|a| a.buf.clone()).collect();
@@ -115,12 +118,14 @@ impl<'a> Runner<'a> {
                 input_no += 1;
             }
         }
+        m.dma = crate::interpret::machine::DmaState::new(self.dma_seed);
         let mut chunk = Chunk {
             runner: self,
             m,
             env: Vec::new(),
         };
-        walk_grid(k, par_axes, key, &mut chunk)
+        walk_grid(k, par_axes, key, &mut chunk)?;
+        chunk.m.dma_finish()
     }
 
     /// Copy output ref `i`'s block (block index `idx`) into output array `out_no`, clipped to the array.

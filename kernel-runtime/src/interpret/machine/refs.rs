@@ -56,6 +56,15 @@ impl<'k> Machine<'k> {
     pub(super) fn load(&self, op: &Op, w: &Window) -> Result<Tensor> {
         let r = self.ref_index(op.operands[0])?;
         let starts = self.starts(op, w, 1, r)?;
+        if !self.dma.idle() {
+            let v = RefView {
+                r,
+                starts: starts.clone(),
+                sizes: w.sizes.clone(),
+                squeezed: w.squeezed.clone(),
+            };
+            self.check_dma_access(&v, false)?;
+        }
         let st = &self.refs[r];
         let full = w.is_full(&st.shape);
         let content = self.contents(r)?;
@@ -87,6 +96,27 @@ impl<'k> Machine<'k> {
             None
         };
         let starts = self.starts(op, w, 2, r)?;
+        if !self.dma.idle() {
+            let v = RefView {
+                r,
+                starts: starts.clone(),
+                sizes: w.sizes.clone(),
+                squeezed: w.squeezed.clone(),
+            };
+            self.check_dma_access(&v, true)?;
+        }
+        self.write_into(r, &starts, w, value, mask)
+    }
+
+    /// Write `value` (the window's value shape) into window `w` at `starts` of ref `r`, where `mask`.
+    pub(super) fn write_into(
+        &mut self,
+        r: usize,
+        starts: &[usize],
+        w: &Window,
+        value: Tensor,
+        mask: Option<Tensor>,
+    ) -> Result<()> {
         let (dtype, shape) = (self.refs[r].dtype, self.refs[r].shape.clone());
         if value.dtype != dtype || value.shape[..] != w.value_shape()[..] {
             return Err(internal("stored value does not match the window"));

@@ -1,0 +1,95 @@
+//! Ref views, DMA and semaphores, in the forms Pallas emits them (checked against Pallas's Mosaic for
+//! the same kernels: `tpu.memref_slice` with i32 starts, `tpu.memref_squeeze` for indexed dimensions,
+//! `tpu.enqueue_dma` / `tpu.wait_dma` with the source, target and target-semaphore segments).
+
+use super::*;
+
+/// A window of a ref as a ref: `tpu.memref_slice` (+ `tpu.memref_squeeze` when a dimension is indexed).
+pub(super) fn ref_view(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
+    op: &Op,
+    w: &Window,
+) -> Result<()> {
+    let Type::Ref(_, d, space) = lw.func.ty(op.operands[0]).clone() else {
+        return Err(kerr!(Lowering, "a view of a non-ref (internal error)"));
+    };
+    let mut args = vec![lw.v(op.operands[0])?];
+    let mut dynamic = op.operands[1..].iter();
+    let i32_ty = Type::Scalar(DType::I32);
+    for s in &w.starts {
+        args.push(match s {
+            Start::Static(v) => {
+                let l = Literal::from_i64(DType::I32, *v as i64);
+                const_value(lw, block, op, &i32_ty, l)?
+            }
+            Start::Dynamic => {
+                let id = dynamic
+                    .next()
+                    .ok_or_else(|| kerr!(Lowering, "missing dynamic view start"))?;
+                lw.v(*id)?
+            }
+        });
+    }
+    let sliced = lw.ty(&Type::Ref(w.sizes.clone(), d, space))?;
+    let segments = format!("array<i32: 1, {}, 0>", w.starts.len());
+    let mut r = emit(
+        lw,
+        block,
+        op,
+        "tpu.memref_slice",
+        &args,
+        &[sliced],
+        &[("operandSegmentSizes", segments)],
+    )?[0];
+    if w.squeezed.iter().any(|s| *s) {
+        let out = lw.ty(&lw.func.ty(op.results[0]).clone())?;
+        r = emit(lw, block, op, "tpu.memref_squeeze", &[r], &[out], &[])?[0];
+    }
+    lw.bind(op.results[0], r);
+    Ok(())
+}
+
+/// `tpu.enqueue_dma` (start) or `tpu.wait_dma` (wait) of `source` into `target`, signalling the DMA
+/// semaphore `target_semaphore`.
+pub(super) fn dma(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, wait: bool) -> Result<()> {
+    let args = operands(lw, &op.operands)?;
+    let mut attrs = vec![
+        (
+            "operandSegmentSizes",
+            "array<i32: 1, 0, 1, 1, 0, 0, 0>".to_string(),
+        ),
+        ("priority", "0 : i32".to_string()),
+        ("strict_ordering", "false".to_string()),
+    ];
+    let name = if wait {
+        attrs.push(("wait_target", "true".to_string()));
+        "tpu.wait_dma"
+    } else {
+        "tpu.enqueue_dma"
+    };
+    emit(lw, block, op, name, &args, &[], &attrs)?;
+    Ok(())
+}
+
+/// `tpu.sem_signal`, `tpu.sem_wait`, `tpu.sem_read`.
+pub(super) fn semaphore(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
+    op: &Op,
+    name: &'static str,
+) -> Result<()> {
+    let args = operands(lw, &op.operands)?;
+    let attrs: &[(&'static str, String)] = match name {
+        "tpu.sem_signal" => &[("operandSegmentSizes", "array<i32: 1, 1, 0, 0, 0>".into())],
+        _ => &[],
+    };
+    let results: Vec<MType> = (0..op.results.len())
+        .map(|i| result_type(lw, op, i))
+        .collect::<Result<_>>()?;
+    let r = emit(lw, block, op, name, &args, &results, attrs)?;
+    for (id, v) in op.results.iter().zip(r) {
+        lw.bind(*id, v);
+    }
+    Ok(())
+}

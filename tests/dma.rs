@@ -1,0 +1,401 @@
+//! DMA and semaphores: what they lower to (Pallas's ops), what interpret mode computes under every
+//! completion timing, and each race or deadlock the hardware would hit as an error at its Rust line.
+
+use tpu_kernel::prelude::*;
+use tpu_kernel::{ErrorKind, KernelError};
+
+#[path = "common/kernels.rs"]
+mod kernels;
+use kernels::pipelined_call;
+
+fn marked_line(tag: &str) -> u32 {
+    let marker = format!("// E:{tag}");
+    let src = include_str!("dma.rs");
+    let idx = src
+        .lines()
+        .position(|l| l.trim_end().ends_with(&marker))
+        .unwrap_or_else(|| panic!("no marker {marker}"));
+    idx as u32 + 1
+}
+
+#[track_caller]
+fn expect_err(e: KernelError, kind: ErrorKind, tag: &str, needles: &[&str]) {
+    assert_eq!(e.kind, kind, "{tag}: wrong kind: {e}");
+    for n in needles {
+        assert!(e.message.contains(n), "{tag}: `{}` lacks `{n}`", e.message);
+    }
+    let loc = e
+        .location
+        .unwrap_or_else(|| panic!("{tag}: no location: {e}"));
+    assert!(loc.file.ends_with("dma.rs"), "{tag}: {}", loc.file);
+    assert_eq!(loc.line, marked_line(tag), "{tag}: wrong line in `{e}`");
+}
+
+fn f32s<const R: usize>(shape: [usize; R]) -> ArrayType {
+    ArrayType::new(shape, F32)
+}
+
+fn ramp(shape: [usize; 2]) -> HostArray {
+    let n = shape[0] * shape[1];
+    HostArray::from_vec(
+        shape,
+        (0..n).map(|i| i as f32 * 0.25 - 7.0).collect::<Vec<_>>(),
+    )
+    .unwrap()
+}
+
+fn seeded(seed: Option<u64>) -> InterpretOptions {
+    InterpretOptions {
+        dma_seed: seed,
+        ..InterpretOptions::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- semantics
+
+#[test]
+fn a_double_buffered_pipeline_gives_the_same_bits_under_every_completion_timing() {
+    let call = pipelined_call().expect("build");
+    let x = ramp([32, 128]);
+    let want: Vec<u32> = x
+        .as_slice::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| (v * 3.0).to_bits())
+        .collect();
+    for seed in [
+        None,
+        Some(0),
+        Some(1),
+        Some(2),
+        Some(7),
+        Some(42),
+        Some(1234),
+    ] {
+        let out = call
+            .interpret_with(std::slice::from_ref(&x), &seeded(seed))
+            .expect("interpret");
+        let got: Vec<u32> = out[0]
+            .as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(got, want, "seed {seed:?}");
+    }
+    // The ops Pallas emits for `make_async_copy(..).start()` / `.wait()` on slots of a buffer.
+    let text = call.mosaic_mlir().expect("lower");
+    for op in [
+        "tpu.enqueue_dma",
+        "tpu.wait_dma",
+        "tpu.memref_slice",
+        "tpu.memref_squeeze",
+    ] {
+        assert!(text.contains(op), "{op} missing:\n{text}");
+    }
+    assert!(
+        text.contains("memref<2x!tpu.dma_semaphore, #tpu.memory_space<semaphore_mem>>"),
+        "{text}"
+    );
+}
+
+/// Regular semaphores count: `o = x + (value read after signal(3) + value after wait(2))`.
+#[tpu_kernel]
+fn semaphore_kernel(x: Ref<f32>, o: RefMut<f32>, s: Sem) {
+    s.signal(3);
+    let a = s.read();
+    s.wait(2);
+    let b = s.read();
+    s.wait(1);
+    o.store(x.load() + (a * 10i32 + b).cast::<f32>());
+}
+
+#[test]
+fn semaphores_count_signals_and_waits() {
+    let call = pallas_call(semaphore_kernel)
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .scratch(Sem::one())
+        .build()
+        .expect("build");
+    let out = call.interpret(&[ramp([8, 128])]).expect("interpret");
+    let x = ramp([8, 128]);
+    for (g, v) in out[0]
+        .as_slice::<f32>()
+        .unwrap()
+        .iter()
+        .zip(x.as_slice::<f32>().unwrap())
+    {
+        assert_eq!(*g, v + 31.0);
+    }
+    let text = call.mosaic_mlir().expect("lower");
+    for op in [
+        "tpu.sem_signal",
+        "tpu.sem_wait",
+        "tpu.sem_read",
+        "!tpu.semaphore",
+    ] {
+        assert!(text.contains(op), "{op} missing:\n{text}");
+    }
+}
+
+/// `sync_copy` between two VMEM buffers, then a window of the copy.
+#[tpu_kernel]
+fn sync_kernel(x: Ref<f32>, o: RefMut<f32>, a: RefMut<f32>, sem: DmaSem) {
+    sync_copy(x, a, sem);
+    o.store(a.load() - 1.0);
+}
+
+#[test]
+fn sync_copy_copies_and_waits() {
+    let call = pallas_call(sync_kernel)
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .scratch(Vmem::new([8, 128], F32))
+        .scratch(DmaSem::one())
+        .build()
+        .expect("build");
+    let x = ramp([8, 128]);
+    let out = call.interpret(std::slice::from_ref(&x)).expect("interpret");
+    for (g, v) in out[0]
+        .as_slice::<f32>()
+        .unwrap()
+        .iter()
+        .zip(x.as_slice::<f32>().unwrap())
+    {
+        assert_eq!(*g, v - 1.0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- races
+
+#[tpu_kernel]
+fn early_read_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sem: DmaSem) {
+    let c = async_copy(x_hbm, buf, sem);
+    c.start();
+    o.store(buf.load()); // E:early_read
+    c.wait();
+}
+
+fn one_step(
+    kernel: fn(Ref<f32, Any>, RefMut<f32>, RefMut<f32>, DmaSem),
+) -> Result<PallasCall, KernelError> {
+    pallas_call(kernel)
+        .input_any(f32s([8, 128]))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .scratch(Vmem::new([8, 128], F32))
+        .scratch(DmaSem::one())
+        .build()
+}
+
+#[test]
+fn reading_a_dma_destination_before_its_wait_is_a_race() {
+    let call = one_step(early_read_kernel).expect("build");
+    for seed in [None, Some(3)] {
+        let e = call.interpret_with(&[ramp([8, 128])], &seeded(seed));
+        // A seeded run may complete the copy before the read: then the read is fine, and the kernel
+        // still has to wait (it does). Unseeded, the copy is always in flight at the read.
+        if seed.is_none() {
+            expect_err(
+                e.unwrap_err(),
+                ErrorKind::Race,
+                "early_read",
+                &["reads scratch 0", "in flight"],
+            );
+        }
+    }
+}
+
+#[tpu_kernel]
+fn src_write_kernel(x: Ref<f32>, o: RefMut<f32>, a: RefMut<f32>, b: RefMut<f32>, sem: DmaSem) {
+    a.store(x.load());
+    let c = async_copy(a, b, sem);
+    c.start();
+    a.store(0.0); // E:src_write
+    c.wait();
+    o.store(b.load());
+}
+
+#[test]
+fn writing_a_dma_source_in_flight_is_a_race() {
+    let call = pallas_call(src_write_kernel)
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .scratch(Vmem::new([8, 128], F32))
+        .scratch(Vmem::new([8, 128], F32))
+        .scratch(DmaSem::one())
+        .build()
+        .expect("build");
+    let e = call.interpret(&[ramp([8, 128])]).unwrap_err();
+    expect_err(
+        e,
+        ErrorKind::Race,
+        "src_write",
+        &["writes scratch 0", "DMA from scratch 0"],
+    );
+}
+
+#[tpu_kernel]
+fn unstarted_wait_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sem: DmaSem) {
+    async_copy(x_hbm, buf, sem).wait(); // E:unstarted_wait
+    o.store(buf.load());
+}
+
+#[test]
+fn waiting_for_a_copy_never_started_is_a_deadlock() {
+    let call = one_step(unstarted_wait_kernel).expect("build");
+    let e = call.interpret(&[ramp([8, 128])]).unwrap_err();
+    expect_err(
+        e,
+        ErrorKind::Deadlock,
+        "unstarted_wait",
+        &["scratch 1", "never return"],
+    );
+}
+
+#[tpu_kernel]
+fn unsignalled_kernel(x: Ref<f32>, o: RefMut<f32>, s: Sem) {
+    s.signal(1);
+    s.wait(2); // E:unsignalled
+    o.store(x.load());
+}
+
+#[test]
+fn waiting_for_more_than_was_signalled_is_a_deadlock() {
+    let call = pallas_call(unsignalled_kernel)
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .scratch(Sem::one())
+        .build()
+        .expect("build");
+    let e = call.interpret(&[ramp([8, 128])]).unwrap_err();
+    expect_err(
+        e,
+        ErrorKind::Deadlock,
+        "unsignalled",
+        &["waits for 2", "holds 1"],
+    );
+}
+
+#[tpu_kernel]
+fn never_waited_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sem: DmaSem) {
+    async_copy(x_hbm, buf, sem).start(); // E:never_waited
+    o.store(0.0);
+}
+
+#[test]
+fn a_copy_in_flight_at_kernel_end_is_an_error_at_its_start() {
+    let call = one_step(never_waited_kernel).expect("build");
+    let e = call.interpret(&[ramp([8, 128])]).unwrap_err();
+    expect_err(
+        e,
+        ErrorKind::Race,
+        "never_waited",
+        &["still in flight when the kernel ends"],
+    );
+}
+
+#[test]
+fn a_semaphore_left_signalled_at_kernel_end_is_an_error() {
+    let call = pallas_call(semaphore_kernel)
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .scratch(Sem::one())
+        .build()
+        .expect("build");
+    // Balanced: fine (see above). One extra signal per run is not:
+    let unbalanced = pallas_call(|x: Ref<f32>, o: RefMut<f32>, s: Sem| {
+        s.signal(2);
+        s.wait(1);
+        o.store(x.load());
+    })
+    .name("unbalanced")
+    .input(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+    .output(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+    .scratch(Sem::one())
+    .build()
+    .expect("build");
+    assert!(call.interpret(&[ramp([8, 128])]).is_ok());
+    let e = unbalanced.interpret(&[ramp([8, 128])]).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Race, "{e}");
+    assert!(
+        e.message.contains("scratch 0 holds 1 when the kernel ends"),
+        "{e}"
+    );
+}
+
+#[tpu_kernel]
+fn into_block_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sem: DmaSem) {
+    buf.store(0.0);
+    async_copy(x_hbm.at(ds(program_id(0) * 8, 8)), o, sem).start(); // E:into_block
+    async_copy(x_hbm.at(ds(program_id(0) * 8, 8)), o, sem).wait();
+    async_copy(x_hbm.at(ds(program_id(0) * 8, 8)), o, sem).start();
+}
+
+#[test]
+fn a_copy_into_a_pipelined_block_must_finish_within_its_step() {
+    let call = pallas_call(into_block_kernel)
+        .grid([2])
+        .input_any(f32s([16, 128]))
+        .output(f32s([16, 128]), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .scratch(Vmem::new([8, 128], F32))
+        .scratch(DmaSem::one())
+        .build()
+        .expect("build");
+    let e = call.interpret(&[ramp([16, 128])]).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Race, "{e}");
+    assert!(e.message.contains("end of the grid step"), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------- mistakes
+
+#[tpu_kernel]
+fn shape_mismatch_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sem: DmaSem) {
+    async_copy(x_hbm.at(ds(0, 4)), buf, sem).start(); // E:copy_shape
+    o.store(0.0);
+}
+
+#[test]
+fn a_copy_between_windows_of_different_shapes_is_an_error() {
+    let e = one_step(shape_mismatch_kernel).unwrap_err();
+    expect_err(e, ErrorKind::Shape, "copy_shape", &["[4, 128]", "[8, 128]"]);
+}
+
+#[tpu_kernel]
+fn whole_array_sem_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sems: DmaSem) {
+    async_copy(x_hbm, buf, sems).start(); // E:sem_array
+    o.store(0.0);
+}
+
+#[test]
+fn an_array_of_semaphores_must_be_indexed() {
+    let e = pallas_call(whole_array_sem_kernel)
+        .input_any(f32s([8, 128]))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .scratch(Vmem::new([8, 128], F32))
+        .scratch(DmaSem::array([2]))
+        .build()
+        .unwrap_err();
+    expect_err(
+        e,
+        ErrorKind::Shape,
+        "sem_array",
+        &["pick one with `.at(i)`"],
+    );
+}
+
+#[test]
+fn seeded_runs_complete_copies_at_different_points() {
+    // The same early read: some seeds complete the copy before it (no race seen), others after.
+    let call = one_step(early_read_kernel).expect("build");
+    let outcomes: Vec<bool> = (0..16)
+        .map(|s| {
+            call.interpret_with(&[ramp([8, 128])], &seeded(Some(s)))
+                .is_ok()
+        })
+        .collect();
+    assert!(
+        outcomes.contains(&true) && outcomes.contains(&false),
+        "{outcomes:?}"
+    );
+}
