@@ -67,6 +67,7 @@ pub(crate) const KNOWN_METHODS: &[&str] = &[
     "unwrap_or",
     "step_by",
     "iter",
+    "slice",
 ];
 
 /// How many of [`KNOWN_METHODS`] the "unknown method" message lists.

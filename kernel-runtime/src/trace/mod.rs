@@ -11,6 +11,7 @@ mod api;
 mod array;
 mod control;
 mod refs;
+mod slice;
 
 pub use api::*;
 pub use array::{Array, Scalar, COMPOSITE_METHODS};
@@ -18,7 +19,9 @@ pub use control::{
     for_range, for_range_step, if_else, while_loop, Bound, Carry, Cond, TraceEq, TraceLogic,
     TraceOrd, WhileCond,
 };
-pub use refs::{ds, Ds, KernelParam, ParamKind, Ref, RefMut, SliceArg, SliceSpec, View, ViewMut};
+pub use refs::{
+    ds, Ds, IntoSliceSpec, KernelParam, ParamKind, Ref, RefMut, SliceArg, SliceSpec, View, ViewMut,
+};
 
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, KernelError, Result, SourceLoc};
