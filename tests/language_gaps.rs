@@ -221,3 +221,40 @@ fn the_dynamic_slice_hint_builds() {
     let (_, input) = f32_input([8, 128]);
     engines_agree(&call, &[input]);
 }
+
+// ---------------------------------------------------------------------------------------------- full_like
+
+#[tpu_kernel]
+fn like_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let a = x.load();
+    let row = a.slice((0..1, ..)); // [1, 128]
+    o.store(full_like(a, 2.5) * a + zeros_like(o) + full_like(x, row) + zeros_like(a));
+}
+
+#[test]
+fn full_like_and_zeros_like_copy_shape_and_type() {
+    let call = one_block(like_kernel, [8, 128], [8, 128]).expect("builds");
+    let (x, input) = f32_input([8, 128]);
+    let out = engines_agree(&call, &[input]);
+    let want: Vec<u32> = (0..8 * 128)
+        .map(|i| (2.5 * x[i] + 0.0 + x[i % 128] + 0.0).to_bits())
+        .collect();
+    assert_eq!(f32_bits(&out[0]), want);
+}
+
+#[tpu_kernel]
+fn like_bad_fill_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let col = x.load().slice((.., 0..2)); // [8, 2]
+    o.store(full_like(x, col)); // E:like_bad_fill
+}
+
+#[test]
+fn a_fill_that_does_not_broadcast_names_the_line() {
+    let r = one_block(like_bad_fill_kernel, [8, 128], [8, 128]);
+    expect_err(
+        r,
+        ErrorKind::Shape,
+        "like_bad_fill",
+        &["[8, 2] and [8, 128] cannot be broadcast together"],
+    );
+}

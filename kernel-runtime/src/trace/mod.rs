@@ -10,6 +10,7 @@
 mod api;
 mod array;
 mod control;
+mod like;
 mod refs;
 mod slice;
 
@@ -19,6 +20,7 @@ pub use control::{
     for_range, for_range_step, if_else, while_loop, Bound, Carry, Cond, TraceEq, TraceLogic,
     TraceOrd, WhileCond,
 };
+pub use like::{full_like, zeros_like, Like};
 pub use refs::{
     ds, Ds, IntoSliceSpec, KernelParam, ParamKind, Ref, RefMut, SliceArg, SliceSpec, View, ViewMut,
 };
