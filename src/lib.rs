@@ -35,6 +35,7 @@ pub use kernel_macros::{export, export_library, kernel_fn, tpu_kernel};
 /// and user code need only the items above and the [`prelude`].
 #[doc(hidden)]
 pub use kernel_runtime as runtime;
+pub use kernel_runtime::serialize::{CallOptions, CustomCall};
 pub use kernel_runtime::{check, dtype, error, ir, launch, trace};
 pub use kernel_runtime::{
     pallas_call, require, Any, ArrayType, BlockSpec, DType, ErrorKind, KernelError, PallasCall,
@@ -54,9 +55,9 @@ pub mod prelude {
     pub use kernel_runtime::ir::DimensionSemantics::{self, Arbitrary, Parallel};
     pub use kernel_runtime::trace::unary::*;
     pub use kernel_runtime::trace::{
-        async_copy, dot, dot_nt, dot_tn, ds, full, iota, maximum, minimum, multiple_of,
-        num_programs, pow, program_id, scalar, select, sync_copy, where_, zeros, Array, DmaSem,
-        Ref, RefMut, Scalar, Sem,
+        async_copy, dot, dot_nt, dot_tn, ds, full, full_like, iota, maximum, minimum, multiple_of,
+        num_programs, pow, program_id, scalar, select, sync_copy, where_, zeros, zeros_like, Array,
+        DmaSem, Ref, RefMut, Scalar, Sem,
     };
     pub use kernel_runtime::{
         pallas_call, require, Any, ArrayType, BlockSpec, DType, KernelError, PallasCall, Smem, Vmem,

@@ -76,6 +76,112 @@ fn float_ne_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
     o.store(select(ne, x.load().cast::<bool>().cast::<f32>(), 0.0));
 }
 
+// Static slices of values (`vector.extract_strided_slice`): libtpu compiles every static stride-1
+// slice we measured, tile-aligned or not, so `slice` checks bounds only; these cases keep that true.
+#[tpu_kernel]
+fn slice_lanes_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let a = x.load();
+    o.store(
+        a.slice((.., 1..2)).broadcast_to([8, 128]) + a.slice((.., 1..129)) + a.slice((.., 128..)),
+    );
+}
+
+#[tpu_kernel]
+fn slice_rows_kernel(x: Ref<bf16>, o: RefMut<bf16>) {
+    let a = x.load();
+    o.store(
+        a.slice((3..11, ..)) * a.slice((16..24, ..)) + a.slice((31.., ..)).broadcast_to([8, 128]),
+    );
+}
+
+#[tpu_kernel]
+fn slice_index_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let a = x.load();
+    let row = a.slice((5, ..)).reshape([1, 128]).broadcast_to([8, 128]);
+    let col = a.slice((.., 7)).reshape([8, 1]).broadcast_to([8, 128]);
+    o.store(row + col);
+}
+
+#[tpu_kernel]
+fn slice_i8_kernel(x: Ref<i8>, o: RefMut<i8>) {
+    let a = x.load();
+    o.store(a.slice((.., 1..129)));
+}
+
+#[tpu_kernel]
+fn slice_3d_kernel(x: Ref<i32>, o: RefMut<i32>) {
+    o.store(x.load().slice((1..2, 3..4, 7..8)).broadcast_to([1, 8, 128]));
+}
+
+fn slice_case(
+    kernel: fn(Ref<f32>, RefMut<f32>),
+    name: &str,
+    input: [usize; 2],
+) -> Result<PallasCall, KernelError> {
+    pallas_call(kernel)
+        .name(name)
+        .grid([1])
+        .input(
+            ArrayType::new(input, F32),
+            BlockSpec::new(input, |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[_]| (0, 0)),
+        )
+        .build()
+}
+
+fn slice_lanes_case() -> Result<PallasCall, KernelError> {
+    slice_case(slice_lanes_kernel, "slice_lanes_kernel", [8, 256])
+}
+
+fn slice_index_case() -> Result<PallasCall, KernelError> {
+    slice_case(slice_index_kernel, "slice_index_kernel", [8, 128])
+}
+
+fn slice_rows_case() -> Result<PallasCall, KernelError> {
+    pallas_call(slice_rows_kernel)
+        .grid([1])
+        .input(
+            ArrayType::new([32, 128], BF16),
+            BlockSpec::new([32, 128], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([8, 128], BF16),
+            BlockSpec::new([8, 128], |[_]| (0, 0)),
+        )
+        .build()
+}
+
+fn slice_i8_case() -> Result<PallasCall, KernelError> {
+    pallas_call(slice_i8_kernel)
+        .grid([1])
+        .input(
+            ArrayType::new([32, 256], I8),
+            BlockSpec::new([32, 256], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([32, 128], I8),
+            BlockSpec::new([32, 128], |[_]| (0, 0)),
+        )
+        .build()
+}
+
+fn slice_3d_case() -> Result<PallasCall, KernelError> {
+    pallas_call(slice_3d_kernel)
+        .grid([1])
+        .input(
+            ArrayType::new([4, 8, 128], I32),
+            BlockSpec::new([4, 8, 128], |[_]| (0, 0, 0)),
+        )
+        .output(
+            ArrayType::new([1, 8, 128], I32),
+            BlockSpec::new([1, 8, 128], |[_]| (0, 0, 0)),
+        )
+        .build()
+}
+
 fn add_bias_kernel(x: Ref<f32>, w: Ref<f32>, o: RefMut<f32>) {
     o.store(x.load() + w.load());
 }
@@ -321,9 +427,23 @@ const CASES: &[Case] = &[
         expect: None,
     },
     Case {
+        name: "slice_unaligned_lanes",
+        what: "f32 value slices x[:, 1:2], x[:, 1:129], x[:, 128:] (not lane-tile aligned)",
+        ours: slice_lanes_case,
+        probe: None,
+        expect: None,
+    },
+    Case {
         name: "smem_prefetch_loop_bound",
         what: "a prefetched length as an scf.for bound and an scf.if condition",
         ours: kernels::lengths_call,
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "slice_unaligned_rows_bf16",
+        what: "bf16 value slices x[3:11], x[16:24], x[31:] (not sublane-tile aligned)",
+        ours: slice_rows_case,
         probe: None,
         expect: None,
     },
@@ -335,9 +455,30 @@ const CASES: &[Case] = &[
         expect: None,
     },
     Case {
+        name: "slice_index_squeezes",
+        what: "x[5] and x[:, 7] on an f32 value (slice + shape_cast dropping a dimension)",
+        ours: slice_index_case,
+        probe: None,
+        expect: None,
+    },
+    Case {
         name: "smem_scratch_counter",
         what: "an SMEM scratch cell written and read across grid steps (memref.store / memref.load)",
         ours: kernels::counter_call,
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "slice_i8_unaligned",
+        what: "i8 value slice x[:, 1:129]",
+        ours: slice_i8_case,
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "slice_3d_i32",
+        what: "i32 value slice x[1:2, 3:4, 7:8] broadcast back to a tile",
+        ours: slice_3d_case,
         probe: None,
         expect: None,
     },

@@ -72,6 +72,7 @@ pub(crate) const KNOWN_METHODS: &[&str] = &[
     "wait",
     "signal",
     "read",
+    "slice",
 ];
 
 /// How many of [`KNOWN_METHODS`] the "unknown method" message lists.

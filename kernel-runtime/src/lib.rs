@@ -7,6 +7,7 @@
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
 mod batch;
+mod call;
 pub mod check;
 pub mod dtype;
 pub mod error;

@@ -115,6 +115,21 @@ fn dma_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sems: DmaS
     o.store(buf.at(1).load() + left.cast::<f32>());
 }
 
+#[tpu_kernel]
+fn slice_kernel(x: Ref<f32>, b: Ref<bf16>, o: RefMut<f32>, ob: RefMut<bf16>) {
+    let (a, h) = (x.load(), b.load());
+    // Unaligned lanes and sublanes, a whole-tile window, and an index that drops a dimension.
+    let lanes = a.slice((.., 1..2)).broadcast_to([8, 128]) + a.slice((.., ..1));
+    let rows = a.slice((3..4, ..)).broadcast_to([8, 128]) + a.slice((0, ..)).reshape([1, 128]);
+    o.store(lanes + rows + a.slice((.., 64..)).slice((.., 63..)).broadcast_to([8, 128]));
+    ob.store(
+        h.slice((2..10, ..))
+            .slice((.., 5..6))
+            .broadcast_to([8, 128])
+            + h.slice((8..16, ..)),
+    );
+}
+
 /// The coverage kernels, built: (name, call).
 pub fn calls() -> Vec<(&'static str, PallasCall)> {
     let ty = |s: [usize; 2], d| ArrayType::new(s, d);
@@ -188,6 +203,16 @@ pub fn calls() -> Vec<(&'static str, PallasCall)> {
                 .input(ty([16, 128], F32), spec(b))
                 .output(ty([16, 128], F32), spec(b))
                 .output(ty([16, 128], F32), spec(b))
+                .build(),
+        ),
+        one(
+            "slice",
+            pallas_call(slice_kernel)
+                .grid([2])
+                .input(ty([16, 128], F32), spec(b))
+                .input(ty([32, 128], BF16), spec([16, 128]))
+                .output(ty([16, 128], F32), spec(b))
+                .output(ty([16, 128], BF16), spec(b))
                 .build(),
         ),
         one(

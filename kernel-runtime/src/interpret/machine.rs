@@ -485,6 +485,13 @@ impl<'k> Machine<'k> {
             OpKind::For => self.for_loop(op, sub),
             OpKind::While => self.while_loop(op, sub),
             OpKind::Yield | OpKind::Condition | OpKind::Return => Ok(vec![]),
+            OpKind::Slice { offsets, sizes } => {
+                let t = self.tensor(op.operands[0])?;
+                if offsets.len() != t.shape.len() || sizes.len() != t.shape.len() {
+                    return Err(internal("slice rank"));
+                }
+                one(t.window(offsets, sizes, &vec![false; sizes.len()]))
+            }
         }
     }
 

@@ -211,6 +211,12 @@ pub enum OpKind {
     Condition,
     /// Terminator of a function.
     Return,
+    /// A static window of a vector value (`x[a:b, c:d]`, stride 1): the result has shape `sizes` and
+    /// element `i` is the operand's element `offsets + i`.
+    Slice {
+        offsets: Vec<usize>,
+        sizes: Vec<usize>,
+    },
 }
 
 impl OpKind {

@@ -68,6 +68,7 @@ fn op_name(kind: &OpKind) -> String {
         OpKind::Yield => "yield".into(),
         OpKind::Condition => "condition".into(),
         OpKind::Return => "return".into(),
+        OpKind::Slice { offsets, sizes } => format!("slice<offsets={offsets:?}, sizes={sizes:?}>"),
     }
 }
 

@@ -69,6 +69,18 @@ pub(crate) fn lower_op(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> R
         OpKind::Yield => terminator(lw, block, op, "scf.yield"),
         OpKind::Condition => terminator(lw, block, op, "scf.condition"),
         OpKind::Return => terminator(lw, block, op, "func.return"),
+        OpKind::Slice { offsets, sizes } => {
+            let list = |v: &[usize]| {
+                let items: Vec<String> = v.iter().map(|x| format!("{x} : i64")).collect();
+                format!("[{}]", items.join(", "))
+            };
+            let attrs = [
+                ("offsets", list(offsets)),
+                ("sizes", list(sizes)),
+                ("strides", list(&vec![1; sizes.len()])),
+            ];
+            simple(lw, block, op, "vector.extract_strided_slice", &attrs)
+        }
     }
 }
 

@@ -27,6 +27,7 @@ const TABLE: &[(&str, Rule)] = &[
     ("vector.broadcast", broadcast),
     ("vector.shape_cast", shape_cast),
     ("vector.multi_reduction", multi_reduction),
+    ("vector.extract_strided_slice", extract_strided_slice),
     // Constants: scalars kept, vector splats become filled buffers.
     ("arith.constant", constant),
     // Structure: kept (types mapped, regions rewritten); `scf.for` checks its step first.
@@ -922,6 +923,75 @@ fn matmul(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
         })?;
         let r = narrow(rw, &r, &sum_ty, &aelem);
         rw.store(&r, &out, &at);
+        Ok(())
+    })
+}
+
+/// An `I64ArrayAttr` (`[1 : i64, 2 : i64]`, the attribute form of `vector.extract_strided_slice`).
+fn i64_list(op: OperationRef<'_, '_>, name: &str) -> Result<Vec<i64>> {
+    let a = melior::ir::attribute::ArrayAttribute::try_from(attr(op, name)?)
+        .map_err(|_| bad(op, format!("`{name}` is not an array attribute")))?;
+    (0..a.len())
+        .map(|i| {
+            a.element(i)
+                .ok()
+                .and_then(|e| melior::ir::attribute::IntegerAttribute::try_from(e).ok())
+                .map(|e| e.value())
+                .ok_or_else(|| bad(op, format!("`{name}` holds a non-integer")))
+        })
+        .collect()
+}
+
+/// `vector.extract_strided_slice`: result element `i` is source element `offsets + i * strides`
+/// (dimensions past the attributes' length are taken whole).
+fn extract_strided_slice(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
+    let operands = rw.operands(op)?;
+    let [src] = &operands[..] else {
+        return Err(bad(op, "expected one operand"));
+    };
+    let (offsets, sizes, strides) = (
+        i64_list(op, "offsets")?,
+        i64_list(op, "sizes")?,
+        i64_list(op, "strides")?,
+    );
+    let (sshape, _) = mem(op, src, "the source")?;
+    let out = result_buffer(rw, op)?;
+    let (shape, _) = mem(op, &out, "the result")?;
+    let fits = shape.len() == sshape.len()
+        && offsets.len() == sizes.len()
+        && strides.len() == sizes.len()
+        && sizes.len() <= shape.len()
+        && (0..sizes.len()).all(|d| {
+            offsets[d] >= 0
+                && strides[d] >= 1
+                && sizes[d] == shape[d] as i64
+                && offsets[d] + (sizes[d] - 1) * strides[d] < sshape[d] as i64
+        })
+        && (sizes.len()..shape.len()).all(|d| shape[d] == sshape[d]);
+    if !fits {
+        return Err(bad(
+            op,
+            format!("offsets {offsets:?}, sizes {sizes:?}, strides {strides:?} do not take {shape:?} from {sshape:?}"),
+        ));
+    }
+    let sstrides = row_major(&sshape);
+    let base: usize = offsets
+        .iter()
+        .zip(&sstrides)
+        .map(|(o, s)| *o as usize * s)
+        .sum();
+    let step = |d: usize| strides.get(d).map_or(1, |s| *s as usize);
+    rw.nest(&shape, |rw, ivs| {
+        let base = rw.constant(&format!("{base} : index"), "index");
+        let terms: Vec<(String, usize)> = ivs
+            .iter()
+            .enumerate()
+            .map(|(d, iv)| (iv.clone(), sstrides[d] * step(d)))
+            .collect();
+        let from = rw.linear(&terms, Some(base));
+        let to = offset(rw, ivs, &shape);
+        let x = rw.load(src, &from);
+        rw.store(&x, &out, &to);
         Ok(())
     })
 }

@@ -11,7 +11,9 @@ mod api;
 mod array;
 mod control;
 mod dma;
+mod like;
 mod refs;
+mod slice;
 
 pub use api::*;
 pub use array::{Array, Scalar, COMPOSITE_METHODS};
@@ -20,8 +22,10 @@ pub use control::{
     TraceOrd, WhileCond,
 };
 pub use dma::{async_copy, sync_copy, AsyncCopy, DmaSem, DmaSource, DmaTarget, Sem, SemScratch};
+pub use like::{full_like, zeros_like, Like};
 pub use refs::{
-    ds, Ds, KernelParam, MemorySpace, ParamKind, Ref, RefMut, SliceArg, SliceSpec, View, ViewMut,
+    ds, Ds, IntoSliceSpec, KernelParam, MemorySpace, ParamKind, Ref, RefMut, SliceArg, SliceSpec,
+    View, ViewMut,
 };
 
 use crate::dtype::{DType, Literal};
