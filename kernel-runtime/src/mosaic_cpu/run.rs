@@ -88,7 +88,7 @@ impl Compiled {
                 program.prefetch
             )));
         }
-        let n_windows = k.operands.len() - n_scratch - np;
+        let n_windows = k.operands.len().saturating_sub(n_scratch + np);
         if program.windows.len() != n_windows {
             return Err(mismatch(format!(
                 "{} window_params for {n_windows} inputs and outputs",
