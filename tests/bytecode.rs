@@ -71,7 +71,8 @@ fn the_op_coverage_suite_reaches_every_rule() {
         .split('"')
         .filter(|s| {
             let d = s.split('.').next().unwrap_or("");
-            ["arith", "math", "vector", "tpu", "scf", "func"].contains(&d) && s.contains('.')
+            ["arith", "math", "memref", "vector", "tpu", "scf", "func"].contains(&d)
+                && s.contains('.')
         })
         .collect();
     for u in UnaryOp::ALL {

@@ -17,7 +17,7 @@ use common::kernels::*;
 use tpu_kernel::prelude::*;
 use tpu_kernel::reference::{self, Tolerance};
 use tpu_kernel::runtime::interpret::{HostArray, InterpretOptions};
-use tpu_kernel::runtime::lower::mosaic::{MBlock, MModule, MOp};
+use tpu_kernel::runtime::lower::mosaic::{MBlock, MModule, MOp, MType};
 use tpu_kernel::runtime::mosaic_cpu;
 use tpu_kernel::ErrorKind;
 
@@ -105,11 +105,8 @@ fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
 // ---------------------------------------------------------------------------------------------- examples
 
 /// Examples using what the engine does not run yet, with the error it gives (the list shrinks to
-/// nothing: scalar prefetch is next, then DMA and semaphores).
-const NOT_YET: &[(&str, &str)] = &[
-    ("gather_prefetch", "scalar prefetch"),
-    ("dma_double", "semaphore_mem"),
-];
+/// nothing: DMA and semaphores are next).
+const NOT_YET: &[(&str, &str)] = &[("dma_double", "semaphore_mem")];
 
 #[test]
 fn every_example_agrees_with_the_interpreter() {
@@ -536,6 +533,145 @@ fn grid_semantics_agree() {
     agree(&call, &[HostArray::random([256, 384], F32, 5), y]);
 }
 
+// ---------------------------------------------------------------------------------------------- scalar prefetch and SMEM (memory_spaces.rs)
+
+#[test]
+fn scalar_prefetch_and_smem_scratch_agree() {
+    // A 2-D table read by an index map (the block) and by the body (the scale).
+    let call = table_call().expect("build");
+    agree_random(&call, 4);
+    let tables = HostArray::from_vec([3, 2], vec![3, 2, 0, -1, 3, 5]).unwrap();
+    agree(&call, &[tables, HostArray::random([32, 128], F32, 4)]);
+    // A prefetched length bounds a loop and picks a branch (every length, 0 included).
+    let call = lengths_call().expect("build");
+    let lens = HostArray::from_vec([3], vec![2, 0, 4]).unwrap();
+    agree(&call, &[lens, HostArray::random([24, 512], F32, 5)]);
+    // An SMEM scratch cell counts the steps, persisting across them.
+    let call = counter_call().expect("build");
+    agree_random(&call, 6);
+}
+
+/// The interpreter's and the engine's errors for the same launch.
+fn both_errors(call: &PallasCall, inputs: &[HostArray]) -> [KernelError; 2] {
+    let sequential = InterpretOptions {
+        parallel: false,
+        ..InterpretOptions::default()
+    };
+    let theirs = call
+        .interpret_with(inputs, &sequential)
+        .expect_err("the interpreter fails");
+    let ours = mosaic_cpu::run(call.ir(), inputs).expect_err("mosaic_cpu fails");
+    [theirs, ours]
+}
+
+#[test]
+fn an_out_of_range_block_from_the_table_is_the_same_error_in_both_engines() {
+    let zeros = || HostArray::zeros([32, 128], F32);
+    // Block 4 of a 4-block array, at grid point [1]: the interpreter's check and message.
+    let call = table_call().expect("build");
+    let tables = HostArray::from_vec([3, 2], vec![0, 1, 4, 1, 0, 1]).unwrap();
+    let [theirs, ours] = both_errors(&call, &[tables, zeros()]);
+    assert_eq!(ours.kind, ErrorKind::OutOfBounds, "{ours}");
+    assert_eq!(ours.to_string(), theirs.to_string());
+    assert_eq!(ours.argument, theirs.argument);
+    assert!(
+        ours.message.contains("grid point [1]") && ours.message.contains("block [4, 0]"),
+        "{ours}"
+    );
+    // A negative block number too.
+    let tables = HostArray::from_vec([3, 2], vec![0, 1, 1, 1, -1, 1]).unwrap();
+    let [theirs, ours] = both_errors(&call, &[tables, zeros()]);
+    assert_eq!(ours.kind, ErrorKind::OutOfBounds, "{ours}");
+    assert_eq!(ours.to_string(), theirs.to_string());
+    // The example: a gather from block 8 of 8.
+    let call = common::gather_prefetch::build().expect("build");
+    let idx = HostArray::from_vec([4], vec![7, 0, 8, 1]).unwrap();
+    let [theirs, ours] = both_errors(&call, &[idx, HostArray::zeros([64, 256], F32)]);
+    assert_eq!(ours.kind, ErrorKind::OutOfBounds, "{ours}");
+    assert_eq!(ours.to_string(), theirs.to_string());
+    assert_eq!(ours.argument.as_deref(), Some("input 1"), "{ours}");
+}
+
+#[test]
+fn an_index_map_reading_past_its_table_is_an_error_at_the_same_line_in_both_engines() {
+    // Grid step 2 reads row 2 of a 2-row table.
+    let call = pallas_call(table_kernel)
+        .grid([3])
+        .scalar_prefetch(at([2, 2], I32))
+        .input(
+            at([32, 128], F32),
+            BlockSpec::with_prefetch([8, 128], |[b], [t]| (t.at((b, 0)).load(), 0)), // OOB-TABLE
+        )
+        .output(at([24, 128], F32), BlockSpec::new([8, 128], |[b]| (b, 0)))
+        .build()
+        .expect("build");
+    let tables = HostArray::from_vec([2, 2], vec![0, 1, 1, 1]).unwrap();
+    let [theirs, ours] = both_errors(&call, &[tables, HostArray::zeros([32, 128], F32)]);
+    assert_eq!(ours.kind, ErrorKind::OutOfBounds, "{ours}");
+    assert_eq!(
+        ours.location.map(|l| l.line),
+        Some(marked_line("OOB-TABLE")),
+        "{ours}"
+    );
+    // The operand whose index map failed, as in the interpreter.
+    assert_eq!(ours.argument.as_deref(), Some("input 1"), "{ours}");
+    assert!(ours.message.contains("element [2, 0]"), "{ours}");
+    assert_eq!(ours.to_string(), theirs.to_string());
+}
+
+#[tpu_kernel]
+fn smem_oob_kernel(lens: Ref<i32, Smem>, x: Ref<f32>, o: RefMut<f32>, cell: RefMut<i32, Smem>) {
+    let i = program_id(0);
+    cell.at(i).store(i); // OOB-SMEM-STORE
+    let n = lens.at(i + 1).load(); // OOB-SMEM-LOAD
+    o.store(x.load() * n.cast::<f32>());
+}
+
+#[test]
+fn out_of_bounds_smem_accesses_are_errors_at_the_same_line_in_both_engines() {
+    let smem_oob = |lens: usize, cells: usize| {
+        pallas_call(smem_oob_kernel)
+            .grid([3])
+            .scalar_prefetch(at([lens], I32))
+            .input(at([24, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+            .output(at([24, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+            .scratch(Smem::new([cells], I32))
+            .build()
+            .expect("build")
+    };
+    // In bounds (a 4-entry table, 3 cells): they agree.
+    let call = smem_oob(4, 3);
+    let lens = HostArray::from_vec([4], vec![3, -2, 5, 7]).unwrap();
+    agree(&call, &[lens, HostArray::random([24, 128], F32, 3)]);
+    // Step 2 reads entry 3 of a 3-entry table; step 2 stores into cell 2 of 2.
+    for (lens, cells, tag, arg, grid_point) in [
+        (3, 3, "OOB-SMEM-LOAD", "input 0", "grid point [2]"),
+        (4, 2, "OOB-SMEM-STORE", "scratch 0", "grid point [2]"),
+    ] {
+        let call = smem_oob(lens, cells);
+        let table = HostArray::from_vec([lens], vec![1i32; lens]).unwrap();
+        let [theirs, ours] = both_errors(&call, &[table, HostArray::zeros([24, 128], F32)]);
+        assert_eq!(ours.kind, ErrorKind::OutOfBounds, "{tag}: {ours}");
+        assert_eq!(
+            ours.location.map(|l| l.line),
+            Some(marked_line(tag)),
+            "{ours}"
+        );
+        assert_eq!(ours.argument.as_deref(), Some(arg), "{ours}");
+        assert!(ours.to_string().contains(grid_point), "{ours}");
+        assert_eq!(ours.to_string(), theirs.to_string());
+    }
+}
+
+/// The line of this file ending with `// <tag>`.
+fn marked_line(tag: &str) -> u32 {
+    let at = include_str!("mosaic_cpu.rs")
+        .lines()
+        .position(|l| l.ends_with(&format!("// {tag}")))
+        .expect("marker");
+    at as u32 + 1
+}
+
 // ---------------------------------------------------------------------------------------------- every lowering rule
 
 // The op-coverage kernels (tests/common/coverage.rs, shared with bytecode.rs): between them they reach every lowering rule and,
@@ -561,7 +697,7 @@ fn lowering_op_names() -> Vec<String> {
             text.split('"')
                 .filter(|s| {
                     let d = s.split('.').next().unwrap_or("");
-                    ["arith", "math", "vector", "tpu", "scf", "func"].contains(&d)
+                    ["arith", "math", "memref", "vector", "tpu", "scf", "func"].contains(&d)
                         && s.contains('.')
                         && !s.contains(char::is_whitespace)
                 })
@@ -901,6 +1037,36 @@ fn wrong_lowerings_make_the_engine_disagree() {
             },
         ),
         (
+            "the index map reads idx[0], not idx[i] (gather_prefetch)",
+            example("gather_prefetch"),
+            |m| {
+                // transform_0: `memref.load %table[%i]` → `memref.load %table[%c0]`.
+                let f = &mut m.funcs[1];
+                let at = f
+                    .body
+                    .ops
+                    .iter()
+                    .position(|op| op.name == "memref.load")
+                    .expect("transform_0 reads the table");
+                let zero = f.num_values;
+                f.num_values += 1;
+                let load = &mut f.body.ops[at];
+                load.operands[1] = zero;
+                let loc = load.loc;
+                f.body.ops.insert(
+                    at,
+                    MOp {
+                        name: "arith.constant",
+                        loc,
+                        operands: vec![],
+                        results: vec![(zero, MType::index())],
+                        attrs: vec![("value", "0 : index".into())],
+                        regions: vec![],
+                    },
+                );
+            },
+        ),
+        (
             "output index map (j, i) → (i, j) (transpose)",
             example("transpose"),
             |m| {
@@ -931,6 +1097,29 @@ fn wrong_lowerings_make_the_engine_disagree() {
         println!("{what:<72} max |error| [{}]", worst.join(", "));
         assert!(!ok, "{what}: mosaic_cpu did not notice the wrong lowering");
     }
+}
+
+#[test]
+fn a_module_that_drops_its_scalar_prefetch_is_refused() {
+    // The launch is read from the module: `scalar_prefetch = 0` would pass the table as a windowed
+    // input. The engine checks the module against the kernel it was lowered from.
+    let call = common::gather_prefetch::build().expect("build");
+    let inputs = reference::random_inputs(&call, 7);
+    let e = run_mutated(&call, &inputs, |m| {
+        let slot = m.funcs[0]
+            .attrs
+            .iter_mut()
+            .find(|(n, _)| *n == "scalar_prefetch")
+            .expect("scalar_prefetch");
+        slot.1 = "0 : i64".into();
+    })
+    .expect_err("refused");
+    assert_eq!(e.kind, ErrorKind::Lowering, "{e}");
+    assert!(
+        e.message
+            .contains("scalar_prefetch 0, 1 scalar-prefetch operands"),
+        "{e}"
+    );
 }
 
 #[test]

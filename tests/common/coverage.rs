@@ -130,6 +130,16 @@ fn slice_kernel(x: Ref<f32>, b: Ref<bf16>, o: RefMut<f32>, ob: RefMut<bf16>) {
     );
 }
 
+/// SMEM: a scalar-prefetch table read by an index map and by the body (`memref.load`), a 2-D SMEM
+/// scratch written and read (`memref.store`, `memref.load`).
+#[tpu_kernel]
+fn smem_kernel(t: Ref<i32, Smem>, x: Ref<f32>, o: RefMut<f32>, cells: RefMut<i32, Smem>) {
+    let i = program_id(0);
+    cells.at((1, i)).store(t.at(i).load() + i);
+    let sum: Scalar<i32> = cells.at((1, 0)).load() + cells.at((1, i)).load();
+    o.store(x.load() * sum.cast::<f32>());
+}
+
 /// The coverage kernels, built: (name, call).
 pub fn calls() -> Vec<(&'static str, PallasCall)> {
     let ty = |s: [usize; 2], d| ArrayType::new(s, d);
@@ -213,6 +223,19 @@ pub fn calls() -> Vec<(&'static str, PallasCall)> {
                 .input(ty([32, 128], BF16), spec([16, 128]))
                 .output(ty([16, 128], F32), spec(b))
                 .output(ty([16, 128], BF16), spec(b))
+                .build(),
+        ),
+        one(
+            "smem",
+            pallas_call(smem_kernel)
+                .grid([2])
+                .scalar_prefetch(ArrayType::new([2], I32))
+                .input(
+                    ty([16, 128], F32),
+                    BlockSpec::with_prefetch(b, |[i], [t]| (t.at(i).load(), 0)),
+                )
+                .output(ty([16, 128], F32), spec(b))
+                .scratch(Smem::new([2, 2], I32))
                 .build(),
         ),
         one(

@@ -28,6 +28,7 @@
 //! | `arith.constant` | scalar: kept; vector: the splat value stored into a buffer | `value` (splats only) |
 //! | `vector.load` | bounds check, loop nest copying the window (vector dims = trailing ref dims) | indices, ref and result types |
 //! | `tpu.vector_store` | bounds check, loop nest storing the window, `scf.if` per element when masked | `operandSegmentSizes` (value, base, indices, mask), `strides` |
+//! | `memref.load`, `memref.store` (one element of an SMEM ref: a scalar-prefetch table, in the body or an index map; an SMEM scratch cell) | bounds check, the same op at the row-major offset (`memref.rs`) | indices, ref type |
 //! | `vector.broadcast` | loop nest (numpy rules: leading dims added, size-1 dims stretched) | types |
 //! | `vector.shape_cast` | the same buffer with the new shape | types |
 //! | `vector.multi_reduction` | loop nest folding each kept element's reduced elements into the accumulator | `kind`, `reduction_dims` |
@@ -44,9 +45,11 @@
 //! as soon as MLIR lowers it to LLVM (`math` ops without an LLVM intrinsic become libm calls).
 //!
 //! The kernel function is found by its `iteration_bounds`; its launch is read from the module —
-//! `iteration_bounds`, `window_params` (each `transform_indices` function is rewritten too and run
-//! through the JIT to pick blocks), `scratch_operands`, the argument types — and must match the
-//! kernel's (the array shapes come from the kernel, as the custom call's operands do on the TPU).
+//! `iteration_bounds`, `scalar_prefetch` (that many SMEM refs follow the grid indices, in the kernel
+//! function and in every index map), `window_params` (past the scalar-prefetch operands; each
+//! `transform_indices` function is rewritten too and run through the JIT to pick blocks),
+//! `scratch_operands`, the argument and index-map result types — and must match the kernel's (the
+//! array shapes come from the kernel, as the custom call's operands do on the TPU).
 //!
 //! # Semantics the rewrite chooses
 //! MLIR leaves some inputs undefined where XLA (and so the interpreter and the TPU) defines them; the
@@ -60,6 +63,10 @@
 //! (`interpret::grid`): blocks picked by the module's index maps, input blocks copied in when
 //! their index changes (zero-padded past the array's edge), output blocks written back clipped when it
 //! changes and at the end, fresh output blocks and scratch zeroed (the interpreter's unpoisoned fill).
+//! Scalar-prefetch operands are copied once, before the grid, into buffers every step's kernel call
+//! and every index-map call receives; SMEM scratch persists across steps like VMEM scratch. A block
+//! chosen by scalar-prefetch data (an index map with a `memref.load`) is checked at every step, as
+//! the interpreter checks it: out of range it is an `OutOfBounds` error with the interpreter's message.
 //!
 //! # What is checked, where
 //! `tests/mosaic_cpu.rs`: every example, the op-coverage kernels of `bytecode.rs` (between them every
@@ -69,9 +76,14 @@
 //! the bf16 rounding chain, integer division and saturating casts bit for bit. Mutated modules (as
 //! data, rebuilt and verified) must run and disagree: `addf`↔`subf`, `tpu.matmul`'s contracting dims
 //! swapped, a store's mask dropped, `tpu.iota`'s dimension, `tpu.transpose`'s permutation, a
-//! reduction's kind, an output index map. At run time the engine reports, as `KernelError`s at the
-//! op's Rust line: out-of-bounds loads and stores (kind `OutOfBounds`, the operand and window starts
-//! named, as the interpreter does), a broken `multiple_of` promise, a `for` step ≤ 0.
+//! reduction's kind, an output index map, an index map's table read (`idx[i]` → `idx[0]`); a module
+//! whose `scalar_prefetch` was dropped is refused. Scalar prefetch and SMEM: tables read by index maps
+//! and bodies, prefetched loop bounds and SMEM scratch agree (`tests/common/kernels.rs`), and an
+//! out-of-range block from a table, a read past a table in an index map, and SMEM loads and stores
+//! out of bounds give the interpreter's error (kind, message, line, operand). At run time the engine
+//! reports, as `KernelError`s at the op's Rust line: out-of-bounds loads and stores (kind
+//! `OutOfBounds`, the operand and window starts named, as the interpreter does), a broken
+//! `multiple_of` promise, a `for` step ≤ 0.
 //!
 //! # The ulp budget
 //! Measured by `transcendentals_agree_within_their_ulp_budget` over exp's whole range (subnormal
@@ -91,14 +103,16 @@
 //! tolerance above. (The TPU's own `exp`/`rsqrt` are approximations with larger errors than either.)
 //!
 //! # Limits
-//! Supported: what the lowering emits today. Not supported (an `Unsupported` error): scalar prefetch,
-//! DMA and semaphore ops, `tpu.matmul` batch dims, iota over several dims, non-splat vector constants,
-//! refs in other memory spaces. No poisoning: fresh memory is zero (compare with the interpreter's
+//! Supported: what the lowering emits today, scalar prefetch and SMEM refs included. Not supported (an
+//! `Unsupported` error): DMA and semaphore ops (so a `pl.ANY` ref, which only DMA reads, is passed but
+//! never read), semaphore refs, `tpu.matmul` batch dims, iota over several dims, non-splat vector
+//! constants. No poisoning: fresh memory is zero (compare with the interpreter's
 //! default, unpoisoned run). Speed: the JIT compiles at LLVM O0 (10–70 ms per kernel here; O1–O3 cost
 //! 5–40× more and the runs were no faster: a run's time is the host's block copies and O0 loops);
 //! a 512³ bf16 matmul runs in ~130 ms.
 
 mod jit;
+mod memref;
 mod program;
 mod rewrite;
 mod rules;

@@ -2,7 +2,7 @@
 //! attributes) and the `transform_k` index-map functions its `window_params` name, plus the launch
 //! facts the driver needs, read from those attributes — not from the kernel IR.
 
-use super::rewrite::{Files, Rewriter, Site, Ty};
+use super::rewrite::{Files, Rewriter, Signature, Site, Ty};
 use crate::error::{kerr, Result, SourceLoc};
 use crate::ir::Kernel;
 use melior::ir::attribute::{
@@ -22,8 +22,10 @@ pub(super) struct Window {
     /// The rewritten index-map function.
     pub func: String,
     pub bounds: Vec<usize>,
-    /// How many block indices it returns.
-    pub results: usize,
+    /// Its arguments (grid indices, then the scalar-prefetch refs) and results (the block indices).
+    pub signature: Signature,
+    /// Whether it reads scalar-prefetch data (a `memref.load`): its blocks are known only at run time.
+    pub reads_data: bool,
 }
 
 /// The rewritten module and the launch it describes.
@@ -38,6 +40,8 @@ pub(super) struct Program {
     pub windows: Vec<Option<Window>>,
     /// `scratch_operands`.
     pub scratch: usize,
+    /// `scalar_prefetch`: the first refs after the grid indices, passed to every index map too.
+    pub prefetch: usize,
 }
 
 fn sym_name(op: OperationRef<'_, '_>) -> Option<String> {
@@ -49,6 +53,42 @@ fn sym_name(op: OperationRef<'_, '_>) -> Option<String> {
 
 fn bad(what: impl std::fmt::Display) -> crate::error::KernelError {
     kerr!(Lowering, "mosaic_cpu: the kernel function's {what}")
+}
+
+/// Whether `op` or an op nested in it is named `name`.
+fn contains_op(op: OperationRef<'_, '_>, name: &str) -> bool {
+    if super::rewrite::op_name(op) == name {
+        return true;
+    }
+    op.regions().any(|r| {
+        let mut block = melior::ir::RegionLike::first_block(&r);
+        while let Some(b) = block {
+            let mut next = b.first_operation();
+            while let Some(o) = next {
+                if contains_op(o, name) {
+                    return true;
+                }
+                next = o.next_in_block();
+            }
+            block = b.next_in_region();
+        }
+        false
+    })
+}
+
+/// Register the ref arguments of function `f` (those after the grid indices) as kernel operands
+/// `0, 1, ...`, for the labels of bounds errors: the kernel's refs are its operands in order, an index
+/// map's are the scalar-prefetch operands, which come first.
+fn register_refs(rw: &mut Rewriter<'_>, f: OperationRef<'_, '_>, grid: usize) {
+    if let Ok(region) = f.region(0) {
+        if let Some(b) = melior::ir::RegionLike::first_block(&region) {
+            for i in grid..b.argument_count() {
+                if let Ok(a) = b.argument(i) {
+                    rw.refs.insert(super::rewrite::key(a), i - grid);
+                }
+            }
+        }
+    }
 }
 
 /// Every source file the kernel's ops name, so MLIR locations map back to `SourceLoc`s.
@@ -114,13 +154,8 @@ pub(super) fn rewrite(k: &Kernel, module: &Module<'_>) -> Result<Program> {
             .map(|a| a.value())
             .ok_or_else(|| bad(name))
     };
-    if int("scalar_prefetch")? != 0 {
-        return Err(kerr!(
-            Unsupported,
-            "mosaic_cpu: scalar prefetch operands are not supported"
-        ));
-    }
-    let scratch = int("scratch_operands")? as usize;
+    let prefetch = usize::try_from(int("scalar_prefetch")?).map_err(|_| bad("scalar_prefetch"))?;
+    let scratch = usize::try_from(int("scratch_operands")?).map_err(|_| bad("scratch_operands"))?;
     let params = ArrayAttribute::try_from(
         kernel
             .attribute("window_params")
@@ -130,17 +165,8 @@ pub(super) fn rewrite(k: &Kernel, module: &Module<'_>) -> Result<Program> {
 
     let files = files(k);
     let mut rw = Rewriter::new(&files);
-    // The kernel's refs (arguments after the grid indices), for the labels of bounds errors.
-    if let Ok(region) = kernel.region(0) {
-        if let Some(b) = melior::ir::RegionLike::first_block(&region) {
-            for i in grid.len()..b.argument_count() {
-                if let Ok(a) = b.argument(i) {
-                    rw.refs.insert(super::rewrite::key(a), i - grid.len());
-                }
-            }
-        }
-    }
-    let kernel_args = rw.function(kernel, KERNEL_FN)?;
+    register_refs(&mut rw, kernel, grid.len());
+    let kernel_args = rw.function(kernel, KERNEL_FN)?.args;
 
     let mut windows = Vec::new();
     for i in 0..params.len() {
@@ -173,18 +199,15 @@ pub(super) fn rewrite(k: &Kernel, module: &Module<'_>) -> Result<Program> {
                 )
             })?;
         let func = format!("mosaic_transform_{i}");
-        rw.function(f, &func)?;
-        let results = f
-            .region(0)
-            .ok()
-            .and_then(|r| melior::ir::RegionLike::first_block(&r))
-            .and_then(|b| b.terminator())
-            .map(|t| t.operand_count())
-            .ok_or_else(|| bad(format!("index map @{name} has no return")))?;
+        register_refs(&mut rw, f, grid.len());
+        rw.index_map = true;
+        let signature = rw.function(f, &func)?;
+        rw.index_map = false;
         windows.push(Some(Window {
             func,
             bounds,
-            results,
+            signature,
+            reads_data: contains_op(f, "memref.load"),
         }));
     }
     let (funcs_text, sites) = rw.finish();
@@ -195,5 +218,6 @@ pub(super) fn rewrite(k: &Kernel, module: &Module<'_>) -> Result<Program> {
         kernel_args,
         windows,
         scratch,
+        prefetch,
     })
 }

@@ -46,6 +46,13 @@ impl Ty {
     }
 }
 
+/// A rewritten function's argument and result types.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Signature {
+    pub args: Vec<Ty>,
+    pub results: Vec<Ty>,
+}
+
 /// A value of the rewritten module: its SSA name and type.
 #[derive(Clone, Debug)]
 pub(super) struct Val {
@@ -79,6 +86,13 @@ pub(super) enum SiteKind {
     Store {
         sizes: Vec<usize>,
         shape: Vec<usize>,
+    },
+    /// A `memref.load` / `memref.store` of one element (an SMEM ref) outside its ref, in the kernel or
+    /// (`index_map`) in an index map reading a scalar-prefetch operand; the indices are reported.
+    Element {
+        store: bool,
+        shape: Vec<usize>,
+        index_map: bool,
     },
     /// `tpu.assume_multiple` on a value that is not a multiple (the value is reported).
     AssumeMultiple(i64),
@@ -140,6 +154,8 @@ pub(super) struct Rewriter<'f> {
     pub err: String,
     /// Kernel ref arguments (value key → argument number after the grid indices).
     pub refs: HashMap<usize, usize>,
+    /// Whether the function being written is an index map.
+    pub index_map: bool,
     pub files: &'f Files,
 }
 
@@ -157,6 +173,7 @@ impl<'f> Rewriter<'f> {
             sites: Vec::new(),
             err: "%err".into(),
             refs: HashMap::new(),
+            index_map: false,
             files,
         }
     }
@@ -563,8 +580,8 @@ impl<'f> Rewriter<'f> {
     }
 
     /// Rewrite a `func.func` as `@new_name`, taking the error buffer as a last argument. Returns the
-    /// mapped argument types.
-    pub fn function(&mut self, f: OperationRef<'_, '_>, new_name: &str) -> Result<Vec<Ty>> {
+    /// mapped argument and result types.
+    pub fn function(&mut self, f: OperationRef<'_, '_>, new_name: &str) -> Result<Signature> {
         let region = f
             .region(0)
             .map_err(|e| kerr!(Lowering, "mosaic_cpu: func.func without a body: {e}"))?;
@@ -594,7 +611,6 @@ impl<'f> Rewriter<'f> {
                 fty.result(i)
                     .map_err(|e| kerr!(Lowering, "mosaic_cpu: result {i}: {e}"))
                     .and_then(map_type)
-                    .map(|t| t.text())
             })
             .collect::<Result<Vec<_>>>()?;
         self.err = "%err".into();
@@ -602,11 +618,11 @@ impl<'f> Rewriter<'f> {
         self.open(format!(
             "func.func @{new_name}({}) -> ({}) {{",
             args.join(", "),
-            results.join(", ")
+            results.iter().map(Ty::text).collect::<Vec<_>>().join(", ")
         ));
         self.block(block)?;
         self.close("}");
-        Ok(tys)
+        Ok(Signature { args: tys, results })
     }
 }
 

@@ -28,6 +28,9 @@ const TABLE: &[(&str, Rule)] = &[
     ("vector.shape_cast", shape_cast),
     ("vector.multi_reduction", multi_reduction),
     ("vector.extract_strided_slice", extract_strided_slice),
+    // One element of a ref (SMEM): bounds-checked scalar loads and stores.
+    ("memref.load", super::memref::load),
+    ("memref.store", super::memref::store),
     // Constants: scalars kept, vector splats become filled buffers.
     ("arith.constant", constant),
     // Structure: kept (types mapped, regions rewritten); `scf.for` checks its step first.
@@ -202,7 +205,7 @@ fn constant(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
 
 /// `i1`: every window start of `starts` within `shape`; the window covers `sizes` (the trailing dims)
 /// with `strides` between its elements; leading dims are single indices.
-fn window_in_bounds(
+pub(super) fn window_in_bounds(
     rw: &mut Rewriter<'_>,
     starts: &[Val],
     shape: &[usize],

@@ -1,8 +1,10 @@
 //! Driving the compiled module over the grid with the interpreter's block schedule
 //! (`interpret::grid::walk_grid`): each operand has one block buffer, the kernel function's ref
 //! argument; input blocks are copied in (edge blocks padded with zeros), output blocks start zeroed and
-//! are copied back clipped to the array, scratch persists across steps. Index maps are the module's
-//! own `transform_k` functions, run through the JIT.
+//! are copied back clipped to the array, scratch (VMEM and SMEM) persists across steps. Scalar-prefetch
+//! operands are copied once into their buffers, the first refs of the kernel function and of every
+//! index map. Index maps are the module's own `transform_k` functions, run through the JIT; the blocks
+//! of those that read scalar-prefetch data are checked at every step, as the interpreter checks them.
 
 use super::jit::{reset_arena, Jit, Packed};
 use super::program::{Program, KERNEL_FN};
@@ -22,10 +24,19 @@ pub struct Compiled {
     program: Program,
     /// Entry points into `_jit`'s code (valid while it lives).
     kernel_fn: Packed,
-    /// Per operand: its index-map function and how many block indices it returns.
-    transforms: Vec<Option<(Packed, usize)>>,
+    /// Per operand: its index-map function.
+    transforms: Vec<Option<Transform>>,
     _jit: Jit,
     compile_time: Duration,
+}
+
+/// A compiled index map.
+struct Transform {
+    f: Packed,
+    /// How many block indices it returns.
+    results: usize,
+    /// Whether it reads scalar-prefetch data (its blocks are checked when it runs).
+    reads_data: bool,
 }
 
 impl std::fmt::Debug for Compiled {
@@ -70,30 +81,46 @@ impl Compiled {
                 program.scratch
             )));
         }
-        let n_windows = k.operands.len() - n_scratch;
+        let np = k.scalar_prefetch;
+        if program.prefetch != np || k.prefetch().any(|o| o.block.is_some()) {
+            return Err(mismatch(format!(
+                "scalar_prefetch {}, {np} scalar-prefetch operands",
+                program.prefetch
+            )));
+        }
+        let n_windows = k.operands.len().saturating_sub(n_scratch + np);
         if program.windows.len() != n_windows {
             return Err(mismatch(format!(
                 "{} window_params for {n_windows} inputs and outputs",
                 program.windows.len()
             )));
         }
-        for (o, w) in k.operands.iter().zip(&program.windows) {
+        // The buffers the driver passes: one per operand, of exactly its block (ref) shape and
+        // element type; the scalar-prefetch ones (whole arrays) to the index maps too.
+        let buffer = |o: &crate::ir::Operand| Ty::Mem {
+            shape: o.ref_shape(),
+            elem: o.dtype.mlir().into(),
+        };
+        let i32s = |n: usize| vec![Ty::Scalar("i32".into()); n];
+        let mut map_args = i32s(k.grid.len());
+        map_args.extend(k.prefetch().map(buffer));
+        for (o, w) in k.operands.iter().skip(np).zip(&program.windows) {
             let ok = match (&o.block, w) {
                 (None, None) => true,
-                (Some(b), Some(w)) => w.bounds == b.block_shape && w.results == o.shape.len(),
+                (Some(b), Some(w)) => {
+                    w.bounds == b.block_shape
+                        && w.signature.args == map_args
+                        && w.signature.results == i32s(o.shape.len())
+                }
                 _ => false,
             };
             if !ok {
                 return Err(mismatch(format!("the window of {}", o.label())));
             }
         }
-        // The kernel function's arguments: one i32 per grid axis, then one buffer per operand of
-        // exactly its block (ref) shape and element type — the buffers the driver passes.
-        let mut want: Vec<Ty> = vec![Ty::Scalar("i32".into()); k.grid.len()];
-        want.extend(k.operands.iter().map(|o| Ty::Mem {
-            shape: o.ref_shape(),
-            elem: o.dtype.mlir().into(),
-        }));
+        // The kernel function's arguments: one i32 per grid axis, then one buffer per operand.
+        let mut want = i32s(k.grid.len());
+        want.extend(k.operands.iter().map(buffer));
         if program.kernel_args != want {
             return Err(mismatch(format!(
                 "arguments {:?}, expected {want:?}",
@@ -104,8 +131,16 @@ impl Compiled {
         let kernel_fn = jit.packed(KERNEL_FN)?;
         let mut transforms = Vec::new();
         for i in 0..k.operands.len() {
-            transforms.push(match program.windows.get(i).and_then(|w| w.as_ref()) {
-                Some(w) => Some((jit.packed(&w.func)?, w.results)),
+            let window = i
+                .checked_sub(np)
+                .and_then(|w| program.windows.get(w))
+                .and_then(|w| w.as_ref());
+            transforms.push(match window {
+                Some(w) => Some(Transform {
+                    f: jit.packed(&w.func)?,
+                    results: w.signature.results.len(),
+                    reads_data: w.reads_data,
+                }),
                 None => None,
             });
         }
@@ -199,6 +234,41 @@ impl Compiled {
                 match label {
                     Some(l) => e.for_argument(l),
                     None => e,
+                }
+            }
+            SiteKind::Element {
+                store,
+                shape,
+                index_map,
+            } => {
+                // The interpreter's messages (an element is a window of size 1 in every dimension).
+                let idx = &detail[..shape.len().min(detail.len())];
+                let (d, i) = idx
+                    .iter()
+                    .zip(shape)
+                    .enumerate()
+                    .find(|(_, (i, n))| **i < 0 || **i as usize >= **n)
+                    .map(|(d, (i, _))| (d, *i))
+                    .unwrap_or((0, idx.first().copied().unwrap_or(0)));
+                if *index_map {
+                    // The schedule names the operand whose index map this is.
+                    kerr!(
+                        OutOfBounds,
+                        "the index map reads element {idx:?} of scalar-prefetch operand {} (shape {shape:?}): index {i} is out of bounds along dimension {d}",
+                        site.operand.unwrap_or(0)
+                    )
+                } else {
+                    let what = if *store { "store into" } else { "load from" };
+                    let e = kerr!(
+                        OutOfBounds,
+                        "out-of-bounds {what} {}: window {i}..{} along dimension {d} of the ref shape {shape:?}",
+                        label.as_deref().unwrap_or("a ref"),
+                        i + 1
+                    );
+                    match label {
+                        Some(l) => e.for_argument(l),
+                        None => e,
+                    }
                 }
             }
             SiteKind::AssumeMultiple(m) => kerr!(
@@ -345,6 +415,26 @@ struct Steps<'c> {
 }
 
 impl Steps<'_> {
+    /// A block picked by scalar-prefetch data must exist (`build()` checked every other index map):
+    /// the interpreter's check and message.
+    fn check_data_block(&self, i: usize, point: &[i64], idx: &[i64]) -> Result<()> {
+        let o = &self.c.kernel.operands[i];
+        let block = self.block_shape(i)?;
+        for (d, (&b, (&n, &bs))) in idx.iter().zip(o.shape.iter().zip(block)).enumerate() {
+            if b < 0 || b as usize >= n.div_ceil(bs) {
+                return Err(kerr!(
+                    OutOfBounds,
+                    "at grid point {point:?} the index map of {} returns block {idx:?} (from scalar-prefetch data), but dimension {d} has only {} blocks of {bs} (array {:?})",
+                    o.label(),
+                    n.div_ceil(bs),
+                    o.shape
+                )
+                .at(o.loc));
+            }
+        }
+        Ok(())
+    }
+
     fn block_shape(&self, i: usize) -> Result<&[usize]> {
         self.c.kernel.operands[i]
             .block
@@ -356,30 +446,47 @@ impl Steps<'_> {
 
 impl BlockEngine for Steps<'_> {
     fn block_index(&mut self, i: usize, point: &[i64], idx: &mut Vec<i64>) -> Result<()> {
-        let Some(Some((f, n))) = self.c.transforms.get(i) else {
+        let Some(Some(t)) = self.c.transforms.get(i) else {
             return Err(kerr!(Lowering, "mosaic_cpu: operand {i} has no index map"));
         };
+        let n = t.results;
         let mut grid: Vec<i32> = point.iter().map(|p| *p as i32).collect();
+        let mut prefetch: Vec<*mut u8> = self.blocks[..self.c.kernel.scalar_prefetch]
+            .iter_mut()
+            .map(|b| b.words.as_mut_ptr() as *mut u8)
+            .collect();
         let mut err = [0i64; ERR_SLOTS];
         let mut err_ptr = err.as_mut_ptr();
-        let mut out = vec![0i32; (*n).max(1)];
+        let mut out = vec![0i32; n.max(1)];
         let mut args: Vec<*mut c_void> = grid
             .iter_mut()
             .map(|g| g as *mut i32 as *mut c_void)
             .collect();
+        args.extend(
+            prefetch
+                .iter_mut()
+                .map(|p| p as *mut *mut u8 as *mut c_void),
+        );
         args.push(&mut err_ptr as *mut *mut i64 as *mut c_void);
-        if *n > 0 {
+        if n > 0 {
             args.push(out.as_mut_ptr() as *mut c_void);
         }
-        // SAFETY: `f` is the packed entry of `(i32 × grid, memref<8xi64>) -> (i32 × n)` with bare-pointer
-        // memrefs: one pointer per i32 argument, one to the error buffer's pointer, then one to room for
-        // the result (n consecutive i32s — an LLVM struct of i32s has that layout). All outlive the call.
-        unsafe { f(args.as_mut_ptr()) };
+        // SAFETY: `f` is the packed entry of `(i32 × grid, memref × prefetch, memref<8xi64>) ->
+        // (i32 × n)` with bare-pointer memrefs: one pointer per i32 argument, one per scalar-prefetch
+        // buffer's pointer (`Compiled::new` checked each memref argument has exactly that operand's
+        // shape and element type, the size of its buffer; the code bounds-checks every element it
+        // reads), one to the error buffer's pointer, then one to room for the result (n consecutive
+        // i32s — `Compiled::new` checked the results are n i32s, and an LLVM struct of i32s has that
+        // layout). All outlive the call.
+        unsafe { (t.f)(args.as_mut_ptr()) };
         if err[0] != 0 {
             return Err(self.c.site_error(&err));
         }
         idx.clear();
-        idx.extend(out[..*n].iter().map(|x| *x as i64));
+        idx.extend(out[..n].iter().map(|x| *x as i64));
+        if t.reads_data {
+            self.check_data_block(i, point, idx)?;
+        }
         Ok(())
     }
 
