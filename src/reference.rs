@@ -107,6 +107,7 @@ pub fn expected(
         "add_kernel" => add(inputs).map(|o| (o, Tolerance::EXACT)),
         "gather_kernel" => gather(inputs, 8).map(|o| (o, Tolerance::EXACT)),
         "dma_double_kernel" => scale(inputs, 2.0).map(|o| (o, Tolerance::EXACT)),
+        "inplace_scale_kernel" => scale(inputs, 3.0).map(|o| (o, Tolerance::EXACT)),
         "matmul_kernel" => matmul(inputs).map(|o| (o, Tolerance::BF16)),
         "softmax_kernel" => softmax(inputs).map(|o| (o, Tolerance::F32)),
         "rmsnorm_kernel" => rmsnorm(inputs, 1e-6).map(|o| (o, Tolerance::BF16)),

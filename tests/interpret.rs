@@ -20,6 +20,9 @@ mod fori_rowsum;
 #[path = "../examples/gather_prefetch.rs"]
 #[allow(dead_code)]
 mod gather_prefetch;
+#[path = "../examples/inplace_scale.rs"]
+#[allow(dead_code)]
+mod inplace_scale;
 #[path = "../examples/matmul.rs"]
 #[allow(dead_code)]
 mod matmul;
@@ -47,8 +50,9 @@ use tpu_kernel::ErrorKind;
 
 type Build = fn() -> Result<PallasCall, KernelError>;
 
-const EXAMPLES: [(&str, Build); 11] = [
+const EXAMPLES: [(&str, Build); 12] = [
     ("add", add::build),
+    ("inplace_scale", inplace_scale::build),
     ("dma_double", dma_double::build),
     ("gather_prefetch", gather_prefetch::build),
     ("causal_mask", causal_mask::build),

@@ -247,7 +247,8 @@ parity_tests!(
     transpose,
     colsum,
     gather_prefetch,
-    dma_double
+    dma_double,
+    inplace_scale
 );
 
 #[test]

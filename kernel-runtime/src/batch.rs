@@ -88,7 +88,10 @@ impl PallasCall {
         }
         check::grid(&k.grid)?;
         for op in &k.operands {
-            check::operand(op, &k.grid).map_err(|e| e.for_argument(op.label()).at(op.loc))?;
+            let aliased = op.role == crate::ir::OperandRole::Output
+                && k.aliases.iter().any(|a| a.1 == op.index);
+            check::operand(op, &k.grid, aliased)
+                .map_err(|e| e.for_argument(op.label()).at(op.loc))?;
         }
         check::kernel(&k)?;
         Ok(PallasCall { kernel: k })

@@ -37,8 +37,9 @@ pub fn grid(grid: &[usize]) -> Result<()> {
     Ok(())
 }
 
-/// Shape, tiling and dtype rules for one operand.
-pub fn operand(op: &Operand, grid: &[usize]) -> Result<()> {
+/// Shape, tiling and dtype rules for one operand; `aliased`: an output aliased to an input (blocks it
+/// never writes keep the input's contents, so it need not cover the array).
+pub fn operand(op: &Operand, grid: &[usize], aliased: bool) -> Result<()> {
     if let MemSpace::Sem(_) = op.space {
         return Ok(()); // one semaphore (rank 0) or an array of them
     }
@@ -104,12 +105,12 @@ pub fn operand(op: &Operand, grid: &[usize]) -> Result<()> {
             ));
         }
     }
-    check_index_map(op, grid)
+    check_index_map(op, grid, aliased)
 }
 
 /// Evaluate the index map on every grid point (or a sample of a huge grid): block indices in bounds,
 /// and every block of an output written.
-fn check_index_map(op: &Operand, grid: &[usize]) -> Result<()> {
+fn check_index_map(op: &Operand, grid: &[usize], aliased: bool) -> Result<()> {
     let Some(block) = &op.block else {
         return Ok(());
     };
@@ -131,7 +132,9 @@ fn check_index_map(op: &Operand, grid: &[usize]) -> Result<()> {
         .iter()
         .try_fold(1u64, |a, &n| a.checked_mul(n as u64));
     let tracked = match n_blocks {
-        Some(n) if op.role == OperandRole::Output && n <= MAX_TRACKED_BLOCKS => n as usize,
+        Some(n) if op.role == OperandRole::Output && !aliased && n <= MAX_TRACKED_BLOCKS => {
+            n as usize
+        }
         _ => 0,
     };
     let mut covered = vec![false; tracked];
@@ -364,6 +367,54 @@ fn kind_name(k: ParamKind, d: DType, space: MemSpace) -> String {
         MemSpace::Sem(crate::ir::SemKind::Dma) => "DmaSem".to_string(),
         MemSpace::Sem(crate::ir::SemKind::Regular) => "Sem".to_string(),
     }
+}
+
+/// `input_output_aliases`: each pair names an existing input and output of one shape and dtype, and
+/// no output is aliased twice.
+pub fn aliases(pairs: &[(usize, usize)], operands: &[Operand]) -> Result<()> {
+    let inputs: Vec<&Operand> = operands
+        .iter()
+        .filter(|o| o.role == OperandRole::Input)
+        .collect();
+    let outputs: Vec<&Operand> = operands
+        .iter()
+        .filter(|o| o.role == OperandRole::Output)
+        .collect();
+    let mut seen: Vec<usize> = Vec::new();
+    for &(i, o) in pairs {
+        let (Some(inp), Some(out)) = (inputs.get(i), outputs.get(o)) else {
+            return Err(kerr!(
+                Signature,
+                "input_output_aliases ({i}, {o}): the call has {} inputs and {} outputs",
+                inputs.len(),
+                outputs.len()
+            ));
+        };
+        if inp.shape != out.shape || inp.dtype != out.dtype {
+            return Err(kerr!(
+                Signature,
+                "input {i} ({:?} {}) cannot alias output {o} ({:?} {}): shape and dtype must match",
+                inp.shape,
+                inp.dtype,
+                out.shape,
+                out.dtype
+            ));
+        }
+        if inp.space == MemSpace::Smem && inp.block.is_none() {
+            return Err(kerr!(
+                Signature,
+                "input {i} is a scalar-prefetch operand; it cannot alias an output"
+            ));
+        }
+        if seen.contains(&o) || pairs.iter().filter(|p| p.0 == i).count() > 1 {
+            return Err(kerr!(
+                Signature,
+                "input_output_aliases pairs each input and each output at most once; ({i}, {o}) repeats one"
+            ));
+        }
+        seen.push(o);
+    }
+    Ok(())
 }
 
 /// Checks that need the traced body.

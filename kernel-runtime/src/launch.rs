@@ -359,6 +359,7 @@ pub fn pallas_call<'a, Args, K: KernelFn<Args> + 'a>(kernel: K) -> PallasCallBui
         semantics: None,
         vmem_limit_bytes: None,
         cost_estimate: None,
+        aliases: None,
         loc: SourceLoc::caller(),
         _args: std::marker::PhantomData,
     }
@@ -384,6 +385,7 @@ pub struct PallasCallBuilder<'a, K, Args> {
     semantics: Option<(Vec<DimensionSemantics>, SourceLoc)>,
     vmem_limit_bytes: Option<u64>,
     cost_estimate: Option<CostEstimate>,
+    aliases: Option<(Vec<(usize, usize)>, SourceLoc)>,
     loc: SourceLoc,
     _args: std::marker::PhantomData<fn(Args)>,
 }
@@ -471,6 +473,15 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
     /// The scoped VMEM limit for this kernel (`vmem_limit_bytes`).
     pub fn vmem_limit_bytes(mut self, bytes: u64) -> Self {
         self.vmem_limit_bytes = Some(bytes);
+        self
+    }
+    /// Outputs that reuse an input's buffer (`input_output_aliases={input: output}`), as `(input,
+    /// output)` indices among the call's inputs (scalar-prefetch operands first) and outputs: the
+    /// output starts as that input's contents, blocks the kernel does not write keep them, and XLA
+    /// can update the array in place (with a donated input, no copy).
+    #[track_caller]
+    pub fn input_output_aliases(mut self, pairs: impl AsRef<[(usize, usize)]>) -> Self {
+        self.aliases = Some((pairs.as_ref().to_vec(), SourceLoc::caller()));
         self
     }
     /// A cost estimate passed to XLA's scheduler.
@@ -561,8 +572,14 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
             });
             *index += 1;
         }
+        let aliased_outputs: Vec<usize> = match &self.aliases {
+            Some((pairs, _)) => pairs.iter().map(|p| p.1).collect(),
+            None => Vec::new(),
+        };
         for op in &operands {
-            check::operand(op, &grid).map_err(|e| e.for_argument(op.label()).at(op.loc))?;
+            let aliased = op.role == OperandRole::Output && aliased_outputs.contains(&op.index);
+            check::operand(op, &grid, aliased)
+                .map_err(|e| e.for_argument(op.label()).at(op.loc))?;
         }
 
         // Kernel parameters must line up with the operands.
@@ -579,6 +596,13 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
         self.kernel.call(&vals[grid.len()..]);
         let body = trace::finish(&self.name, vec![], self.loc)?;
 
+        let aliases = match &self.aliases {
+            Some((pairs, at)) => {
+                check::aliases(pairs, &operands).map_err(|e| e.at(*at))?;
+                pairs.clone()
+            }
+            None => Vec::new(),
+        };
         let loc = self.loc;
         let mut kernel = Kernel {
             name: self.name,
@@ -586,6 +610,7 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
             dimension_semantics: semantics,
             operands,
             scalar_prefetch: prefetch.len(),
+            aliases,
             body,
             vmem_limit_bytes: self.vmem_limit_bytes,
             cost_estimate: self.cost_estimate,

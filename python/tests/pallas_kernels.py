@@ -256,6 +256,19 @@ def dma_double(x, bm=128):
         compiler_params=_params("parallel"), name="dma_double_kernel")(x)
 
 
+# -- inplace_scale: the output aliases the input
+def _inplace_scale_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 3.0
+
+
+def inplace_scale(x, bm=128):
+    m, n = x.shape
+    spec = pl.BlockSpec((bm, n), lambda i: (i, 0))
+    return pl.pallas_call(_inplace_scale_kernel, out_shape=S(x.shape, x.dtype), grid=(m // bm,),
+                          in_specs=[spec], out_specs=spec, input_output_aliases={0: 0},
+                          compiler_params=_params("parallel"), name="inplace_scale_kernel")(x)
+
+
 KERNELS = {
     "add": (add, [S((1024, 1024), f32), S((1024, 1024), f32)]),
     "matmul": (matmul, [S((512, 512), bf16), S((512, 512), bf16)]),
@@ -269,6 +282,7 @@ KERNELS = {
     "activations": (activations, [S((256, 512), f32), S((256, 512), f32), S((256, 512), i32)]),
     "gather_prefetch": (gather_prefetch, [S((4,), i32), S((64, 256), f32)]),
     "dma_double": (dma_double, [S((512, 128), f32)]),
+    "inplace_scale": (inplace_scale, [S((256, 256), f32)]),
 }
 
 
@@ -316,4 +330,5 @@ REFERENCES = {
     "activations": _activations_math,
     "gather_prefetch": lambda idx, x: (x.reshape(-1, 8, x.shape[1])[idx] * 2.0).reshape(-1, x.shape[1]),
     "dma_double": lambda x: x * 2.0,
+    "inplace_scale": lambda x: x * 3.0,
 }

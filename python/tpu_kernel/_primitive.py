@@ -73,9 +73,15 @@ def _kernel_location(ctx, kernel_name: str) -> ir.Location:
                                          ctx.traceback)
 
 
+def _aliases(answer) -> dict[int, int] | None:
+    """The kernel's `input_output_aliases` as XLA's operand -> result map (None when there are none)."""
+    pairs = answer.get("input_output_aliases") or []
+    return {int(i): int(o) for i, o in pairs} or None
+
+
 def _cpu_lowering(ctx, *operands, library, kernel, params, batch):
     answer = library.request("build", kernel, ctx.avals_in, params, batch)
-    rule = jax.ffi.ffi_lowering(library.ffi_target)
+    rule = jax.ffi.ffi_lowering(library.ffi_target, operand_output_aliases=_aliases(answer))
     with _kernel_location(ctx, answer["kernel_name"]):
         return rule(ctx, *operands, request=answer["ffi_request"])
 
@@ -123,6 +129,7 @@ def _custom_call(operands, result_types, ctx, answer):
         has_side_effect=False,
         operand_layouts=_row_major(ctx.avals_in),
         result_layouts=_row_major(ctx.avals_out),
+        operand_output_aliases=_aliases(answer),
         extra_attributes={"kernel_name": ir.StringAttr.get(answer["kernel_name"])},
     )
 

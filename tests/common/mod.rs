@@ -15,6 +15,8 @@ pub mod dma_double;
 pub mod fori_rowsum;
 #[path = "../../examples/gather_prefetch.rs"]
 pub mod gather_prefetch;
+#[path = "../../examples/inplace_scale.rs"]
+pub mod inplace_scale;
 #[path = "../../examples/matmul.rs"]
 pub mod matmul;
 #[path = "../../examples/ops_tour.rs"]
@@ -48,6 +50,7 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("activations", activations::build),
     ("gather_prefetch", gather_prefetch::build),
     ("dma_double", dma_double::build),
+    ("inplace_scale", inplace_scale::build),
 ];
 
 /// The Mosaic text of an example (built, lowered, verified by melior).

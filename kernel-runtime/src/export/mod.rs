@@ -369,6 +369,7 @@ impl Library {
                 "kernel_name": built.call.kernel.name,
                 "params": built.params.to_json(),
                 "ffi_request": built.ffi_request,
+                "input_output_aliases": built.call.kernel.aliases,
                 "cost_estimate": built.call.kernel.cost_estimate.map(|c| json!({
                     "flops": c.flops,
                     "transcendentals": c.transcendentals,

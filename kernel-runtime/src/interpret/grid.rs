@@ -70,6 +70,7 @@ fn target_of(data: &mut HostData) -> Target {
 }
 
 /// One input array as the grid runner reads it.
+#[derive(Clone)]
 pub(crate) struct Input {
     shape: Vec<usize>,
     dtype: DType,
@@ -190,6 +191,36 @@ pub(crate) fn run_into(
     execute(k, &inputs, &targets, opts)
 }
 
+/// `input_output_aliases`: copy each aliased input into its output (which the kernel then updates in
+/// place) and return the inputs to read. An input is read as it was before the call: when it is the
+/// output's own buffer (XLA aliased them), a private copy is read instead.
+fn start_aliased_outputs(k: &Kernel, inputs: &[Input], targets: &[Target]) -> Result<Vec<Input>> {
+    let mut owned = inputs.to_vec();
+    for &(i, o) in &k.aliases {
+        let (Some(inp), Some(t)) = (owned.get_mut(i), targets.get(o)) else {
+            return Err(internal("input_output_aliases out of range"));
+        };
+        let n: usize = inp.shape.iter().product();
+        if inp.dtype != t.dtype || n > t.len {
+            return Err(internal("aliased input and output differ"));
+        }
+        super::elementwise::with_dtype!(inp.dtype, T => {
+            let src = inp.buf.slice::<T>().ok_or_else(|| internal("aliased input buffer"))?;
+            let src = &src[..n];
+            if std::ptr::eq(src.as_ptr().cast::<u8>(), t.ptr.cast_const()) {
+                // One buffer for both: read a snapshot, write the buffer.
+                inp.buf = Buf::host(T::wrap(src.to_vec()));
+            } else {
+                // SAFETY: `t` addresses `t.len >= n` elements of `T` owned by this run's output,
+                // which does not overlap the input (distinct allocations, or the same start
+                // handled above: XLA aliases whole buffers).
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), t.ptr as *mut T, n) };
+            }
+        });
+    }
+    Ok(owned)
+}
+
 /// Bytes of one host element of `dtype` (bool is one byte on the host, like XLA's PRED).
 fn host_size(dtype: DType) -> usize {
     super::elementwise::with_dtype!(dtype, T => std::mem::size_of::<T>())
@@ -256,6 +287,14 @@ fn execute(
         None
     };
     let k = coalesced.as_ref().unwrap_or(k);
+    let aliased_inputs;
+    let inputs = match k.aliases.is_empty() {
+        true => inputs,
+        false => {
+            aliased_inputs = start_aliased_outputs(k, inputs, targets)?;
+            &aliased_inputs[..]
+        }
+    };
     let blocks: Vec<usize> = k.outputs().map(block_count).collect();
     let sinks: Vec<Sink> = targets
         .iter()
@@ -267,6 +306,14 @@ fn execute(
             written: (0..*b).map(|_| AtomicBool::new(false)).collect(),
         })
         .collect();
+    // An aliased output already holds its input: blocks the kernel never writes keep it.
+    for &(_, o) in &k.aliases {
+        if let Some(s) = sinks.get(o) {
+            s.written
+                .iter()
+                .for_each(|w| w.store(true, Ordering::Relaxed));
+        }
+    }
     // Index maps read the scalar-prefetch operands (the first inputs) in place.
     let prefetch = inputs[..k.scalar_prefetch.min(inputs.len())]
         .iter()

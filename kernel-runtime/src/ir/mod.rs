@@ -406,6 +406,9 @@ pub struct Kernel {
     /// `PrefetchScalarGridSpec`): whole i32 arrays placed in SMEM before the grid runs, passed to the
     /// body and to every index map (after the grid indices).
     pub scalar_prefetch: usize,
+    /// `(input, output)` pairs whose buffers are one (`input_output_aliases`): the output starts as
+    /// the input's contents and the kernel updates it in place.
+    pub aliases: Vec<(usize, usize)>,
     pub body: Func,
     pub vmem_limit_bytes: Option<u64>,
     pub cost_estimate: Option<CostEstimate>,

@@ -117,13 +117,15 @@ pub struct CustomCall<'k> {
 }
 
 impl<'k> CustomCall<'k> {
+    /// The call with default options and the kernel's own `input_output_aliases`.
     pub fn new(kernel: &'k Kernel) -> Self {
-        CustomCall {
-            kernel,
-            options: CallOptions::default(),
-        }
+        Self::with_options(kernel, CallOptions::default())
     }
-    pub fn with_options(kernel: &'k Kernel, options: CallOptions) -> Self {
+    /// The call with `options`; the kernel's `input_output_aliases` apply when the options name none.
+    pub fn with_options(kernel: &'k Kernel, mut options: CallOptions) -> Self {
+        if options.input_output_aliases.is_empty() {
+            options.input_output_aliases = kernel.aliases.clone();
+        }
         CustomCall { kernel, options }
     }
     /// The body as MLIR bytecode (mosaic-serde form).
