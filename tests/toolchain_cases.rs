@@ -462,6 +462,13 @@ const CASES: &[Case] = &[
         expect: None,
     },
     Case {
+        name: "named_trace_regions",
+        what: "nested named_scope regions (tpu.trace_start / tpu.trace_stop) around a softmax",
+        ours: kernels::regions_call,
+        probe: None,
+        expect: None,
+    },
+    Case {
         name: "smem_scratch_counter",
         what: "an SMEM scratch cell written and read across grid steps (memref.store / memref.load)",
         ours: kernels::counter_call,

@@ -98,7 +98,10 @@ fn shape_kernel(x: Ref<f32>, o: RefMut<f32>, row: RefMut<f32>) {
 #[tpu_kernel]
 fn shift_kernel(x: Ref<i32>, n: Ref<i32>, u: Ref<u32>, o: RefMut<i32>, q: RefMut<u32>) {
     let (a, s, w) = (x.load(), n.load(), u.load());
-    o.store((a << s) + (a >> s) + (a << 3));
+    {
+        let _scope = named_scope("shifts");
+        o.store((a << s) + (a >> s) + (a << 3));
+    }
     q.store((w >> s.cast::<u32>()) + (w << 3));
 }
 

@@ -291,3 +291,32 @@ pub fn pipelined_call() -> Result<PallasCall, KernelError> {
         .dimension_semantics([Arbitrary])
         .build()
 }
+
+// ---------------------------------------------------------------------------------------------- regions
+
+/// Nested named trace regions around loads, math and a store.
+#[tpu_kernel]
+pub fn regions_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let _outer = named_scope("softmax");
+    let v = x.load();
+    let e = {
+        let _inner = named_scope("exp");
+        (v - v.max_keepdims(1)).exp()
+    };
+    o.store(e / e.sum_keepdims(1));
+}
+
+/// `regions_kernel` on two 8-row blocks.
+pub fn regions_call() -> Result<PallasCall, KernelError> {
+    pallas_call(regions_kernel)
+        .grid([2])
+        .input(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .output(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .build()
+}

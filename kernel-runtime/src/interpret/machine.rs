@@ -469,6 +469,8 @@ impl<'k> Machine<'k> {
                 self.store(op, window, *masked)?;
                 Ok(vec![])
             }
+            // Profiler markers: nothing to compute.
+            OpKind::TraceStart(_) | OpKind::TraceStop => Ok(vec![]),
             OpKind::RefView(w) => self.ref_view(op, w),
             OpKind::DmaStart => self.dma_start(op).map(|_| vec![]),
             OpKind::DmaWait => self.dma_wait(op).map(|_| vec![]),

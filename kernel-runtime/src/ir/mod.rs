@@ -197,6 +197,10 @@ pub enum OpKind {
     SemWait,
     /// A semaphore's value. Operands: semaphore. Result: i32.
     SemRead,
+    /// Start of a named trace region (`jax.named_scope` in a Pallas kernel): an XProf region on TPU.
+    TraceStart(String),
+    /// End of the innermost trace region.
+    TraceStop,
     /// Hint that an i32 scalar is a multiple of the given value.
     MultipleOf(u32),
     /// Operands: condition. Regions: then, else. Results: the yielded values.

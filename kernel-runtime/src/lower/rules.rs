@@ -51,6 +51,17 @@ pub(crate) fn lower_op(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> R
         OpKind::Load(w) => load(lw, block, op, w),
         OpKind::Store { window, masked } => store(lw, block, op, window, *masked),
         OpKind::RefView(w) => dma::ref_view(lw, block, op, w),
+        OpKind::TraceStart(name) => simple(
+            lw,
+            block,
+            op,
+            "tpu.trace_start",
+            &[
+                ("level", "10 : i32".into()),
+                ("message", format!("{name:?}")),
+            ],
+        ),
+        OpKind::TraceStop => simple(lw, block, op, "tpu.trace_stop", &[]),
         OpKind::DmaStart => dma::dma(lw, block, op, false),
         OpKind::DmaWait => dma::dma(lw, block, op, true),
         OpKind::SemSignal => dma::semaphore(lw, block, op, "tpu.sem_signal"),

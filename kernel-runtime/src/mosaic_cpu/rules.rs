@@ -22,6 +22,8 @@ const TABLE: &[(&str, Rule)] = &[
     ("tpu.transpose", transpose),
     ("tpu.assume_multiple", assume_multiple),
     ("tpu.logistic", logistic),
+    ("tpu.trace_start", profiler_marker),
+    ("tpu.trace_stop", profiler_marker),
     // n-D vector ops (upstream, but not lowered to LLVM for n-D vectors): loops over the buffers.
     ("vector.load", vector_load),
     ("vector.broadcast", broadcast),
@@ -678,6 +680,11 @@ fn logistic(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
         let r = scalar_op(rw, "arith.divf", &[v(&one), v(&d)], &f, "")?;
         Ok(narrow(rw, &r, &f, ty))
     })
+}
+
+/// `tpu.trace_start` / `tpu.trace_stop`: XProf region markers, nothing to compute.
+fn profiler_marker(_: &mut Rewriter<'_>, _: OperationRef<'_, '_>) -> Result<()> {
+    Ok(())
 }
 
 fn assume_multiple(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {

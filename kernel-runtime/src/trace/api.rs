@@ -304,3 +304,51 @@ pub mod unary {
     }
     crate::ir::for_each_unary!(free_unary);
 }
+
+/// Open a named trace region (`with jax.named_scope(name):` in a Pallas kernel) until the returned
+/// guard is dropped — at the end of the enclosing block: `let _scope = named_scope("softmax");`. On
+/// TPU it is a region of the kernel's XProf trace (`tpu.trace_start` / `tpu.trace_stop`); elsewhere it
+/// changes nothing. Regions nest. `name` is plain text: letters, digits and `_-./: `. (Bind the guard
+/// to a name: `let _ = ..` would close the region at once.)
+#[track_caller]
+#[must_use = "the region closes when this guard is dropped: bind it, `let _scope = named_scope(..);`"]
+pub fn named_scope(name: &str) -> NamedScope {
+    let loc = SourceLoc::caller();
+    with(loc, |t| {
+        let ok = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-./: ".contains(c));
+        if !ok {
+            return Err(kerr!(
+                Trace,
+                "trace region name {name:?}: use a non-empty name of letters, digits and `_-./: `"
+            ));
+        }
+        t.push(
+            OpKind::TraceStart(name.to_string()),
+            vec![],
+            vec![],
+            vec![],
+            loc,
+        );
+        Ok(())
+    });
+    NamedScope { loc }
+}
+
+/// An open trace region (see [`named_scope`]); dropping it closes the region.
+#[derive(Debug)]
+pub struct NamedScope {
+    loc: SourceLoc,
+}
+
+impl Drop for NamedScope {
+    fn drop(&mut self) {
+        let loc = self.loc;
+        with(loc, |t| {
+            t.push(OpKind::TraceStop, vec![], vec![], vec![], loc);
+            Ok(())
+        });
+    }
+}
