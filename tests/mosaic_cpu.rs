@@ -1260,6 +1260,29 @@ fn a_dropped_dma_wait_is_an_error() {
 }
 
 #[test]
+fn a_module_that_moves_an_hbm_input_into_vmem_is_refused() {
+    // Run as VMEM the input would be the same host buffer: the engine checks each ref's memory space
+    // against the kernel's operand instead of letting the change pass.
+    let call = common::dma_double::build().expect("build");
+    let inputs = reference::random_inputs(&call, 7);
+    let e = run_mutated(&call, &inputs, |m| {
+        let f = &mut m.funcs[0];
+        for t in [&mut f.inputs[1], &mut f.body.args[1].1] {
+            let MType::MemRef { space, .. } = t else {
+                panic!("the input is a ref")
+            };
+            *space = "#tpu.memory_space<vmem>";
+        }
+    })
+    .expect_err("refused");
+    assert_eq!(e.kind, ErrorKind::Lowering, "{e}");
+    assert!(
+        e.message.contains("input 0 is in Vmem, declared in Any"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_module_that_drops_its_scalar_prefetch_is_refused() {
     // The launch is read from the module: `scalar_prefetch = 0` would pass the table as a windowed
     // input. The engine checks the module against the kernel it was lowered from.

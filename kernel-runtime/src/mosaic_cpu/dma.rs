@@ -32,8 +32,8 @@ fn operand<'c, 'a>(op: OperationRef<'c, 'a>, i: usize) -> Result<Value<'c, 'a>> 
         .map_err(|_| bad(op, format!("expected an operand {i}")))
 }
 
-/// The operands of `op` split by its `operandSegmentSizes`, which must be `want` (the optional
-/// segments — remote devices, other cores — are not supported).
+/// The operands of `op`, whose `operandSegmentSizes` must be `want` (the optional segments — remote
+/// devices, other cores — are not supported).
 fn segments<'c, 'a>(
     op: OperationRef<'c, 'a>,
     want: &[i64],

@@ -109,7 +109,8 @@
 //! windows of one buffer on a 2-D semaphore array agree; a DMA wait nothing signals, a semaphore wait
 //! for more than it holds (across steps) and an out-of-bounds DMA window are the interpreter's error
 //! (kind, message, line); semaphores left at kernel end are `Race` errors in both; a mutated DMA source
-//! window (`tpu.memref_slice` start) disagrees and a dropped `tpu.wait_dma` is an error. At run time the engine
+//! window (`tpu.memref_slice` start) disagrees, a dropped `tpu.wait_dma` is an error, and a module
+//! that moves the ANY input into VMEM is refused. At run time the engine
 //! reports, as `KernelError`s at the op's Rust line: out-of-bounds loads and stores (kind
 //! `OutOfBounds`, the operand and window starts named, as the interpreter does), out-of-bounds DMA
 //! windows, deadlocked waits, semaphores left at kernel end, a broken `multiple_of` promise, a `for`
