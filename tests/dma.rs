@@ -6,7 +6,7 @@ use tpu_kernel::{ErrorKind, KernelError};
 
 #[path = "common/kernels.rs"]
 mod kernels;
-use kernels::pipelined_call;
+use kernels::{pipelined_call, semaphore_call, sync_call};
 
 fn marked_line(tag: &str) -> u32 {
     let marker = format!("// E:{tag}");
@@ -99,25 +99,9 @@ fn a_double_buffered_pipeline_gives_the_same_bits_under_every_completion_timing(
     );
 }
 
-/// Regular semaphores count: `o = x + (value read after signal(3) + value after wait(2))`.
-#[tpu_kernel]
-fn semaphore_kernel(x: Ref<f32>, o: RefMut<f32>, s: Sem) {
-    s.signal(3);
-    let a = s.read();
-    s.wait(2);
-    let b = s.read();
-    s.wait(1);
-    o.store(x.load() + (a * 10i32 + b).cast::<f32>());
-}
-
 #[test]
 fn semaphores_count_signals_and_waits() {
-    let call = pallas_call(semaphore_kernel)
-        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
-        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
-        .scratch(Sem::one())
-        .build()
-        .expect("build");
+    let call = semaphore_call().expect("build");
     let out = call.interpret(&[ramp([8, 128])]).expect("interpret");
     let x = ramp([8, 128]);
     for (g, v) in out[0]
@@ -139,22 +123,9 @@ fn semaphores_count_signals_and_waits() {
     }
 }
 
-/// `sync_copy` between two VMEM buffers, then a window of the copy.
-#[tpu_kernel]
-fn sync_kernel(x: Ref<f32>, o: RefMut<f32>, a: RefMut<f32>, sem: DmaSem) {
-    sync_copy(x, a, sem);
-    o.store(a.load() - 1.0);
-}
-
 #[test]
 fn sync_copy_copies_and_waits() {
-    let call = pallas_call(sync_kernel)
-        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
-        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
-        .scratch(Vmem::new([8, 128], F32))
-        .scratch(DmaSem::one())
-        .build()
-        .expect("build");
+    let call = sync_call().expect("build");
     let x = ramp([8, 128]);
     let out = call.interpret(std::slice::from_ref(&x)).expect("interpret");
     for (g, v) in out[0]
@@ -297,12 +268,7 @@ fn a_copy_in_flight_at_kernel_end_is_an_error_at_its_start() {
 
 #[test]
 fn a_semaphore_left_signalled_at_kernel_end_is_an_error() {
-    let call = pallas_call(semaphore_kernel)
-        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
-        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
-        .scratch(Sem::one())
-        .build()
-        .expect("build");
+    let call = semaphore_call().expect("build");
     // Balanced: fine (see above). One extra signal per run is not:
     let unbalanced = pallas_call(|x: Ref<f32>, o: RefMut<f32>, s: Sem| {
         s.signal(2);

@@ -104,22 +104,10 @@ fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
 
 // ---------------------------------------------------------------------------------------------- examples
 
-/// Examples using what the engine does not run yet, with the error it gives (the list shrinks to
-/// nothing: DMA and semaphores are next).
-const NOT_YET: &[(&str, &str)] = &[("dma_double", "semaphore_mem")];
-
 #[test]
 fn every_example_agrees_with_the_interpreter() {
     for (name, build) in common::EXAMPLES {
         let call = build().unwrap_or_else(|e| panic!("{name}: {e}"));
-        if let Some((_, what)) = NOT_YET.iter().find(|(n, _)| n == name) {
-            let e = mosaic_cpu::compile(call.ir()).map(|_| ()).unwrap_err();
-            assert!(
-                e.kind == tpu_kernel::ErrorKind::Unsupported && e.message.contains(what),
-                "{name}: {e}"
-            );
-            continue;
-        }
         agree_random(&call, 3);
     }
 }
@@ -663,6 +651,149 @@ fn out_of_bounds_smem_accesses_are_errors_at_the_same_line_in_both_engines() {
     }
 }
 
+// ---------------------------------------------------------------------------------------------- DMA and semaphores (dma.rs)
+
+/// Copies between windows: into a window of a buffer, then between overlapping windows of it (the
+/// source is read as it was before the copy), each counted on a semaphore of a 2-D array picked by the
+/// grid index.
+#[tpu_kernel]
+fn dma_windows_kernel(x: Ref<f32>, o: RefMut<f32>, a: RefMut<f32>, sems: DmaSem) {
+    let i = program_id(0);
+    a.store(0.0);
+    sync_copy(x, a.at(ds(0, 8)), sems.at((i % 2, 1)));
+    sync_copy(a.at(ds(0, 8)), a.at(ds(4, 8)), sems.at((1, i % 2)));
+    o.store(a.load());
+}
+
+#[test]
+fn dma_and_semaphore_kernels_agree() {
+    // A two-slot pipeline from HBM: copies started in one grid step, waited for in the next.
+    agree_random(&pipelined_call().expect("build"), 8);
+    // Regular semaphores: values read after signals and waits.
+    agree_random(&semaphore_call().expect("build"), 9);
+    // sync_copy between two VMEM refs.
+    agree_random(&sync_call().expect("build"), 10);
+    let windows = pallas_call(dma_windows_kernel)
+        .grid([2])
+        .input(at([16, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .output(at([32, 128], F32), BlockSpec::new([16, 128], |[i]| (i, 0)))
+        .scratch(Vmem::new([16, 128], F32))
+        .scratch(DmaSem::array([2, 2]))
+        .build()
+        .expect("build");
+    agree_random(&windows, 11);
+}
+
+#[tpu_kernel]
+fn dma_wait_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sems: DmaSem) {
+    let i = program_id(0);
+    let c = async_copy(x_hbm.at(ds(i * 8, 8)), buf, sems.at(i));
+    if i == 0 {
+        c.start();
+    }
+    c.wait(); // DEADLOCK-DMA
+    o.store(buf.load());
+}
+
+#[tpu_kernel]
+fn sem_wait_kernel(x: Ref<f32>, o: RefMut<f32>, s: Sem) {
+    s.signal(1);
+    if program_id(0) == 1 {
+        s.wait(3); // DEADLOCK-SEM
+    }
+    o.store(x.load());
+}
+
+#[tpu_kernel]
+fn slice_oob_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sem: DmaSem) {
+    sync_copy(x_hbm.at(ds(program_id(0) * 8, 8)), buf, sem); // OOB-SLICE
+    o.store(buf.load());
+}
+
+#[test]
+fn deadlocks_and_out_of_bounds_windows_are_the_same_errors_in_both_engines() {
+    let rows = |n: usize| HostArray::random([n, 128], F32, 5);
+    // Step 1 waits on semaphore 1, which no copy signals.
+    let call = pallas_call(dma_wait_kernel)
+        .grid([2])
+        .input_any(at([16, 128], F32))
+        .output(at([16, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .scratch(Vmem::new([8, 128], F32))
+        .scratch(DmaSem::array([2]))
+        .build()
+        .expect("build");
+    let dma_wait = (call, rows(16), "DEADLOCK-DMA", ErrorKind::Deadlock);
+    // Step 1 waits for 3 on a semaphore signalled once per step: it holds 2.
+    let call = pallas_call(sem_wait_kernel)
+        .grid([2])
+        .input(at([16, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .output(at([16, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .scratch(Sem::one())
+        .build()
+        .expect("build");
+    let sem_wait = (call, rows(16), "DEADLOCK-SEM", ErrorKind::Deadlock);
+    // Step 2 copies rows 16..24 of a 16-row array.
+    let call = pallas_call(slice_oob_kernel)
+        .grid([3])
+        .input_any(at([16, 128], F32))
+        .output(at([24, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+        .scratch(Vmem::new([8, 128], F32))
+        .scratch(DmaSem::one())
+        .build()
+        .expect("build");
+    let slice_oob = (call, rows(16), "OOB-SLICE", ErrorKind::OutOfBounds);
+    for (call, x, tag, kind) in [dma_wait, sem_wait, slice_oob] {
+        let [theirs, ours] = both_errors(&call, &[x]);
+        assert_eq!(ours.kind, kind, "{tag}: {ours}");
+        assert_eq!(
+            ours.location.map(|l| l.line),
+            Some(marked_line(tag)),
+            "{tag}: {ours}"
+        );
+        assert_eq!(ours.to_string(), theirs.to_string(), "{tag}");
+        println!("{tag}: {ours}");
+    }
+}
+
+#[test]
+fn semaphores_left_at_kernel_end_are_errors_in_both_engines() {
+    let x = HostArray::random([8, 128], F32, 5);
+    // A regular semaphore signalled more than waited for: the interpreter's error.
+    let unbalanced = pallas_call(|x: Ref<f32>, o: RefMut<f32>, s: Sem| {
+        s.signal(2);
+        s.wait(1);
+        o.store(x.load());
+    })
+    .name("unbalanced")
+    .input(at([8, 128], F32), BlockSpec::new([8, 128], |[]| (0, 0)))
+    .output(at([8, 128], F32), BlockSpec::new([8, 128], |[]| (0, 0)))
+    .scratch(Sem::one())
+    .build()
+    .expect("build");
+    let [theirs, ours] = both_errors(&unbalanced, std::slice::from_ref(&x));
+    assert_eq!(ours.kind, ErrorKind::Race, "{ours}");
+    assert_eq!(ours.to_string(), theirs.to_string());
+    // A copy never waited for: in flight for the interpreter, counted on its semaphore here.
+    let never_waited = pallas_call(|x: Ref<f32>, o: RefMut<f32>, a: RefMut<f32>, sem: DmaSem| {
+        async_copy(x, a, sem).start();
+        o.store(x.load());
+    })
+    .name("never_waited")
+    .input(at([8, 128], F32), BlockSpec::new([8, 128], |[]| (0, 0)))
+    .output(at([8, 128], F32), BlockSpec::new([8, 128], |[]| (0, 0)))
+    .scratch(Vmem::new([8, 128], F32))
+    .scratch(DmaSem::one())
+    .build()
+    .expect("build");
+    let [theirs, ours] = both_errors(&never_waited, &[x]);
+    assert_eq!((ours.kind, theirs.kind), (ErrorKind::Race, ErrorKind::Race));
+    assert!(
+        ours.message
+            .contains("DMA semaphore scratch 1 counts 1 copies never waited for"),
+        "{ours}"
+    );
+}
+
 /// The line of this file ending with `// <tag>`.
 fn marked_line(tag: &str) -> u32 {
     let at = include_str!("mosaic_cpu.rs")
@@ -714,13 +845,6 @@ fn every_lowering_rule_is_checked_by_execution() {
     use tpu_kernel::runtime::serialize::{body, MAX_VERSION};
     let mut text = String::new();
     for call in coverage_calls() {
-        // Not run yet (see `NOT_YET`): the engine must refuse it by name, not run it wrongly.
-        if call.name() == "dma_kernel" {
-            let e = mosaic_cpu::compile(call.ir()).map(|_| ()).unwrap_err();
-            assert!(e.message.contains("semaphore_mem"), "{e}");
-            text += &body::body_text(call.ir(), MAX_VERSION).expect("body text");
-            continue;
-        }
         agree_random(&call, 11);
         text += &body::body_text(call.ir(), MAX_VERSION).expect("body text");
     }
@@ -1067,6 +1191,23 @@ fn wrong_lowerings_make_the_engine_disagree() {
             },
         ),
         (
+            "the DMA's source window starts at row 0, not i·128 (dma_double)",
+            example("dma_double"),
+            |m| {
+                // The enqueue's `tpu.memref_slice %x[%i_times_128, %c0]` → `[%c0, %c0]` (the wait's
+                // slice, which names the same window, is left as it was).
+                let f = &mut m.funcs[0];
+                let at = f
+                    .body
+                    .ops
+                    .iter()
+                    .position(|op| op.name == "tpu.memref_slice")
+                    .expect("dma_double slices its input");
+                let zero = f.body.ops[at].operands[2];
+                f.body.ops[at].operands[1] = zero;
+            },
+        ),
+        (
             "output index map (j, i) → (i, j) (transpose)",
             example("transpose"),
             |m| {
@@ -1097,6 +1238,48 @@ fn wrong_lowerings_make_the_engine_disagree() {
         println!("{what:<72} max |error| [{}]", worst.join(", "));
         assert!(!ok, "{what}: mosaic_cpu did not notice the wrong lowering");
     }
+}
+
+#[test]
+fn a_dropped_dma_wait_is_an_error() {
+    // Copies complete at their start, so the data agree without the wait; the semaphore it would
+    // have taken from does not: a copy never waited for is an error at kernel end.
+    let call = pipelined_call().expect("build");
+    let inputs = reference::random_inputs(&call, 7);
+    let e = run_mutated(&call, &inputs, |m| {
+        let body = &mut m.funcs[0].body.ops;
+        let at = body
+            .iter()
+            .position(|op| op.name == "tpu.wait_dma")
+            .expect("a top-level wait");
+        body.remove(at);
+    })
+    .expect_err("a dropped wait fails");
+    assert_eq!(e.kind, ErrorKind::Race, "{e}");
+    assert!(e.message.contains("never waited for"), "{e}");
+}
+
+#[test]
+fn a_module_that_moves_an_hbm_input_into_vmem_is_refused() {
+    // Run as VMEM the input would be the same host buffer: the engine checks each ref's memory space
+    // against the kernel's operand instead of letting the change pass.
+    let call = common::dma_double::build().expect("build");
+    let inputs = reference::random_inputs(&call, 7);
+    let e = run_mutated(&call, &inputs, |m| {
+        let f = &mut m.funcs[0];
+        for t in [&mut f.inputs[1], &mut f.body.args[1].1] {
+            let MType::MemRef { space, .. } = t else {
+                panic!("the input is a ref")
+            };
+            *space = "#tpu.memory_space<vmem>";
+        }
+    })
+    .expect_err("refused");
+    assert_eq!(e.kind, ErrorKind::Lowering, "{e}");
+    assert!(
+        e.message.contains("input 0 is in Vmem, declared in Any"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -320,3 +320,52 @@ pub fn regions_call() -> Result<PallasCall, KernelError> {
         )
         .build()
 }
+
+/// Regular semaphores count: `o = x + (value read after signal(3) + value after wait(2))`.
+#[tpu_kernel]
+pub fn semaphore_kernel(x: Ref<f32>, o: RefMut<f32>, s: Sem) {
+    s.signal(3);
+    let a = s.read();
+    s.wait(2);
+    let b = s.read();
+    s.wait(1);
+    o.store(x.load() + (a * 10i32 + b).cast::<f32>());
+}
+
+/// `semaphore_kernel` on one 8×128 block with one semaphore.
+pub fn semaphore_call() -> Result<PallasCall, KernelError> {
+    pallas_call(semaphore_kernel)
+        .input(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[]| (0, 0)),
+        )
+        .scratch(Sem::one())
+        .build()
+}
+
+/// `sync_copy` between two VMEM buffers, then a window of the copy.
+#[tpu_kernel]
+pub fn sync_kernel(x: Ref<f32>, o: RefMut<f32>, a: RefMut<f32>, sem: DmaSem) {
+    sync_copy(x, a, sem);
+    o.store(a.load() - 1.0);
+}
+
+/// `sync_kernel` on one 8×128 block.
+pub fn sync_call() -> Result<PallasCall, KernelError> {
+    pallas_call(sync_kernel)
+        .input(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[]| (0, 0)),
+        )
+        .scratch(Vmem::new([8, 128], F32))
+        .scratch(DmaSem::one())
+        .build()
+}

@@ -19,8 +19,12 @@
 //! # The rewrite table (`rules.rs`)
 //! Vector values become flat row-major buffers (`memref<N x elem>`, from a per-step arena); refs become
 //! the same (the `#tpu.memory_space<vmem|smem|any>` is dropped — on the CPU every space is host
-//! memory — after checking the layout is the identity). Everything an op computes is read from the
-//! emitted op:
+//! memory — after checking the layout is the identity; each ref's space is checked against the
+//! kernel's operand), and a ref of semaphores (`semaphore_mem`, `!tpu.dma_semaphore` or
+//! `!tpu.semaphore`) a buffer of `i32` counters. A window of a ref (`tpu.memref_slice`,
+//! `tpu.memref_squeeze`) is no buffer: it is a view of its kernel ref's buffer — an offset and strides —
+//! that DMA and semaphore ops read and write through (`dma.rs`). Everything an op computes is read
+//! from the emitted op:
 //!
 //! | emitted op | becomes | read from the op |
 //! |---|---|---|
@@ -37,6 +41,11 @@
 //! | `tpu.transpose` | loop nest reading through the permutation | `permutation` |
 //! | `tpu.assume_multiple` | the operand, after checking the promise at run time | `multiple` |
 //! | `tpu.logistic` | `1 / (1 + e^-x)` per element, in f32, rounded once | — |
+//! | `tpu.memref_slice` | a view: the base's offset + Σ start·stride, the starts bounds-checked (out of bounds: an error, and the view placed at the base's origin) | `operandSegmentSizes` (base, i32 starts; dynamic sizes unsupported), the result type (sizes) |
+//! | `tpu.memref_squeeze` | the same view without size-1 dims | types |
+//! | `tpu.enqueue_dma` | loop nest copying the source view into the target view (through a temporary when both are in one buffer: the source is read as it was), then `+1` on the DMA semaphore | `operandSegmentSizes` (source, target, target semaphore; the remote and other-core segments unsupported), types |
+//! | `tpu.wait_dma` | `-1` on the DMA semaphore; at 0, a `Deadlock` error | `operandSegmentSizes` (as `enqueue_dma`); source and target must be windows of one shape |
+//! | `tpu.sem_signal`, `tpu.sem_wait`, `tpu.sem_read` | `+amount`; `-amount`, or a `Deadlock` error when the semaphore holds less; the value | `operandSegmentSizes` of `sem_signal` (no device or core) |
 //! | `scf.for` | kept (types mapped, regions rewritten) after checking the step is positive | — |
 //! | `scf.if`, `scf.while`, `scf.yield`, `scf.condition`, `func.return` | kept | — |
 //!
@@ -63,10 +72,24 @@
 //! (`interpret::grid`): blocks picked by the module's index maps, input blocks copied in when
 //! their index changes (zero-padded past the array's edge), output blocks written back clipped when it
 //! changes and at the end, fresh output blocks and scratch zeroed (the interpreter's unpoisoned fill).
+//! Whole-array (`pl.ANY`) inputs are copied once, before the grid, into buffers that only DMA reads.
 //! Scalar-prefetch operands are copied once, before the grid, into buffers every step's kernel call
 //! and every index-map call receives; SMEM scratch persists across steps like VMEM scratch. A block
 //! chosen by scalar-prefetch data (an index map with a `memref.load`) is checked at every step, as
 //! the interpreter checks it: out of range it is an `OutOfBounds` error with the interpreter's message.
+//!
+//! DMA is synchronous: `tpu.enqueue_dma` copies at once and counts one completed copy on its DMA
+//! semaphore; `tpu.wait_dma` takes one (its source and target only size the wait, as on the TPU —
+//! they are not the copy). The interpreter completes a copy at its wait or, seeded, anywhere between
+//! start and wait; for a kernel without races — which the interpreter checks: a destination read or a
+//! source or destination written while the copy is in flight — no completion point changes a result,
+//! so both engines agree. Semaphores are `i32` counters in scratch, zero at the start and persisting
+//! across grid steps; one core runs the grid in order, so a wait that cannot be satisfied now never
+//! will be: `tpu.wait_dma` on a DMA semaphore at 0 and `tpu.sem_wait` for more than the semaphore holds
+//! are `Deadlock` errors at the op's Rust line with the interpreter's messages, and a semaphore not
+//! back at zero when the grid ends is a `Race` error (the interpreter's message for a regular one; for
+//! a DMA semaphore, the copies never waited for — the interpreter reports the copy still in flight,
+//! at its start).
 //!
 //! # What is checked, where
 //! `tests/mosaic_cpu.rs`: every example, the op-coverage kernels of `bytecode.rs` (between them every
@@ -80,10 +103,18 @@
 //! whose `scalar_prefetch` was dropped is refused. Scalar prefetch and SMEM: tables read by index maps
 //! and bodies, prefetched loop bounds and SMEM scratch agree (`tests/common/kernels.rs`), and an
 //! out-of-range block from a table, a read past a table in an index map, and SMEM loads and stores
-//! out of bounds give the interpreter's error (kind, message, line, operand). At run time the engine
+//! out of bounds give the interpreter's error (kind, message, line, operand). DMA and semaphores:
+//! `dma_double`, the coverage `dma_kernel`, a two-slot HBM pipeline (copies started in one step,
+//! waited for in the next), regular semaphore counts, `sync_copy`, and copies between overlapping
+//! windows of one buffer on a 2-D semaphore array agree; a DMA wait nothing signals, a semaphore wait
+//! for more than it holds (across steps) and an out-of-bounds DMA window are the interpreter's error
+//! (kind, message, line); semaphores left at kernel end are `Race` errors in both; a mutated DMA source
+//! window (`tpu.memref_slice` start) disagrees, a dropped `tpu.wait_dma` is an error, and a module
+//! that moves the ANY input into VMEM is refused. At run time the engine
 //! reports, as `KernelError`s at the op's Rust line: out-of-bounds loads and stores (kind
-//! `OutOfBounds`, the operand and window starts named, as the interpreter does), a broken
-//! `multiple_of` promise, a `for` step ≤ 0.
+//! `OutOfBounds`, the operand and window starts named, as the interpreter does), out-of-bounds DMA
+//! windows, deadlocked waits, semaphores left at kernel end, a broken `multiple_of` promise, a `for`
+//! step ≤ 0.
 //!
 //! # The ulp budget
 //! Measured by `transcendentals_agree_within_their_ulp_budget` over exp's whole range (subnormal
@@ -103,14 +134,19 @@
 //! tolerance above. (The TPU's own `exp`/`rsqrt` are approximations with larger errors than either.)
 //!
 //! # Limits
-//! Supported: what the lowering emits today, scalar prefetch and SMEM refs included. Not supported (an
-//! `Unsupported` error): DMA and semaphore ops (so a `pl.ANY` ref, which only DMA reads, is passed but
-//! never read), semaphore refs, `tpu.matmul` batch dims, iota over several dims, non-splat vector
-//! constants. No poisoning: fresh memory is zero (compare with the interpreter's
+//! Supported: what the lowering emits today, scalar prefetch, SMEM refs, DMA and semaphores included.
+//! Not supported (an `Unsupported` error): remote or other-core DMA and signals (`source_semaphore`,
+//! `device_id`, `core_id` operands), slices with dynamic sizes, a window of a ref used by anything but
+//! DMA and semaphore ops, `tpu.matmul` batch dims, iota over several dims, non-splat vector constants.
+//! Not detected here (the interpreter detects them): DMA races — every copy completes at its start, so
+//! a kernel that reads a destination before its wait, or leaves a copy into a pipelined block across
+//! a step, runs here as if it had waited — and a wait on the wrong one of several balanced semaphores
+//! (the data were copied at the start). No poisoning: fresh memory is zero (compare with the interpreter's
 //! default, unpoisoned run). Speed: the JIT compiles at LLVM O0 (10–70 ms per kernel here; O1–O3 cost
 //! 5–40× more and the runs were no faster: a run's time is the host's block copies and O0 loops);
 //! a 512³ bf16 matmul runs in ~130 ms.
 
+mod dma;
 mod jit;
 mod memref;
 mod program;

@@ -2,7 +2,7 @@
 //! attributes) and the `transform_k` index-map functions its `window_params` name, plus the launch
 //! facts the driver needs, read from those attributes — not from the kernel IR.
 
-use super::rewrite::{Files, Rewriter, Signature, Site, Ty};
+use super::rewrite::{Files, Rewriter, Signature, Site, Space, Ty};
 use crate::error::{kerr, Result, SourceLoc};
 use crate::ir::Kernel;
 use melior::ir::attribute::{
@@ -36,6 +36,8 @@ pub(super) struct Program {
     pub grid: Vec<usize>,
     /// The kernel function's arguments (grid indices, then refs).
     pub kernel_args: Vec<Ty>,
+    /// Per kernel function argument: the memory space of a ref.
+    pub kernel_spaces: Vec<Option<Space>>,
     /// `window_params`, one per input/output in argument order (`None`: a whole-array operand).
     pub windows: Vec<Option<Window>>,
     /// `scratch_operands`.
@@ -166,7 +168,11 @@ pub(super) fn rewrite(k: &Kernel, module: &Module<'_>) -> Result<Program> {
     let files = files(k);
     let mut rw = Rewriter::new(&files);
     register_refs(&mut rw, kernel, grid.len());
-    let kernel_args = rw.function(kernel, KERNEL_FN)?.args;
+    let Signature {
+        args: kernel_args,
+        spaces: kernel_spaces,
+        ..
+    } = rw.function(kernel, KERNEL_FN)?;
 
     let mut windows = Vec::new();
     for i in 0..params.len() {
@@ -216,6 +222,7 @@ pub(super) fn rewrite(k: &Kernel, module: &Module<'_>) -> Result<Program> {
         sites,
         grid,
         kernel_args,
+        kernel_spaces,
         windows,
         scratch,
         prefetch,

@@ -1,7 +1,8 @@
 //! The walk over the emitted Mosaic module: every op is read through melior (name, operands, result
 //! types, attributes, regions, location) and handed to its rule in [`super::rules`], which writes upstream
 //! MLIR text. Values are renamed (`%tN`); vector values and refs become flat row-major buffers
-//! (`memref<N x elem>`), scalars stay scalars.
+//! (`memref<N x elem>`, a semaphore an `i32` counter), scalars stay scalars; a window of a ref
+//! (`tpu.memref_slice`, `tpu.memref_squeeze`) is a [`RefView`] into its kernel argument's buffer.
 
 use super::rules;
 use crate::error::{kerr, Result, SourceLoc};
@@ -51,6 +52,43 @@ impl Ty {
 pub(super) struct Signature {
     pub args: Vec<Ty>,
     pub results: Vec<Ty>,
+    /// Per argument: the memory space of a ref (`None` for scalars).
+    pub spaces: Vec<Option<Space>>,
+}
+
+/// Where a ref lives, as its emitted type says (`#tpu.memory_space<...>`, and for semaphores their
+/// kind). On the CPU every space is host memory; the driver checks each against the kernel's operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Space {
+    Vmem,
+    Smem,
+    Any,
+    Hbm,
+    /// `semaphore_mem` refs of `!tpu.dma_semaphore`.
+    DmaSemaphore,
+    /// `semaphore_mem` refs of `!tpu.semaphore`.
+    Semaphore,
+}
+
+impl Space {
+    pub fn is_semaphore(self) -> bool {
+        matches!(self, Space::DmaSemaphore | Space::Semaphore)
+    }
+}
+
+/// A window of a kernel ref as a ref (what `tpu.memref_slice` and `tpu.memref_squeeze` make, DMA and
+/// semaphore ops take): element `i` (an index per dim of `shape`) is element
+/// `offset + Σ i_d · strides[d]` of the argument's flat buffer `root`. A whole argument is the view at
+/// offset 0 with row-major strides.
+#[derive(Clone, Debug)]
+pub(super) struct RefView {
+    pub root: Val,
+    /// The kernel argument (after the grid indices) `root` is, for error labels.
+    pub ref_no: Option<usize>,
+    /// An `index` value.
+    pub offset: String,
+    pub shape: Vec<usize>,
+    pub strides: Vec<usize>,
 }
 
 /// A value of the rewritten module: its SSA name and type.
@@ -94,6 +132,17 @@ pub(super) enum SiteKind {
         shape: Vec<usize>,
         index_map: bool,
     },
+    /// A `tpu.memref_slice` window (of `sizes`) outside its base (of `shape`); the starts are reported.
+    Slice {
+        sizes: Vec<usize>,
+        shape: Vec<usize>,
+    },
+    /// A `tpu.wait_dma` on a DMA semaphore (of a ref of `shape`) that no copy signalled: it would
+    /// never return. The semaphore's element is reported.
+    DmaWait { shape: Vec<usize> },
+    /// A `tpu.sem_wait` for more than the semaphore (of a ref of `shape`) holds, which nothing else
+    /// will signal: the element, the amount and the value are reported.
+    SemWait { shape: Vec<usize> },
     /// `tpu.assume_multiple` on a value that is not a multiple (the value is reported).
     AssumeMultiple(i64),
     /// An `scf.for` whose step is not positive (the step is reported).
@@ -149,6 +198,8 @@ pub(super) struct Rewriter<'f> {
     indent: usize,
     next: u32,
     values: HashMap<usize, Val>,
+    /// Ref windows (`tpu.memref_slice` / `tpu.memref_squeeze` results), by value key.
+    views: HashMap<usize, RefView>,
     pub sites: Vec<Site>,
     /// The error buffer of the function being written.
     pub err: String,
@@ -170,6 +221,7 @@ impl<'f> Rewriter<'f> {
             indent: 0,
             next: 0,
             values: HashMap::new(),
+            views: HashMap::new(),
             sites: Vec::new(),
             err: "%err".into(),
             refs: HashMap::new(),
@@ -214,11 +266,48 @@ impl<'f> Rewriter<'f> {
     }
 
     pub fn val<'c>(&self, v: impl ValueLike<'c>) -> Result<Val> {
-        self.values.get(&key(v)).cloned().ok_or_else(|| {
+        let k = key(v);
+        if self.views.contains_key(&k) {
+            return Err(kerr!(
+                Unsupported,
+                "mosaic_cpu: a window of a ref (`tpu.memref_slice`) is used by an op other than DMA and semaphore ops"
+            ));
+        }
+        self.values.get(&k).cloned().ok_or_else(|| {
             kerr!(
                 Lowering,
                 "mosaic_cpu: a value is used before its definition"
             )
+        })
+    }
+
+    pub fn bind_view<'c>(&mut self, v: impl ValueLike<'c>, view: RefView) {
+        self.views.insert(key(v), view);
+    }
+
+    /// The ref window a memref value denotes: a `tpu.memref_slice` / `tpu.memref_squeeze` result, or
+    /// a whole kernel ref.
+    pub fn view<'c>(&mut self, v: impl ValueLike<'c> + Copy) -> Result<RefView> {
+        let k = key(v);
+        if let Some(view) = self.views.get(&k) {
+            return Ok(view.clone());
+        }
+        if !v.r#type().is_mem_ref() {
+            return Err(kerr!(
+                Lowering,
+                "mosaic_cpu: expected a ref, got a value of type {}",
+                v.r#type()
+            ));
+        }
+        let root = self.val(v)?;
+        let shape = root.ty.shape().unwrap_or_default().to_vec();
+        let offset = self.index(0);
+        Ok(RefView {
+            ref_no: self.refs.get(&k).copied(),
+            offset,
+            strides: row_major(&shape),
+            shape,
+            root,
         })
     }
 
@@ -590,11 +679,13 @@ impl<'f> Rewriter<'f> {
             .ok_or_else(|| kerr!(Lowering, "mosaic_cpu: func.func without a body"))?;
         let mut args = Vec::new();
         let mut tys = Vec::new();
+        let mut spaces = Vec::new();
         for i in 0..block.argument_count() {
             let a = block
                 .argument(i)
                 .map_err(|e| kerr!(Lowering, "mosaic_cpu: argument {i}: {e}"))?;
             let ty = map_type(a.r#type())?;
+            spaces.push(ref_space(a.r#type())?);
             let name = format!("%a{i}");
             args.push(format!("{name}: {}", ty.text()));
             tys.push(ty.clone());
@@ -622,7 +713,11 @@ impl<'f> Rewriter<'f> {
         ));
         self.block(block)?;
         self.close("}");
-        Ok(Signature { args: tys, results })
+        Ok(Signature {
+            args: tys,
+            results,
+            spaces,
+        })
     }
 }
 
@@ -715,31 +810,55 @@ fn static_shape(t: Type<'_>) -> Option<(Vec<usize>, String)> {
     }
 }
 
-/// Memory spaces a ref may live in: on the CPU all are host memory.
-const MEMORY_SPACES: &[&str] = &[
-    "#tpu.memory_space<vmem>",
-    "#tpu.memory_space<smem>",
-    "#tpu.memory_space<any>",
-    "#tpu.memory_space<hbm>",
+/// Memory spaces a ref may live in: on the CPU all are host memory (a semaphore an `i32` counter).
+const MEMORY_SPACES: &[(&str, Space)] = &[
+    ("#tpu.memory_space<vmem>", Space::Vmem),
+    ("#tpu.memory_space<smem>", Space::Smem),
+    ("#tpu.memory_space<any>", Space::Any),
+    ("#tpu.memory_space<hbm>", Space::Hbm),
+    ("#tpu.memory_space<semaphore_mem>", Space::Semaphore),
 ];
 
-/// The rewritten type of an emitted type: vectors and memrefs (memory space dropped) become flat
-/// buffers; integers, floats and `index` stay.
+/// Semaphore element types (only in `semaphore_mem`, which holds nothing else).
+const SEMAPHORES: &[(&str, Space)] = &[
+    ("!tpu.dma_semaphore", Space::DmaSemaphore),
+    ("!tpu.semaphore", Space::Semaphore),
+];
+
+/// The memory space of a memref type (`None` for other types and memrefs without one).
+pub(super) fn ref_space(t: Type<'_>) -> Result<Option<Space>> {
+    if !t.is_mem_ref() {
+        return Ok(None);
+    }
+    let Some(space) = melior::ir::r#type::MemRefType::try_from(t)
+        .ok()
+        .and_then(|m| m.memory_space())
+        .map(|a| a.to_string())
+    else {
+        return Ok(None);
+    };
+    let Some(&(_, s)) = MEMORY_SPACES.iter().find(|(n, _)| *n == space) else {
+        return Err(kerr!(
+            Unsupported,
+            "mosaic_cpu: refs in memory space {space} are not supported"
+        ));
+    };
+    let elem = static_shape(t).map(|(_, e)| e).unwrap_or_default();
+    let semaphore = SEMAPHORES.iter().find(|(n, _)| *n == elem).map(|(_, k)| *k);
+    match (s, semaphore) {
+        (Space::Semaphore, Some(kind)) => Ok(Some(kind)),
+        (s, None) if !s.is_semaphore() => Ok(Some(s)),
+        _ => Err(kerr!(
+            Unsupported,
+            "mosaic_cpu: a ref of {elem} in {space} (semaphores live in semaphore_mem, which holds only semaphores)"
+        )),
+    }
+}
+
 pub(super) fn map_type(t: Type<'_>) -> Result<Ty> {
     if t.is_vector() || t.is_mem_ref() {
+        let semaphore = ref_space(t)?.is_some_and(Space::is_semaphore);
         if t.is_mem_ref() {
-            let space = melior::ir::r#type::MemRefType::try_from(t)
-                .ok()
-                .and_then(|m| m.memory_space())
-                .map(|a| a.to_string());
-            if let Some(space) = space {
-                if !MEMORY_SPACES.contains(&space.as_str()) {
-                    return Err(kerr!(
-                        Unsupported,
-                        "mosaic_cpu: refs in memory space {space} are not supported"
-                    ));
-                }
-            }
             let m = melior::ir::r#type::MemRefType::try_from(t)
                 .map_err(|_| kerr!(Lowering, "mosaic_cpu: bad memref type {t}"))?;
             let (strides, offset) = m.strides_and_offset();
@@ -755,6 +874,8 @@ pub(super) fn map_type(t: Type<'_>) -> Result<Ty> {
         }
         let (shape, elem) = static_shape(t)
             .ok_or_else(|| kerr!(Unsupported, "mosaic_cpu: dynamic shape in {t}"))?;
+        // A semaphore is a counter: the interpreter's (and the hardware's) 32-bit value.
+        let elem = if semaphore { "i32".to_string() } else { elem };
         return Ok(Ty::Mem { shape, elem });
     }
     if t.is_integer() || t.is_index() || t.is_float() {

@@ -24,6 +24,15 @@ const TABLE: &[(&str, Rule)] = &[
     ("tpu.logistic", logistic),
     ("tpu.trace_start", profiler_marker),
     ("tpu.trace_stop", profiler_marker),
+    // Ref windows, DMA and semaphores (`dma.rs`): windows are views of a kernel ref's buffer, copies
+    // happen at their start, semaphores are i32 counters.
+    ("tpu.memref_slice", super::dma::memref_slice),
+    ("tpu.memref_squeeze", super::dma::memref_squeeze),
+    ("tpu.enqueue_dma", super::dma::enqueue_dma),
+    ("tpu.wait_dma", super::dma::wait_dma),
+    ("tpu.sem_signal", super::dma::sem_signal),
+    ("tpu.sem_wait", super::dma::sem_wait),
+    ("tpu.sem_read", super::dma::sem_read),
     // n-D vector ops (upstream, but not lowered to LLVM for n-D vectors): loops over the buffers.
     ("vector.load", vector_load),
     ("vector.broadcast", broadcast),

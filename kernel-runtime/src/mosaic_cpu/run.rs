@@ -1,19 +1,20 @@
 //! Driving the compiled module over the grid with the interpreter's block schedule
 //! (`interpret::grid::walk_grid`): each operand has one block buffer, the kernel function's ref
 //! argument; input blocks are copied in (edge blocks padded with zeros), output blocks start zeroed and
-//! are copied back clipped to the array, scratch (VMEM and SMEM) persists across steps. Scalar-prefetch
-//! operands are copied once into their buffers, the first refs of the kernel function and of every
+//! are copied back clipped to the array, scratch (VMEM, SMEM and semaphores) persists across steps, and
+//! every semaphore must be back at zero when the grid ends. Whole-array (ANY) inputs are copied in
+//! once. Scalar-prefetch operands are copied once into their buffers, the first refs of the kernel function and of every
 //! index map. Index maps are the module's own `transform_k` functions, run through the JIT; the blocks
 //! of those that read scalar-prefetch data are checked at every step, as the interpreter checks them.
 
 use super::jit::{reset_arena, Jit, Packed};
 use super::program::{Program, KERNEL_FN};
-use super::rewrite::{SiteKind, Ty, ERR_SLOTS};
+use super::rewrite::{SiteKind, Space, Ty, ERR_SLOTS};
 use crate::dtype::DType;
 use crate::error::{kerr, KernelError, Result};
 use crate::interpret::grid::{check_arrays, walk_grid, BlockEngine};
 use crate::interpret::{HostArray, HostData};
-use crate::ir::{Kernel, OperandRole};
+use crate::ir::{Kernel, MemSpace, OperandRole, SemKind};
 use half::bf16;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
@@ -127,6 +128,28 @@ impl Compiled {
                 program.kernel_args
             )));
         }
+        // Each ref in the memory space the kernel declared it in (an ANY input, semaphores of their kind).
+        for (i, o) in k.operands.iter().enumerate() {
+            let want = match o.space {
+                MemSpace::Vmem => Space::Vmem,
+                MemSpace::Smem => Space::Smem,
+                MemSpace::Any => Space::Any,
+                MemSpace::Sem(SemKind::Dma) => Space::DmaSemaphore,
+                MemSpace::Sem(SemKind::Regular) => Space::Semaphore,
+            };
+            let got = program
+                .kernel_spaces
+                .get(k.grid.len() + i)
+                .copied()
+                .flatten();
+            if got != Some(want) {
+                let got = got.map_or("no memory space".to_string(), |s| format!("{s:?}"));
+                return Err(mismatch(format!(
+                    "{} is in {got}, declared in {want:?}",
+                    o.label()
+                )));
+            }
+        }
         let jit = Jit::compile(&program.text)?;
         let kernel_fn = jit.packed(KERNEL_FN)?;
         let mut transforms = Vec::new();
@@ -199,10 +222,38 @@ impl Compiled {
             }
         }
         walk_grid(k, &[], &[], &mut steps)?;
+        self.check_semaphores(&steps.blocks)?;
         k.outputs()
             .zip(steps.outputs)
             .map(|(o, bytes)| HostArray::new(&o.shape, from_bytes(o.dtype, &bytes)))
             .collect()
+    }
+
+    /// At the end of the kernel every semaphore must be back at zero, as the interpreter requires: a
+    /// regular one signalled more than waited for, or a DMA semaphore counting a copy never waited for
+    /// (the copy itself completed at its start), is an error.
+    fn check_semaphores(&self, blocks: &[Buffer]) -> Result<()> {
+        for (o, b) in self.kernel.operands.iter().zip(blocks) {
+            let MemSpace::Sem(kind) = o.space else {
+                continue;
+            };
+            let values: Vec<i32> = from_plain_bytes(b.bytes());
+            let Some((i, v)) = values.iter().enumerate().find(|(_, v)| **v != 0) else {
+                continue;
+            };
+            let label = sem_label(&o.label(), &o.shape, i);
+            return Err(match kind {
+                SemKind::Regular => kerr!(
+                    Race,
+                    "semaphore {label} holds {v} when the kernel ends: every signal must be waited for"
+                ),
+                SemKind::Dma => kerr!(
+                    Race,
+                    "DMA semaphore {label} counts {v} copies never waited for when the kernel ends: wait for every copy"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The error a failed check reports (`err` as the JIT'd code filled it).
@@ -271,6 +322,35 @@ impl Compiled {
                     }
                 }
             }
+            SiteKind::Slice { sizes, shape } => {
+                // The interpreter's message: the first dimension out of bounds.
+                let starts = &detail[..shape.len().min(detail.len())];
+                let (d, s, n) = starts
+                    .iter()
+                    .zip(sizes.iter().zip(shape))
+                    .enumerate()
+                    .find(|(_, (s, (z, n)))| **s < 0 || **s + **z as i64 > **n as i64)
+                    .map(|(d, (s, (z, _)))| (d, *s, *z))
+                    .unwrap_or((0, 0, 0));
+                kerr!(
+                    OutOfBounds,
+                    "out-of-bounds window of {}: {s}..{} along dimension {d} of a window of shape {shape:?}",
+                    label.as_deref().unwrap_or("a ref"),
+                    s + n as i64
+                )
+            }
+            SiteKind::DmaWait { shape } => kerr!(
+                Deadlock,
+                "waits on DMA semaphore {} but no copy signalling it is in flight: this wait would never return",
+                sem_label(label.as_deref().unwrap_or("a ref"), shape, detail[0] as usize)
+            ),
+            SiteKind::SemWait { shape } => kerr!(
+                Deadlock,
+                "waits for {} on semaphore {} which holds {}, and nothing else runs to signal it: this wait would never return",
+                detail[1],
+                sem_label(label.as_deref().unwrap_or("a ref"), shape, detail[0] as usize),
+                detail[2]
+            ),
             SiteKind::AssumeMultiple(m) => kerr!(
                 Trace,
                 "multiple_of({m}) was promised for a value that is {}",
@@ -283,6 +363,15 @@ impl Compiled {
             ),
         };
         e.at(site.loc)
+    }
+}
+
+/// A semaphore's name in errors, as the interpreter gives it: the ref, and the element of an array.
+fn sem_label(label: &str, shape: &[usize], i: usize) -> String {
+    if shape.is_empty() {
+        label.to_string()
+    } else {
+        format!("{label}[{i}]")
     }
 }
 
