@@ -56,8 +56,8 @@ pub mod prelude {
     pub use kernel_runtime::trace::unary::*;
     pub use kernel_runtime::trace::{
         async_copy, dot, dot_nt, dot_tn, ds, full, full_like, iota, maximum, minimum, multiple_of,
-        named_scope, num_programs, pow, program_id, scalar, select, sync_copy, where_, zeros,
-        zeros_like, Array, DmaSem, Ref, RefMut, Scalar, Sem,
+        named_scope, num_programs, pow, program_id, run_scoped, scalar, select, sync_copy, where_,
+        zeros, zeros_like, Array, DmaSem, Ref, RefMut, Scalar, Sem,
     };
     pub use kernel_runtime::{
         pallas_call, require, Any, ArrayType, BlockSpec, DType, KernelError, PallasCall, Smem, Vmem,

@@ -6,7 +6,7 @@ use tpu_kernel::{ErrorKind, KernelError};
 
 #[path = "common/kernels.rs"]
 mod kernels;
-use kernels::{pipelined_call, semaphore_call, sync_call};
+use kernels::{pipelined_call, scoped_call, semaphore_call, staged_copy, sync_call};
 
 fn marked_line(tag: &str) -> u32 {
     let marker = format!("// E:{tag}");
@@ -363,5 +363,82 @@ fn seeded_runs_complete_copies_at_different_points() {
     assert!(
         outcomes.contains(&true) && outcomes.contains(&false),
         "{outcomes:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------- scopes
+
+#[test]
+fn run_scoped_allocates_for_its_body_only() {
+    let call = scoped_call().expect("build");
+    let x = ramp([16, 128]);
+    for seed in [None, Some(5)] {
+        let out = call
+            .interpret_with(std::slice::from_ref(&x), &seeded(seed))
+            .expect("interpret");
+        for (g, v) in out[0]
+            .as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .zip(x.as_slice::<f32>().unwrap())
+        {
+            assert_eq!(g.to_bits(), (v + 1.0).to_bits());
+        }
+    }
+    // Pallas's form: a tpu.region holding the allocations, ended by tpu.yield.
+    let text = call.mosaic_mlir().expect("lower");
+    for op in ["tpu.region", "memref.alloca", "tpu.sem_alloc", "tpu.yield"] {
+        assert!(text.contains(op), "{op} missing:\n{text}");
+    }
+}
+
+#[tpu_kernel]
+fn wrong_scope_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let scratch = (Vmem::new([8, 128], BF16), DmaSem::one());
+    run_scoped(staged_copy, (x, o), scratch); // E:scope_types
+}
+
+#[test]
+fn a_scope_whose_body_takes_other_types_is_an_error() {
+    let e = pallas_call(wrong_scope_kernel)
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .build()
+        .unwrap_err();
+    expect_err(
+        e,
+        ErrorKind::Signature,
+        "scope_types",
+        &[
+            "parameter 2 of the scope's body is `RefMut<f32>`",
+            "declare it `RefMut<bf16>`",
+        ],
+    );
+}
+
+#[kernel_fn]
+fn leaky_body(x: Ref<f32>, buf: RefMut<f32>, sem: DmaSem) {
+    async_copy(x, buf, sem).start(); // E:leaky
+}
+
+#[tpu_kernel]
+fn leaky_scope_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    run_scoped(leaky_body, (x,), (Vmem::new([8, 128], F32), DmaSem::one()));
+    o.store(x.load());
+}
+
+#[test]
+fn a_copy_left_in_flight_at_the_end_of_its_scope_is_an_error_at_its_start() {
+    let call = pallas_call(leaky_scope_kernel)
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .output(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .build()
+        .expect("build");
+    let e = call.interpret(&[ramp([8, 128])]).unwrap_err();
+    expect_err(
+        e,
+        ErrorKind::Race,
+        "leaky",
+        &["when its run_scoped scope ends"],
     );
 }

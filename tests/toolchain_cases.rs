@@ -469,6 +469,13 @@ const CASES: &[Case] = &[
         expect: None,
     },
     Case {
+        name: "run_scoped_region",
+        what: "run_scoped: a tpu.region allocating a VMEM buffer and a DMA semaphore (memref.alloca, tpu.sem_alloc)",
+        ours: kernels::scoped_call,
+        probe: None,
+        expect: None,
+    },
+    Case {
         name: "smem_scratch_counter",
         what: "an SMEM scratch cell written and read across grid steps (memref.store / memref.load)",
         ours: kernels::counter_call,

@@ -355,6 +355,11 @@ pub fn params(params: &[(ParamKind, DType, MemSpace)], operands: &[Operand]) -> 
     Ok(())
 }
 
+/// How a kernel parameter of this kind, dtype and space is spelled in Rust (`RefMut<f32, Smem>`).
+pub fn param_type_name(k: ParamKind, d: DType, space: MemSpace) -> String {
+    kind_name(k, d, space)
+}
+
 fn kind_name(k: ParamKind, d: DType, space: MemSpace) -> String {
     let h = match k {
         ParamKind::Ref => "Ref",

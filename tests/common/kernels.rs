@@ -369,3 +369,37 @@ pub fn sync_call() -> Result<PallasCall, KernelError> {
         .scratch(DmaSem::one())
         .build()
 }
+
+// ---------------------------------------------------------------------------------------------- scopes
+
+/// The body of a scope: stage `x + 1` in a scoped VMEM buffer and copy it to `o` by DMA.
+#[kernel_fn]
+pub fn staged_copy(x: Ref<f32>, o: RefMut<f32>, buf: RefMut<f32>, sem: DmaSem) {
+    buf.store(x.load() + 1.0);
+    sync_copy(buf, o, sem);
+}
+
+/// `o = x + 1` through scratch that exists only inside a `run_scoped` scope.
+#[tpu_kernel]
+pub fn scoped_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    run_scoped(
+        staged_copy,
+        (x, o),
+        (Vmem::new([8, 128], F32), DmaSem::one()),
+    );
+}
+
+/// `scoped_kernel` on two 8-row blocks.
+pub fn scoped_call() -> Result<PallasCall, KernelError> {
+    pallas_call(scoped_kernel)
+        .grid([2])
+        .input(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .output(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .build()
+}

@@ -471,6 +471,7 @@ impl<'k> Machine<'k> {
             }
             // Profiler markers: nothing to compute.
             OpKind::TraceStart(_) | OpKind::TraceStop => Ok(vec![]),
+            OpKind::Scoped => self.scoped(op, sub),
             OpKind::RefView(w) => self.ref_view(op, w),
             OpKind::DmaStart => self.dma_start(op).map(|_| vec![]),
             OpKind::DmaWait => self.dma_wait(op).map(|_| vec![]),

@@ -197,6 +197,9 @@ pub enum OpKind {
     SemWait,
     /// A semaphore's value. Operands: semaphore. Result: i32.
     SemRead,
+    /// Scratch allocated for a scope (`pl.run_scoped`). Region: the body; its arguments are the
+    /// allocated refs (VMEM, SMEM or semaphores), freed when it ends.
+    Scoped,
     /// Start of a named trace region (`jax.named_scope` in a Pallas kernel): an XProf region on TPU.
     TraceStart(String),
     /// End of the innermost trace region.

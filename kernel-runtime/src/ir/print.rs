@@ -58,6 +58,7 @@ fn op_name(kind: &OpKind) -> String {
         OpKind::RefView(w) => format!("view<{}>", window(w)),
         OpKind::TraceStart(name) => format!("trace_start<{name:?}>"),
         OpKind::TraceStop => "trace_stop".into(),
+        OpKind::Scoped => "scoped".into(),
         OpKind::DmaStart => "dma_start".into(),
         OpKind::DmaWait => "dma_wait".into(),
         OpKind::SemSignal => "sem_signal".into(),

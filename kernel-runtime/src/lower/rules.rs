@@ -62,6 +62,7 @@ pub(crate) fn lower_op(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> R
             ],
         ),
         OpKind::TraceStop => simple(lw, block, op, "tpu.trace_stop", &[]),
+        OpKind::Scoped => dma::scoped(lw, block, op),
         OpKind::DmaStart => dma::dma(lw, block, op, false),
         OpKind::DmaWait => dma::dma(lw, block, op, true),
         OpKind::SemSignal => dma::semaphore(lw, block, op, "tpu.sem_signal"),

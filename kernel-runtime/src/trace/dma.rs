@@ -57,6 +57,9 @@ macro_rules! semaphore_handle {
             fn from_val(v: Val) -> Self {
                 $H { v }
             }
+            fn to_val(self) -> Val {
+                self.v
+            }
         }
         impl $H {
             #[doc = concat!("One ", $what, " as a scratch operand (`.scratch(", stringify!($H), "::one())`).")]
@@ -270,4 +273,132 @@ impl AsyncCopy {
             Ok(())
         });
     }
+}
+
+// ---------------------------------------------------------------------------------------------- scopes
+
+/// The allocations of a [`run_scoped`] scope: one scratch descriptor ([`crate::launch::Vmem`],
+/// [`crate::launch::Smem`], [`DmaSem::one`], ...) or a tuple of them.
+pub trait ScopedScratch {
+    #[doc(hidden)]
+    fn decls(self) -> Vec<(crate::launch::ArrayType, MemSpace)>;
+}
+impl<S: crate::launch::Scratch> ScopedScratch for S {
+    fn decls(self) -> Vec<(crate::launch::ArrayType, MemSpace)> {
+        vec![self.decl()]
+    }
+}
+macro_rules! scoped_tuple {
+    ($($n:ident),*) => {
+        impl<$($n: crate::launch::Scratch),*> ScopedScratch for ($($n,)*) {
+            #[allow(non_snake_case)]
+            fn decls(self) -> Vec<(crate::launch::ArrayType, MemSpace)> {
+                let ($($n,)*) = self;
+                vec![$($n.decl()),*]
+            }
+        }
+    };
+}
+scoped_tuple!(A);
+scoped_tuple!(A, B);
+scoped_tuple!(A, B, C);
+scoped_tuple!(A, B, C, D);
+
+/// Refs passed into a [`run_scoped`] body ahead of its scoped buffers: `()`, one ref, or a tuple.
+pub trait ScopeArgs {
+    #[doc(hidden)]
+    fn vals(self) -> Vec<Val>;
+}
+impl ScopeArgs for () {
+    fn vals(self) -> Vec<Val> {
+        Vec::new()
+    }
+}
+macro_rules! scope_args {
+    ($($n:ident),*) => {
+        impl<$($n: KernelParam),*> ScopeArgs for ($($n,)*) {
+            #[allow(non_snake_case)]
+            fn vals(self) -> Vec<Val> {
+                let ($($n,)*) = self;
+                vec![$($n.to_val()),*]
+            }
+        }
+    };
+}
+scope_args!(A);
+scope_args!(A, B);
+scope_args!(A, B, C);
+scope_args!(A, B, C, D);
+scope_args!(A, B, C, D, E);
+scope_args!(A, B, C, D, E, F);
+
+/// Run `body` with scratch that exists only for this scope (`pl.run_scoped(body, pltpu.VMEM(..),
+/// pltpu.SemaphoreType.DMA)`): `run_scoped(staged_copy, (x, o), (Vmem::new([8, 128], F32),
+/// DmaSem::one()))` calls the `#[kernel_fn]` helper `staged_copy(x, o, buf, sem)` — the refs passed in
+/// `args` first, then one fresh ref per allocation, in order. Lowered as `tpu.region` with
+/// `memref.alloca` / `tpu.sem_alloc`; copies and semaphore counts must be finished when the scope ends.
+#[track_caller]
+pub fn run_scoped<Args>(
+    body: impl crate::launch::KernelFn<Args>,
+    args: impl ScopeArgs,
+    scratch: impl ScopedScratch,
+) {
+    let loc = SourceLoc::caller();
+    let outer = args.vals();
+    let decls = scratch.decls();
+    let params = body.params();
+    let types: Vec<Type> = decls
+        .iter()
+        .map(|(a, space)| Type::Ref(a.shape.clone(), a.dtype, *space))
+        .collect();
+    let opened = with(loc, |t| {
+        if params.len() != outer.len() + decls.len() {
+            return Err(kerr!(
+                Signature,
+                "the scope's body takes {} parameters but gets {} passed refs and {} scoped buffers",
+                params.len(),
+                outer.len(),
+                decls.len()
+            ));
+        }
+        for (i, (p, v)) in params.iter().zip(&outer).enumerate() {
+            let (Type::Ref(_, d, space), want) = (t.ty(*v)?.clone(), p) else {
+                return Err(kerr!(Signature, "argument {i} of the scope is not a ref"));
+            };
+            if (p.1, p.2) != (d, space) {
+                return Err(kerr!(
+                    Signature,
+                    "parameter {i} of the scope's body is `{}` but it is passed a `{}`",
+                    crate::check::param_type_name(want.0, want.1, want.2),
+                    crate::check::param_type_name(want.0, d, space)
+                ));
+            }
+        }
+        for (i, ((kind, dtype, space), (a, want))) in
+            params[outer.len()..].iter().zip(&decls).enumerate()
+        {
+            let declared = crate::check::param_type_name(ParamKind::RefMut, a.dtype, *want);
+            if *kind != ParamKind::RefMut || dtype != &a.dtype || space != want {
+                let got = crate::check::param_type_name(*kind, *dtype, *space);
+                return Err(kerr!(
+                    Signature,
+                    "parameter {} of the scope's body is `{got}` but it receives a scoped {:?} buffer: declare it `{declared}`",
+                    outer.len() + i,
+                    a.shape
+                ));
+            }
+        }
+        Ok(t.open_region(&types))
+    });
+    let Some(scoped) = opened else {
+        return;
+    };
+    let mut all = outer;
+    all.extend(scoped);
+    body.call(&all);
+    with(loc, |t| {
+        let region = t.close_region(OpKind::Yield, vec![], loc);
+        t.push(OpKind::Scoped, vec![], vec![], vec![region], loc);
+        Ok(())
+    });
 }

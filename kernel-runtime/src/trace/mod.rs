@@ -21,7 +21,10 @@ pub use control::{
     for_range, for_range_step, if_else, while_loop, Bound, Carry, Cond, TraceEq, TraceLogic,
     TraceOrd, WhileCond,
 };
-pub use dma::{async_copy, sync_copy, AsyncCopy, DmaSem, DmaSource, DmaTarget, Sem, SemScratch};
+pub use dma::{
+    async_copy, run_scoped, sync_copy, AsyncCopy, DmaSem, DmaSource, DmaTarget, ScopeArgs,
+    ScopedScratch, Sem, SemScratch,
+};
 pub use like::{full_like, zeros_like, Like};
 pub use refs::{
     ds, Ds, IntoSliceSpec, KernelParam, MemorySpace, ParamKind, Ref, RefMut, SliceArg, SliceSpec,

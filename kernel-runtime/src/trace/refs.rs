@@ -84,6 +84,8 @@ pub trait KernelParam: Copy {
     const SPACE: MemSpace;
     #[doc(hidden)]
     fn from_val(v: Val) -> Self;
+    #[doc(hidden)]
+    fn to_val(self) -> Val;
 }
 
 impl<T: Element, S: MemorySpace> KernelParam for Ref<T, S> {
@@ -93,6 +95,9 @@ impl<T: Element, S: MemorySpace> KernelParam for Ref<T, S> {
     fn from_val(v: Val) -> Self {
         Ref { v, _t: PhantomData }
     }
+    fn to_val(self) -> Val {
+        self.v
+    }
 }
 impl<T: Element, S: MemorySpace> KernelParam for RefMut<T, S> {
     const KIND: ParamKind = ParamKind::RefMut;
@@ -100,6 +105,9 @@ impl<T: Element, S: MemorySpace> KernelParam for RefMut<T, S> {
     const SPACE: MemSpace = S::SPACE;
     fn from_val(v: Val) -> Self {
         RefMut { v, _t: PhantomData }
+    }
+    fn to_val(self) -> Val {
+        self.v
     }
 }
 

@@ -313,6 +313,70 @@ impl<'k> Machine<'k> {
         Ok(())
     }
 
+    /// `Scoped` (`run_scoped`): fresh refs for the scope's allocations, the body, then the refs are
+    /// freed — a copy or a semaphore count still using them is an error, as at kernel end.
+    pub(super) fn scoped(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+        let (Some(body), Some(plan)) = (op.regions.first(), sub.first()) else {
+            return Err(internal("a scope without a body"));
+        };
+        let first = self.refs.len();
+        let mut args = Vec::with_capacity(body.args.len());
+        for (k, a) in body.args.iter().enumerate() {
+            let t = self.func.ty(*a);
+            self.refs.push(RefState {
+                dtype: t.dtype(),
+                shape: t.shape().to_vec(),
+                content: None,
+                label: format!("scoped buffer {k}"),
+                written_through: false,
+                blocked: false,
+            });
+            self.dests.push(None);
+            args.push(Value::Ref(first + k));
+        }
+        let r = self.region(body, plan, args);
+        let end = (|| {
+            r?;
+            if let Some(f) = self
+                .dma
+                .inflight
+                .iter()
+                .find(|f| f.src.r >= first || f.dst.r >= first)
+            {
+                return Err(kerr!(
+                    Race,
+                    "the DMA from {} into {} started here is still in flight when its run_scoped scope ends: wait for it inside the scope",
+                    f.src.describe(&self.refs),
+                    f.dst.describe(&self.refs)
+                )
+                .at(f.started_at));
+            }
+            let mut left: Vec<_> = self
+                .dma
+                .sems
+                .iter()
+                .filter(|(k, v)| k.0 >= first && **v != 0)
+                .collect();
+            left.sort();
+            if let Some((sem, v)) = left.first() {
+                return Err(kerr!(
+                    Race,
+                    "semaphore {} holds {v} when its run_scoped scope ends: every signal must be waited for",
+                    self.sem_label(**sem)
+                ));
+            }
+            Ok(())
+        })();
+        self.dma.sems.retain(|k, _| k.0 < first);
+        for st in self.refs.drain(first..) {
+            if let Some(t) = st.content {
+                recycle(t);
+            }
+        }
+        self.dests.truncate(first);
+        end.map(|_| vec![])
+    }
+
     /// The contents of a window (squeezed dimensions dropped).
     fn read_window(&self, v: &RefView) -> Result<Tensor> {
         let t = self.contents(v.r)?;

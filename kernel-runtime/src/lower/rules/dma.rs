@@ -93,3 +93,49 @@ pub(super) fn semaphore(
     }
     Ok(())
 }
+
+/// `tpu.region` holding the scope's allocations (`memref.alloca` for VMEM/SMEM buffers,
+/// `tpu.sem_alloc` for semaphores) and its body, ended by `tpu.yield` (as Pallas lowers
+/// `pl.run_scoped`).
+pub(super) fn scoped(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> Result<()> {
+    let region = op
+        .regions
+        .first()
+        .ok_or_else(|| kerr!(Lowering, "a scope without a body (internal error)"))?;
+    let mut body = Vec::new();
+    for a in &region.args {
+        let ty = lw.func.ty(*a).clone();
+        let mty = lw.ty(&ty)?;
+        let v = match ty {
+            Type::Ref(_, _, MemSpace::Sem(_)) => {
+                emit(lw, &mut body, op, "tpu.sem_alloc", &[], &[mty], &[])?
+            }
+            _ => emit(
+                lw,
+                &mut body,
+                op,
+                "memref.alloca",
+                &[],
+                &[mty],
+                &[("operandSegmentSizes", "array<i32: 0, 0>".into())],
+            )?,
+        }[0];
+        lw.bind(*a, v);
+    }
+    for inner in &region.ops {
+        if matches!(inner.kind, OpKind::Yield) {
+            emit(lw, &mut body, inner, "tpu.yield", &[], &[], &[])?;
+        } else {
+            lower_op(lw, &mut body, inner).map_err(|e| e.at(inner.loc))?;
+        }
+    }
+    emit(lw, block, op, "tpu.region", &[], &[], &[])?;
+    if let Some(last) = block.last_mut() {
+        last.regions = vec![Some(MBlock {
+            args: Vec::new(),
+            arg_loc: Some(lw.func.loc),
+            ops: body,
+        })];
+    }
+    Ok(())
+}
