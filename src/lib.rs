@@ -54,11 +54,13 @@ pub mod prelude {
     pub use kernel_runtime::ir::CostEstimate;
     pub use kernel_runtime::ir::DimensionSemantics::{self, Arbitrary, Parallel};
     pub use kernel_runtime::trace::unary::*;
+    pub use kernel_runtime::trace::unroll;
     pub use kernel_runtime::trace::{
         async_copy, dot, dot_nt, dot_tn, ds, full, full_like, iota, maximum, minimum, multiple_of,
         named_scope, num_programs, pow, program_id, run_scoped, scalar, select, sync_copy, where_,
         zeros, zeros_like, Array, DmaSem, Ref, RefMut, Scalar, Sem,
     };
+    pub use kernel_runtime::Bind;
     pub use kernel_runtime::{
         pallas_call, require, Any, ArrayType, BlockSpec, DType, KernelError, PallasCall, Smem, Vmem,
     };
@@ -69,6 +71,9 @@ pub mod prelude {
 pub mod __private {
     pub use kernel_runtime::trace::{
         for_range, for_range_step, if_else, while_loop, Carry, Cond, TraceEq, TraceLogic, TraceOrd,
+    };
+    pub use kernel_runtime::trace::{
+        unroll_range, unroll_range_step, AddOp, DivOp, MulOp, RemOp, SubOp, TraceCompoundAssign,
     };
     /// What `#[export]` and `export_library!` generate calls to.
     pub mod export {

@@ -23,6 +23,29 @@ fn marked_line(tag: &str) -> u32 {
 
 #[track_caller]
 fn expect_err(r: Result<PallasCall, KernelError>, kind: ErrorKind, tag: &str, needles: &[&str]) {
+    expect_err_at(r, kind, tag, marked_line(tag), needles)
+}
+
+/// [`expect_err`] for an error on the line above its marker (a loop header, whose trailing comment
+/// rustfmt moves into the body).
+#[track_caller]
+fn expect_err_above(
+    r: Result<PallasCall, KernelError>,
+    kind: ErrorKind,
+    tag: &str,
+    needles: &[&str],
+) {
+    expect_err_at(r, kind, tag, marked_line(tag) - 1, needles)
+}
+
+#[track_caller]
+fn expect_err_at(
+    r: Result<PallasCall, KernelError>,
+    kind: ErrorKind,
+    tag: &str,
+    line: u32,
+    needles: &[&str],
+) {
     let e = match r {
         Ok(_) => panic!("expected a {kind:?} error for {tag}, but build() succeeded"),
         Err(e) => e,
@@ -39,7 +62,7 @@ fn expect_err(r: Result<PallasCall, KernelError>, kind: ErrorKind, tag: &str, ne
         "{tag}: in {}",
         loc.file
     );
-    assert_eq!(loc.line, marked_line(tag), "{tag}: wrong line in `{e}`");
+    assert_eq!(loc.line, line, "{tag}: wrong line in `{e}`");
 }
 
 fn f32_input(shape: [usize; 2]) -> (Vec<f32>, HostArray) {
@@ -256,5 +279,329 @@ fn a_fill_that_does_not_broadcast_names_the_line() {
         ErrorKind::Shape,
         "like_bad_fill",
         &["[8, 2] and [8, 128] cannot be broadcast together"],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------- ref += value
+
+#[tpu_kernel]
+fn ref_add_assign_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load());
+    o += x.load() * 0.5;
+    o *= 3.0;
+    o -= 1.0;
+    o /= 2.0;
+    o.at((ds(8, 8), ..)) += 10.0; // a window, rows 8..16
+    o.at((0..8, ..)) -= x.at((8..16, ..)).load();
+}
+
+#[tpu_kernel]
+fn ref_add_assign_spelled_out_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load());
+    // `o op= v` evaluates `v` first, then loads `o`.
+    let v = x.load() * 0.5;
+    o.store(o.load() + v);
+    o.store(o.load() * 3.0);
+    o.store(o.load() - 1.0);
+    o.store(o.load() / 2.0);
+    let w = o.at((ds(8, 8), ..));
+    w.store(w.load() + 10.0);
+    let top = o.at((0..8, ..));
+    let v = x.at((8..16, ..)).load();
+    top.store(top.load() - v);
+}
+
+#[test]
+fn ref_compound_assignment_stores_into_the_ref() {
+    let call = one_block(ref_add_assign_kernel, [16, 128], [16, 128]).expect("builds");
+    let (x, input) = f32_input([16, 128]);
+    let out = engines_agree(&call, &[input]);
+    let want: Vec<u32> = (0..16 * 128)
+        .map(|i| {
+            let v = (((x[i] + x[i] * 0.5) * 3.0) - 1.0) / 2.0;
+            let (r, c) = (i / 128, i % 128);
+            let v = if r >= 8 { v + 10.0 } else { v };
+            let v = if r < 8 { v - x[(r + 8) * 128 + c] } else { v };
+            v.to_bits()
+        })
+        .collect();
+    assert_eq!(f32_bits(&out[0]), want);
+    // The same kernel as the spelled-out loads and stores, op for op.
+    let spelled =
+        one_block(ref_add_assign_spelled_out_kernel, [16, 128], [16, 128]).expect("builds");
+    let named = |c: &PallasCall| c.mosaic_mlir().expect("lowers").replace(c.name(), "k");
+    assert_eq!(named(&call), named(&spelled));
+}
+
+/// `o += ..` inside traced control flow: the ref is carried through unchanged (no loop value).
+#[tpu_kernel]
+fn ref_add_assign_in_loops_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(zeros());
+    for i in 0..4 {
+        o += x.at((ds(multiple_of(i * 8, 8), 8), ..)).load();
+    }
+    if program_id(0) == 0 {
+        o *= 2.0;
+    }
+}
+
+#[test]
+fn ref_compound_assignment_in_traced_loops_and_branches() {
+    let call = one_block(ref_add_assign_in_loops_kernel, [32, 128], [8, 128]).expect("builds");
+    let mosaic = call.mosaic_mlir().expect("lowers");
+    assert!(mosaic.contains("scf.for"), "{mosaic}");
+    assert!(mosaic.contains("scf.if"), "{mosaic}");
+    // Nothing is carried: the loop and the branch have no results.
+    assert!(!mosaic.contains("iter_args"), "{mosaic}");
+    assert!(!mosaic.contains("scf.yield %"), "{mosaic}");
+    let (x, input) = f32_input([32, 128]);
+    let out = engines_agree(&call, &[input]);
+    let want: Vec<u32> = (0..8 * 128)
+        .map(|i| {
+            let mut s = 0.0f32;
+            for k in 0..4 {
+                s += x[k * 8 * 128 + i];
+            }
+            (s * 2.0).to_bits()
+        })
+        .collect();
+    assert_eq!(f32_bits(&out[0]), want);
+}
+
+/// `count.at(0) += 1` on an SMEM scratch cell, across grid steps.
+#[tpu_kernel]
+fn smem_add_assign_kernel(x: Ref<f32>, o: RefMut<f32>, count: RefMut<i32, Smem>) {
+    if program_id(0) == 0 {
+        count.at(0).store(0);
+    }
+    count.at(0) += 1;
+    o.store(x.load() + count.at(0).load().cast::<f32>());
+}
+
+#[test]
+fn smem_element_compound_assignment_counts_steps() {
+    let call = pallas_call(smem_add_assign_kernel)
+        .grid([4])
+        .input(
+            ArrayType::new([32, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .output(
+            ArrayType::new([32, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .scratch(Smem::new([1], I32))
+        .build()
+        .expect("builds");
+    let (x, input) = f32_input([32, 128]);
+    let out = engines_agree(&call, &[input]);
+    let want: Vec<u32> = (0..32 * 128)
+        .map(|i| (x[i] + (i / (8 * 128) + 1) as f32).to_bits())
+        .collect();
+    assert_eq!(f32_bits(&out[0]), want);
+}
+
+#[tpu_kernel]
+fn add_assign_shape_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o += x.load().slice((0..4, ..)); // E:add_assign_shape
+}
+
+#[tpu_kernel]
+fn window_add_assign_shape_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.at((0..4, ..)) += x.load(); // E:window_add_assign_shape
+}
+
+#[tpu_kernel]
+fn ref_reassigned_kernel(x: Ref<f32>, o: RefMut<f32>, t: RefMut<f32>) {
+    let mut r = o;
+    if program_id(0) == 0 {
+        // E:ref_reassigned
+        r = t;
+    }
+    r.store(x.load());
+}
+
+#[test]
+fn compound_assignment_mistakes_name_the_line() {
+    expect_err(
+        one_block(add_assign_shape_kernel, [8, 128], [8, 128]),
+        ErrorKind::Shape,
+        "add_assign_shape",
+        &["[8, 128] and [4, 128] cannot be broadcast together"],
+    );
+    expect_err(
+        one_block(window_add_assign_shape_kernel, [8, 128], [8, 128]),
+        ErrorKind::Shape,
+        "window_add_assign_shape",
+        &["[4, 128] and [8, 128] cannot be broadcast together"],
+    );
+}
+
+#[test]
+fn a_ref_reassigned_in_a_traced_branch_is_an_error() {
+    let r = pallas_call(ref_reassigned_kernel)
+        .grid([1])
+        .input(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[_]| (0, 0)),
+        )
+        .scratch(Vmem::new([8, 128], F32))
+        .build();
+    let Err(e) = r else {
+        panic!("a ref reassigned in a traced branch was accepted");
+    };
+    assert_eq!(e.kind, ErrorKind::Trace, "{e}");
+    assert!(e.message.contains("assigns another ref"), "{e}");
+    let loc = e.location.expect("located");
+    // The `if` carrying `r`: the line above the marker.
+    assert_eq!(loc.line, marked_line("ref_reassigned") - 1, "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------- unroll
+
+/// Four row bands summed by an unrolled loop: static slices at `p * 8`, no `scf.for`.
+#[tpu_kernel]
+fn unroll_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let a = x.load(); // [32, 128]
+    let mut acc = zeros_like(o);
+    for p in unroll(0..4) {
+        acc += a.slice((p * 8..p * 8 + 8, ..)) * (p + 1) as f32;
+    }
+    for p in unroll((0..128).step_by(64)) {
+        o.at((.., p..p + 64)).store(acc.slice((.., p..p + 64)));
+    }
+}
+
+#[test]
+fn unrolled_loops_trace_the_body_per_step() {
+    let call = one_block(unroll_kernel, [32, 128], [8, 128]).expect("builds");
+    let mosaic = call.mosaic_mlir().expect("lowers");
+    assert!(!mosaic.contains("scf.for"), "{mosaic}");
+    assert_eq!(
+        mosaic.matches("vector.extract_strided_slice").count(),
+        4 + 2,
+        "{mosaic}"
+    );
+    for p in 0..4 {
+        let offsets = format!("offsets = [{}, 0], sizes = [8, 128]", p * 8);
+        assert!(mosaic.contains(&offsets), "{offsets}: {mosaic}");
+    }
+    assert_eq!(mosaic.matches("tpu.vector_store").count(), 2, "{mosaic}");
+    let (x, input) = f32_input([32, 128]);
+    let out = engines_agree(&call, &[input]);
+    let want: Vec<u32> = (0..8 * 128)
+        .map(|i| {
+            let mut acc = 0.0f32;
+            for p in 0..4 {
+                acc += x[p * 8 * 128 + i] * (p + 1) as f32;
+            }
+            acc.to_bits()
+        })
+        .collect();
+    assert_eq!(f32_bits(&out[0]), want);
+}
+
+#[tpu_kernel]
+fn unroll_zero_step_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load());
+    for _ in unroll((0..4).step_by(0)) {
+        // E:unroll_step
+        o += 1.0;
+    }
+}
+
+#[tpu_kernel]
+fn unroll_negative_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load());
+    let lo: i32 = -2;
+    for _ in unroll(lo..2) {
+        // E:unroll_negative
+        o += 1.0;
+    }
+}
+
+#[test]
+fn unrolled_loop_mistakes_name_the_line() {
+    expect_err_above(
+        one_block(unroll_zero_step_kernel, [8, 128], [8, 128]),
+        ErrorKind::Grid,
+        "unroll_step",
+        &["step must be positive, got 0"],
+    );
+    expect_err_above(
+        one_block(unroll_negative_kernel, [8, 128], [8, 128]),
+        ErrorKind::Grid,
+        "unroll_negative",
+        &["must not be negative, got -2..2"],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------- bind
+
+#[tpu_kernel]
+fn scale_shift_kernel(x: Ref<f32>, o: RefMut<f32>, scale: f32, rows: usize) {
+    o.store(x.load() * scale);
+    o.at((0..rows, ..)) += 1.0;
+}
+
+#[tpu_kernel]
+fn scale_only_kernel(x: Ref<f32>, o: RefMut<f32>, scale: f32) {
+    o.store(x.load() * scale);
+}
+
+#[test]
+fn bound_parameters_keep_the_kernel_and_its_name() {
+    let (x, input) = f32_input([8, 128]);
+    let one = one_block(scale_only_kernel.bind(2.5), [8, 128], [8, 128]).expect("builds");
+    assert_eq!(one.name(), "scale_only_kernel");
+    let out = engines_agree(&one, std::slice::from_ref(&input));
+    let want: Vec<u32> = x.iter().map(|v| (v * 2.5).to_bits()).collect();
+    assert_eq!(f32_bits(&out[0]), want);
+
+    let two = one_block(scale_shift_kernel.bind((0.5, 3)), [8, 128], [8, 128]).expect("builds");
+    assert_eq!(two.name(), "scale_shift_kernel");
+    assert!(two
+        .mosaic_mlir()
+        .expect("lowers")
+        .contains("func.func @scale_shift_kernel"));
+    let out = engines_agree(&two, &[input]);
+    let want: Vec<u32> = (0..8 * 128)
+        .map(|i| (x[i] * 0.5 + if i / 128 < 3 { 1.0 } else { 0.0 }).to_bits())
+        .collect();
+    assert_eq!(f32_bits(&out[0]), want);
+
+    // `.name(..)` still wins.
+    let renamed = pallas_call(scale_only_kernel.bind(1.0))
+        .name("renamed")
+        .grid([1])
+        .input(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[_]| (0, 0)),
+        )
+        .build()
+        .expect("builds");
+    assert_eq!(renamed.name(), "renamed");
+}
+
+#[tpu_kernel]
+fn bound_rows_kernel(x: Ref<f32>, o: RefMut<f32>, rows: usize) {
+    o.store(x.load().slice((0..rows, ..))); // E:bound_rows
+}
+
+#[test]
+fn a_bound_value_the_kernel_rejects_names_the_kernel_line() {
+    expect_err(
+        one_block(bound_rows_kernel.bind(4), [8, 128], [8, 128]),
+        ErrorKind::Shape,
+        "bound_rows",
+        &["storing a value of shape [4, 128] into a window of shape [8, 128]"],
     );
 }

@@ -292,3 +292,76 @@ fn comparator_rejects_structural_differences() {
     }
     assert!(caught >= 3, "only {caught} mutations applied");
 }
+
+// ---------------------------------------------------------------------------------------------- dot
+
+mod dot_preferred {
+    use tpu_kernel::prelude::*;
+
+    /// `jnp.dot(x, y, preferred_element_type=jnp.float32)`.
+    #[tpu_kernel]
+    pub fn dot_bf16_f32_kernel(x: Ref<bf16>, y: Ref<bf16>, o: RefMut<f32>) {
+        o.store(dot(x.load(), y.load()));
+    }
+
+    /// `jnp.dot(x, y, preferred_element_type=jnp.float32).astype(jnp.bfloat16)`.
+    #[tpu_kernel]
+    pub fn dot_bf16_bf16_kernel(x: Ref<bf16>, y: Ref<bf16>, o: RefMut<bf16>) {
+        o.store(dot(x.load(), y.load()).cast::<bf16>());
+    }
+
+    /// The launch of `tests/data/pallas/README.md`: bf16 `x: [256, 256]` in row blocks, whole `y`.
+    pub fn mosaic<O: tpu_kernel::dtype::Element>(
+        kernel: impl tpu_kernel::launch::KernelFn<(Ref<bf16>, Ref<bf16>, RefMut<O>)>,
+    ) -> String {
+        pallas_call(kernel)
+            .grid([2])
+            .input(
+                ArrayType::new([256, 256], BF16),
+                BlockSpec::new([128, 256], |[i]| (i, 0)),
+            )
+            .input(
+                ArrayType::new([256, 128], BF16),
+                BlockSpec::new([256, 128], |[_]| (0, 0)),
+            )
+            .output(
+                ArrayType::new([256, 128], O::DTYPE),
+                BlockSpec::new([128, 128], |[i]| (i, 0)),
+            )
+            .build()
+            .expect("builds")
+            .mosaic_mlir()
+            .expect("lowers")
+    }
+}
+
+/// The `tpu.matmul` line without its SSA names: operand and result types, attributes.
+fn matmul_line(module: &str) -> String {
+    let line = module
+        .lines()
+        .find(|l| l.contains("tpu.matmul"))
+        .unwrap_or_else(|| panic!("no tpu.matmul in {module}"));
+    // Ours is printed in generic form (`: (a, b, c) -> d`), Pallas's in custom form (`: a, b, c -> d`).
+    let attrs = &line[line.find('{').expect("attributes")..];
+    attrs.replace(" : (", " : ").replace(") -> ", " -> ")
+}
+
+/// Pallas's `preferred_element_type=jnp.float32` is our `dot` (bf16 × bf16 accumulating into a zero
+/// f32 `tpu.matmul`), and its `.astype(jnp.bfloat16)` our `.cast::<bf16>()` (`arith.truncf`).
+#[test]
+fn dot_preferred_element_type_matches_pallas() {
+    for (name, ours) in [
+        (
+            "dot_bf16_f32",
+            dot_preferred::mosaic(dot_preferred::dot_bf16_f32_kernel),
+        ),
+        (
+            "dot_bf16_bf16",
+            dot_preferred::mosaic(dot_preferred::dot_bf16_bf16_kernel),
+        ),
+    ] {
+        let theirs = reference(name);
+        compare(name, &ours, &theirs);
+        assert_eq!(matmul_line(&ours), matmul_line(&theirs), "{name}");
+    }
+}

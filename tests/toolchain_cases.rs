@@ -182,6 +182,89 @@ fn slice_3d_case() -> Result<PallasCall, KernelError> {
         .build()
 }
 
+// The small gaps of issue 11: `ref += value` (whole ref, a dynamic window, an SMEM element, inside a
+// traced loop), an unrolled loop, a bound parameter, and Pallas's `preferred_element_type=f32` then
+// `.astype(bf16)`.
+#[tpu_kernel]
+fn ref_add_assign_kernel(x: Ref<f32>, o: RefMut<f32>, count: RefMut<i32, Smem>, scale: f32) {
+    if program_id(0) == 0 {
+        count.at(0).store(0);
+    }
+    count.at(0) += 1;
+    o.store(zeros());
+    for i in 0..4 {
+        o.at((ds(multiple_of(i * 8, 8), 8), ..)) += x.at((ds(multiple_of(i * 8, 8), 8), ..)).load();
+    }
+    o *= scale;
+    o += count.at(0).load().cast::<f32>();
+}
+
+fn ref_add_assign_case() -> Result<PallasCall, KernelError> {
+    pallas_call(ref_add_assign_kernel.bind(0.5))
+        .grid([2])
+        .input(
+            ArrayType::new([64, 128], F32),
+            BlockSpec::new([32, 128], |[i]| (i, 0)),
+        )
+        .output(
+            ArrayType::new([64, 128], F32),
+            BlockSpec::new([32, 128], |[i]| (i, 0)),
+        )
+        .scratch(Smem::new([1], I32))
+        .build()
+}
+
+#[tpu_kernel]
+fn unroll_kernel(x: Ref<bf16>, o: RefMut<f32>) {
+    let a = x.load().cast::<f32>(); // [32, 256]
+    let mut acc = zeros_like(o);
+    for p in unroll(0..4) {
+        acc += a.slice((p * 8..p * 8 + 8, ..128)) * (p + 1) as f32;
+    }
+    o.store(acc);
+    for p in unroll((0..128).step_by(64)) {
+        o.at((.., p..p + 64))
+            .store(acc.slice((.., p..p + 64)) + a.slice((..8, 128 + p..192 + p)));
+    }
+}
+
+fn unroll_case() -> Result<PallasCall, KernelError> {
+    pallas_call(unroll_kernel)
+        .grid([1])
+        .input(
+            ArrayType::new([32, 256], BF16),
+            BlockSpec::new([32, 256], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[_]| (0, 0)),
+        )
+        .build()
+}
+
+#[tpu_kernel]
+fn dot_bf16_out_kernel(x: Ref<bf16>, y: Ref<bf16>, o: RefMut<bf16>) {
+    o.store(dot(x.load(), y.load()).cast::<bf16>());
+}
+
+fn dot_bf16_out_case() -> Result<PallasCall, KernelError> {
+    pallas_call(dot_bf16_out_kernel)
+        .grid([2])
+        .input(
+            ArrayType::new([256, 256], BF16),
+            BlockSpec::new([128, 256], |[i]| (i, 0)),
+        )
+        .input(
+            ArrayType::new([256, 128], BF16),
+            BlockSpec::new([256, 128], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([256, 128], BF16),
+            BlockSpec::new([128, 128], |[i]| (i, 0)),
+        )
+        .build()
+}
+
 fn add_bias_kernel(x: Ref<f32>, w: Ref<f32>, o: RefMut<f32>) {
     o.store(x.load() + w.load());
 }
@@ -493,6 +576,27 @@ const CASES: &[Case] = &[
         name: "slice_3d_i32",
         what: "i32 value slice x[1:2, 3:4, 7:8] broadcast back to a tile",
         ours: slice_3d_case,
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "ref_add_assign",
+        what: "`o += v` on a whole ref, dynamic windows in an scf.for and an SMEM cell; a bound f32 parameter",
+        ours: ref_add_assign_case,
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "unrolled_loop",
+        what: "`for p in unroll(..)`: the body traced per p (static slices at p * 8), no scf.for",
+        ours: unroll_case,
+        probe: None,
+        expect: None,
+    },
+    Case {
+        name: "dot_bf16_out",
+        what: "Pallas's jnp.dot(.., preferred_element_type=f32).astype(bf16): tpu.matmul into f32, arith.truncf",
+        ours: dot_bf16_out_case,
         probe: None,
         expect: None,
     },

@@ -10,7 +10,7 @@ use syn::{Block, Expr, ExprClosure, Item, Label, Local, Pat, Stmt};
 
 use crate::carried::is_compound_assignment;
 use crate::check::Errors;
-use crate::syntax::{is_loop_binding, item_head, range_parts, unparen};
+use crate::syntax::{is_loop_binding, item_head, range_parts, unparen, unroll_arg};
 
 /// Methods kernels may call: the traced API plus common compile-time helpers.
 /// The first entries are the ones listed in the "unknown method" hint.
@@ -291,7 +291,9 @@ impl Checker<'_> {
                 if !is_loop_binding(&for_loop.pat) {
                     self.errors.error(&for_loop.pat, MSG_FOR_PATTERN);
                 }
-                match range_parts(&for_loop.expr) {
+                // `for p in unroll(lo..hi)`: the same range rules, the loop stays Rust.
+                let range = unroll_arg(&for_loop.expr).unwrap_or(&for_loop.expr);
+                match range_parts(range) {
                     Ok(parts) => {
                         self.expr(parts.lo, Position::Value);
                         self.expr(parts.hi, Position::Value);

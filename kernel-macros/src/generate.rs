@@ -15,17 +15,47 @@
 use proc_macro2::{Ident, Span, TokenStream as TokenStream2};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
-use syn::{BinOp, Block, Expr, ExprBinary, ExprForLoop, ExprIf, ExprWhile, Stmt};
+use syn::{BinOp, Block, Expr, ExprBinary, ExprForLoop, ExprIf, ExprWhile, FnArg, Pat, Stmt, Type};
 
 use crate::carried;
 use crate::parse::Kernel;
-use crate::syntax::{contains_escape, expr_contains_escape, is_loop_binding, range_parts, unparen};
+use crate::syntax::{
+    contains_escape, expr_contains_escape, is_loop_binding, range_parts, unparen, unroll_arg,
+};
 
 /// The rewritten function.
 pub(crate) fn generate(kernel: Kernel) -> TokenStream2 {
     let mut func = kernel.func;
+    func.sig.inputs.iter_mut().for_each(mutable_ref_param);
     Rewriter.block(&mut func.block);
     func.into_token_stream()
+}
+
+/// `o: RefMut<f32>` -> `#[allow(unused_mut)] mut o: RefMut<f32>`, so that `o += v` (Rust's `+=`,
+/// which takes `&mut o`) works on a writable ref parameter as written. Only the binding changes: a
+/// ref is a `Copy` handle, `o += v` stores into what it points at.
+fn mutable_ref_param(input: &mut FnArg) {
+    let FnArg::Typed(param) = input else {
+        return;
+    };
+    let Pat::Ident(ident) = &mut *param.pat else {
+        return;
+    };
+    let is_ref_mut = match &*param.ty {
+        Type::Path(path) => path
+            .path
+            .segments
+            .last()
+            .is_some_and(|last| last.ident == "RefMut"),
+        _ => false,
+    };
+    if is_ref_mut && ident.mutability.is_none() && ident.by_ref.is_none() {
+        let span = ident.ident.span();
+        ident.mutability = Some(syn::Token![mut](span));
+        param
+            .attrs
+            .push(syn::parse_quote_spanned!(span=> #[allow(unused_mut)]));
+    }
 }
 
 struct Rewriter;
@@ -58,7 +88,7 @@ impl Rewriter {
             Expr::Binary(binary) => {
                 self.expr(&mut binary.left);
                 self.expr(&mut binary.right);
-                comparison(binary)
+                comparison(binary).or_else(|| compound_assignment(binary))
             }
             Expr::If(if_expr) => self.if_else(if_expr),
             Expr::ForLoop(for_loop) => self.for_loop(for_loop),
@@ -223,6 +253,10 @@ impl Rewriter {
 
     /// `for i in lo..hi { body }` -> `P::for_range(lo, hi, vars, |i, vars| ..)`.
     fn for_loop(&mut self, for_loop: &mut ExprForLoop) -> Option<TokenStream2> {
+        if unroll_arg(&for_loop.expr).is_some() {
+            self.unrolled_loop(for_loop);
+            return None;
+        }
         let traceable = for_loop.label.is_none()
             && is_loop_binding(&for_loop.pat)
             && range_parts(&for_loop.expr).is_ok()
@@ -256,6 +290,28 @@ impl Rewriter {
             }
         };
         Some(finish_loop(span, attrs, &vars, &tk_vars, &tuple, call))
+    }
+
+    /// `for p in unroll(lo..hi) { body }` stays a Rust `for` loop (the body traced once per `p`, outer
+    /// variables assigned as in Rust) over `P::unroll_range(lo, hi)`: only the iterable is replaced,
+    /// each bound a separate argument so that a traced one gets the library's message.
+    fn unrolled_loop(&mut self, for_loop: &mut ExprForLoop) {
+        self.expr(&mut for_loop.expr);
+        self.block(&mut for_loop.body);
+        let span = unparen(&for_loop.expr).span();
+        let Some(Ok(parts)) = unroll_arg(&for_loop.expr).map(range_parts) else {
+            return;
+        };
+        let p = private_path(span);
+        let (lo, hi) = (parts.lo, parts.hi);
+        let call = match parts.step {
+            None => quote_spanned!(span=> #p::unroll_range(#lo, #hi)),
+            Some(step) => {
+                let step = unparen(step);
+                quote_spanned!(span=> #p::unroll_range_step(#lo, #hi, #step))
+            }
+        };
+        *for_loop.expr = Expr::Verbatim(call);
     }
 
     /// `while cond { body }` -> `P::while_loop(vars, |vars| cond, |vars| ..)`.
@@ -367,6 +423,44 @@ fn comparison(binary: &ExprBinary) -> Option<TokenStream2> {
     let right = unparen(&binary.right);
     let attrs = &binary.attrs;
     Some(quote_spanned!(span=> #(#attrs)* #p::#trait_name::#method(#left, #right)))
+}
+
+/// `w op= value` (`+= -= *= /= %=`) whose left side is not a place (a window `o.at(..)`, which Rust
+/// refuses as an assignee) -> `P::TraceCompoundAssign::<P::AddOp, _>::trace_compound_assign(w, value)`,
+/// the window by value.
+/// A place (`acc`, `o`, `t.0`, `a[i]`) keeps Rust's own operator: values and refs implement it.
+fn compound_assignment(binary: &ExprBinary) -> Option<TokenStream2> {
+    let op = match binary.op {
+        BinOp::AddAssign(_) => "AddOp",
+        BinOp::SubAssign(_) => "SubOp",
+        BinOp::MulAssign(_) => "MulOp",
+        BinOp::DivAssign(_) => "DivOp",
+        BinOp::RemAssign(_) => "RemOp",
+        _ => return None,
+    };
+    if is_place(&binary.left) {
+        return None;
+    }
+    let span = binary.op.span();
+    let p = private_path(span);
+    let op = Ident::new(op, span);
+    let left = unparen(&binary.left);
+    let right = unparen(&binary.right);
+    let attrs = &binary.attrs;
+    Some(quote_spanned! {span=>
+        #(#attrs)* #p::TraceCompoundAssign::<#p::#op, _>::trace_compound_assign(#left, #right)
+    })
+}
+
+/// Whether an expression is a place Rust can assign to (a variable, a field, an index, a deref).
+fn is_place(expr: &Expr) -> bool {
+    match expr {
+        Expr::Path(_) | Expr::Field(_) | Expr::Index(_) => true,
+        Expr::Unary(unary) => matches!(unary.op, syn::UnOp::Deref(_)),
+        Expr::Paren(paren) => is_place(&paren.expr),
+        Expr::Group(group) => is_place(&group.expr),
+        _ => false,
+    }
 }
 
 /// `::tpu_kernel::__private`, spanned at the user's token.

@@ -16,6 +16,9 @@
 //! | `for i in lo..hi { .. }`       | `P::for_range(lo, hi, vars, \|i, vars\| ..)`                |
 //! | `for i in (lo..hi).step_by(s)` | `P::for_range_step(lo, hi, s, vars, \|i, vars\| ..)`        |
 //! | `while c { .. }`               | `P::while_loop(vars, \|vars\| c, \|vars\| ..)`              |
+//! | `for p in unroll(lo..hi) { .. }` | `for p in P::unroll_range(lo, hi) { .. }` (a Rust loop: the body traced per `p`) |
+//! | `o.at(..) += v` (not a place)  | `P::TraceCompoundAssign::<P::AddOp, _>::trace_compound_assign(o.at(..), v)` (`-= *= /= %=`: `SubOp`, ...) |
+//! | `o: RefMut<T>` parameter       | `#[allow(unused_mut)] mut o: RefMut<T>` (so `o += v`, Rust's own, stores into `o`) |
 //!
 //! `vars` are the *carried variables*: outer variables assigned inside a
 //! branch or loop body (see `carried.rs`). They are passed into the closures

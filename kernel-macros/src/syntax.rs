@@ -51,6 +51,21 @@ pub(crate) fn range_parts(iter: &Expr) -> syn::Result<RangeParts<'_>> {
     }
 }
 
+/// The range of an unrolled loop, `for p in unroll(range)`: the argument of a call of a function named
+/// `unroll` (a path ending in it, e.g. `tpu_kernel::prelude::unroll`) with one argument.
+pub(crate) fn unroll_arg(iter: &Expr) -> Option<&Expr> {
+    match unparen(iter) {
+        Expr::Call(call) if call.args.len() == 1 => match unparen(&call.func) {
+            Expr::Path(path) if path.qself.is_none() => {
+                let last = path.path.segments.last()?;
+                (last.ident == "unroll" && last.arguments.is_none()).then(|| &call.args[0])
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// `lo..hi` with both ends; `whole` is what a generic error is spanned at.
 fn half_open<'a>(expr: &'a Expr, whole: &Expr) -> syn::Result<(&'a Expr, &'a Expr)> {
     match expr {

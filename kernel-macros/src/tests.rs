@@ -903,7 +903,7 @@ fn error_output_keeps_the_function() {
     );
     let out = norm(&out.to_string());
     assert!(out.starts_with("::core::compile_error!"), "{out}");
-    assert_contains(&out, "fn k(o: RefMut<f32>)");
+    assert_contains(&out, "fn k(#[allow(unused_mut)] mut o: RefMut<f32>)");
     // best effort: still rewritten, so no follow-up type errors on `==`/`if`.
     assert_contains(
         &out,
@@ -951,5 +951,95 @@ fn error_output_does_not_move_escapes_into_closures() {
     assert!(
         !out.contains("if_else") && !out.contains("for_range"),
         "{out}"
+    );
+}
+
+#[test]
+fn rewrite_unrolled_loop_keeps_a_rust_loop() {
+    let out = gen(quote!(
+        fn f() {
+            let mut acc = zero();
+            for p in unroll(0..n) {
+                acc = acc + x.at((p, ..)).load();
+            }
+            for _ in unroll((lo..hi).step_by(2)) {}
+        }
+    ));
+    assert_contains(
+        &out,
+        "for p in ::tpu_kernel::__private::unroll_range(0, n) { acc = acc + x.at((p, ..)).load(); }",
+    );
+    assert_contains(
+        &out,
+        "for _ in ::tpu_kernel::__private::unroll_range_step(lo, hi, 2) {}",
+    );
+    // Nothing carried, no scf.for builder.
+    assert!(!out.contains("for_range"), "{out}");
+    assert!(!out.contains("__tk_vars"), "{out}");
+}
+
+#[test]
+fn reject_unrolled_loop_shapes() {
+    let range = "a traced `for` loop iterates over a range `lo..hi` (lowered to scf.for)";
+    assert_body_error(quote!(for p in unroll(v.iter()) {}), range);
+    assert_body_error(
+        quote!(for p in unroll(0..=n) {}),
+        "use a half-open range `lo..hi`",
+    );
+    assert_body_error(
+        quote!(for (a, b) in unroll(0..n) {}),
+        "binds its index to a name or `_`",
+    );
+    assert_body_error(
+        quote!(for p in unroll(0..n) {
+            break;
+        }),
+        "`break` cannot be traced",
+    );
+}
+
+#[test]
+fn rewrite_compound_assignment_on_a_window_only() {
+    let out = gen(quote!(
+        fn f(o: RefMut<f32>) {
+            o += v;
+            acc.0 -= 1;
+            a[i] *= 2;
+            o.at((ds(i, 8), ..)) += v;
+            (c.at(0)) %= 3;
+        }
+    ));
+    // Places keep Rust's operator (RefMut implements `AddAssign`).
+    assert_contains(&out, "o += v;");
+    assert_contains(&out, "acc.0 -= 1;");
+    assert_contains(&out, "a[i] *= 2;");
+    // A window is not a place: taken by value.
+    assert_contains(
+        &out,
+        "::tpu_kernel::__private::TraceCompoundAssign::<::tpu_kernel::__private::AddOp, _>::trace_compound_assign(o.at((ds(i, 8), ..)), v);",
+    );
+    assert_contains(
+        &out,
+        "::tpu_kernel::__private::TraceCompoundAssign::<::tpu_kernel::__private::RemOp, _>::trace_compound_assign(c.at(0), 3);",
+    );
+}
+
+#[test]
+fn ref_mut_parameters_become_mutable_bindings() {
+    let out = gen_kind(
+        MacroKind::Kernel,
+        quote!(
+            fn k(
+                x: Ref<f32>,
+                o: RefMut<f32>,
+                mut s: tpu_kernel::prelude::RefMut<i32, Smem>,
+                n: usize,
+            ) {
+            }
+        ),
+    );
+    assert_contains(
+        &out,
+        "fn k(x: Ref<f32>, #[allow(unused_mut)] mut o: RefMut<f32>, mut s: tpu_kernel::prelude::RefMut<i32, Smem>, n: usize",
     );
 }

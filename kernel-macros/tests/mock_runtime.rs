@@ -133,6 +133,20 @@ pub mod __private {
         vars
     }
 
+    #[track_caller]
+    pub fn unroll_range(lo: usize, hi: usize) -> std::ops::Range<usize> {
+        log("unroll_range", Location::caller());
+        lo..hi
+    }
+
+    pub fn unroll_range_step(
+        lo: usize,
+        hi: usize,
+        step: usize,
+    ) -> std::iter::StepBy<std::ops::Range<usize>> {
+        (lo..hi).step_by(step)
+    }
+
     pub fn while_loop<V: Copy>(
         mut vars: V,
         cond: impl Fn(V) -> bool,
@@ -345,6 +359,35 @@ fn carried_variables_behave_like_rust() {
     assert_eq!(stepped_and_values(7, true), 90 + 1 + 21_000);
     assert_eq!(stepped_and_values(0, false), 1);
     assert_eq!(stepped_and_values(2, false), 2 + 1000);
+}
+
+// ---- unrolled loops stay Rust loops: outer variables assigned as in Rust, nothing carried ----
+
+#[kernel_fn]
+fn unrolled(n: usize) -> (usize, i64) {
+    let mut sum = 0;
+    let mut traced = 0i64;
+    for p in unroll(0..n) {
+        sum += p;
+        // A traced `if` inside an unrolled body still carries what it assigns.
+        if p % 2 == 0 {
+            traced = traced + 1;
+        }
+    }
+    for p in unroll((1..n).step_by(3)) {
+        sum += 100 * p;
+    }
+    (sum, traced)
+}
+
+#[test]
+fn unrolled_loops_run_their_body_per_value() {
+    take_calls();
+    // 0+1+2+3+4 = 10; 100 * (1 + 4) = 500; p even: 0, 2, 4
+    assert_eq!(unrolled(5), (510, 3));
+    assert!(take_calls()
+        .iter()
+        .any(|(name, _, _)| *name == "unroll_range"));
 }
 
 // ---- #[track_caller] locations point at the user's tokens ----

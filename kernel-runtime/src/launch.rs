@@ -307,13 +307,18 @@ struct OperandDecl<'a> {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a kernel function",
     label = "expected a #[tpu_kernel] fn (or a closure) whose parameters are Ref<T>/RefMut<T>",
-    note = "kernel parameters are `Ref<T>` (inputs) then `RefMut<T>` (outputs, then scratch); bind other parameters with a closure: `pallas_call(|x: Ref<f32>, o: RefMut<f32>| my_kernel(x, o, eps))`"
+    note = "kernel parameters are `Ref<T>` (inputs) then `RefMut<T>` (outputs, then scratch); compile-time parameters come last and are bound with `.bind(..)`: `pallas_call(my_kernel.bind(eps))` for `fn my_kernel(x: Ref<f32>, o: RefMut<f32>, eps: f32)`"
 )]
 pub trait KernelFn<Args> {
     #[doc(hidden)]
     fn params(&self) -> Vec<(ParamKind, DType, MemSpace)>;
     #[doc(hidden)]
     fn call(&self, args: &[Val]);
+    /// The kernel's name when the builder is given none (`None`: the Rust name of the fn itself).
+    #[doc(hidden)]
+    fn kernel_name(&self) -> Option<String> {
+        None
+    }
 }
 
 macro_rules! kernel_fn {
@@ -351,8 +356,8 @@ kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L);
 #[track_caller]
 pub fn pallas_call<'a, Args, K: KernelFn<Args> + 'a>(kernel: K) -> PallasCallBuilder<'a, K, Args> {
     PallasCallBuilder {
+        name: kernel.kernel_name().unwrap_or_else(default_name::<K>),
         kernel,
-        name: default_name::<K>(),
         grid: Vec::new(),
         grid_loc: None,
         operands: Vec::new(),
@@ -366,7 +371,7 @@ pub fn pallas_call<'a, Args, K: KernelFn<Args> + 'a>(kernel: K) -> PallasCallBui
 }
 
 /// The Rust name of the kernel fn (`matmul_kernel`); closures fall back to "kernel" (use `.name(..)`).
-fn default_name<K>() -> String {
+pub(crate) fn default_name<K>() -> String {
     let full = std::any::type_name::<K>();
     if full.contains("{{closure}}") {
         return "kernel".to_string();

@@ -7,6 +7,7 @@
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
 mod batch;
+pub mod bind;
 mod call;
 pub mod check;
 pub mod dtype;
@@ -22,6 +23,7 @@ pub mod opt;
 pub mod serialize;
 pub mod trace;
 
+pub use bind::{Bind, BoundKernel};
 pub use dtype::{DType, Element};
 pub use error::{ErrorKind, KernelError, SourceLoc};
 pub use launch::{

@@ -164,6 +164,15 @@ pub trait Carry: Sized {
     fn flatten(&self, out: &mut Vec<Val>);
     #[doc(hidden)]
     fn rebuild(vals: &mut dyn Iterator<Item = Val>) -> Self;
+    /// [`Carry::rebuild`] knowing what entered the region: refs pass through by identity (a ref is a
+    /// place, not a value: `o += v` inside a loop changes what `o` points at, not `o`).
+    #[doc(hidden)]
+    fn rebuild_from(&self, vals: &mut dyn Iterator<Item = Val>) -> Self {
+        Self::rebuild(vals)
+    }
+    /// The refs among the carried variables, to check that a region leaves them as they came in.
+    #[doc(hidden)]
+    fn refs(&self, _: &mut Vec<Val>) {}
 }
 
 impl Carry for () {
@@ -186,6 +195,26 @@ impl<T> Carry for Scalar<T> {
         Scalar::from_val(vals.next().unwrap_or(Val::POISON))
     }
 }
+/// Refs flow through control flow unchanged: no loop value, the same handle after the region.
+macro_rules! carry_ref {
+    ($H:ident) => {
+        impl<T: Element, S: super::refs::MemorySpace> Carry for super::refs::$H<T, S> {
+            fn flatten(&self, _: &mut Vec<Val>) {}
+            fn rebuild(_: &mut dyn Iterator<Item = Val>) -> Self {
+                <Self as super::refs::KernelParam>::from_val(Val::POISON)
+            }
+            fn rebuild_from(&self, _: &mut dyn Iterator<Item = Val>) -> Self {
+                *self
+            }
+            fn refs(&self, out: &mut Vec<Val>) {
+                out.push(self.v)
+            }
+        }
+    };
+}
+carry_ref!(Ref);
+carry_ref!(RefMut);
+
 macro_rules! carry_tuple {
     ($($n:ident),*) => {
         impl<$($n: Carry),*> Carry for ($($n,)*) {
@@ -196,6 +225,16 @@ macro_rules! carry_tuple {
             }
             fn rebuild(vals: &mut dyn Iterator<Item = Val>) -> Self {
                 ($($n::rebuild(vals),)*)
+            }
+            #[allow(non_snake_case)]
+            fn rebuild_from(&self, vals: &mut dyn Iterator<Item = Val>) -> Self {
+                let ($($n,)*) = self;
+                ($($n.rebuild_from(vals),)*)
+            }
+            #[allow(non_snake_case)]
+            fn refs(&self, out: &mut Vec<Val>) {
+                let ($($n,)*) = self;
+                $($n.refs(out);)*
             }
         }
     };
@@ -213,6 +252,20 @@ fn flat<C: Carry>(c: &C) -> Vec<Val> {
     let mut v = Vec::new();
     c.flatten(&mut v);
     v
+}
+
+/// A carried ref must leave a region as it entered it (its handle passes through unchanged).
+fn check_same_refs<C: Carry>(entry: &C, exit: &C, what: &str) -> Result<()> {
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    entry.refs(&mut before);
+    exit.refs(&mut after);
+    if before != after {
+        return Err(kerr!(
+            Trace,
+            "{what} assigns another ref to a ref variable; refs pass through traced control flow unchanged (store into the ref instead: `o.store(v)`, `o += v`)"
+        ));
+    }
+    Ok(())
 }
 
 fn types_of(t: &super::Tracer, vals: &[Val]) -> Result<Vec<Type>> {
@@ -306,6 +359,7 @@ impl<V: Carry + Copy, R: Carry> Cond<V, R> for Scalar<bool> {
             let mut out = flat(&v);
             r.flatten(&mut out);
             let closed = with(loc, |t| {
+                check_same_refs(&vars, &v, "a branch of this `if`")?;
                 let tys = types_of(t, &out)?;
                 let ids = ids_of(t, &out)?;
                 Ok((t.close_region(OpKind::Yield, ids, loc), tys))
@@ -330,7 +384,7 @@ impl<V: Carry + Copy, R: Carry> Cond<V, R> for Scalar<bool> {
         match out {
             Some(vals) => {
                 let mut it = vals.into_iter();
-                let v = V::rebuild(&mut it);
+                let v = vars.rebuild_from(&mut it);
                 let r = R::rebuild(&mut it);
                 (v, r)
             }
@@ -472,9 +526,11 @@ fn for_loop<V: Carry>(
         return poisoned::<V>();
     };
     let iv = Scalar::from_val(args[0]);
-    let carried = V::rebuild(&mut args[1..].iter().copied());
-    let out = flat(&body(iv, carried));
+    let carried = vars.rebuild_from(&mut args[1..].iter().copied());
+    let exit = body(iv, carried);
+    let out = flat(&exit);
     let done = with(loc, |t| {
+        check_same_refs(&vars, &exit, "this `for` loop")?;
         let out_tys = types_of(t, &out)?;
         check_same_types(
             &tys,
@@ -489,7 +545,7 @@ fn for_loop<V: Carry>(
         Ok(res.iter().map(|i| t.val(*i)).collect::<Vec<_>>())
     });
     match done {
-        Some(vals) => V::rebuild(&mut vals.into_iter()),
+        Some(vals) => vars.rebuild_from(&mut vals.into_iter()),
         None => {
             restore_depth(loc, depth);
             poisoned::<V>()
@@ -532,7 +588,7 @@ pub fn while_loop<V: Carry, C: WhileCond>(
     let Some((tys, depth, before_args)) = opened else {
         return poisoned::<V>();
     };
-    let c = cond(V::rebuild(&mut before_args.iter().copied())).cond_val();
+    let c = cond(vars.rebuild_from(&mut before_args.iter().copied())).cond_val();
     let before = with(loc, |t| {
         if *t.ty(c)? != Type::Scalar(DType::Bool) {
             return Err(kerr!(
@@ -551,8 +607,10 @@ pub fn while_loop<V: Carry, C: WhileCond>(
         restore_depth(loc, depth);
         return poisoned::<V>();
     };
-    let out = flat(&body(V::rebuild(&mut after_args.iter().copied())));
+    let exit = body(vars.rebuild_from(&mut after_args.iter().copied()));
+    let out = flat(&exit);
     let done = with(loc, |t| {
+        check_same_refs(&vars, &exit, "this `while` loop")?;
         let out_tys = types_of(t, &out)?;
         check_same_types(
             &tys,
@@ -572,7 +630,7 @@ pub fn while_loop<V: Carry, C: WhileCond>(
         Ok(res.iter().map(|i| t.val(*i)).collect::<Vec<_>>())
     });
     match done {
-        Some(vals) => V::rebuild(&mut vals.into_iter()),
+        Some(vals) => vars.rebuild_from(&mut vals.into_iter()),
         None => {
             restore_depth(loc, depth);
             poisoned::<V>()

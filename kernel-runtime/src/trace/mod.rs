@@ -9,14 +9,17 @@
 
 mod api;
 mod array;
+mod compound;
 mod control;
 mod dma;
 mod like;
 mod refs;
 mod slice;
+mod unroll;
 
 pub use api::*;
 pub use array::{Array, Scalar, COMPOSITE_METHODS};
+pub use compound::{AddOp, CompoundOp, DivOp, MulOp, RemOp, SubOp, TraceCompoundAssign};
 pub use control::{
     for_range, for_range_step, if_else, while_loop, Bound, Carry, Cond, TraceEq, TraceLogic,
     TraceOrd, WhileCond,
@@ -30,6 +33,7 @@ pub use refs::{
     ds, Ds, IntoSliceSpec, KernelParam, MemorySpace, ParamKind, Ref, RefMut, SliceArg, SliceSpec,
     View, ViewMut,
 };
+pub use unroll::{unroll, unroll_range, unroll_range_step, UnrollBound};
 
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, KernelError, Result, SourceLoc};

@@ -76,7 +76,7 @@ pub enum ParamKind {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a kernel parameter",
     label = "kernel parameters are block refs",
-    note = "kernel parameters are `Ref<T>` (inputs) and `RefMut<T>` (outputs and scratch); bind compile-time parameters with a closure: `pallas_call(|x: Ref<f32>, o: RefMut<f32>| my_kernel(x, o, eps))`"
+    note = "kernel parameters are `Ref<T>` (inputs) and `RefMut<T>` (outputs and scratch); compile-time parameters come last and are bound with `.bind(..)`: `pallas_call(my_kernel.bind(eps))` for `fn my_kernel(x: Ref<f32>, o: RefMut<f32>, eps: f32)`"
 )]
 pub trait KernelParam: Copy {
     const KIND: ParamKind;
