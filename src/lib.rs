@@ -58,7 +58,7 @@ pub mod prelude {
     pub use kernel_runtime::trace::{
         async_copy, dot, dot_nt, dot_tn, ds, full, full_like, iota, maximum, minimum, multiple_of,
         named_scope, num_programs, pow, program_id, run_scoped, scalar, select, sync_copy, where_,
-        zeros, zeros_like, Array, DmaSem, Ref, RefMut, Scalar, Sem,
+        zeros, zeros_like, Array, DmaSem, Pipeline, Ref, RefMut, Scalar, Sem,
     };
     pub use kernel_runtime::Bind;
     pub use kernel_runtime::{

@@ -442,3 +442,55 @@ fn a_copy_left_in_flight_at_the_end_of_its_scope_is_an_error_at_its_start() {
         &["when its run_scoped scope ends"],
     );
 }
+
+// ---------------------------------------------------------------------------------------------- pipelines
+
+#[test]
+fn a_nested_pipeline_streams_blocks_through_double_buffers() {
+    for rows in [8, 16, 24, 64] {
+        let call = kernels::pipeline_call(rows).expect("build");
+        let n = rows * 256;
+        let x = HostArray::from_vec(
+            [rows, 256],
+            (0..n).map(|i| i as f32 * 0.5).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let y = HostArray::from_vec(
+            [rows, 256],
+            (0..n).map(|i| 3.0 - i as f32).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let want: Vec<u32> = x
+            .as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .zip(y.as_slice::<f32>().unwrap())
+            .map(|(a, b)| (a * 2.0 + b).to_bits())
+            .collect();
+        for seed in [None, Some(1), Some(9), Some(77)] {
+            let out = call
+                .interpret_with(&[x.clone(), y.clone()], &seeded(seed))
+                .unwrap_or_else(|e| panic!("{rows} rows, seed {seed:?}: {e}"));
+            let got: Vec<u32> = out[0]
+                .as_slice::<f32>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            assert_eq!(got, want, "{rows} rows, seed {seed:?}");
+        }
+    }
+    let text = kernels::pipeline_call(32)
+        .unwrap()
+        .mosaic_mlir()
+        .expect("lower");
+    for op in [
+        "tpu.region",
+        "scf.for",
+        "tpu.enqueue_dma",
+        "tpu.wait_dma",
+        "memref<2x8x256xf32, #tpu.memory_space<vmem>>",
+    ] {
+        assert!(text.contains(op), "{op} missing:\n{text}");
+    }
+}

@@ -559,6 +559,13 @@ const CASES: &[Case] = &[
         expect: None,
     },
     Case {
+        name: "nested_pipeline",
+        what: "Pipeline::run: a double-buffered pipeline of 8 steps over HBM inputs and an HBM output (output_any)",
+        ours: || kernels::pipeline_call(64),
+        probe: None,
+        expect: None,
+    },
+    Case {
         name: "smem_scratch_counter",
         what: "an SMEM scratch cell written and read across grid steps (memref.store / memref.load)",
         ours: kernels::counter_call,

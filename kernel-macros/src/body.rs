@@ -72,6 +72,7 @@ pub(crate) const KNOWN_METHODS: &[&str] = &[
     "wait",
     "signal",
     "read",
+    "run",
     "slice",
 ];
 

@@ -214,13 +214,13 @@ type IndexMapFn<'a> = Box<dyn Fn(&[Scalar<i32>], &[Val]) -> Vec<IndexVal> + 'a>;
 /// Which block of an array each grid step sees: a block shape and an index map from grid indices to
 /// block indices (`pl.BlockSpec(block_shape, index_map)`).
 pub struct BlockSpec<'a> {
-    shape: Vec<usize>,
-    squeezed: Vec<bool>,
-    grid_rank: usize,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) squeezed: Vec<bool>,
+    pub(crate) grid_rank: usize,
     /// How many scalar-prefetch refs the index map takes (`None`: it takes none).
-    prefetch: Option<usize>,
-    index_map: IndexMapFn<'a>,
-    loc: SourceLoc,
+    pub(crate) prefetch: Option<usize>,
+    pub(crate) index_map: IndexMapFn<'a>,
+    pub(crate) loc: SourceLoc,
 }
 
 impl<'a> BlockSpec<'a> {
@@ -461,6 +461,15 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
     pub fn output(self, array: ArrayType, block: BlockSpec<'a>) -> Self {
         let loc = SourceLoc::caller();
         self.push(OperandRole::Output, array, Some(block), MemSpace::Vmem, loc)
+    }
+    /// An output array left in HBM (`out_specs=pl.BlockSpec(memory_space=pl.ANY)`): the kernel
+    /// receives a `RefMut<T, Any>` and writes it by DMA (e.g. [`crate::trace::Pipeline`]). Parts it never
+    /// writes are undefined on TPU (zeros, or the poison pattern, in interpret mode; the input's
+    /// contents when aliased).
+    #[track_caller]
+    pub fn output_any(self, array: ArrayType) -> Self {
+        let loc = SourceLoc::caller();
+        self.push(OperandRole::Output, array, None, MemSpace::Any, loc)
     }
     /// A scratch buffer (`scratch_shapes`): `Vmem::new(shape, dtype)` or `Smem::new(shape, dtype)`.
     #[track_caller]

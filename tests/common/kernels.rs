@@ -403,3 +403,37 @@ pub fn scoped_call() -> Result<PallasCall, KernelError> {
         )
         .build()
 }
+
+// ---------------------------------------------------------------------------------------------- pipelines
+
+/// A pipeline body: `x * 2 + y` on one block.
+#[kernel_fn]
+pub fn axpy_block(x: Array<f32>, y: Array<f32>) -> Array<f32> {
+    x * 2.0 + y
+}
+
+/// A nested pipeline over HBM arrays: `o = 2x + y`, block by block, double-buffered.
+#[tpu_kernel]
+pub fn pipeline_kernel(
+    x_hbm: Ref<f32, Any>,
+    y_hbm: Ref<f32, Any>,
+    o_hbm: RefMut<f32, Any>,
+    pipe: Pipeline,
+) {
+    pipe.run(axpy_block, (x_hbm, y_hbm), (o_hbm,));
+}
+
+/// `pipeline_kernel` on `[rows, 256]` arrays in 8-row blocks (`rows / 8` inner steps).
+pub fn pipeline_call(rows: usize) -> Result<PallasCall, KernelError> {
+    let spec = || BlockSpec::new([8, 256], |[j]| (j, 0));
+    let pipe = Pipeline::new([rows / 8])
+        .input(spec())
+        .input(spec())
+        .output(spec());
+    let a = ArrayType::new([rows, 256], F32);
+    pallas_call(pipeline_kernel.bind(pipe))
+        .input_any(a.clone())
+        .input_any(a.clone())
+        .output_any(a)
+        .build()
+}

@@ -484,7 +484,12 @@ fn parallel_axes(k: &Kernel, maps: &[Option<IndexMap<'_>>]) -> Result<Vec<usize>
         k.operands.iter().zip(maps).any(|(o, m)| {
             o.role == OperandRole::Output && m.as_ref().is_some_and(|m| m.reads_data())
         });
-    if axes.is_empty() || data_dependent {
+    // A whole (ANY) output is written by whichever chunk runs: one chunk.
+    let whole_output = k
+        .operands
+        .iter()
+        .any(|o| o.role == OperandRole::Output && o.block.is_none());
+    if axes.is_empty() || data_dependent || whole_output {
         return Ok(Vec::new());
     }
     // Per output: which chunk (linear index of the parallel coordinates) owns each block.

@@ -142,8 +142,8 @@ impl Sem {
 #[doc(hidden)]
 #[derive(Clone, Debug)]
 pub struct Endpoint {
-    r: Val,
-    spec: Option<SliceSpec>,
+    pub(crate) r: Val,
+    pub(crate) spec: Option<SliceSpec>,
 }
 
 /// What a copy reads: any ref or window of `T` elements (VMEM, SMEM or ANY).
@@ -215,9 +215,9 @@ impl<T, S: MemorySpace> DmaTarget<T> for ViewMut<T, S> {
 /// and waited on in the next.
 #[derive(Clone, Debug)]
 pub struct AsyncCopy {
-    src: Endpoint,
-    dst: Endpoint,
-    sem: DmaSem,
+    pub(crate) src: Endpoint,
+    pub(crate) dst: Endpoint,
+    pub(crate) sem: DmaSem,
 }
 
 /// Describe a copy from `src` to `dst` signalling the DMA semaphore `sem` (see [`AsyncCopy`]).
@@ -251,7 +251,7 @@ impl AsyncCopy {
         self.issue(OpKind::DmaWait, SourceLoc::caller());
     }
 
-    fn issue(&self, kind: OpKind, loc: SourceLoc) {
+    pub(crate) fn issue(&self, kind: OpKind, loc: SourceLoc) {
         with(loc, |t| {
             let src = view_in(t, self.src.r, self.src.spec.as_ref(), loc)?;
             let dst = view_in(t, self.dst.r, self.dst.spec.as_ref(), loc)?;
@@ -396,6 +396,19 @@ pub fn run_scoped<Args>(
     let mut all = outer;
     all.extend(scoped);
     body.call(&all);
+    close_scope(loc);
+}
+
+/// Run `f` with fresh refs of `types` that live for one scope (a `Scoped` op), for library code.
+pub(crate) fn scoped_with(types: &[Type], loc: SourceLoc, f: impl FnOnce(Vec<Val>)) {
+    let Some(refs) = with(loc, |t| Ok(t.open_region(types))) else {
+        return;
+    };
+    f(refs);
+    close_scope(loc);
+}
+
+fn close_scope(loc: SourceLoc) {
     with(loc, |t| {
         let region = t.close_region(OpKind::Yield, vec![], loc);
         t.push(OpKind::Scoped, vec![], vec![], vec![region], loc);

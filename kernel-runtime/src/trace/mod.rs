@@ -13,6 +13,7 @@ mod compound;
 mod control;
 mod dma;
 mod like;
+mod pipeline;
 mod refs;
 mod slice;
 mod unroll;
@@ -29,6 +30,7 @@ pub use dma::{
     ScopedScratch, Sem, SemScratch,
 };
 pub use like::{full_like, zeros_like, Like};
+pub use pipeline::{PipeBody, PipeRefs, Pipeline};
 pub use refs::{
     ds, Ds, IntoSliceSpec, KernelParam, MemorySpace, ParamKind, Ref, RefMut, SliceArg, SliceSpec,
     View, ViewMut,

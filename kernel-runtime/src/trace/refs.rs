@@ -332,7 +332,7 @@ fn resolve(
     Ok((w, dynamic))
 }
 
-fn load(r: Val, spec: Option<&SliceSpec>, loc: SourceLoc) -> Val {
+pub(crate) fn load(r: Val, spec: Option<&SliceSpec>, loc: SourceLoc) -> Val {
     emit(loc, |t| {
         let (shape, d, space) = ref_type(t, r)?;
         let (w, dynamic) = match spec {
@@ -372,7 +372,13 @@ fn load(r: Val, spec: Option<&SliceSpec>, loc: SourceLoc) -> Val {
     })
 }
 
-fn store(r: Val, spec: Option<&SliceSpec>, value: Stored, mask: Option<Val>, loc: SourceLoc) {
+pub(crate) fn store(
+    r: Val,
+    spec: Option<&SliceSpec>,
+    value: Stored,
+    mask: Option<Val>,
+    loc: SourceLoc,
+) {
     with(loc, |t| {
         let (shape, d, space) = ref_type(t, r)?;
         let (w, dynamic) = match spec {

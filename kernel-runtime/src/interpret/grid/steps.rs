@@ -118,6 +118,19 @@ impl<'a> Runner<'a> {
                 input_no += 1;
             }
         }
+        // A whole output in HBM (ANY) starts as its target holds it (the input, when aliased) or
+        // the fill value, and is written back whole after the grid.
+        let mut out_no = 0;
+        for (i, o) in k.operands.iter().enumerate() {
+            if o.role != OperandRole::Output {
+                continue;
+            }
+            if o.block.is_none() {
+                let aliased = k.aliases.iter().any(|a| a.1 == out_no);
+                m.refs[i].content = Some(self.whole_output(o, out_no, aliased)?);
+            }
+            out_no += 1;
+        }
         m.dma = crate::interpret::machine::DmaState::new(self.dma_seed);
         let mut chunk = Chunk {
             runner: self,
@@ -125,7 +138,66 @@ impl<'a> Runner<'a> {
             env: Vec::new(),
         };
         walk_grid(k, par_axes, key, &mut chunk)?;
-        chunk.m.dma_finish()
+        chunk.m.dma_finish()?;
+        let mut out_no = 0;
+        for (i, o) in k.operands.iter().enumerate() {
+            if o.role != OperandRole::Output {
+                continue;
+            }
+            if o.block.is_none() {
+                let content = chunk.m.refs[i]
+                    .content
+                    .take()
+                    .ok_or_else(|| internal("whole output without contents"))?;
+                self.write_whole(out_no, &content)?;
+            }
+            out_no += 1;
+        }
+        Ok(())
+    }
+
+    /// The starting contents of a whole (ANY) output: its target's data when aliased to an input
+    /// (already copied there), else the fill value.
+    fn whole_output(&self, o: &crate::ir::Operand, out_no: usize, aliased: bool) -> Result<Tensor> {
+        if !aliased {
+            return Ok(Tensor::splat(fill_literal(o.dtype, self.poison), &o.shape));
+        }
+        let sink = self
+            .sinks
+            .get(out_no)
+            .ok_or_else(|| internal("output sink"))?;
+        let n: usize = o.shape.iter().product();
+        if n > sink.len {
+            return Err(internal("output sink too small"));
+        }
+        crate::interpret::elementwise::with_dtype!(o.dtype, T => {
+            // SAFETY: the sink is this run's output buffer with `len >= n` elements of `T`, all
+            // initialized (an aliased output was filled from its input before the grid); nothing
+            // writes it while this copy is made.
+            let data = unsafe { std::slice::from_raw_parts(sink.ptr as *const T, n) }.to_vec();
+            Ok(Tensor::from_vec(&o.shape, data))
+        })
+    }
+
+    /// Write a whole output's contents to its array and mark it written.
+    fn write_whole(&self, out_no: usize, content: &Tensor) -> Result<()> {
+        let sink = self
+            .sinks
+            .get(out_no)
+            .ok_or_else(|| internal("output sink"))?;
+        if sink.dtype != content.dtype || content.numel() > sink.len {
+            return Err(internal("whole output type"));
+        }
+        let strides = crate::interpret::tensor::row_major_strides(&content.shape);
+        crate::interpret::elementwise::with_dtype!(content.dtype, T => {
+            // SAFETY: the sink points at a live output buffer with room for `len >= numel`
+            // elements; whole outputs make the kernel run as one chunk (see `parallel_axes`).
+            unsafe { write_view_raw::<T>(sink.ptr as *mut T, sink.len, 0, &strides, content, None)? }
+        });
+        for w in &sink.written {
+            w.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Copy output ref `i`'s block (block index `idx`) into output array `out_no`, clipped to the array.
