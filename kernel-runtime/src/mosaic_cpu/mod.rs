@@ -154,6 +154,7 @@ mod rewrite;
 mod rules;
 mod run;
 mod scalar;
+mod scope;
 
 pub use run::Compiled;
 
