@@ -2,7 +2,8 @@
 //! types, attributes, regions, location) and handed to its rule in [`super::rules`], which writes upstream
 //! MLIR text. Values are renamed (`%tN`); vector values and refs become flat row-major buffers
 //! (`memref<N x elem>`, a semaphore an `i32` counter), scalars stay scalars; a window of a ref
-//! (`tpu.memref_slice`, `tpu.memref_squeeze`) is a [`RefView`] into its kernel argument's buffer.
+//! (`tpu.memref_slice`, `tpu.memref_squeeze`) is a [`RefView`] into its ref's buffer (a kernel
+//! argument or a `run_scoped` allocation, see `scope.rs`).
 
 use super::rules;
 use crate::error::{kerr, Result, SourceLoc};
