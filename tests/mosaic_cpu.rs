@@ -794,6 +794,115 @@ fn semaphores_left_at_kernel_end_are_errors_in_both_engines() {
     );
 }
 
+// ---------------------------------------------------------------------------------------------- scopes
+
+#[test]
+fn run_scoped_kernels_agree_and_every_entry_gets_fresh_scratch() {
+    // A scoped VMEM buffer and DMA semaphore: x + 1 staged in the buffer, copied out by DMA.
+    agree_random(&scoped_call().expect("build"), 12);
+    // A scope entered three times per step: its VMEM buffer and SMEM counter start at zero each time.
+    let call = scope_loop_call().expect("build");
+    agree_random(&call, 13);
+    let x = HostArray::random([16, 128], F32, 14);
+    let got = mosaic_cpu::run(call.ir(), std::slice::from_ref(&x)).expect("mosaic_cpu");
+    for (g, v) in got[0]
+        .as_slice::<f32>()
+        .unwrap()
+        .iter()
+        .zip(x.as_slice::<f32>().unwrap())
+    {
+        assert_eq!(
+            g.to_bits(),
+            (((0.0 + v) + v) + v).to_bits(),
+            "{g} for x = {v}"
+        );
+    }
+}
+
+#[kernel_fn]
+fn unbalanced_scope_body(x: Ref<f32>, o: RefMut<f32>, s: Sem) {
+    s.signal(2);
+    s.wait(1);
+    o.store(x.load());
+}
+
+#[tpu_kernel]
+fn unbalanced_scope_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    run_scoped(unbalanced_scope_body, (x, o), Sem::one()); // SCOPE-SEM
+}
+
+#[kernel_fn]
+fn leaky_scope_body(x: Ref<f32>, buf: RefMut<f32>, sem: DmaSem) {
+    async_copy(x, buf, sem).start();
+}
+
+#[tpu_kernel]
+fn leaky_scope_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let scratch = (Vmem::new([8, 128], F32), DmaSem::one());
+    run_scoped(leaky_scope_body, (x,), scratch); // SCOPE-DMA
+    o.store(x.load());
+}
+
+#[kernel_fn]
+fn scoped_cell_body(x: Ref<f32>, o: RefMut<f32>, cell: RefMut<i32, Smem>) {
+    cell.at(program_id(0)).store(1); // SCOPE-OOB
+    o.store(x.load() * cell.at(0).load().cast::<f32>());
+}
+
+#[tpu_kernel]
+fn scoped_cell_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    run_scoped(scoped_cell_body, (x, o), Smem::new([1], I32));
+}
+
+#[test]
+fn scope_errors_are_the_interpreter_s() {
+    let x = HostArray::random([16, 128], F32, 5);
+    let build = |k: fn(Ref<f32>, RefMut<f32>)| {
+        pallas_call(k)
+            .grid([2])
+            .input(at([16, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+            .output(at([16, 128], F32), BlockSpec::new([8, 128], |[i]| (i, 0)))
+            .build()
+            .expect("build")
+    };
+    // A scoped semaphore signalled more than waited for: the same error at the run_scoped line.
+    // A scoped SMEM store out of bounds (step 1 stores cell 1 of 1): the same error, named "scoped
+    // buffer 0", at the store's line.
+    for (kernel, tag, kind) in [
+        (
+            unbalanced_scope_kernel as fn(Ref<f32>, RefMut<f32>),
+            "SCOPE-SEM",
+            ErrorKind::Race,
+        ),
+        (scoped_cell_kernel, "SCOPE-OOB", ErrorKind::OutOfBounds),
+    ] {
+        let [theirs, ours] = both_errors(&build(kernel), std::slice::from_ref(&x));
+        assert_eq!(ours.kind, kind, "{tag}: {ours}");
+        assert_eq!(
+            ours.location.map(|l| l.line),
+            Some(marked_line(tag)),
+            "{tag}: {ours}"
+        );
+        assert_eq!(ours.to_string(), theirs.to_string(), "{tag}");
+        assert!(ours.message.contains("scoped buffer 0"), "{tag}: {ours}");
+        println!("{tag}: {ours}");
+    }
+    // A copy never waited for inside its scope: in flight for the interpreter (at its start), counted
+    // on the scope's DMA semaphore here (at the run_scoped line).
+    let [theirs, ours] = both_errors(&build(leaky_scope_kernel), std::slice::from_ref(&x));
+    assert_eq!((ours.kind, theirs.kind), (ErrorKind::Race, ErrorKind::Race));
+    assert_eq!(
+        ours.location.map(|l| l.line),
+        Some(marked_line("SCOPE-DMA"))
+    );
+    assert!(
+        ours.message.contains(
+            "DMA semaphore scoped buffer 1 counts 1 copies never waited for when its run_scoped scope ends"
+        ),
+        "{ours}"
+    );
+}
+
 /// The line of this file ending with `// <tag>`.
 fn marked_line(tag: &str) -> u32 {
     let at = include_str!("mosaic_cpu.rs")
@@ -815,25 +924,14 @@ fn coverage_calls() -> Vec<PallasCall> {
         .collect()
 }
 
-/// Every Mosaic op name the lowering can emit: the quoted `dialect.op` names of `lower/rules.rs` and,
-/// where the lowering keeps an op table, of `ir/ops.rs` (read at run time: either may move).
+/// Every Mosaic op name the lowering can emit: the quoted `dialect.op` names of its rule sources
+/// (`lower/rules.rs` and every file under `lower/rules/`) and, where the lowering keeps an op table, of
+/// `ir/ops.rs` (read at run time: any of them may move or be added).
 fn lowering_op_names() -> Vec<String> {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/kernel-runtime/src/");
-    let mut names: Vec<String> = Vec::new();
-    for file in ["lower/rules.rs", "ir/ops.rs"] {
-        let Ok(text) = std::fs::read_to_string(format!("{root}{file}")) else {
-            continue;
-        };
-        names.extend(
-            text.split('"')
-                .filter(|s| {
-                    let d = s.split('.').next().unwrap_or("");
-                    ["arith", "math", "memref", "vector", "tpu", "scf", "func"].contains(&d)
-                        && s.contains('.')
-                        && !s.contains(char::is_whitespace)
-                })
-                .map(str::to_string),
-        );
+    let ops = concat!(env!("CARGO_MANIFEST_DIR"), "/kernel-runtime/src/ir/ops.rs");
+    let mut names = common::coverage::rule_op_names();
+    if let Ok(text) = std::fs::read_to_string(ops) {
+        names.extend(common::coverage::quoted_op_names(&text));
     }
     names.sort();
     names.dedup();
@@ -1205,6 +1303,25 @@ fn wrong_lowerings_make_the_engine_disagree() {
                     .expect("dma_double slices its input");
                 let zero = f.body.ops[at].operands[2];
                 f.body.ops[at].operands[1] = zero;
+            },
+        ),
+        (
+            "the store into a scoped buffer (memref.alloca) dropped (scoped_call)",
+            scoped_call().expect("build"),
+            |m| {
+                let region = m.funcs[0]
+                    .body
+                    .ops
+                    .iter_mut()
+                    .find(|op| op.name == "tpu.region")
+                    .and_then(|op| op.regions[0].as_mut())
+                    .expect("scoped_call has a scope");
+                let at = region
+                    .ops
+                    .iter()
+                    .position(|op| op.name == "tpu.vector_store")
+                    .expect("the scope stores into its buffer");
+                region.ops.remove(at);
             },
         ),
         (

@@ -2,7 +2,59 @@
 //! class that picks a different Mosaic op. `tests/bytecode.rs` holds their serialized bodies to the
 //! reference serializer; `tests/mosaic_cpu.rs` runs their Mosaic on the CPU against the interpreter.
 
+use std::path::{Path, PathBuf};
 use tpu_kernel::prelude::*;
+
+/// The lowering's rule sources: `lower/rules.rs` and every `.rs` file under `lower/rules/` (read at
+/// run time, so a rules file added later is scanned without editing the tests).
+pub fn rule_sources() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.expect("a directory entry").path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let lower = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernel-runtime/src/lower");
+    let mut files = vec![lower.join("rules.rs")];
+    walk(&lower.join("rules"), &mut files);
+    files
+}
+
+/// The quoted `dialect.op` names of a Rust source text (`"tpu.matmul"`, `"arith.addf"`, ...).
+pub fn quoted_op_names(text: &str) -> Vec<String> {
+    text.split('"')
+        .filter(|s| {
+            let d = s.split('.').next().unwrap_or("");
+            ["arith", "math", "memref", "vector", "tpu", "scf", "func"].contains(&d)
+                && s.contains('.')
+                && !s.contains(char::is_whitespace)
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every op name the rule sources ([`rule_sources`]) emit, sorted, without repeats.
+pub fn rule_op_names() -> Vec<String> {
+    let mut names: Vec<String> = rule_sources()
+        .iter()
+        .flat_map(|p| {
+            let text =
+                std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            quoted_op_names(&text)
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
 // Between them, these kernels reach every lowering rule and, per rule, every dtype class that picks a
 // different Mosaic op, so every op name (and its inherent attributes) the lowering can emit is checked.
 
@@ -143,6 +195,44 @@ fn smem_kernel(t: Ref<i32, Smem>, x: Ref<f32>, o: RefMut<f32>, cells: RefMut<i32
     o.store(x.load() * sum.cast::<f32>());
 }
 
+/// The body of `scoped_kernel`'s scope: DMA into and out of a scoped VMEM buffer, a scoped SMEM cell
+/// stored and loaded, a scoped regular semaphore signalled and waited for, inside a named region.
+#[kernel_fn]
+fn scoped_body(
+    x: Ref<f32>,
+    o: RefMut<f32>,
+    buf: RefMut<f32>,
+    cell: RefMut<i32, Smem>,
+    copy: DmaSem,
+    s: Sem,
+) {
+    let _scope = named_scope("staged");
+    cell.at(0).store(program_id(0) + 2);
+    sync_copy(x, buf, copy);
+    s.signal(3);
+    s.wait(2);
+    let left = s.read();
+    s.wait(1);
+    buf.store(buf.load() * cell.at(0).load().cast::<f32>() + left.cast::<f32>());
+    sync_copy(buf, o, copy);
+}
+
+/// `run_scoped` with every kind of scoped allocation (`tpu.region`, `memref.alloca` in VMEM and SMEM,
+/// `tpu.sem_alloc` of both semaphore kinds, `tpu.yield`).
+#[tpu_kernel]
+fn scoped_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    run_scoped(
+        scoped_body,
+        (x, o),
+        (
+            Vmem::new([8, 128], F32),
+            Smem::new([1], I32),
+            DmaSem::one(),
+            Sem::one(),
+        ),
+    );
+}
+
 /// The coverage kernels, built: (name, call).
 pub fn calls() -> Vec<(&'static str, PallasCall)> {
     let ty = |s: [usize; 2], d| ArrayType::new(s, d);
@@ -239,6 +329,14 @@ pub fn calls() -> Vec<(&'static str, PallasCall)> {
                 )
                 .output(ty([16, 128], F32), spec(b))
                 .scratch(Smem::new([2, 2], I32))
+                .build(),
+        ),
+        one(
+            "scoped",
+            pallas_call(scoped_kernel)
+                .grid([2])
+                .input(ty([16, 128], F32), spec(b))
+                .output(ty([16, 128], F32), spec(b))
                 .build(),
         ),
         one(

@@ -437,3 +437,46 @@ pub fn pipeline_call(rows: usize) -> Result<PallasCall, KernelError> {
         .output_any(a)
         .build()
 }
+
+/// The body of `scope_loop_kernel`'s scope: add `x` to a scoped VMEM buffer and one to a scoped SMEM
+/// counter, then `count · buffer` to `o`. Fresh (zeroed) scratch at every entry makes that `x` each time.
+#[kernel_fn]
+pub fn accumulate_in_scope(
+    x: Ref<f32>,
+    o: RefMut<f32>,
+    acc: RefMut<f32>,
+    count: RefMut<i32, Smem>,
+) {
+    acc.store(acc.load() + x.load());
+    count.at(0).store(count.at(0).load() + 1);
+    o.store(o.load() + acc.load() * count.at(0).load().cast::<f32>());
+}
+
+/// A scope entered three times in a loop: `o = ((0 + x) + x) + x` when each entry's scratch is fresh
+/// (carried over, it would be `x + 2·2x + 3·3x`).
+#[tpu_kernel]
+pub fn scope_loop_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(0.0);
+    for _entry in 0..3 {
+        run_scoped(
+            accumulate_in_scope,
+            (x, o),
+            (Vmem::new([8, 128], F32), Smem::new([1], I32)),
+        );
+    }
+}
+
+/// `scope_loop_kernel` on two 8-row blocks.
+pub fn scope_loop_call() -> Result<PallasCall, KernelError> {
+    pallas_call(scope_loop_kernel)
+        .grid([2])
+        .input(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .output(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .build()
+}

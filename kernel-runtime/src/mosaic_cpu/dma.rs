@@ -101,7 +101,7 @@ pub(super) fn memref_slice(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> R
             sizes: sizes.clone(),
             shape: base.shape.clone(),
         },
-        base.ref_no,
+        base.ref_id,
     );
     let ok = window_in_bounds(rw, &at, &base.shape, &sizes, &vec![1; sizes.len()]);
     rw.if_else(&ok, |_| Ok(()), |rw| rw.record(site, &at))?;
@@ -280,7 +280,7 @@ pub(super) fn wait_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Resul
     }
     let sem = semaphore(rw, op, ops[2], Some(Space::DmaSemaphore))?;
     let root_shape = sem.root.ty.shape().unwrap_or_default().to_vec();
-    let site = rw.site(op, SiteKind::DmaWait { shape: root_shape }, sem.ref_no);
+    let site = rw.site(op, SiteKind::DmaWait { shape: root_shape }, sem.ref_id);
     let v = rw.load(&sem.root, &sem.offset);
     let zero = rw.int(0, "i32");
     let none = rw.fresh();
@@ -321,7 +321,7 @@ pub(super) fn sem_wait(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Resul
     let sem = semaphore(rw, op, operand(op, 0)?, None)?;
     let amount = i32_operand(rw, op, operand(op, 1)?)?;
     let root_shape = sem.root.ty.shape().unwrap_or_default().to_vec();
-    let site = rw.site(op, SiteKind::SemWait { shape: root_shape }, sem.ref_no);
+    let site = rw.site(op, SiteKind::SemWait { shape: root_shape }, sem.ref_id);
     let v = rw.load(&sem.root, &sem.offset);
     let short = rw.fresh();
     rw.line(format!("{short} = arith.cmpi slt, {v}, {amount} : i32"));

@@ -4,7 +4,8 @@
 //!
 //! Vector values are `memref.alloc`s; the conversion calls `_mlir_memref_to_llvm_alloc` for them
 //! (`use-generic-functions`), which is bound to a per-thread bump arena that the driver resets after
-//! every grid step — values never outlive a step (refs are the driver's own buffers).
+//! every grid step — values never outlive a step (refs are the driver's own buffers; a `run_scoped`
+//! scope's buffers are allocated at the kernel function's entry, so they live for one step too).
 
 use crate::error::{kerr, Result};
 use melior::dialect::DialectHandle;

@@ -47,7 +47,7 @@ fn checked_offset(
     shape: &[usize],
     store: bool,
 ) -> (String, String, i64) {
-    let ref_no = op
+    let ref_id = op
         .operand(base)
         .ok()
         .and_then(|v| rw.refs.get(&key(v)).copied());
@@ -58,7 +58,7 @@ fn checked_offset(
             shape: shape.to_vec(),
             index_map: rw.index_map,
         },
-        ref_no,
+        ref_id,
     );
     let ok = window_in_bounds(rw, indices, shape, &[], &[]);
     let terms: Vec<(String, usize)> = indices

@@ -22,9 +22,9 @@
 //! memory — after checking the layout is the identity; each ref's space is checked against the
 //! kernel's operand), and a ref of semaphores (`semaphore_mem`, `!tpu.dma_semaphore` or
 //! `!tpu.semaphore`) a buffer of `i32` counters. A window of a ref (`tpu.memref_slice`,
-//! `tpu.memref_squeeze`) is no buffer: it is a view of its kernel ref's buffer — an offset and strides —
-//! that DMA and semaphore ops read and write through (`dma.rs`). Everything an op computes is read
-//! from the emitted op:
+//! `tpu.memref_squeeze`) is no buffer: it is a view of its ref's buffer — an offset and strides —
+//! that DMA and semaphore ops read and write through (`dma.rs`). A `run_scoped` scope's allocations
+//! are buffers of the same kinds (`scope.rs`). Everything an op computes is read from the emitted op:
 //!
 //! | emitted op | becomes | read from the op |
 //! |---|---|---|
@@ -41,11 +41,15 @@
 //! | `tpu.transpose` | loop nest reading through the permutation | `permutation` |
 //! | `tpu.assume_multiple` | the operand, after checking the promise at run time | `multiple` |
 //! | `tpu.logistic` | `1 / (1 + e^-x)` per element, in f32, rounded once | — |
+//! | `tpu.trace_start`, `tpu.trace_stop` (named trace regions) | nothing: profiler markers | — |
 //! | `tpu.memref_slice` | a view: the base's offset + Σ start·stride, the starts bounds-checked (out of bounds: an error, and the view placed at the base's origin) | `operandSegmentSizes` (base, i32 starts; dynamic sizes unsupported), the result type (sizes) |
 //! | `tpu.memref_squeeze` | the same view without size-1 dims | types |
 //! | `tpu.enqueue_dma` | loop nest copying the source view into the target view (through a temporary when both are in one buffer: the source is read as it was), then `+1` on the DMA semaphore | `operandSegmentSizes` (source, target, target semaphore; the remote and other-core segments unsupported), types |
 //! | `tpu.wait_dma` | `-1` on the DMA semaphore; at 0, a `Deadlock` error | `operandSegmentSizes` (as `enqueue_dma`); source and target must be windows of one shape |
 //! | `tpu.sem_signal`, `tpu.sem_wait`, `tpu.sem_read` | `+amount`; `-amount`, or a `Deadlock` error when the semaphore holds less; the value | `operandSegmentSizes` of `sem_signal` (no device or core) |
+//! | `tpu.region` (`run_scoped`) | its body written in place, then each semaphore it allocated checked back at zero (else a `Race` error at the `run_scoped` line) | — (no operands, results or block arguments) |
+//! | `memref.alloca`, `tpu.sem_alloc` (in a `tpu.region`) | a buffer allocated once at the function's entry, zero-filled where the op stands (at every entry of the scope) | the result type (shape, element, memory space) |
+//! | `tpu.yield` | nothing (the end of a scope's body) | — (no operands) |
 //! | `scf.for` | kept (types mapped, regions rewritten) after checking the step is positive | — |
 //! | `scf.if`, `scf.while`, `scf.yield`, `scf.condition`, `func.return` | kept | — |
 //!
@@ -91,9 +95,22 @@
 //! a DMA semaphore, the copies never waited for — the interpreter reports the copy still in flight,
 //! at its start).
 //!
+//! A `run_scoped` scope (`tpu.region`) runs in place. Its allocations (`memref.alloca` in VMEM or
+//! SMEM, `tpu.sem_alloc`) are fresh at every entry of the scope: zero-filled, like the engine's other
+//! fresh memory and the interpreter's unpoisoned scoped buffers, semaphores at zero. Each is one buffer
+//! allocated at the kernel function's entry from the per-step arena and zeroed where the allocation
+//! stands, so a scope entered in a loop reuses it rather than growing the arena per iteration (a
+//! scope cannot be re-entered while it runs). Loads, stores and DMA reach scoped buffers like any
+//! ref; errors name them as the interpreter does (`scoped buffer k`, the k-th allocation of its
+//! scope). When the scope ends every semaphore it allocated must be back at zero, as the interpreter
+//! requires: a regular one is a `Race` error with the interpreter's message at the `run_scoped` line;
+//! a DMA semaphore counting copies never waited for is a `Race` error there too (the interpreter
+//! reports the copy still in flight, at its start).
+//!
 //! # What is checked, where
 //! `tests/mosaic_cpu.rs`: every example, the op-coverage kernels of `bytecode.rs` (between them every
-//! op name in `lower/rules.rs`, which the test asserts), the DSL constructs of `dsl.rs`, the grid and
+//! op name in `lower/rules.rs`, every file under `lower/rules/` and `ir/ops.rs`, which the test
+//! asserts), the DSL constructs of `dsl.rs`, the grid and
 //! dtype semantics kernels of `interpret.rs` and random launches agree with the interpreter — integers
 //! and bools exactly, f32 within `1e-5 + 1e-5·|x|`, bf16 within one rounding step (`1e-2 + 2^-7·|x|`);
 //! the bf16 rounding chain, integer division and saturating casts bit for bit. Mutated modules (as
@@ -110,10 +127,16 @@
 //! for more than it holds (across steps) and an out-of-bounds DMA window are the interpreter's error
 //! (kind, message, line); semaphores left at kernel end are `Race` errors in both; a mutated DMA source
 //! window (`tpu.memref_slice` start) disagrees, a dropped `tpu.wait_dma` is an error, and a module
-//! that moves the ANY input into VMEM is refused. At run time the engine
+//! that moves the ANY input into VMEM is refused. Scopes: `scoped_call` (a scoped VMEM buffer and DMA
+//! semaphore), the coverage `scoped_kernel` (every allocation kind, DMA into and out of a scoped
+//! buffer, inside a named trace region) and a scope entered three times per step (its result exact:
+//! fresh scratch at every entry) agree; a scoped semaphore left non-zero and an out-of-bounds store
+//! into a scoped SMEM buffer are the interpreter's error (kind, message, line), a copy never waited
+//! for in its scope is a `Race` in both; a module whose store into a scoped buffer was dropped
+//! disagrees. At run time the engine
 //! reports, as `KernelError`s at the op's Rust line: out-of-bounds loads and stores (kind
 //! `OutOfBounds`, the operand and window starts named, as the interpreter does), out-of-bounds DMA
-//! windows, deadlocked waits, semaphores left at kernel end, a broken `multiple_of` promise, a `for`
+//! windows, deadlocked waits, semaphores left at kernel or scope end, a broken `multiple_of` promise, a `for`
 //! step ≤ 0.
 //!
 //! # The ulp budget
@@ -134,14 +157,19 @@
 //! tolerance above. (The TPU's own `exp`/`rsqrt` are approximations with larger errors than either.)
 //!
 //! # Limits
-//! Supported: what the lowering emits today, scalar prefetch, SMEM refs, DMA and semaphores included.
+//! Supported: what the lowering emits today, scalar prefetch, SMEM refs, DMA and semaphores,
+//! `run_scoped` scopes included.
 //! Not supported (an `Unsupported` error): remote or other-core DMA and signals (`source_semaphore`,
-//! `device_id`, `core_id` operands), slices with dynamic sizes, a window of a ref used by anything but
+//! `device_id`, `core_id` operands), slices with dynamic sizes, scopes yielding values (`tpu.region`
+//! results) and allocations with dynamic sizes, a window of a ref used by anything but
 //! DMA and semaphore ops, `tpu.matmul` batch dims, iota over several dims, non-splat vector constants.
 //! Not detected here (the interpreter detects them): DMA races — every copy completes at its start, so
 //! a kernel that reads a destination before its wait, or leaves a copy into a pipelined block across
-//! a step, runs here as if it had waited — and a wait on the wrong one of several balanced semaphores
-//! (the data were copied at the start). No poisoning: fresh memory is zero (compare with the interpreter's
+//! a step, runs here as if it had waited —, a wait on the wrong one of several balanced semaphores
+//! (the data were copied at the start), and a copy into or out of a scoped buffer that signals a
+//! semaphore from outside the scope and is not waited for when the scope ends (the interpreter reports
+//! it in flight; here it completed, and its count is checked where that semaphore's life ends).
+//! No poisoning: fresh memory is zero (compare with the interpreter's
 //! default, unpoisoned run). Speed: the JIT compiles at LLVM O0 (10–70 ms per kernel here; O1–O3 cost
 //! 5–40× more and the runs were no faster: a run's time is the host's block copies and O0 loops);
 //! a 512³ bf16 matmul runs in ~130 ms.
@@ -154,6 +182,7 @@ mod rewrite;
 mod rules;
 mod run;
 mod scalar;
+mod scope;
 
 pub use run::Compiled;
 

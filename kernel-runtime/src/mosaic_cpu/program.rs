@@ -2,7 +2,7 @@
 //! attributes) and the `transform_k` index-map functions its `window_params` name, plus the launch
 //! facts the driver needs, read from those attributes — not from the kernel IR.
 
-use super::rewrite::{Files, Rewriter, Signature, Site, Space, Ty};
+use super::rewrite::{Files, RefId, Rewriter, Signature, Site, Space, Ty};
 use crate::error::{kerr, Result, SourceLoc};
 use crate::ir::Kernel;
 use melior::ir::attribute::{
@@ -86,7 +86,8 @@ fn register_refs(rw: &mut Rewriter<'_>, f: OperationRef<'_, '_>, grid: usize) {
         if let Some(b) = melior::ir::RegionLike::first_block(&region) {
             for i in grid..b.argument_count() {
                 if let Ok(a) = b.argument(i) {
-                    rw.refs.insert(super::rewrite::key(a), i - grid);
+                    rw.refs
+                        .insert(super::rewrite::key(a), RefId::Operand(i - grid));
                 }
             }
         }

@@ -2,7 +2,8 @@
 //! types, attributes, regions, location) and handed to its rule in [`super::rules`], which writes upstream
 //! MLIR text. Values are renamed (`%tN`); vector values and refs become flat row-major buffers
 //! (`memref<N x elem>`, a semaphore an `i32` counter), scalars stay scalars; a window of a ref
-//! (`tpu.memref_slice`, `tpu.memref_squeeze`) is a [`RefView`] into its kernel argument's buffer.
+//! (`tpu.memref_slice`, `tpu.memref_squeeze`) is a [`RefView`] into its ref's buffer (a kernel
+//! argument or a `run_scoped` allocation, see `scope.rs`).
 
 use super::rules;
 use crate::error::{kerr, Result, SourceLoc};
@@ -76,15 +77,25 @@ impl Space {
     }
 }
 
-/// A window of a kernel ref as a ref (what `tpu.memref_slice` and `tpu.memref_squeeze` make, DMA and
+/// Which ref a buffer is, for the labels of errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RefId {
+    /// A ref argument of the function (its number after the grid indices): a kernel operand, or in an
+    /// index map a scalar-prefetch operand.
+    Operand(usize),
+    /// Allocation `k` of its `run_scoped` scope (`tpu.region`), the interpreter's "scoped buffer k".
+    Scoped(usize),
+}
+
+/// A window of a ref as a ref (what `tpu.memref_slice` and `tpu.memref_squeeze` make, DMA and
 /// semaphore ops take): element `i` (an index per dim of `shape`) is element
-/// `offset + Σ i_d · strides[d]` of the argument's flat buffer `root`. A whole argument is the view at
-/// offset 0 with row-major strides.
+/// `offset + Σ i_d · strides[d]` of the flat buffer `root` (a kernel argument or a scoped
+/// allocation). A whole ref is the view at offset 0 with row-major strides.
 #[derive(Clone, Debug)]
 pub(super) struct RefView {
     pub root: Val,
-    /// The kernel argument (after the grid indices) `root` is, for error labels.
-    pub ref_no: Option<usize>,
+    /// The ref `root` is, for error labels.
+    pub ref_id: Option<RefId>,
     /// An `index` value.
     pub offset: String,
     pub shape: Vec<usize>,
@@ -109,8 +120,8 @@ pub(super) fn is_float(elem: &str) -> bool {
 pub(super) struct Site {
     pub kind: SiteKind,
     pub loc: SourceLoc,
-    /// The kernel argument (after the grid indices) a load or store reads or writes.
-    pub operand: Option<usize>,
+    /// The ref a load, store, window or semaphore op reads or writes.
+    pub ref_id: Option<RefId>,
 }
 
 #[derive(Clone, Debug)]
@@ -143,6 +154,9 @@ pub(super) enum SiteKind {
     /// A `tpu.sem_wait` for more than the semaphore (of a ref of `shape`) holds, which nothing else
     /// will signal: the element, the amount and the value are reported.
     SemWait { shape: Vec<usize> },
+    /// A semaphore of a `run_scoped` scope (of `shape`; `dma`: a DMA semaphore) not back at zero when
+    /// the scope ends: the element and its value are reported.
+    ScopeEnd { dma: bool, shape: Vec<usize> },
     /// `tpu.assume_multiple` on a value that is not a multiple (the value is reported).
     AssumeMultiple(i64),
     /// An `scf.for` whose step is not positive (the step is reported).
@@ -203,10 +217,15 @@ pub(super) struct Rewriter<'f> {
     pub sites: Vec<Site>,
     /// The error buffer of the function being written.
     pub err: String,
-    /// Kernel ref arguments (value key → argument number after the grid indices).
-    pub refs: HashMap<usize, usize>,
+    /// Refs with a name in errors (value key → which ref): the function's ref arguments and scoped
+    /// allocations.
+    pub refs: HashMap<usize, RefId>,
     /// Whether the function being written is an index map.
     pub index_map: bool,
+    /// The `run_scoped` scopes (`tpu.region`s) being written, innermost last.
+    pub scopes: Vec<super::scope::Scope>,
+    /// Lines written at the entry of the function being written, before its body (see [`Self::hoist_alloc`]).
+    hoisted: Vec<String>,
     pub files: &'f Files,
 }
 
@@ -226,6 +245,8 @@ impl<'f> Rewriter<'f> {
             err: "%err".into(),
             refs: HashMap::new(),
             index_map: false,
+            scopes: Vec::new(),
+            hoisted: Vec::new(),
             files,
         }
     }
@@ -303,7 +324,7 @@ impl<'f> Rewriter<'f> {
         let shape = root.ty.shape().unwrap_or_default().to_vec();
         let offset = self.index(0);
         Ok(RefView {
-            ref_no: self.refs.get(&k).copied(),
+            ref_id: self.refs.get(&k).copied(),
             offset,
             strides: row_major(&shape),
             shape,
@@ -354,6 +375,16 @@ impl<'f> Rewriter<'f> {
     pub fn alloc(&mut self, ty: &Ty) -> String {
         let v = self.fresh();
         self.line(format!("{v} = memref.alloc() : {}", ty.text()));
+        v
+    }
+
+    /// A buffer of type `ty` allocated once at the entry of the function being written (from the
+    /// per-step arena, like [`Self::alloc`]): one buffer however often the code using it runs, so an
+    /// allocation in a loop does not grow the arena per iteration.
+    pub fn hoist_alloc(&mut self, ty: &Ty) -> String {
+        let v = self.fresh();
+        self.hoisted
+            .push(format!("{v} = memref.alloc() : {}", ty.text()));
         v
     }
 
@@ -500,16 +531,11 @@ impl<'f> Rewriter<'f> {
     }
 
     /// Register a run-time check and return its number.
-    pub fn site(
-        &mut self,
-        op: OperationRef<'_, '_>,
-        kind: SiteKind,
-        operand: Option<usize>,
-    ) -> i64 {
+    pub fn site(&mut self, op: OperationRef<'_, '_>, kind: SiteKind, ref_id: Option<RefId>) -> i64 {
         self.sites.push(Site {
             kind,
             loc: self.files.loc(op.location()),
-            operand,
+            ref_id,
         });
         self.sites.len() as i64
     }
@@ -711,7 +737,11 @@ impl<'f> Rewriter<'f> {
             args.join(", "),
             results.iter().map(Ty::text).collect::<Vec<_>>().join(", ")
         ));
+        let entry = self.out.len();
+        self.hoisted.clear();
         self.block(block)?;
+        let hoisted: String = self.hoisted.drain(..).map(|l| format!("  {l}\n")).collect();
+        self.out.insert_str(entry, &hoisted);
         self.close("}");
         Ok(Signature {
             args: tys,

@@ -33,6 +33,12 @@ const TABLE: &[(&str, Rule)] = &[
     ("tpu.sem_signal", super::dma::sem_signal),
     ("tpu.sem_wait", super::dma::sem_wait),
     ("tpu.sem_read", super::dma::sem_read),
+    // `run_scoped` (`scope.rs`): the region written in place; its allocations fresh (zeroed) at every
+    // entry, its semaphores checked back at zero at its end.
+    ("tpu.region", super::scope::region),
+    ("memref.alloca", super::scope::alloca),
+    ("tpu.sem_alloc", super::scope::sem_alloc),
+    ("tpu.yield", super::scope::yield_op),
     // n-D vector ops (upstream, but not lowered to LLVM for n-D vectors): loops over the buffers.
     ("vector.load", vector_load),
     ("vector.broadcast", broadcast),
@@ -261,7 +267,7 @@ fn vector_load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
         return Err(bad(op, "no operands"));
     };
     let (shape, elem) = mem(op, base, "the base")?;
-    let ref_no = op
+    let ref_id = op
         .operand(0)
         .ok()
         .and_then(|v| rw.refs.get(&key(v)).copied());
@@ -276,7 +282,7 @@ fn vector_load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
             sizes: sizes.clone(),
             shape: shape.clone(),
         },
-        ref_no,
+        ref_id,
     );
     let ok = window_in_bounds(rw, starts, &shape, &sizes, &vec![1; sizes.len()]);
     let ref_strides = row_major(&shape);
@@ -347,7 +353,7 @@ fn vector_store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
         }
         Err(_) => vec![1; sizes.len()],
     };
-    let ref_no = op
+    let ref_id = op
         .operand(1)
         .ok()
         .and_then(|v| rw.refs.get(&key(v)).copied());
@@ -357,7 +363,7 @@ fn vector_store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
             sizes: sizes.clone(),
             shape: shape.clone(),
         },
-        ref_no,
+        ref_id,
     );
     let ok = window_in_bounds(rw, starts, &shape, &sizes, &strides);
     let ref_strides = row_major(&shape);

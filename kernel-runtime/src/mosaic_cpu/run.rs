@@ -9,7 +9,7 @@
 
 use super::jit::{reset_arena, Jit, Packed};
 use super::program::{Program, KERNEL_FN};
-use super::rewrite::{SiteKind, Space, Ty, ERR_SLOTS};
+use super::rewrite::{RefId, SiteKind, Space, Ty, ERR_SLOTS};
 use crate::dtype::DType;
 use crate::error::{kerr, KernelError, Result};
 use crate::interpret::grid::{check_arrays, walk_grid, BlockEngine};
@@ -264,10 +264,11 @@ impl Compiled {
         else {
             return kerr!(Lowering, "mosaic_cpu: unknown failed check {}", err[0]);
         };
-        let label = site
-            .operand
-            .and_then(|i| self.kernel.operands.get(i))
-            .map(|o| o.label());
+        let label = match site.ref_id {
+            Some(RefId::Operand(i)) => self.kernel.operands.get(i).map(|o| o.label()),
+            Some(RefId::Scoped(k)) => Some(format!("scoped buffer {k}")),
+            None => None,
+        };
         let detail = &err[1..];
         let e = match &site.kind {
             SiteKind::Load { sizes, shape } | SiteKind::Store { sizes, shape } => {
@@ -306,7 +307,10 @@ impl Compiled {
                     kerr!(
                         OutOfBounds,
                         "the index map reads element {idx:?} of scalar-prefetch operand {} (shape {shape:?}): index {i} is out of bounds along dimension {d}",
-                        site.operand.unwrap_or(0)
+                        match site.ref_id {
+                            Some(RefId::Operand(i)) => i,
+                            _ => 0,
+                        }
                     )
                 } else {
                     let what = if *store { "store into" } else { "load from" };
@@ -351,6 +355,23 @@ impl Compiled {
                 sem_label(label.as_deref().unwrap_or("a ref"), shape, detail[0] as usize),
                 detail[2]
             ),
+            SiteKind::ScopeEnd { dma, shape } => {
+                let sem = sem_label(label.as_deref().unwrap_or("a ref"), shape, detail[0] as usize);
+                if *dma {
+                    kerr!(
+                        Race,
+                        "DMA semaphore {sem} counts {} copies never waited for when its run_scoped scope ends: wait for every copy inside the scope",
+                        detail[1]
+                    )
+                } else {
+                    // The interpreter's message.
+                    kerr!(
+                        Race,
+                        "semaphore {sem} holds {} when its run_scoped scope ends: every signal must be waited for",
+                        detail[1]
+                    )
+                }
+            }
             SiteKind::AssumeMultiple(m) => kerr!(
                 Trace,
                 "multiple_of({m}) was promised for a value that is {}",
