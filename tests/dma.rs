@@ -8,27 +8,17 @@ use tpu_kernel::{ErrorKind, KernelError};
 mod kernels;
 use kernels::{pipelined_call, scoped_call, semaphore_call, staged_copy, sync_call};
 
-fn marked_line(tag: &str) -> u32 {
-    let marker = format!("// E:{tag}");
-    let src = include_str!("dma.rs");
-    let idx = src
-        .lines()
-        .position(|l| l.trim_end().ends_with(&marker))
-        .unwrap_or_else(|| panic!("no marker {marker}"));
-    idx as u32 + 1
-}
+#[path = "common/marks.rs"]
+mod marks;
+
+const HERE: marks::Marked = marks::Marked {
+    file: "dma.rs",
+    src: include_str!("dma.rs"),
+};
 
 #[track_caller]
 fn expect_err(e: KernelError, kind: ErrorKind, tag: &str, needles: &[&str]) {
-    assert_eq!(e.kind, kind, "{tag}: wrong kind: {e}");
-    for n in needles {
-        assert!(e.message.contains(n), "{tag}: `{}` lacks `{n}`", e.message);
-    }
-    let loc = e
-        .location
-        .unwrap_or_else(|| panic!("{tag}: no location: {e}"));
-    assert!(loc.file.ends_with("dma.rs"), "{tag}: {}", loc.file);
-    assert_eq!(loc.line, marked_line(tag), "{tag}: wrong line in `{e}`");
+    HERE.check(&e, kind, tag, needles);
 }
 
 fn f32s<const R: usize>(shape: [usize; R]) -> ArrayType {

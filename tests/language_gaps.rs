@@ -10,15 +10,16 @@ use tpu_kernel::{ErrorKind, KernelError};
 
 // ---------------------------------------------------------------------------------------------- helpers
 
-/// The line in this file carrying the marker comment `// E:<tag>`.
+#[path = "common/marks.rs"]
+mod marks;
+
+const HERE: marks::Marked = marks::Marked {
+    file: "language_gaps.rs",
+    src: include_str!("language_gaps.rs"),
+};
+
 fn marked_line(tag: &str) -> u32 {
-    let marker = format!("// E:{tag}");
-    let src = include_str!("language_gaps.rs");
-    let idx = src
-        .lines()
-        .position(|l| l.trim_end().ends_with(&marker))
-        .unwrap_or_else(|| panic!("no marker {marker}"));
-    idx as u32 + 1
+    HERE.line(tag)
 }
 
 #[track_caller]
@@ -50,19 +51,7 @@ fn expect_err_at(
         Ok(_) => panic!("expected a {kind:?} error for {tag}, but build() succeeded"),
         Err(e) => e,
     };
-    assert_eq!(e.kind, kind, "{tag}: wrong kind: {e}");
-    for n in needles {
-        assert!(e.message.contains(n), "{tag}: `{}` lacks `{n}`", e.message);
-    }
-    let loc = e
-        .location
-        .unwrap_or_else(|| panic!("{tag}: no location: {e}"));
-    assert!(
-        loc.file.ends_with("language_gaps.rs"),
-        "{tag}: in {}",
-        loc.file
-    );
-    assert_eq!(loc.line, line, "{tag}: wrong line in `{e}`");
+    HERE.check_at(&e, kind, tag, line, needles);
 }
 
 fn f32_input(shape: [usize; 2]) -> (Vec<f32>, HostArray) {

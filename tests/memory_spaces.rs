@@ -8,32 +8,17 @@ use tpu_kernel::{ErrorKind, KernelError};
 mod kernels;
 use kernels::{counter_call, counter_kernel, lengths_call, table_call, table_kernel};
 
-/// The line in this file carrying the marker comment `// E:<tag>`.
-fn marked_line(tag: &str) -> u32 {
-    let marker = format!("// E:{tag}");
-    let src = include_str!("memory_spaces.rs");
-    let idx = src
-        .lines()
-        .position(|l| l.trim_end().ends_with(&marker))
-        .unwrap_or_else(|| panic!("no marker {marker}"));
-    idx as u32 + 1
-}
+#[path = "common/marks.rs"]
+mod marks;
+
+const HERE: marks::Marked = marks::Marked {
+    file: "memory_spaces.rs",
+    src: include_str!("memory_spaces.rs"),
+};
 
 #[track_caller]
 fn expect_err(e: KernelError, kind: ErrorKind, tag: &str, needles: &[&str]) {
-    assert_eq!(e.kind, kind, "{tag}: wrong kind: {e}");
-    for n in needles {
-        assert!(e.message.contains(n), "{tag}: `{}` lacks `{n}`", e.message);
-    }
-    let loc = e
-        .location
-        .unwrap_or_else(|| panic!("{tag}: no location: {e}"));
-    assert!(
-        loc.file.ends_with("memory_spaces.rs"),
-        "{tag}: {}",
-        loc.file
-    );
-    assert_eq!(loc.line, marked_line(tag), "{tag}: wrong line in `{e}`");
+    HERE.check(&e, kind, tag, needles);
 }
 
 fn f32s<const R: usize>(shape: [usize; R]) -> ArrayType {

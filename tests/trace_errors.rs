@@ -5,15 +5,16 @@
 use tpu_kernel::prelude::*;
 use tpu_kernel::{ErrorKind, KernelError};
 
-/// The line in this file carrying the marker comment `// E:<tag>`.
+#[path = "common/marks.rs"]
+mod marks;
+
+const HERE: marks::Marked = marks::Marked {
+    file: "trace_errors.rs",
+    src: include_str!("trace_errors.rs"),
+};
+
 fn marked_line(tag: &str) -> u32 {
-    let marker = format!("// E:{tag}");
-    let src = include_str!("trace_errors.rs");
-    let idx = src
-        .lines()
-        .position(|l| l.trim_end().ends_with(&marker))
-        .unwrap_or_else(|| panic!("no marker {marker}"));
-    idx as u32 + 1
+    HERE.line(tag)
 }
 
 #[track_caller]
@@ -23,28 +24,7 @@ fn expect_err(
     tag: &str,
     needles: &[&str],
 ) -> KernelError {
-    let e = match r {
-        Ok(_) => panic!("expected a {kind:?} error for {tag}, but build() succeeded"),
-        Err(e) => e,
-    };
-    assert_eq!(e.kind, kind, "{tag}: wrong kind: {e}");
-    for n in needles {
-        assert!(
-            e.message.contains(n),
-            "{tag}: message `{}` lacks `{n}`",
-            e.message
-        );
-    }
-    let loc = e
-        .location
-        .unwrap_or_else(|| panic!("{tag}: error has no location: {e}"));
-    assert!(
-        loc.file.ends_with("trace_errors.rs"),
-        "{tag}: located in {}",
-        loc.file
-    );
-    assert_eq!(loc.line, marked_line(tag), "{tag}: wrong line in `{e}`");
-    e
+    HERE.expect_err(r, kind, tag, needles)
 }
 
 #[tpu_kernel]

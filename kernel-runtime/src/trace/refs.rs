@@ -618,7 +618,13 @@ pub trait VectorMemory {}
 impl<T> VectorMemory for Ref<T, Vmem> {}
 impl<T> VectorMemory for RefMut<T, Vmem> {}
 
-impl<T: Element> Ref<T, Smem> {
+/// The memory spaces whose refs hold no vectors (SMEM: scalars; ANY: DMA only).
+#[doc(hidden)]
+pub trait NoVectors: MemorySpace {}
+impl NoVectors for Smem {}
+impl NoVectors for Any {}
+
+impl<T: Element, S: NoVectors> Ref<T, S> {
     /// Not callable: only VMEM refs load vectors (the `VectorMemory` bound never holds here). It
     /// exists so that `r.load()` explains that, instead of "no method named `load`".
     #[doc(hidden)]
@@ -630,41 +636,8 @@ impl<T: Element> Ref<T, Smem> {
     }
 }
 
-impl<T: Element> Ref<T, Any> {
-    /// Not callable: only VMEM refs load vectors (the `VectorMemory` bound never holds here). It
-    /// exists so that `r.load()` explains that, instead of "no method named `load`".
-    #[doc(hidden)]
-    pub fn load(self) -> Array<T>
-    where
-        Self: VectorMemory,
-    {
-        unreachable!("VectorMemory is implemented for VMEM refs only")
-    }
-}
-
-impl<T: Element> RefMut<T, Smem> {
-    /// Not callable: only VMEM refs load vectors (the `VectorMemory` bound never holds here). It
-    /// exists so that `r.load()` explains that, instead of "no method named `load`".
-    #[doc(hidden)]
-    pub fn load(self) -> Array<T>
-    where
-        Self: VectorMemory,
-    {
-        unreachable!("VectorMemory is implemented for VMEM refs only")
-    }
-    /// Not callable: only VMEM refs store vectors (see `VectorMemory`).
-    #[doc(hidden)]
-    pub fn store(self, value: impl IntoStored<T>)
-    where
-        Self: VectorMemory,
-    {
-        let _ = value;
-    }
-}
-
-impl<T: Element> RefMut<T, Any> {
-    /// Not callable: only VMEM refs load vectors (the `VectorMemory` bound never holds here). It
-    /// exists so that `r.load()` explains that, instead of "no method named `load`".
+impl<T: Element, S: NoVectors> RefMut<T, S> {
+    /// Not callable: only VMEM refs load vectors (see `VectorMemory`).
     #[doc(hidden)]
     pub fn load(self) -> Array<T>
     where
