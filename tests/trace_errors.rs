@@ -13,10 +13,6 @@ const HERE: marks::Marked = marks::Marked {
     src: include_str!("trace_errors.rs"),
 };
 
-fn marked_line(tag: &str) -> u32 {
-    HERE.line(tag)
-}
-
 #[track_caller]
 fn expect_err(
     r: Result<PallasCall, KernelError>,
