@@ -4,8 +4,8 @@ usage: check_kernel.py --generation v5e --name NAME --mosaic FILE --stablehlo FI
                        [--vmem-estimate BYTES] [--vmem-limit BYTES]
 
 Prints the jaxlib verify result, libtpu's verdict for the topology `<generation>:1x1`, our VMEM estimate
-beside the VMEM libtpu reports using (`used_scoped_memory_configs`), and the final LLO op count; on a
-failure, the error with the Rust source lines it points at. Exit status: 0 accepted, 1 rejected,
+beside the VMEM libtpu reports using (`used_scoped_memory_configs`), the final LLO op count and the
+total scheduled bundles of the kernel's program (libtpu's final VLIW schedule); on a failure, the error with the Rust source lines it points at. Exit status: 0 accepted, 1 rejected,
 2 the toolchain could not run.
 """
 import argparse
@@ -79,6 +79,8 @@ def main():
         print(f"  LLO ops (post-finalize-llo): {r.llo_total}   [{top}]")
     else:
         print("  LLO ops: - (no post-finalize-llo dump)")
+    if r.bundles is not None:
+        print(f"  scheduled bundles (final schedule of the custom call): {r.bundles}")
     return 1 if rejected else 0
 
 

@@ -6,9 +6,16 @@
   (`v5e:1x1`, `v6e:1x1`, ...) with no TPU present, down to LLO; the `llo.*` ops of the final
   (`*-post-finalize-llo*`) Mosaic dump are counted per the rule of ../shared/pallas-reference/README.md.
 
-Mosaic dumps: libtpu reads `LIBTPU_INIT_ARGS` once, when it starts, so importing this module points
-`--xla_mosaic_dump_to` at one temporary directory for the whole process (before jax touches libtpu);
-each compile's files are told apart by listing the directory before and after it.
+- libtpu's final VLIW schedule: the "total scheduled bundles" of the `tpu_custom_call` program (a
+  loop body counts once), a closer static proxy for time than LLO ops (ops that pack into bundles
+  that exist anyway cost nothing).
+
+Dumps: libtpu reads `LIBTPU_INIT_ARGS` once, when it starts, so importing this module points
+`--xla_mosaic_dump_to` (Mosaic stages, for LLO ops) and `--xla_jf_dump_to` (the backend's LLO
+programs, for bundles) at temporary directories for the whole process (before jax touches libtpu);
+each compile's files are told apart by listing the directory before and after it. The backend dump
+is narrowed to the final schedule (`--xla_jf_dump_llo_pass_label_regex=final_bundles`): about ten
+small files per compile instead of ~300 (every pass), and no measurable compile time.
 
 Missing jax/jaxlib/libtpu is an ImportError here: a loud failure, never a skip.
 """
@@ -34,16 +41,20 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
-def _init_dump_dir() -> str:
-    d = tempfile.mkdtemp(prefix="tpu-kernel-mosaic-dump-")
-    args = [a for a in os.environ.get("LIBTPU_INIT_ARGS", "").split() if "xla_mosaic_dump_to" not in a]
-    args.append(f"--xla_mosaic_dump_to={d}")
+def _init_dump_dirs() -> tuple[str, str]:
+    mosaic = tempfile.mkdtemp(prefix="tpu-kernel-mosaic-dump-")
+    backend = tempfile.mkdtemp(prefix="tpu-kernel-llo-dump-")
+    ours = ("xla_mosaic_dump_to", "xla_jf_dump_to", "xla_jf_dump_llo_pass_label_regex")
+    args = [a for a in os.environ.get("LIBTPU_INIT_ARGS", "").split() if not any(f in a for f in ours)]
+    args += [f"--xla_mosaic_dump_to={mosaic}", f"--xla_jf_dump_to={backend}",
+             "--xla_jf_dump_llo_pass_label_regex=final_bundles"]
     os.environ["LIBTPU_INIT_ARGS"] = " ".join(args)
-    atexit.register(shutil.rmtree, d, ignore_errors=True)
-    return d
+    for d in (mosaic, backend):
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
+    return mosaic, backend
 
 
-DUMP_DIR = _init_dump_dir()
+DUMP_DIR, BUNDLES_DUMP_DIR = _init_dump_dirs()
 
 import jax  # noqa: E402  (after the environment above)
 import numpy as np  # noqa: E402
@@ -168,11 +179,18 @@ class Compiled:
     used_vmem_bytes: int | None = None
     estimated_cycles: list = dataclasses.field(default_factory=list)
     n_custom_calls: int = 0
+    # total scheduled bundles of the tpu_custom_call program(s); None when libtpu wrote no schedule for one
+    bundles: int | None = None
+    # every program of the compiled module but the runtime's (TLP, <late-...>): name -> total scheduled
+    # bundles. Besides the custom call this may hold XLA's own programs, e.g. the copy XLA inserts in
+    # front of an aliased input that is not donated.
+    bundles_by_program: dict = dataclasses.field(default_factory=dict)
 
     def summary(self) -> str:
         if not self.ok:
             return f"{self.topology}: REJECTED: {first_line(self.error)}"
-        return f"{self.topology}: ok, {self.llo_total} LLO ops, VMEM used {self.used_vmem_bytes}"
+        return (f"{self.topology}: ok, {self.llo_total} LLO ops, {self.bundles} scheduled bundles, "
+                f"VMEM used {self.used_vmem_bytes}")
 
 
 _TOPOLOGIES: dict = {}
@@ -196,12 +214,58 @@ def _finalize_llo_after(before: set) -> str | None:
         return f.read()
 
 
-def _finish(res: Compiled, before: set, hlo_text: str | None) -> Compiled:
-    llo = _finalize_llo_after(before) if res.ok else None  # a rejected compile's dump is partial
+_BUNDLES_FILE_RE = re.compile(r"^\d+-(?P<program>.+)-\d+-schedule-analysis_final_bundles\.txt$")
+_TOTAL_BUNDLES_RE = re.compile(r"^\s*total scheduled bundles:\s*(\d+)\s*$", re.M)
+_TPU_CUSTOM_CALL_RE = re.compile(
+    r'^\s*(?:ROOT\s+)?%?(?P<name>[^\s=]+)\s*=[^\n]*\bcustom-call\([^\n]*custom_call_target="tpu_custom_call"', re.M)
+
+
+def total_bundles(text: str) -> int:
+    """`total scheduled bundles: N` of one `*-schedule-analysis_final_bundles.txt` dump."""
+    m = _TOTAL_BUNDLES_RE.findall(text)
+    if len(m) != 1:
+        raise ValueError(f"expected one 'total scheduled bundles' line, found {len(m)}")
+    return int(m[0])
+
+
+def tpu_custom_call_names(hlo_text: str) -> list[str]:
+    """Instruction names of the `tpu_custom_call`s of an optimized HLO module: libtpu names each one's
+    program after it (`<id>-<name>-NN-...` dump files)."""
+    return _TPU_CUSTOM_CALL_RE.findall(hlo_text)
+
+
+def _snapshot() -> tuple[set, set]:
+    return set(os.listdir(DUMP_DIR)), set(os.listdir(BUNDLES_DUMP_DIR))
+
+
+def _bundles_after(before: set) -> dict:
+    """Program name -> total scheduled bundles, from the final-schedule dumps written since `before`
+    (the runtime's TLP and `<late-...>` programs left out); the files are removed once read, so the
+    directory stays small over a long session."""
+    out = {}
+    new = sorted(f for f in os.listdir(BUNDLES_DUMP_DIR) if f not in before)
+    for f in new:
+        m = _BUNDLES_FILE_RE.match(f)
+        if m and m.group("program") != "TLP" and not m.group("program").startswith("<late-"):
+            with open(os.path.join(BUNDLES_DUMP_DIR, f)) as fh:
+                out[m.group("program")] = total_bundles(fh.read())
+    for f in new:
+        os.remove(os.path.join(BUNDLES_DUMP_DIR, f))
+    return out
+
+
+def _finish(res: Compiled, before: tuple[set, set], hlo_text: str | None) -> Compiled:
+    llo = _finalize_llo_after(before[0]) if res.ok else None  # a rejected compile's dump is partial
     if llo is not None:
         counts = count_llo(llo)
         res.llo_counts = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
         res.llo_total = sum(counts.values())
+    programs = _bundles_after(before[1])
+    if res.ok:
+        res.bundles_by_program = programs
+        names = tpu_custom_call_names(hlo_text or "")
+        if names and all(n in programs for n in names):
+            res.bundles = sum(programs[n] for n in names)
     if hlo_text:
         used = [int(s) for s in _USED_VMEM_RE.findall(hlo_text)]
         res.used_vmem_bytes = max(used) if used else None
@@ -216,7 +280,7 @@ def compile_stablehlo(text: str, topo: str) -> Compiled:
     from jax._src.lib import xla_client as xc
     name, desc = topology(topo)
     dev = desc.devices[0]
-    before = set(os.listdir(DUMP_DIR))
+    before = _snapshot()
     res = Compiled(topology=name, ok=False)
     t = time.perf_counter()
     try:
@@ -250,7 +314,7 @@ def compile_jax(fn, args, topo: str) -> Compiled:
     name, desc = topology(topo)
     rep = NamedSharding(Mesh(np.array(desc.devices[:1]), ("x",)), P())
     sds = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep) for a in args]
-    before = set(os.listdir(DUMP_DIR))
+    before = _snapshot()
     res = Compiled(topology=name, ok=False)
     t = time.perf_counter()
     try:

@@ -70,7 +70,8 @@ pub fn compare(got: &HostArray, want: &HostArray, tol: Tolerance) -> Comparison 
 
 /// Random inputs for a kernel (deterministic in `seed`), one per kernel input. Scalar-prefetch tables
 /// hold block numbers: random values in `0..b`, `b` the number of blocks along the leading dimension of
-/// the first operand whose index map reads them.
+/// the first operand whose index map reads them; with no such operand, a table read by the body only
+/// holds page numbers of the first ANY (HBM) input: `b` is its leading dimension.
 pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
     let k = call.ir();
     let blocks = k
@@ -79,6 +80,11 @@ pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
         .find_map(|o| {
             let b = o.block.as_ref().filter(|b| b.index_map.reads_refs())?;
             Some(o.shape.first()?.div_ceil(*b.block_shape.first()?))
+        })
+        .or_else(|| {
+            k.inputs()
+                .find(|o| o.space == crate::ir::MemSpace::Any)
+                .and_then(|o| o.shape.first().copied())
         })
         .unwrap_or(1)
         .max(1);
@@ -108,6 +114,7 @@ pub fn expected(
         "gather_kernel" => gather(inputs, 8).map(|o| (o, Tolerance::EXACT)),
         "dma_double_kernel" => scale(inputs, 2.0).map(|o| (o, Tolerance::EXACT)),
         "inplace_scale_kernel" => scale(inputs, 3.0).map(|o| (o, Tolerance::EXACT)),
+        "paged_gather_kernel" => paged_gather(inputs).map(|o| (o, Tolerance::EXACT)),
         "matmul_kernel" => matmul(inputs).map(|o| (o, Tolerance::BF16)),
         "softmax_kernel" => softmax(inputs).map(|o| (o, Tolerance::F32)),
         "rmsnorm_kernel" => rmsnorm(inputs, 1e-6).map(|o| (o, Tolerance::BF16)),
@@ -228,6 +235,42 @@ pub fn gather(inputs: &[HostArray], bm: usize) -> Result<Vec<HostArray>, KernelE
         out.extend(x[b * bm * n..(b + 1) * bm * n].iter().map(|v| v * 2.0));
     }
     Ok(vec![f32_out([idx.len() * bm, n], out)?])
+}
+
+/// `sum over p of pages[table[s, p]]` per sequence `s`, added in f32 in page order as the kernel
+/// adds them (so exactly equal), for an i32 block table `[num_seqs, pages_per_seq]` and f32 pages
+/// `[num_pages, ps, n]` (the `paged_gather` example).
+pub fn paged_gather(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let t = inputs.first().ok_or_else(|| bad("missing input 0"))?;
+    let table = t
+        .as_slice::<i32>()
+        .ok_or_else(|| bad("input 0 is not an i32 table"))?;
+    let [num_seqs, pages_per_seq] = dims2(t)?;
+    let p = inputs.get(1).ok_or_else(|| bad("missing input 1"))?;
+    let pages = p
+        .as_slice::<f32>()
+        .ok_or_else(|| bad("input 1 is not f32"))?;
+    let &[num_pages, ps, n] = p.shape() else {
+        return Err(bad("input 1 is not [num_pages, page_size, n]"));
+    };
+    let page_len = ps * n;
+    let mut out = vec![0.0f32; num_seqs * page_len];
+    for (s, row) in table.chunks(pages_per_seq.max(1)).enumerate() {
+        let acc = &mut out[s * page_len..(s + 1) * page_len];
+        for &page in row {
+            let page = usize::try_from(page)
+                .ok()
+                .filter(|&q| q < num_pages)
+                .ok_or_else(|| bad(format!("page number {page} is out of range")))?;
+            for (a, v) in acc
+                .iter_mut()
+                .zip(&pages[page * page_len..(page + 1) * page_len])
+            {
+                *a += v;
+            }
+        }
+    }
+    Ok(vec![f32_out([num_seqs * ps, n], out)?])
 }
 
 /// bf16 `x @ y`, accumulated exactly (f64), rounded once to bf16.

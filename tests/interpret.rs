@@ -29,6 +29,9 @@ mod matmul;
 #[path = "../examples/ops_tour.rs"]
 #[allow(dead_code)]
 mod ops_tour;
+#[path = "../examples/paged_gather.rs"]
+#[allow(dead_code)]
+mod paged_gather;
 #[path = "../examples/rmsnorm.rs"]
 #[allow(dead_code)]
 mod rmsnorm;
@@ -50,7 +53,7 @@ use tpu_kernel::ErrorKind;
 
 type Build = fn() -> Result<PallasCall, KernelError>;
 
-const EXAMPLES: [(&str, Build); 12] = [
+const EXAMPLES: [(&str, Build); 13] = [
     ("add", add::build),
     ("inplace_scale", inplace_scale::build),
     ("dma_double", dma_double::build),
@@ -60,6 +63,7 @@ const EXAMPLES: [(&str, Build); 12] = [
     ("fori_rowsum", fori_rowsum::build),
     ("matmul", matmul::build),
     ("ops_tour", ops_tour::build),
+    ("paged_gather", paged_gather::build),
     ("rmsnorm", rmsnorm::build),
     ("softmax", softmax::build),
     ("transpose", transpose::build),

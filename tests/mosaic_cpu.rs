@@ -581,6 +581,28 @@ fn an_out_of_range_block_from_the_table_is_the_same_error_in_both_engines() {
 }
 
 #[test]
+fn a_page_number_out_of_range_is_the_same_error_in_both_engines() {
+    // paged_gather: sequence 2's sixth page is page 64 of 64. It is first touched as the next page
+    // (p + 1) started while page 4 is added: the error is at that DMA's line of the example.
+    let call = common::paged_gather::build().expect("build");
+    let mut table: Vec<i32> = (0..64).collect();
+    table[2 * 8 + 5] = 64;
+    let table = HostArray::from_vec([8, 8], table).unwrap();
+    let [theirs, ours] = both_errors(&call, &[table, HostArray::zeros([64, 16, 128], F32)]);
+    assert_eq!(ours.kind, ErrorKind::OutOfBounds, "{ours}");
+    assert_eq!(ours.to_string(), theirs.to_string());
+    assert!(ours.message.contains("64..65 along dimension 0"), "{ours}");
+    let start_next = include_str!("../examples/paged_gather.rs")
+        .lines()
+        .position(|l| l.contains("async_copy(pages.at(page), buf.at(next), sems.at(next)).start()"))
+        .expect("the example starts the next page's copy")
+        + 1;
+    let loc = ours.location.expect("located");
+    assert!(loc.file.ends_with("paged_gather.rs"), "{ours}");
+    assert_eq!(loc.line as usize, start_next, "{ours}");
+}
+
+#[test]
 fn an_index_map_reading_past_its_table_is_an_error_at_the_same_line_in_both_engines() {
     // Grid step 2 reads row 2 of a 2-row table.
     let call = pallas_call(table_kernel)

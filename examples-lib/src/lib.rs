@@ -33,6 +33,9 @@ mod matmul;
 #[path = "../../examples/ops_tour.rs"]
 mod ops_tour;
 #[allow(dead_code)]
+#[path = "../../examples/paged_gather.rs"]
+mod paged_gather;
+#[allow(dead_code)]
 #[path = "../../examples/rmsnorm.rs"]
 mod rmsnorm;
 #[allow(dead_code)]
@@ -57,6 +60,7 @@ tpu_kernel::export_library!(
         matmul::matmul_dx,
         matmul::matmul_dw,
         ops_tour::ops_tour,
+        paged_gather::paged_gather,
         rmsnorm::rmsnorm,
         rmsnorm::rmsnorm_bwd,
         softmax::softmax,

@@ -111,14 +111,20 @@ def pytest_terminal_summary(terminalreporter):
     if not rows:
         return
     tr = terminalreporter
-    tr.section("LLO parity: ours vs Pallas (final post-finalize-llo op count; libtpu %s)" % tc.VERSIONS["libtpu"])
-    tr.write_line(f"{'kernel':<14} {'gen':<4} {'ours':>6} {'pallas':>7} {'ratio':>6}")
+    tr.section("Parity: ours vs Pallas (post-finalize-llo ops; total scheduled bundles of the custom call; "
+               "libtpu %s)" % tc.VERSIONS["libtpu"])
+    tr.write_line(f"{'kernel':<16} {'gen':<4} {'LLO ours':>8} {'Pallas':>7} {'ratio':>6}  "
+                  f"{'bundles ours':>12} {'Pallas':>7} {'ratio':>6}")
+
+    def ratio(a, b):
+        return f"{a / b:.3f}" if a is not None and b else "-"
+
     for n, g in rows:
         o, p = COMPILED.get(("ours", n, g)), COMPILED.get(("pallas", n, g))
-        ol = o.llo_total if o and o.ok else None
-        pl_ = p.llo_total if p and p.ok else None
-        ratio = f"{ol / pl_:.3f}" if ol is not None and pl_ else "-"
-        tr.write_line(f"{n:<14} {g:<4} {str(ol):>6} {str(pl_):>7} {ratio:>6}")
+        ol, ob = (o.llo_total, o.bundles) if o and o.ok else (None, None)
+        pl_, pb = (p.llo_total, p.bundles) if p and p.ok else (None, None)
+        tr.write_line(f"{n:<16} {g:<4} {str(ol):>8} {str(pl_):>7} {ratio(ol, pl_):>6}  "
+                      f"{str(ob):>12} {str(pb):>7} {ratio(ob, pb):>6}")
 
 
 # -------------------------------------------------------------- kernels as JAX ops (test_jax_*.py)

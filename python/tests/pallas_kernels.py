@@ -269,6 +269,43 @@ def inplace_scale(x, bm=128):
                           compiler_params=_params("parallel"), name="inplace_scale_kernel")(x)
 
 
+# -- paged_gather: a block table in SMEM picks the HBM pages of each sequence; each page is DMA'd into
+#    one of two VMEM slots (page p + 1 in flight while page p is added) and the pages are summed
+def _paged_gather_kernel(table_ref, pages_hbm, o_ref, buf, sems):
+    s = pl.program_id(0)
+    pages_per_seq = table_ref.shape[1]
+
+    def copy(p, slot):
+        return pltpu.make_async_copy(pages_hbm.at[table_ref[s, p]], buf.at[slot], sems.at[slot])
+
+    copy(0, 0).start()
+
+    def body(p, acc):
+        slot = lax.rem(p, 2)
+
+        @pl.when(p + 1 < pages_per_seq)
+        def _():
+            copy(p + 1, 1 - slot).start()
+
+        copy(p, slot).wait()
+        return acc + buf[slot]
+
+    o_ref[...] = lax.fori_loop(0, pages_per_seq, body, jnp.zeros(o_ref.shape, f32))
+
+
+def paged_gather(table, pages):
+    num_seqs = table.shape[0]
+    _, ps, n = pages.shape
+    return pl.pallas_call(
+        _paged_gather_kernel, out_shape=S((num_seqs * ps, n), pages.dtype),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1, grid=(num_seqs,),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec((ps, n), lambda s, table_ref: (s, 0)),
+            scratch_shapes=[pltpu.VMEM((2, ps, n), pages.dtype), pltpu.SemaphoreType.DMA((2,))]),
+        compiler_params=_params("parallel"), name="paged_gather_kernel")(table, pages)
+
+
 KERNELS = {
     "add": (add, [S((1024, 1024), f32), S((1024, 1024), f32)]),
     "matmul": (matmul, [S((512, 512), bf16), S((512, 512), bf16)]),
@@ -283,11 +320,12 @@ KERNELS = {
     "gather_prefetch": (gather_prefetch, [S((4,), i32), S((64, 256), f32)]),
     "dma_double": (dma_double, [S((512, 128), f32)]),
     "inplace_scale": (inplace_scale, [S((256, 256), f32)]),
+    "paged_gather": (paged_gather, [S((8, 8), i32), S((64, 16, 128), f32)]),
 }
 
 
 # Operands whose values must be in range (block tables): operand index -> exclusive upper bound.
-INDEX_OPERANDS = {"gather_prefetch": {0: 8}}
+INDEX_OPERANDS = {"gather_prefetch": {0: 8}, "paged_gather": {0: 64}}
 
 
 def valid_inputs(name, xs):
@@ -331,4 +369,5 @@ REFERENCES = {
     "gather_prefetch": lambda idx, x: (x.reshape(-1, 8, x.shape[1])[idx] * 2.0).reshape(-1, x.shape[1]),
     "dma_double": lambda x: x * 2.0,
     "inplace_scale": lambda x: x * 3.0,
+    "paged_gather": lambda table, pages: pages[table].sum(axis=1).reshape(-1, pages.shape[2]),
 }

@@ -56,8 +56,8 @@ For every example with a Pallas twin in `pallas_kernels.KERNELS`, at the twin's 
    whole range). One rule per output, by its dtype (`BY_DTYPE`), or exact for a whole twin (`ALL_EXACT`):
    - `EXACT` (same bits) where both sides do the same correctly rounded ops in an order the kernel
      fixes: `add` (one f32 add), `transpose` (data movement), `causal_mask` (`x * 0.125` is exact, a
-     select, -inf), `fori_rowsum` (the same f32 adds in the loop's order); and every integer output
-     (integer ops are exact: `ops_tour`'s counts).
+     select, -inf), `fori_rowsum` and `paged_gather` (the same f32 adds in the loop's order); and every
+     integer output (integer ops are exact: `ops_tour`'s counts).
    - `F32_NORMWISE` for the other f32 outputs, results of reductions, dots and transcendentals
      (`softmax`, `colsum`, `ops_tour`): |ours - Pallas| <= 16 * eps(f32) * max|Pallas| element by
      element, non-finite values in the same places. Why: XLA:CPU and our interpreter sum in different orders and widths
@@ -551,7 +551,7 @@ F32_NORMWISE_ULPS = 16
 # module docstring).
 BY_DTYPE = {"float32": F32_NORMWISE, "bfloat16": BF16_1ULP, "int32": EXACT, "int8": EXACT, "uint8": EXACT,
             "uint32": EXACT, "bool": EXACT}
-ALL_EXACT = {"add", "transpose", "causal_mask", "fori_rowsum"}
+ALL_EXACT = {"add", "transpose", "causal_mask", "fori_rowsum", "paged_gather"}
 
 
 def tolerance(name: str, dtype) -> str:

@@ -21,6 +21,8 @@ pub mod inplace_scale;
 pub mod matmul;
 #[path = "../../examples/ops_tour.rs"]
 pub mod ops_tour;
+#[path = "../../examples/paged_gather.rs"]
+pub mod paged_gather;
 #[path = "../../examples/rmsnorm.rs"]
 pub mod rmsnorm;
 #[path = "../../examples/softmax.rs"]
@@ -51,6 +53,7 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("gather_prefetch", gather_prefetch::build),
     ("dma_double", dma_double::build),
     ("inplace_scale", inplace_scale::build),
+    ("paged_gather", paged_gather::build),
 ];
 
 /// The Mosaic text of an example (built, lowered, verified by melior).
