@@ -925,6 +925,105 @@ fn scope_errors_are_the_interpreter_s() {
     );
 }
 
+// ---------------------------------------------------------------------------------------------- HBM outputs and nested pipelines
+
+/// Run `call` on `inputs` through both engines; panic unless every output agrees bit for bit.
+fn agree_bits(call: &PallasCall, inputs: &[HostArray]) -> Vec<HostArray> {
+    let want = interpret(call, inputs);
+    let got = mosaic_cpu::run(call.ir(), inputs)
+        .unwrap_or_else(|e| panic!("{}: mosaic_cpu: {e}", call.name()));
+    assert_eq!(got.len(), want.len(), "{}", call.name());
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        let bits = |a: &HostArray| -> Vec<u32> {
+            a.as_slice::<f32>()
+                .expect("f32 output")
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        assert_eq!(bits(g), bits(w), "{}: output {k}", call.name());
+    }
+    got
+}
+
+#[test]
+fn nested_pipelines_agree_bit_for_bit() {
+    // 1 inner step (no slot reuse), 2 (both slots), 3 (odd: slot 0 reused), 8 (even, the libtpu case).
+    for rows in [8, 16, 24, 64] {
+        let call = pipeline_call(rows).expect("build");
+        let inputs = reference::random_inputs(&call, rows as u64);
+        let got = agree_bits(&call, &inputs);
+        // Every element written: 2x + y, not the zeros the output starts as.
+        let [x, y] = [&inputs[0], &inputs[1]].map(|a| a.as_slice::<f32>().unwrap());
+        for (i, g) in got[0].as_slice::<f32>().unwrap().iter().enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                (x[i] * 2.0 + y[i]).to_bits(),
+                "{rows} rows, element {i}"
+            );
+        }
+    }
+}
+
+#[test]
+fn dma_into_an_hbm_output_agrees_and_unwritten_rows_start_as_zeros_or_the_aliased_input() {
+    for (steps, alias) in [(1, false), (3, false), (2, true), (3, true)] {
+        let call = any_output_call(steps, alias).expect("build");
+        let x = HostArray::random([16 * steps, 128], F32, 21);
+        let got = agree_bits(&call, std::slice::from_ref(&x));
+        let (got, xs) = (
+            got[0].as_slice::<f32>().unwrap(),
+            x.as_slice::<f32>().unwrap(),
+        );
+        for (i, (g, v)) in got.iter().zip(xs).enumerate() {
+            let band = i / (8 * 128);
+            let want = match (band % 2, alias) {
+                (0, _) => v * 3.0,
+                (_, true) => *v,
+                (_, false) => 0.0,
+            };
+            assert_eq!(
+                g.to_bits(),
+                want.to_bits(),
+                "{steps} steps, alias {alias}: element {i} (band {band})"
+            );
+        }
+    }
+}
+
+#[tpu_kernel]
+fn triple_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load() * 3.0);
+}
+
+#[test]
+fn an_aliased_blocked_output_keeps_the_input_where_no_block_is_visited() {
+    // tests/aliasing.rs's launch: only the even 8-row blocks are visited.
+    let a = at([64, 128], F32);
+    let spec = || BlockSpec::new([8, 128], |[i]| (i * 2, 0));
+    let call = pallas_call(triple_kernel)
+        .grid([4])
+        .input(a.clone(), spec())
+        .output(a, spec())
+        .input_output_aliases([(0, 0)])
+        .build()
+        .expect("build");
+    let x = HostArray::random([64, 128], F32, 22);
+    let got = agree_bits(&call, std::slice::from_ref(&x));
+    let (got, xs) = (
+        got[0].as_slice::<f32>().unwrap(),
+        x.as_slice::<f32>().unwrap(),
+    );
+    for (i, (g, v)) in got.iter().zip(xs).enumerate() {
+        let want = if (i / (8 * 128)) % 2 == 0 {
+            v * 3.0
+        } else {
+            *v
+        };
+        assert_eq!(g.to_bits(), want.to_bits(), "element {i}");
+    }
+}
+
 /// The line of this file ending with `// <tag>`.
 fn marked_line(tag: &str) -> u32 {
     let at = include_str!("mosaic_cpu.rs")
@@ -1347,6 +1446,37 @@ fn wrong_lowerings_make_the_engine_disagree() {
             },
         ),
         (
+            "the pipeline's output copy lands at row 0, not j·8 (pipeline_call)",
+            pipeline_call(32).expect("build"),
+            |m| {
+                // In the pipeline's loop body: the slice of the HBM output that the output copy
+                // (the loop body's own `tpu.enqueue_dma`; the input copies sit in an `scf.if`)
+                // targets, `tpu.memref_slice %o[%j_times_8, %c0]` → `[%c0, %c0]`. The waits'
+                // slices, which only size the waits, are left as they were.
+                fn body<'a>(ops: &'a mut [MOp], name: &str) -> &'a mut MBlock {
+                    ops.iter_mut()
+                        .find(|op| op.name == name)
+                        .and_then(|op| op.regions[0].as_mut())
+                        .unwrap_or_else(|| panic!("no {name}"))
+                }
+                let region = body(&mut m.funcs[0].body.ops, "tpu.region");
+                let steps = body(&mut region.ops, "scf.for");
+                let copy = steps
+                    .ops
+                    .iter()
+                    .rfind(|op| op.name == "tpu.enqueue_dma")
+                    .expect("the output copy");
+                let target = copy.operands[1];
+                let slice = steps
+                    .ops
+                    .iter_mut()
+                    .find(|op| op.results.first().map(|r| r.0) == Some(target))
+                    .expect("the output window");
+                assert_eq!(slice.name, "tpu.memref_slice");
+                slice.operands[1] = slice.operands[2];
+            },
+        ),
+        (
             "output index map (j, i) → (i, j) (transpose)",
             example("transpose"),
             |m| {
@@ -1417,6 +1547,32 @@ fn a_module_that_moves_an_hbm_input_into_vmem_is_refused() {
     assert_eq!(e.kind, ErrorKind::Lowering, "{e}");
     assert!(
         e.message.contains("input 0 is in Vmem, declared in Any"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_module_that_stores_into_an_hbm_output_directly_is_refused() {
+    // The kernel stages its block in VMEM and copies it out by DMA; the mutated store writes the HBM
+    // output itself, which runs on the CPU but not on the TPU (only DMA reaches HBM).
+    let call = any_output_call(1, false).expect("build");
+    let inputs = reference::random_inputs(&call, 7);
+    let e = run_mutated(&call, &inputs, |m| {
+        let f = &mut m.funcs[0];
+        let o_hbm = f.body.args[2].0;
+        let store = f
+            .body
+            .ops
+            .iter_mut()
+            .find(|op| op.name == "tpu.vector_store")
+            .expect("the store into the VMEM buffer");
+        store.operands[1] = o_hbm;
+    })
+    .expect_err("refused");
+    assert_eq!(e.kind, ErrorKind::Lowering, "{e}");
+    assert!(
+        e.message
+            .contains("`tpu.vector_store` on a ref in Any: only DMA reaches HBM"),
         "{e}"
     );
 }

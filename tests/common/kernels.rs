@@ -480,3 +480,31 @@ pub fn scope_loop_call() -> Result<PallasCall, KernelError> {
         )
         .build()
 }
+
+// ---------------------------------------------------------------------------------------------- HBM outputs
+
+/// An output written only by DMA: each grid step stages `3x` of its 8-row block in VMEM and copies it
+/// to rows `16i..16i + 8` of the HBM output, so every other 8-row band is never written.
+#[tpu_kernel]
+pub fn any_output_kernel(x: Ref<f32>, o_hbm: RefMut<f32, Any>, buf: RefMut<f32>, sem: DmaSem) {
+    let i = program_id(0);
+    buf.store(x.load() * 3.0);
+    sync_copy(buf, o_hbm.at(ds(i * 16, 8)), sem);
+}
+
+/// `any_output_kernel` over `[16 * steps, 128]` arrays (input block `2i`); with `alias`, the output
+/// aliases the input (`input_output_aliases={0: 0}`: the unwritten bands keep the input, else zeros).
+pub fn any_output_call(steps: usize, alias: bool) -> Result<PallasCall, KernelError> {
+    let a = ArrayType::new([16 * steps, 128], F32);
+    let b = pallas_call(any_output_kernel)
+        .grid([steps])
+        .input(a.clone(), BlockSpec::new([8, 128], |[i]| (i * 2, 0)))
+        .output_any(a)
+        .scratch(Vmem::new([8, 128], F32))
+        .scratch(DmaSem::one());
+    if alias {
+        b.input_output_aliases([(0, 0)]).build()
+    } else {
+        b.build()
+    }
+}

@@ -73,6 +73,7 @@ fn checked_offset(
 /// `memref.load %ref[%i, ...]`: out of bounds, the check is recorded and element 0 read instead (the
 /// step fails; nothing past the buffer is touched).
 pub(super) fn load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
+    super::rules::not_in_hbm(op, 0)?;
     let (r, indices, shape, elem) = ref_and_indices(rw, op, 0)?;
     if rw.result_ty(op, 0)? != Ty::Scalar(elem.clone()) {
         return Err(bad(op, "the result is not one element of the ref"));
@@ -98,6 +99,7 @@ pub(super) fn load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()
 
 /// `memref.store %value, %ref[%i, ...]`: out of bounds, the check is recorded and nothing stored.
 pub(super) fn store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
+    super::rules::not_in_hbm(op, 1)?;
     let (r, indices, shape, elem) = ref_and_indices(rw, op, 1)?;
     let value = rw.val(
         op.operand(0)

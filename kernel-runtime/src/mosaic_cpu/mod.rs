@@ -30,9 +30,9 @@
 //! |---|---|---|
 //! | `arith.*`, `math.*` (any) | the same op on scalars; on vectors, the same op per element in a loop | name, attributes (`predicate`, `fastmath`, ...) |
 //! | `arith.constant` | scalar: kept; vector: the splat value stored into a buffer | `value` (splats only) |
-//! | `vector.load` | bounds check, loop nest copying the window (vector dims = trailing ref dims) | indices, ref and result types |
-//! | `tpu.vector_store` | bounds check, loop nest storing the window, `scf.if` per element when masked | `operandSegmentSizes` (value, base, indices, mask), `strides` |
-//! | `memref.load`, `memref.store` (one element of an SMEM ref: a scalar-prefetch table, in the body or an index map; an SMEM scratch cell) | bounds check, the same op at the row-major offset (`memref.rs`) | indices, ref type |
+//! | `vector.load` | bounds check, loop nest copying the window (vector dims = trailing ref dims) | indices, ref and result types (a ref in HBM — `any`/`hbm` — is refused) |
+//! | `tpu.vector_store` | bounds check, loop nest storing the window, `scf.if` per element when masked | `operandSegmentSizes` (value, base, indices, mask), `strides`; the ref type (HBM refused) |
+//! | `memref.load`, `memref.store` (one element of an SMEM ref: a scalar-prefetch table, in the body or an index map; an SMEM scratch cell) | bounds check, the same op at the row-major offset (`memref.rs`) | indices, ref type (HBM refused) |
 //! | `vector.broadcast` | loop nest (numpy rules: leading dims added, size-1 dims stretched) | types |
 //! | `vector.shape_cast` | the same buffer with the new shape | types |
 //! | `vector.multi_reduction` | loop nest folding each kept element's reduced elements into the accumulator | `kind`, `reduction_dims` |
@@ -77,6 +77,15 @@
 //! their index changes (zero-padded past the array's edge), output blocks written back clipped when it
 //! changes and at the end, fresh output blocks and scratch zeroed (the interpreter's unpoisoned fill).
 //! Whole-array (`pl.ANY`) inputs are copied once, before the grid, into buffers that only DMA reads.
+//! A whole-array (`pl.ANY`, `output_any`) output is no block: the kernel's ref is the output array
+//! itself, one buffer for the whole grid, which only DMA writes (a load or store on a ref in HBM is
+//! refused: the TPU's vector and scalar units reach VMEM and SMEM only). It starts as its array
+//! starts and is copied out whole after the grid (after the semaphore check). Every output array
+//! starts as zeros — the interpreter's unpoisoned fill, so what a kernel never writes is zero in both
+//! — or, when `input_output_aliases` names it, as a copy of its input (inputs are read as they were
+//! before the call): for a blocked output, the blocks the grid visits start zeroed like any fresh
+//! output block and are written back, the rest keep the input; for an ANY output, every element the
+//! kernel's DMA never writes keeps the input — all as the interpreter does.
 //! Scalar-prefetch operands are copied once, before the grid, into buffers every step's kernel call
 //! and every index-map call receives; SMEM scratch persists across steps like VMEM scratch. A block
 //! chosen by scalar-prefetch data (an index map with a `memref.load`) is checked at every step, as
@@ -94,6 +103,17 @@
 //! back at zero when the grid ends is a `Race` error (the interpreter's message for a regular one; for
 //! a DMA semaphore, the copies never waited for — the interpreter reports the copy still in flight,
 //! at its start).
+//!
+//! A nested pipeline (`trace::Pipeline`, Pallas's `emit_pipeline`) needs nothing of its own: it is a
+//! `tpu.region` whose two-slot VMEM buffers and DMA semaphores are scoped allocations, an `scf.for`
+//! over the inner steps with `tpu.enqueue_dma`/`tpu.wait_dma` between windows of the HBM (ANY) arrays
+//! and buffer slots (`tpu.memref_slice` + `tpu.memref_squeeze`), some inside `scf.if`s, and the body's
+//! `vector.load`/`tpu.vector_store` on the slots. With synchronous DMA, step `j + 1`'s input copies,
+//! started at the top of step `j`, land at once in the other slot; an output copy lands at its start;
+//! the waits (step `j`'s own inputs, the output copy of step `j - 2`, the last two after the loop)
+//! take the counts. The interpreter checks the schedule for races (`tests/dma.rs` runs it under
+//! several seeded completion points), and for a race-free kernel the completion point changes
+//! nothing, so both engines give the same bits.
 //!
 //! A `run_scoped` scope (`tpu.region`) runs in place. Its allocations (`memref.alloca` in VMEM or
 //! SMEM, `tpu.sem_alloc`) are fresh at every entry of the scope: zero-filled, like the engine's other
@@ -133,7 +153,14 @@
 //! fresh scratch at every entry) agree; a scoped semaphore left non-zero and an out-of-bounds store
 //! into a scoped SMEM buffer are the interpreter's error (kind, message, line), a copy never waited
 //! for in its scope is a `Race` in both; a module whose store into a scoped buffer was dropped
-//! disagrees. At run time the engine
+//! disagrees. HBM outputs and pipelines: `pipeline_call(rows)` (a nested double-buffered pipeline,
+//! HBM inputs and an `output_any`) for 1, 2, 3 and 8 inner steps agrees bit for bit (and is `2x + y`
+//! everywhere); a kernel copying a VMEM block into a window of an ANY output per grid step, which
+//! leaves every other 8-row band unwritten, agrees bit for bit, those bands zero — or its input's when
+//! the output aliases it; a blocked aliased output whose grid visits every other block agrees (the
+//! rest keep the input); a pipeline whose output copy lands at row 0 (the HBM window's start
+//! mutated) disagrees, and a module whose store writes the ANY output directly is refused. At run
+//! time the engine
 //! reports, as `KernelError`s at the op's Rust line: out-of-bounds loads and stores (kind
 //! `OutOfBounds`, the operand and window starts named, as the interpreter does), out-of-bounds DMA
 //! windows, deadlocked waits, semaphores left at kernel or scope end, a broken `multiple_of` promise, a `for`
@@ -158,19 +185,23 @@
 //!
 //! # Limits
 //! Supported: what the lowering emits today, scalar prefetch, SMEM refs, DMA and semaphores,
-//! `run_scoped` scopes included.
+//! `run_scoped` scopes, HBM (`pl.ANY`) inputs and outputs, `input_output_aliases` and nested
+//! pipelines included.
 //! Not supported (an `Unsupported` error): remote or other-core DMA and signals (`source_semaphore`,
 //! `device_id`, `core_id` operands), slices with dynamic sizes, scopes yielding values (`tpu.region`
 //! results) and allocations with dynamic sizes, a window of a ref used by anything but
 //! DMA and semaphore ops, `tpu.matmul` batch dims, iota over several dims, non-splat vector constants.
+//! Refused (a `Lowering` error): a load or store on a ref in HBM (`any`/`hbm`), which would run on the
+//! CPU but cannot on the TPU.
 //! Not detected here (the interpreter detects them): DMA races — every copy completes at its start, so
-//! a kernel that reads a destination before its wait, or leaves a copy into a pipelined block across
-//! a step, runs here as if it had waited —, a wait on the wrong one of several balanced semaphores
+//! a kernel that reads a destination before its wait, leaves a copy into a pipelined block across
+//! a step, or (a hand-written pipeline) refills a slot before waiting for its copy out, runs here as
+//! if it had waited —, a wait on the wrong one of several balanced semaphores
 //! (the data were copied at the start), and a copy into or out of a scoped buffer that signals a
 //! semaphore from outside the scope and is not waited for when the scope ends (the interpreter reports
 //! it in flight; here it completed, and its count is checked where that semaphore's life ends).
-//! No poisoning: fresh memory is zero (compare with the interpreter's
-//! default, unpoisoned run). Speed: the JIT compiles at LLVM O0 (10–70 ms per kernel here; O1–O3 cost
+//! No poisoning: fresh memory, and what a kernel never writes of an output it does not alias, is zero
+//! (compare with the interpreter's default, unpoisoned run; on the TPU it is undefined). Speed: the JIT compiles at LLVM O0 (10–70 ms per kernel here; O1–O3 cost
 //! 5–40× more and the runs were no faster: a run's time is the host's block copies and O0 loops);
 //! a 512³ bf16 matmul runs in ~130 ms.
 

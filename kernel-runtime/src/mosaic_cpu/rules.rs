@@ -3,8 +3,8 @@
 //! scalars; every attribute that decides what an op computes is read from the emitted op.
 
 use super::rewrite::{
-    attr, attrs_text, i32_array, i64_array, int_attr, is_float, key, op_name, row_major, Rewriter,
-    SiteKind, Ty, Val,
+    attr, attrs_text, i32_array, i64_array, int_attr, is_float, key, op_name, ref_space, row_major,
+    Rewriter, SiteKind, Space, Ty, Val,
 };
 use super::scalar::scalar_op;
 use crate::error::{kerr, Result};
@@ -261,7 +261,25 @@ pub(super) fn window_in_bounds(
     ok.unwrap_or_else(|| rw.constant("true", "i1"))
 }
 
+/// Operand `i` of a load or store must not be a ref in HBM (`any`, `hbm`): the TPU's vector and
+/// scalar units reach VMEM and SMEM only, HBM is reached by DMA (Pallas refuses such a load or
+/// store, and so does the trace). Run on the CPU it would work, hiding a wrong lowering.
+pub(super) fn not_in_hbm(op: OperationRef<'_, '_>, i: usize) -> Result<()> {
+    let v = op
+        .operand(i)
+        .map_err(|_| bad(op, format!("expected an operand {i}")))?;
+    match ref_space(melior::ir::ValueLike::r#type(&v))? {
+        Some(s @ (Space::Any | Space::Hbm)) => Err(kerr!(
+            Lowering,
+            "mosaic_cpu: `{}` on a ref in {s:?}: only DMA reaches HBM",
+            op_name(op)
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn vector_load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
+    not_in_hbm(op, 0)?;
     let operands = rw.operands(op)?;
     let Some((base, starts)) = operands.split_first() else {
         return Err(bad(op, "no operands"));
@@ -314,6 +332,7 @@ fn vector_load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
 }
 
 fn vector_store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
+    not_in_hbm(op, 1)?;
     // Operands: value, base, indices..., [mask] — split as the op's segment sizes say.
     let seg = i32_array(op, "operandSegmentSizes")?;
     let operands = rw.operands(op)?;

@@ -2,10 +2,13 @@
 //! (`interpret::grid::walk_grid`): each operand has one block buffer, the kernel function's ref
 //! argument; input blocks are copied in (edge blocks padded with zeros), output blocks start zeroed and
 //! are copied back clipped to the array, scratch (VMEM, SMEM and semaphores) persists across steps, and
-//! every semaphore must be back at zero when the grid ends. Whole-array (ANY) inputs are copied in
-//! once. Scalar-prefetch operands are copied once into their buffers, the first refs of the kernel function and of every
-//! index map. Index maps are the module's own `transform_k` functions, run through the JIT; the blocks
-//! of those that read scalar-prefetch data are checked at every step, as the interpreter checks them.
+//! every semaphore must be back at zero when the grid ends. Every output array starts as zeros or,
+//! when `input_output_aliases` names it, as its input. Whole-array (ANY) inputs are copied in once;
+//! a whole-array (ANY) output's buffer is its array for the whole grid, starting as the array starts
+//! and copied out after the grid. Scalar-prefetch operands are copied once into their buffers, the
+//! first refs of the kernel function and of every index map. Index maps are the module's own
+//! `transform_k` functions, run through the JIT; the blocks of those that read scalar-prefetch data
+//! are checked at every step, as the interpreter checks them.
 
 use super::jit::{reset_arena, Jit, Packed};
 use super::program::{Program, KERNEL_FN};
@@ -195,13 +198,12 @@ impl Compiled {
             OperandRole::Input,
             inputs.iter().map(|a| (a.shape(), a.dtype())),
         )?;
+        let inputs: Vec<Vec<u8>> = inputs.iter().map(|a| to_bytes(a.data())).collect();
+        let outputs = self.starting_outputs(&inputs)?;
         let mut steps = Steps {
             c: self,
-            inputs: inputs.iter().map(|a| to_bytes(a.data())).collect(),
-            outputs: k
-                .outputs()
-                .map(|o| vec![0u8; o.shape.iter().product::<usize>() * elem_size(o.dtype)])
-                .collect(),
+            inputs,
+            outputs,
             blocks: k
                 .operands
                 .iter()
@@ -210,22 +212,49 @@ impl Compiled {
                 })
                 .collect(),
         };
-        // Whole-array inputs are their block, once.
-        let mut input_no = 0;
-        for (i, o) in k.operands.iter().enumerate() {
-            if o.role == OperandRole::Input {
-                if o.block.is_none() {
-                    let src = &steps.inputs[input_no];
-                    steps.blocks[i].bytes_mut()[..src.len()].copy_from_slice(src);
-                }
-                input_no += 1;
-            }
+        // Whole-array operands are their block: inputs copied in once; (ANY) outputs start as their
+        // array starts (zeros, or the aliased input) and are copied out whole after the grid.
+        for (i, n) in whole_arrays(k, OperandRole::Input) {
+            let src = &steps.inputs[n];
+            steps.blocks[i].bytes_mut()[..src.len()].copy_from_slice(src);
+        }
+        for (i, n) in whole_arrays(k, OperandRole::Output) {
+            let src = &steps.outputs[n];
+            steps.blocks[i].bytes_mut()[..src.len()].copy_from_slice(src);
         }
         walk_grid(k, &[], &[], &mut steps)?;
         self.check_semaphores(&steps.blocks)?;
+        for (i, n) in whole_arrays(k, OperandRole::Output) {
+            let dst = &mut steps.outputs[n];
+            let len = dst.len();
+            dst.copy_from_slice(&steps.blocks[i].bytes()[..len]);
+        }
         k.outputs()
             .zip(steps.outputs)
             .map(|(o, bytes)| HostArray::new(&o.shape, from_bytes(o.dtype, &bytes)))
+            .collect()
+    }
+
+    /// Each output array as the kernel finds it: its aliased input's bytes (`input_output_aliases`:
+    /// what the kernel never writes keeps the input, as in the interpreter), else zeros.
+    fn starting_outputs(&self, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+        let k = &self.kernel;
+        k.outputs()
+            .enumerate()
+            .map(|(n, o)| {
+                let len = o.shape.iter().product::<usize>() * elem_size(o.dtype);
+                match k.aliases.iter().find(|a| a.1 == n) {
+                    None => Ok(vec![0u8; len]),
+                    Some(&(i, _)) => match inputs.get(i) {
+                        Some(src) if src.len() == len => Ok(src.clone()),
+                        _ => Err(kerr!(
+                            Lowering,
+                            "mosaic_cpu: input {i} cannot alias output {n} of `{}`",
+                            k.name
+                        )),
+                    },
+                }
+            })
             .collect()
     }
 
@@ -385,6 +414,17 @@ impl Compiled {
         };
         e.at(site.loc)
     }
+}
+
+/// The whole-array (block-less) operands of `role`: (operand index, its number among `role`'s).
+fn whole_arrays(k: &Kernel, role: OperandRole) -> impl Iterator<Item = (usize, usize)> + '_ {
+    k.operands
+        .iter()
+        .enumerate()
+        .filter(move |(_, o)| o.role == role)
+        .enumerate()
+        .filter(|(_, (_, o))| o.block.is_none())
+        .map(|(n, (i, _))| (i, n))
 }
 
 /// A semaphore's name in errors, as the interpreter gives it: the ref, and the element of an array.
