@@ -235,3 +235,37 @@ fn ir_printer_shows_ops_with_locations() {
         "{text}"
     );
 }
+
+#[tpu_kernel]
+fn bool_scalar_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let on = scalar(true) & (program_id(0) == 0);
+    let off = scalar(false) | (program_id(0) > 0);
+    let v = if on | off { x.load() * 2.0 } else { x.load() };
+    o.store(v);
+}
+
+#[test]
+fn bool_scalar_constants_lower() {
+    let call = pallas_call(bool_scalar_kernel)
+        .grid([2])
+        .input(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .output(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
+        )
+        .build()
+        .expect("build");
+    let text = call
+        .mosaic_mlir()
+        .expect("a bool scalar constant lowers and verifies");
+    assert!(
+        text.contains("arith.constant true") && text.contains("arith.constant false"),
+        "{text}"
+    );
+    let x = HostArray::from_vec([16, 128], vec![1.5f32; 16 * 128]).unwrap();
+    let out = call.interpret(&[x]).expect("interpret");
+    assert!(out[0].as_slice::<f32>().unwrap().iter().all(|&v| v == 3.0));
+}

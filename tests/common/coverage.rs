@@ -142,7 +142,8 @@ fn shape_kernel(x: Ref<f32>, o: RefMut<f32>, row: RefMut<f32>) {
         n += 1;
     }
     let v = if i % 2 == 0 { t * 2.0 } else { t };
-    if n > 3 {
+    // Bool scalar constants (MLIR's typed bool attribute).
+    if (n > 3) & scalar(true) | scalar(false) {
         o.store(v);
     }
 }

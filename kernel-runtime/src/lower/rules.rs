@@ -166,6 +166,8 @@ fn const_value(
 ) -> Result<MValue> {
     let elem = l.dtype.mlir();
     let text = match ty {
+        // An i1 scalar is MLIR's bool attribute, which carries its type (`true`, not `true : i1`).
+        Type::Scalar(DType::Bool) => l.mlir(),
         Type::Scalar(_) => format!("{} : {elem}", l.mlir()),
         Type::Vector(s, _) => format!("dense<{}> : {}", l.mlir(), vector_type_text(s, elem)),
         Type::Ref(..) => return Err(kerr!(Lowering, "constant of ref type")),
