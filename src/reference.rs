@@ -116,6 +116,10 @@ pub fn expected(
         "inplace_scale_kernel" => scale(inputs, 3.0).map(|o| (o, Tolerance::EXACT)),
         "paged_gather_kernel" => paged_gather(inputs).map(|o| (o, Tolerance::EXACT)),
         "matmul_kernel" => matmul(inputs).map(|o| (o, Tolerance::BF16)),
+        "quantized_matmul_kernel" => quantized_matmul(inputs).map(|o| (o, Tolerance::BF16)),
+        "quantized_matmul_w8a8_kernel" => {
+            quantized_matmul_w8a8(inputs).map(|o| (o, Tolerance::BF16))
+        }
         "softmax_kernel" => softmax(inputs).map(|o| (o, Tolerance::F32)),
         "rmsnorm_kernel" => rmsnorm(inputs, 1e-6).map(|o| (o, Tolerance::BF16)),
         "causal_mask_kernel" => causal_mask(inputs, 0.125).map(|o| (o, Tolerance::EXACT)),
@@ -179,6 +183,17 @@ fn bf16_input(inputs: &[HostArray], i: usize) -> Result<(Vec<f64>, usize, usize)
         .ok_or_else(|| bad(format!("input {i} is not bf16")))?;
     let [m, n] = dims2(a)?;
     Ok((d.iter().map(|x| x.to_f64()).collect(), m, n))
+}
+
+fn i8_input(inputs: &[HostArray], i: usize) -> Result<(Vec<f64>, usize, usize), KernelError> {
+    let a = inputs
+        .get(i)
+        .ok_or_else(|| bad(format!("missing input {i}")))?;
+    let d = a
+        .as_slice::<i8>()
+        .ok_or_else(|| bad(format!("input {i} is not i8")))?;
+    let [m, n] = dims2(a)?;
+    Ok((d.iter().map(|&x| x as f64).collect(), m, n))
 }
 
 fn dims2(a: &HostArray) -> Result<[usize; 2], KernelError> {
@@ -287,6 +302,51 @@ pub fn matmul(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
         }
     }
     Ok(vec![bf16_out([m, n], o)?])
+}
+
+/// `(x @ w) * scale` for bf16 `x: [m, k]`, int8 `w: [k, n]`, f32 `scale: [1, n]`, rounded to bf16 (the
+/// `quantized_matmul` example).
+pub fn quantized_matmul(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, k) = bf16_input(inputs, 0)?;
+    let (w, _, n) = i8_input(inputs, 1)?;
+    let (scale, ..) = f32_input(inputs, 2)?;
+    let o = scaled_product(&x, &w, [m, k, n], |_, j| scale[j] as f64);
+    Ok(vec![bf16_out([m, n], o)?])
+}
+
+/// `(x @ w) * x_scale * w_scale` for int8 `x: [m, k]`, f32 `x_scale: [m, 1]`, int8 `w: [k, n]`, f32
+/// `w_scale: [1, n]`, rounded to bf16 (the `quantized_matmul_w8a8` example).
+pub fn quantized_matmul_w8a8(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, k) = i8_input(inputs, 0)?;
+    let (x_scale, ..) = f32_input(inputs, 1)?;
+    let (w, _, n) = i8_input(inputs, 2)?;
+    let (w_scale, ..) = f32_input(inputs, 3)?;
+    let o = scaled_product(&x, &w, [m, k, n], |i, j| {
+        x_scale[i] as f64 * w_scale[j] as f64
+    });
+    Ok(vec![bf16_out([m, n], o)?])
+}
+
+/// `x @ w` (row-major `[m, k]` and `[k, n]`) in f64, element `(i, j)` multiplied by `scale(i, j)`.
+fn scaled_product(
+    x: &[f64],
+    w: &[f64],
+    [m, k, n]: [usize; 3],
+    scale: impl Fn(usize, usize) -> f64,
+) -> Vec<f64> {
+    let mut o = vec![0.0f64; m * n];
+    for i in 0..m {
+        for p in 0..k {
+            let a = x[i * k + p];
+            for j in 0..n {
+                o[i * n + j] += a * w[p * n + j];
+            }
+        }
+        for j in 0..n {
+            o[i * n + j] *= scale(i, j);
+        }
+    }
+    o
 }
 
 /// Row softmax in f64.

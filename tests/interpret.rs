@@ -32,6 +32,12 @@ mod ops_tour;
 #[path = "../examples/paged_gather.rs"]
 #[allow(dead_code)]
 mod paged_gather;
+#[path = "../examples/quantized_matmul.rs"]
+#[allow(dead_code)]
+mod quantized_matmul;
+#[path = "../examples/quantized_matmul_w8a8.rs"]
+#[allow(dead_code)]
+mod quantized_matmul_w8a8;
 #[path = "../examples/rmsnorm.rs"]
 #[allow(dead_code)]
 mod rmsnorm;
@@ -53,7 +59,7 @@ use tpu_kernel::ErrorKind;
 
 type Build = fn() -> Result<PallasCall, KernelError>;
 
-const EXAMPLES: [(&str, Build); 13] = [
+const EXAMPLES: [(&str, Build); 15] = [
     ("add", add::build),
     ("inplace_scale", inplace_scale::build),
     ("dma_double", dma_double::build),
@@ -64,6 +70,8 @@ const EXAMPLES: [(&str, Build); 13] = [
     ("matmul", matmul::build),
     ("ops_tour", ops_tour::build),
     ("paged_gather", paged_gather::build),
+    ("quantized_matmul", quantized_matmul::build),
+    ("quantized_matmul_w8a8", quantized_matmul_w8a8::build),
     ("rmsnorm", rmsnorm::build),
     ("softmax", softmax::build),
     ("transpose", transpose::build),

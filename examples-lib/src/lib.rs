@@ -36,6 +36,12 @@ mod ops_tour;
 #[path = "../../examples/paged_gather.rs"]
 mod paged_gather;
 #[allow(dead_code)]
+#[path = "../../examples/quantized_matmul.rs"]
+mod quantized_matmul;
+#[allow(dead_code)]
+#[path = "../../examples/quantized_matmul_w8a8.rs"]
+mod quantized_matmul_w8a8;
+#[allow(dead_code)]
 #[path = "../../examples/rmsnorm.rs"]
 mod rmsnorm;
 #[allow(dead_code)]
@@ -61,6 +67,8 @@ tpu_kernel::export_library!(
         matmul::matmul_dw,
         ops_tour::ops_tour,
         paged_gather::paged_gather,
+        quantized_matmul::quantized_matmul,
+        quantized_matmul_w8a8::quantized_matmul_w8a8,
         rmsnorm::rmsnorm,
         rmsnorm::rmsnorm_bwd,
         softmax::softmax,

@@ -16,7 +16,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 S = jax.ShapeDtypeStruct
-f32, bf16, i32 = jnp.float32, jnp.bfloat16, jnp.int32
+f32, bf16, i32, i8 = jnp.float32, jnp.bfloat16, jnp.int32, jnp.int8
 
 
 def _params(*semantics):
@@ -306,6 +306,61 @@ def paged_gather(table, pages):
         compiler_params=_params("parallel"), name="paged_gather_kernel")(table, pages)
 
 
+# -- quantized_matmul (w8a16): bf16 x, int8 w dequantized to bf16 before the MXU, f32 accumulator over
+# the arbitrary k axis, the per-output-channel f32 scale applied to the accumulator at the last k step
+def _quantized_matmul_kernel(x_ref, w_ref, s_ref, o_ref, acc_ref):
+    k = pl.program_id(2)
+
+    @pl.when(k == 0)
+    def _():
+        acc_ref[...] = jnp.zeros(acc_ref.shape, acc_ref.dtype)
+
+    acc_ref[...] += jnp.dot(x_ref[...], w_ref[...].astype(bf16), preferred_element_type=f32)
+
+    @pl.when(k == pl.num_programs(2) - 1)
+    def _():
+        o_ref[...] = (acc_ref[...] * s_ref[...]).astype(o_ref.dtype)
+
+
+def quantized_matmul(x, w, scale, bm=128, bn=128, bk=128):
+    (m, kk), (_, n) = x.shape, w.shape
+    return pl.pallas_call(
+        _quantized_matmul_kernel, out_shape=S((m, n), bf16), grid=(m // bm, n // bn, kk // bk),
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)), pl.BlockSpec((bk, bn), lambda i, j, k: (k, j)),
+                  pl.BlockSpec((1, bn), lambda i, j, k: (0, j))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+        scratch_shapes=[pltpu.VMEM((bm, bn), f32)],
+        compiler_params=_params("parallel", "parallel", "arbitrary"), name="quantized_matmul_kernel")(x, w, scale)
+
+
+# -- quantized_matmul_w8a8: int8 x (per-row f32 scale) @ int8 w (per-column f32 scale), i32 accumulator,
+# converted to f32 and scaled by both at the last k step
+def _quantized_matmul_w8a8_kernel(x_ref, xs_ref, w_ref, ws_ref, o_ref, acc_ref):
+    k = pl.program_id(2)
+
+    @pl.when(k == 0)
+    def _():
+        acc_ref[...] = jnp.zeros(acc_ref.shape, acc_ref.dtype)
+
+    acc_ref[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=i32)
+
+    @pl.when(k == pl.num_programs(2) - 1)
+    def _():
+        o_ref[...] = (acc_ref[...].astype(f32) * xs_ref[...] * ws_ref[...]).astype(o_ref.dtype)
+
+
+def quantized_matmul_w8a8(x, x_scale, w, w_scale, bm=128, bn=128, bk=128):
+    (m, kk), (_, n) = x.shape, w.shape
+    return pl.pallas_call(
+        _quantized_matmul_w8a8_kernel, out_shape=S((m, n), bf16), grid=(m // bm, n // bn, kk // bk),
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)), pl.BlockSpec((bm, 1), lambda i, j, k: (i, 0)),
+                  pl.BlockSpec((bk, bn), lambda i, j, k: (k, j)), pl.BlockSpec((1, bn), lambda i, j, k: (0, j))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+        scratch_shapes=[pltpu.VMEM((bm, bn), i32)],
+        compiler_params=_params("parallel", "parallel", "arbitrary"),
+        name="quantized_matmul_w8a8_kernel")(x, x_scale, w, w_scale)
+
+
 KERNELS = {
     "add": (add, [S((1024, 1024), f32), S((1024, 1024), f32)]),
     "matmul": (matmul, [S((512, 512), bf16), S((512, 512), bf16)]),
@@ -321,6 +376,9 @@ KERNELS = {
     "dma_double": (dma_double, [S((512, 128), f32)]),
     "inplace_scale": (inplace_scale, [S((256, 256), f32)]),
     "paged_gather": (paged_gather, [S((8, 8), i32), S((64, 16, 128), f32)]),
+    "quantized_matmul": (quantized_matmul, [S((256, 512), bf16), S((512, 512), i8), S((1, 512), f32)]),
+    "quantized_matmul_w8a8": (quantized_matmul_w8a8, [S((256, 512), i8), S((256, 1), f32), S((512, 512), i8),
+                                                      S((1, 512), f32)]),
 }
 
 
@@ -370,4 +428,7 @@ REFERENCES = {
     "dma_double": lambda x: x * 2.0,
     "inplace_scale": lambda x: x * 3.0,
     "paged_gather": lambda table, pages: pages[table].sum(axis=1).reshape(-1, pages.shape[2]),
+    "quantized_matmul": lambda x, w, s: (jnp.dot(x, w.astype(bf16), preferred_element_type=f32) * s).astype(bf16),
+    "quantized_matmul_w8a8": lambda x, xs, w, ws: (jnp.dot(x, w, preferred_element_type=i32).astype(f32) * xs * ws
+                                                   ).astype(bf16),
 }

@@ -23,6 +23,10 @@ pub mod matmul;
 pub mod ops_tour;
 #[path = "../../examples/paged_gather.rs"]
 pub mod paged_gather;
+#[path = "../../examples/quantized_matmul.rs"]
+pub mod quantized_matmul;
+#[path = "../../examples/quantized_matmul_w8a8.rs"]
+pub mod quantized_matmul_w8a8;
 #[path = "../../examples/rmsnorm.rs"]
 pub mod rmsnorm;
 #[path = "../../examples/softmax.rs"]
@@ -54,6 +58,8 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("dma_double", dma_double::build),
     ("inplace_scale", inplace_scale::build),
     ("paged_gather", paged_gather::build),
+    ("quantized_matmul", quantized_matmul::build),
+    ("quantized_matmul_w8a8", quantized_matmul_w8a8::build),
 ];
 
 /// The Mosaic text of an example (built, lowered, verified by melior).
