@@ -20,6 +20,9 @@ mod fori_rowsum;
 #[path = "../examples/gather_prefetch.rs"]
 #[allow(dead_code)]
 mod gather_prefetch;
+#[path = "../examples/grouped_matmul.rs"]
+#[allow(dead_code)]
+mod grouped_matmul;
 #[path = "../examples/inplace_scale.rs"]
 #[allow(dead_code)]
 mod inplace_scale;
@@ -59,7 +62,7 @@ use tpu_kernel::ErrorKind;
 
 type Build = fn() -> Result<PallasCall, KernelError>;
 
-const EXAMPLES: [(&str, Build); 15] = [
+const EXAMPLES: [(&str, Build); 16] = [
     ("add", add::build),
     ("inplace_scale", inplace_scale::build),
     ("dma_double", dma_double::build),
@@ -68,6 +71,7 @@ const EXAMPLES: [(&str, Build); 15] = [
     ("colsum", colsum::build),
     ("fori_rowsum", fori_rowsum::build),
     ("matmul", matmul::build),
+    ("grouped_matmul", grouped_matmul::build),
     ("ops_tour", ops_tour::build),
     ("paged_gather", paged_gather::build),
     ("quantized_matmul", quantized_matmul::build),

@@ -24,6 +24,9 @@ mod fori_rowsum;
 #[path = "../../examples/gather_prefetch.rs"]
 mod gather_prefetch;
 #[allow(dead_code)]
+#[path = "../../examples/grouped_matmul.rs"]
+mod grouped_matmul;
+#[allow(dead_code)]
 #[path = "../../examples/inplace_scale.rs"]
 mod inplace_scale;
 #[allow(dead_code)]
@@ -61,6 +64,7 @@ tpu_kernel::export_library!(
         dma_double::dma_double,
         fori_rowsum::fori_rowsum,
         gather_prefetch::gather_prefetch,
+        grouped_matmul::grouped_matmul,
         inplace_scale::inplace_scale,
         matmul::matmul,
         matmul::matmul_dx,

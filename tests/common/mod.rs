@@ -15,6 +15,8 @@ pub mod dma_double;
 pub mod fori_rowsum;
 #[path = "../../examples/gather_prefetch.rs"]
 pub mod gather_prefetch;
+#[path = "../../examples/grouped_matmul.rs"]
+pub mod grouped_matmul;
 #[path = "../../examples/inplace_scale.rs"]
 pub mod inplace_scale;
 #[path = "../../examples/matmul.rs"]
@@ -54,6 +56,7 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("colsum", colsum::build),
     ("ops_tour", ops_tour::build),
     ("activations", activations::build),
+    ("grouped_matmul", grouped_matmul::build),
     ("gather_prefetch", gather_prefetch::build),
     ("dma_double", dma_double::build),
     ("inplace_scale", inplace_scale::build),
