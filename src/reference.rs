@@ -72,8 +72,16 @@ pub fn compare(got: &HostArray, want: &HostArray, tol: Tolerance) -> Comparison 
 /// hold block numbers: random values in `0..b`, `b` the number of blocks along the leading dimension of
 /// the first operand whose index map reads them; with no such operand, a table read by the body only
 /// holds page numbers of the first ANY (HBM) input: `b` is its leading dimension.
+///
+/// `grouped_matmul_kernel`'s three tables are one piece of metadata: random group sizes (some empty,
+/// boundaries inside tiles) turned into it by [`group_metadata`].
 pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
     let k = call.ir();
+    if k.name == "grouped_matmul_kernel" {
+        if let Some(inputs) = grouped_matmul_inputs(call, seed) {
+            return inputs;
+        }
+    }
     let blocks = k
         .operands
         .iter()
@@ -103,6 +111,68 @@ pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
         .collect()
 }
 
+/// Random group sizes for `grouped_matmul_kernel` (inputs: offsets `[G + 1]`, group ids and m tiles
+/// `[m / tm + G - 1]`, lhs `[m, k]`, rhs `[G, k, n]`): `G - 1` random cut points in `0..=m`, so groups
+/// may be empty and boundaries fall anywhere; the metadata from [`group_metadata`].
+fn grouped_matmul_inputs(call: &PallasCall, seed: u64) -> Option<Vec<HostArray>> {
+    let k = call.ir();
+    let ops: Vec<_> = k.inputs().collect();
+    let [offsets, ids, tiles, lhs, rhs] = ops.as_slice() else {
+        return None;
+    };
+    let (m, groups) = (*lhs.shape.first()?, offsets.shape.first()?.checked_sub(1)?);
+    let tm = *lhs.block.as_ref()?.block_shape.first()?;
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut cuts: Vec<usize> = (0..groups.saturating_sub(1))
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % (m as u64 + 1)) as usize
+        })
+        .collect();
+    cuts.sort_unstable();
+    let bounds: Vec<usize> = std::iter::once(0).chain(cuts).chain([m]).collect();
+    let sizes: Vec<i32> = bounds.windows(2).map(|w| (w[1] - w[0]) as i32).collect();
+    let (o, g, t) = group_metadata(&sizes, tm);
+    Some(vec![
+        HostArray::from_vec(&offsets.shape, o).ok()?,
+        HostArray::from_vec(&ids.shape, g).ok()?,
+        HostArray::from_vec(&tiles.shape, t).ok()?,
+        HostArray::random(&lhs.shape, lhs.dtype, seed + 3),
+        HostArray::random(&rhs.shape, rhs.dtype, seed + 4),
+    ])
+}
+
+/// The scalar-prefetched metadata of the `grouped_matmul` example for group sizes `sizes`
+/// (non-negative, summing to `m`) and `tm`-row tiles: `(offsets, group_ids, m_tiles)`. `offsets` are
+/// the groups' first rows plus `m`; visit `t` is tile `m_tiles[t]` for group `group_ids[t]`: each
+/// non-empty group visits the tiles its rows touch, in order (a tile straddling a boundary once per
+/// group), padded to `m / tm + G - 1` visits (the most there can be) by repeating the last one.
+pub fn group_metadata(sizes: &[i32], tm: usize) -> (Vec<i32>, Vec<i32>, Vec<i32>) {
+    let tm = tm.max(1) as i32;
+    let mut offsets = vec![0];
+    for s in sizes {
+        offsets.push(offsets.last().copied().unwrap_or(0) + s);
+    }
+    let m = offsets.last().copied().unwrap_or(0);
+    let visits = (m / tm) as usize + sizes.len().max(1) - 1;
+    let (mut group_ids, mut m_tiles) = (Vec::new(), Vec::new());
+    for (g, w) in offsets.windows(2).enumerate() {
+        if w[1] > w[0] {
+            for tile in w[0] / tm..(w[1] + tm - 1) / tm {
+                group_ids.push(g as i32);
+                m_tiles.push(tile);
+            }
+        }
+    }
+    while group_ids.len() < visits {
+        group_ids.push(group_ids.last().copied().unwrap_or(0));
+        m_tiles.push(m_tiles.last().copied().unwrap_or(0));
+    }
+    (offsets, group_ids, m_tiles)
+}
+
 /// The expected outputs of the example kernel `name` on `inputs`, with the tolerance to check them at;
 /// `None` for a kernel without a reference.
 pub fn expected(
@@ -116,6 +186,11 @@ pub fn expected(
         "inplace_scale_kernel" => scale(inputs, 3.0).map(|o| (o, Tolerance::EXACT)),
         "paged_gather_kernel" => paged_gather(inputs).map(|o| (o, Tolerance::EXACT)),
         "matmul_kernel" => matmul(inputs).map(|o| (o, Tolerance::BF16)),
+        "grouped_matmul_kernel" => grouped_matmul(inputs).map(|o| (o, Tolerance::BF16)),
+        "quantized_matmul_kernel" => quantized_matmul(inputs).map(|o| (o, Tolerance::BF16)),
+        "quantized_matmul_w8a8_kernel" => {
+            quantized_matmul_w8a8(inputs).map(|o| (o, Tolerance::BF16))
+        }
         "softmax_kernel" => softmax(inputs).map(|o| (o, Tolerance::F32)),
         "rmsnorm_kernel" => rmsnorm(inputs, 1e-6).map(|o| (o, Tolerance::BF16)),
         "causal_mask_kernel" => causal_mask(inputs, 0.125).map(|o| (o, Tolerance::EXACT)),
@@ -179,6 +254,17 @@ fn bf16_input(inputs: &[HostArray], i: usize) -> Result<(Vec<f64>, usize, usize)
         .ok_or_else(|| bad(format!("input {i} is not bf16")))?;
     let [m, n] = dims2(a)?;
     Ok((d.iter().map(|x| x.to_f64()).collect(), m, n))
+}
+
+fn i8_input(inputs: &[HostArray], i: usize) -> Result<(Vec<f64>, usize, usize), KernelError> {
+    let a = inputs
+        .get(i)
+        .ok_or_else(|| bad(format!("missing input {i}")))?;
+    let d = a
+        .as_slice::<i8>()
+        .ok_or_else(|| bad(format!("input {i} is not i8")))?;
+    let [m, n] = dims2(a)?;
+    Ok((d.iter().map(|&x| x as f64).collect(), m, n))
 }
 
 fn dims2(a: &HostArray) -> Result<[usize; 2], KernelError> {
@@ -283,6 +369,92 @@ pub fn matmul(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
             let a = x[i * k + p];
             for j in 0..n {
                 o[i * n + j] += a * y[p * n + j];
+            }
+        }
+    }
+    Ok(vec![bf16_out([m, n], o)?])
+}
+
+/// `(x @ w) * scale` for bf16 `x: [m, k]`, int8 `w: [k, n]`, f32 `scale: [1, n]`, rounded to bf16 (the
+/// `quantized_matmul` example).
+pub fn quantized_matmul(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, k) = bf16_input(inputs, 0)?;
+    let (w, _, n) = i8_input(inputs, 1)?;
+    let (scale, ..) = f32_input(inputs, 2)?;
+    let o = scaled_product(&x, &w, [m, k, n], |_, j| scale[j] as f64);
+    Ok(vec![bf16_out([m, n], o)?])
+}
+
+/// `(x @ w) * x_scale * w_scale` for int8 `x: [m, k]`, f32 `x_scale: [m, 1]`, int8 `w: [k, n]`, f32
+/// `w_scale: [1, n]`, rounded to bf16 (the `quantized_matmul_w8a8` example).
+pub fn quantized_matmul_w8a8(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, k) = i8_input(inputs, 0)?;
+    let (x_scale, ..) = f32_input(inputs, 1)?;
+    let (w, _, n) = i8_input(inputs, 2)?;
+    let (w_scale, ..) = f32_input(inputs, 3)?;
+    let o = scaled_product(&x, &w, [m, k, n], |i, j| {
+        x_scale[i] as f64 * w_scale[j] as f64
+    });
+    Ok(vec![bf16_out([m, n], o)?])
+}
+
+/// `x @ w` (row-major `[m, k]` and `[k, n]`) in f64, element `(i, j)` multiplied by `scale(i, j)`.
+fn scaled_product(
+    x: &[f64],
+    w: &[f64],
+    [m, k, n]: [usize; 3],
+    scale: impl Fn(usize, usize) -> f64,
+) -> Vec<f64> {
+    let mut o = vec![0.0f64; m * n];
+    for i in 0..m {
+        for p in 0..k {
+            let a = x[i * k + p];
+            for j in 0..n {
+                o[i * n + j] += a * w[p * n + j];
+            }
+        }
+        for j in 0..n {
+            o[i * n + j] *= scale(i, j);
+        }
+    }
+    o
+}
+
+/// `o[r] = lhs[r] @ rhs[g]` for every row `r` of group `g` (`offsets[g] <= r < offsets[g + 1]`), one
+/// expert at a time, accumulated exactly (f64) and rounded once to bf16 (the `grouped_matmul` example;
+/// inputs 1 and 2, the visit tables, are not read: each row's group comes from the offsets alone).
+pub fn grouped_matmul(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let offsets = inputs
+        .first()
+        .and_then(|a| a.as_slice::<i32>())
+        .ok_or_else(|| bad("input 0 is not the i32 group offsets"))?;
+    let (x, m, k) = bf16_input(inputs, 3)?;
+    let r = inputs.get(4).ok_or_else(|| bad("missing input 4"))?;
+    let &[groups, rk, n] = r.shape() else {
+        return Err(bad("input 4 is not [groups, k, n]"));
+    };
+    let w = r
+        .as_slice::<bf16>()
+        .ok_or_else(|| bad("input 4 is not bf16"))?;
+    if rk != k || offsets.len() != groups + 1 {
+        return Err(bad(
+            "offsets, lhs and rhs disagree on k or the number of groups",
+        ));
+    }
+    let mut o = vec![0.0f64; m * n];
+    for (g, span) in offsets.windows(2).enumerate() {
+        let rows = usize::try_from(span[0])
+            .ok()
+            .zip(usize::try_from(span[1]).ok())
+            .filter(|&(a, b)| a <= b && b <= m)
+            .ok_or_else(|| bad(format!("group {g} has rows {}..{}", span[0], span[1])))?;
+        let wg = &w[g * k * n..(g + 1) * k * n];
+        for i in rows.0..rows.1 {
+            for p in 0..k {
+                let a = x[i * k + p];
+                for j in 0..n {
+                    o[i * n + j] += a * wg[p * n + j].to_f64();
+                }
             }
         }
     }

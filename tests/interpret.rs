@@ -20,6 +20,9 @@ mod fori_rowsum;
 #[path = "../examples/gather_prefetch.rs"]
 #[allow(dead_code)]
 mod gather_prefetch;
+#[path = "../examples/grouped_matmul.rs"]
+#[allow(dead_code)]
+mod grouped_matmul;
 #[path = "../examples/inplace_scale.rs"]
 #[allow(dead_code)]
 mod inplace_scale;
@@ -32,6 +35,12 @@ mod ops_tour;
 #[path = "../examples/paged_gather.rs"]
 #[allow(dead_code)]
 mod paged_gather;
+#[path = "../examples/quantized_matmul.rs"]
+#[allow(dead_code)]
+mod quantized_matmul;
+#[path = "../examples/quantized_matmul_w8a8.rs"]
+#[allow(dead_code)]
+mod quantized_matmul_w8a8;
 #[path = "../examples/rmsnorm.rs"]
 #[allow(dead_code)]
 mod rmsnorm;
@@ -53,7 +62,7 @@ use tpu_kernel::ErrorKind;
 
 type Build = fn() -> Result<PallasCall, KernelError>;
 
-const EXAMPLES: [(&str, Build); 13] = [
+const EXAMPLES: [(&str, Build); 16] = [
     ("add", add::build),
     ("inplace_scale", inplace_scale::build),
     ("dma_double", dma_double::build),
@@ -62,8 +71,11 @@ const EXAMPLES: [(&str, Build); 13] = [
     ("colsum", colsum::build),
     ("fori_rowsum", fori_rowsum::build),
     ("matmul", matmul::build),
+    ("grouped_matmul", grouped_matmul::build),
     ("ops_tour", ops_tour::build),
     ("paged_gather", paged_gather::build),
+    ("quantized_matmul", quantized_matmul::build),
+    ("quantized_matmul_w8a8", quantized_matmul_w8a8::build),
     ("rmsnorm", rmsnorm::build),
     ("softmax", softmax::build),
     ("transpose", transpose::build),

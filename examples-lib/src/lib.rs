@@ -24,6 +24,9 @@ mod fori_rowsum;
 #[path = "../../examples/gather_prefetch.rs"]
 mod gather_prefetch;
 #[allow(dead_code)]
+#[path = "../../examples/grouped_matmul.rs"]
+mod grouped_matmul;
+#[allow(dead_code)]
 #[path = "../../examples/inplace_scale.rs"]
 mod inplace_scale;
 #[allow(dead_code)]
@@ -35,6 +38,12 @@ mod ops_tour;
 #[allow(dead_code)]
 #[path = "../../examples/paged_gather.rs"]
 mod paged_gather;
+#[allow(dead_code)]
+#[path = "../../examples/quantized_matmul.rs"]
+mod quantized_matmul;
+#[allow(dead_code)]
+#[path = "../../examples/quantized_matmul_w8a8.rs"]
+mod quantized_matmul_w8a8;
 #[allow(dead_code)]
 #[path = "../../examples/rmsnorm.rs"]
 mod rmsnorm;
@@ -55,12 +64,15 @@ tpu_kernel::export_library!(
         dma_double::dma_double,
         fori_rowsum::fori_rowsum,
         gather_prefetch::gather_prefetch,
+        grouped_matmul::grouped_matmul,
         inplace_scale::inplace_scale,
         matmul::matmul,
         matmul::matmul_dx,
         matmul::matmul_dw,
         ops_tour::ops_tour,
         paged_gather::paged_gather,
+        quantized_matmul::quantized_matmul,
+        quantized_matmul_w8a8::quantized_matmul_w8a8,
         rmsnorm::rmsnorm,
         rmsnorm::rmsnorm_bwd,
         softmax::softmax,

@@ -731,6 +731,12 @@ impl PallasCall {
     pub fn mosaic_mlir(&self) -> Result<String> {
         crate::lower::to_mosaic_text(&self.kernel)
     }
+    /// The Mosaic MLIR module text in MLIR's generic op form: what another MLIR version (jaxlib's, a
+    /// `mlir-opt` of another release) parses whatever the ops' custom syntax — use it to hand the module
+    /// to other tools. [`mosaic_mlir`](Self::mosaic_mlir) is the readable form, in LLVM 22's syntax.
+    pub fn mosaic_mlir_generic(&self) -> Result<String> {
+        crate::lower::to_mosaic_text_generic(&self.kernel)
+    }
     /// The Mosaic MLIR module text with each op's Rust `file:line:col` location printed.
     pub fn mosaic_mlir_with_locations(&self) -> Result<String> {
         crate::lower::to_mosaic_text_with_locations(&self.kernel)

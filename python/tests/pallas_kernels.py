@@ -16,7 +16,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 S = jax.ShapeDtypeStruct
-f32, bf16, i32 = jnp.float32, jnp.bfloat16, jnp.int32
+f32, bf16, i32, i8 = jnp.float32, jnp.bfloat16, jnp.int32, jnp.int8
 
 
 def _params(*semantics):
@@ -306,6 +306,120 @@ def paged_gather(table, pages):
         compiler_params=_params("parallel"), name="paged_gather_kernel")(table, pages)
 
 
+# -- quantized_matmul (w8a16): bf16 x, int8 w dequantized to bf16 before the MXU, f32 accumulator over
+# the arbitrary k axis, the per-output-channel f32 scale applied to the accumulator at the last k step
+def _quantized_matmul_kernel(x_ref, w_ref, s_ref, o_ref, acc_ref):
+    k = pl.program_id(2)
+
+    @pl.when(k == 0)
+    def _():
+        acc_ref[...] = jnp.zeros(acc_ref.shape, acc_ref.dtype)
+
+    acc_ref[...] += jnp.dot(x_ref[...], w_ref[...].astype(bf16), preferred_element_type=f32)
+
+    @pl.when(k == pl.num_programs(2) - 1)
+    def _():
+        o_ref[...] = (acc_ref[...] * s_ref[...]).astype(o_ref.dtype)
+
+
+def quantized_matmul(x, w, scale, bm=128, bn=128, bk=128):
+    (m, kk), (_, n) = x.shape, w.shape
+    return pl.pallas_call(
+        _quantized_matmul_kernel, out_shape=S((m, n), bf16), grid=(m // bm, n // bn, kk // bk),
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)), pl.BlockSpec((bk, bn), lambda i, j, k: (k, j)),
+                  pl.BlockSpec((1, bn), lambda i, j, k: (0, j))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+        scratch_shapes=[pltpu.VMEM((bm, bn), f32)],
+        compiler_params=_params("parallel", "parallel", "arbitrary"), name="quantized_matmul_kernel")(x, w, scale)
+
+
+# -- quantized_matmul_w8a8: int8 x (per-row f32 scale) @ int8 w (per-column f32 scale), i32 accumulator,
+# converted to f32 and scaled by both at the last k step
+def _quantized_matmul_w8a8_kernel(x_ref, xs_ref, w_ref, ws_ref, o_ref, acc_ref):
+    k = pl.program_id(2)
+
+    @pl.when(k == 0)
+    def _():
+        acc_ref[...] = jnp.zeros(acc_ref.shape, acc_ref.dtype)
+
+    acc_ref[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=i32)
+
+    @pl.when(k == pl.num_programs(2) - 1)
+    def _():
+        o_ref[...] = (acc_ref[...].astype(f32) * xs_ref[...] * ws_ref[...]).astype(o_ref.dtype)
+
+
+def quantized_matmul_w8a8(x, x_scale, w, w_scale, bm=128, bn=128, bk=128):
+    (m, kk), (_, n) = x.shape, w.shape
+    return pl.pallas_call(
+        _quantized_matmul_w8a8_kernel, out_shape=S((m, n), bf16), grid=(m // bm, n // bn, kk // bk),
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)), pl.BlockSpec((bm, 1), lambda i, j, k: (i, 0)),
+                  pl.BlockSpec((bk, bn), lambda i, j, k: (k, j)), pl.BlockSpec((1, bn), lambda i, j, k: (0, j))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+        scratch_shapes=[pltpu.VMEM((bm, bn), i32)],
+        compiler_params=_params("parallel", "parallel", "arbitrary"),
+        name="quantized_matmul_w8a8_kernel")(x, x_scale, w, w_scale)
+
+
+# -- grouped_matmul (megablox's gmm): tokens sorted by group, rhs[g] per group; scalar-prefetched
+#    metadata (group offsets, and per visit its group and m tile) picks the blocks; a tile straddling a
+#    group boundary is visited once per group and each visit stores only its group's rows
+def _grouped_matmul_kernel(offsets_ref, group_ids_ref, m_tiles_ref, lhs_ref, rhs_ref, o_ref, acc_ref):
+    t, k = pl.program_id(1), pl.program_id(2)
+
+    @pl.when(k == 0)
+    def _():
+        acc_ref[...] = jnp.zeros(acc_ref.shape, acc_ref.dtype)
+
+    acc_ref[...] += jnp.dot(lhs_ref[...], rhs_ref[...].reshape(rhs_ref.shape[1:]), preferred_element_type=f32)
+
+    @pl.when(k == pl.num_programs(2) - 1)
+    def _():
+        g = group_ids_ref[t]
+        start, end = offsets_ref[g], offsets_ref[g + 1]
+        row = lax.broadcasted_iota(i32, o_ref.shape, 0) + m_tiles_ref[t] * o_ref.shape[0]
+        mine = (row >= start) & (row < end)
+        o_ref[...] = jnp.where(mine, acc_ref[...], o_ref[...].astype(f32)).astype(o_ref.dtype)
+
+
+def grouped_matmul(offsets, group_ids, m_tiles, lhs, rhs, tm=128, tk=128, tn=128):
+    (m, kk), n = lhs.shape, rhs.shape[2]
+    return pl.pallas_call(
+        _grouped_matmul_kernel, out_shape=S((m, n), lhs.dtype),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=3, grid=(n // tn, group_ids.shape[0], kk // tk),
+            in_specs=[pl.BlockSpec((tm, tk), lambda j, t, k, offs, gids, tiles: (tiles[t], k)),
+                      pl.BlockSpec((1, tk, tn), lambda j, t, k, offs, gids, tiles: (gids[t], k, j))],
+            out_specs=pl.BlockSpec((tm, tn), lambda j, t, k, offs, gids, tiles: (tiles[t], j)),
+            scratch_shapes=[pltpu.VMEM((tm, tn), f32)]),
+        compiler_params=_params("parallel", "arbitrary", "arbitrary"), name="grouped_matmul_kernel")(
+            offsets, group_ids, m_tiles, lhs, rhs)
+
+
+def group_metadata(sizes, m, tm=128):
+    """The grouped_matmul metadata of i32 group sizes (summing to `m`), jit-able: `offsets [G + 1]`, and
+    per visit `group_ids`, `m_tiles` `[m // tm + G - 1]` (each non-empty group visits the tm-row tiles
+    its rows touch, in order; unused trailing visits repeat the last one)."""
+    sizes = jnp.asarray(sizes, i32)
+    offsets = jnp.concatenate([jnp.zeros((1,), i32), jnp.cumsum(sizes, dtype=i32)])
+    first, stop = offsets[:-1] // tm, (offsets[1:] + tm - 1) // tm
+    count = jnp.where(sizes > 0, stop - first, 0)
+    ends = jnp.cumsum(count)
+    t = jnp.minimum(jnp.arange(m // tm + sizes.shape[0] - 1, dtype=i32), ends[-1] - 1)
+    gid = jnp.searchsorted(ends, t, side="right").astype(i32)
+    return offsets, gid, first[gid] + t - (ends - count)[gid]
+
+
+def _grouped_matmul_ref(offsets, group_ids, m_tiles, lhs, rhs):
+    """One expert at a time over its rows (the visit tables are not read)."""
+    rows = jnp.arange(lhs.shape[0])[:, None]
+    out = jnp.zeros((lhs.shape[0], rhs.shape[2]), f32)
+    for g in range(rhs.shape[0]):
+        mine = (rows >= offsets[g]) & (rows < offsets[g + 1])
+        out = jnp.where(mine, jnp.dot(lhs, rhs[g], preferred_element_type=f32), out)
+    return out.astype(lhs.dtype)
+
+
 KERNELS = {
     "add": (add, [S((1024, 1024), f32), S((1024, 1024), f32)]),
     "matmul": (matmul, [S((512, 512), bf16), S((512, 512), bf16)]),
@@ -321,6 +435,11 @@ KERNELS = {
     "dma_double": (dma_double, [S((512, 128), f32)]),
     "inplace_scale": (inplace_scale, [S((256, 256), f32)]),
     "paged_gather": (paged_gather, [S((8, 8), i32), S((64, 16, 128), f32)]),
+    "grouped_matmul": (grouped_matmul, [S((5,), i32), S((7,), i32), S((7,), i32), S((512, 512), bf16),
+                                        S((4, 512, 512), bf16)]),
+    "quantized_matmul": (quantized_matmul, [S((256, 512), bf16), S((512, 512), i8), S((1, 512), f32)]),
+    "quantized_matmul_w8a8": (quantized_matmul_w8a8, [S((256, 512), i8), S((256, 1), f32), S((512, 512), i8),
+                                                      S((1, 512), f32)]),
 }
 
 
@@ -328,11 +447,24 @@ KERNELS = {
 INDEX_OPERANDS = {"gather_prefetch": {0: 8}, "paged_gather": {0: 64}}
 
 
+# Kernels whose first operands are group metadata (offsets, group ids, m tiles) for the rows of the
+# operand `lhs` in `tm`-row tiles: name -> (lhs operand index, tm). Random group sizes summing to m.
+GROUP_OPERANDS = {"grouped_matmul": (3, 128)}
+
+
 def valid_inputs(name, xs):
-    """Random inputs made valid for kernel `name`: table operands folded into their range."""
+    """Random inputs made valid for kernel `name`: table operands folded into their range; group
+    metadata rebuilt from group sizes cut at random rows (taken from the random offsets, so groups may be
+    empty and boundaries fall inside tiles)."""
     xs = list(xs)
     for i, hi in INDEX_OPERANDS.get(name, {}).items():
         xs[i] = jnp.mod(xs[i], hi).astype(xs[i].dtype)
+    if name in GROUP_OPERANDS:
+        lhs, tm = GROUP_OPERANDS[name]
+        m = xs[lhs].shape[0]
+        cuts = jnp.sort(jnp.mod(xs[0][1:-1], m + 1))
+        sizes = jnp.diff(jnp.concatenate([jnp.zeros((1,), i32), cuts, jnp.full((1,), m, i32)]))
+        xs[:3] = group_metadata(sizes.astype(i32), m, tm)
     return xs
 
 
@@ -370,4 +502,8 @@ REFERENCES = {
     "dma_double": lambda x: x * 2.0,
     "inplace_scale": lambda x: x * 3.0,
     "paged_gather": lambda table, pages: pages[table].sum(axis=1).reshape(-1, pages.shape[2]),
+    "grouped_matmul": _grouped_matmul_ref,
+    "quantized_matmul": lambda x, w, s: (jnp.dot(x, w.astype(bf16), preferred_element_type=f32) * s).astype(bf16),
+    "quantized_matmul_w8a8": lambda x, xs, w, ws: (jnp.dot(x, w, preferred_element_type=i32).astype(f32) * xs * ws
+                                                   ).astype(bf16),
 }

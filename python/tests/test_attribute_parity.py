@@ -47,6 +47,9 @@ For every example with a Pallas twin in `pallas_kernels.KERNELS`, at the twin's 
      the accumulator as its `acc` operand (ARCHITECTURE.md, `opt.rs`: fewer LLO ops than Pallas,
      ../shared/TOOLCHAIN.md); a deliberate, documented lowering choice, not an accident — its numbers
      are checked below (on CPU). Nothing else about the matmul (dimension numbers, precision, types) is relaxed.
+     The same for an integer accumulator: **`arith.addi(X, tpu.matmul(a, b, 0))`** (no overflow flags)
+     **is `tpu.matmul(a, b, X)`** (`quantized_matmul_w8a8`'s i8 × i8 → i32; the pass is the same, and
+     integer addition is exact, so the bits are too).
 
    Real mismatches are not normalized away: a twin whose module differs is `xfail(strict=True)` with
    the exact difference named (`KNOWN_MISMATCHES`), so the test fails the day it is fixed as well.
@@ -315,7 +318,8 @@ class Normalized:
             if isinstance(a, Res) and a.node.name == "arith.extui" and a.node.operands[0].type == "i1" \
                     and isinstance(b, Const) and b.value == 0:
                 return a.node.operands[0]  # the extui is left unused (dropped as dead)
-        if name == "arith.addf" and attrs.get("fastmath") == "#arith.fastmath<none>":
+        if (name == "arith.addf" and attrs.get("fastmath") == "#arith.fastmath<none>") or \
+                (name == "arith.addi" and attrs.get("overflowFlags") == "#arith.overflow<none>"):
             for mm, other in (operands, operands[::-1]):
                 if isinstance(mm, Res) and mm.node.name == "tpu.matmul" and len(mm.node.operands) == 3 \
                         and isinstance(mm.node.operands[2], Const) and _is_zero(mm.node.operands[2]) \
@@ -539,6 +543,10 @@ def test_normalizations_are_the_documented_ones():
     assert acc1 != theirs
     kept = collections.Counter(x.name for x in Normalized(acc1).nodes)
     assert kept["arith.addf"] == 1 and kept["tpu.matmul"] == 1
+    # the integer accumulator of w8a8: acc + dot -> matmul(acc) as well
+    _, theirs8 = modules("quantized_matmul_w8a8")
+    names8 = collections.Counter(node.name for node in Normalized(theirs8).nodes)
+    assert "arith.addi" in theirs8 and names8["arith.addi"] == 0 and names8["tpu.matmul"] == 1
 
 
 # --------------------------------------------------------------------------------------- 2. numbers

@@ -15,6 +15,8 @@ pub mod dma_double;
 pub mod fori_rowsum;
 #[path = "../../examples/gather_prefetch.rs"]
 pub mod gather_prefetch;
+#[path = "../../examples/grouped_matmul.rs"]
+pub mod grouped_matmul;
 #[path = "../../examples/inplace_scale.rs"]
 pub mod inplace_scale;
 #[path = "../../examples/matmul.rs"]
@@ -23,6 +25,10 @@ pub mod matmul;
 pub mod ops_tour;
 #[path = "../../examples/paged_gather.rs"]
 pub mod paged_gather;
+#[path = "../../examples/quantized_matmul.rs"]
+pub mod quantized_matmul;
+#[path = "../../examples/quantized_matmul_w8a8.rs"]
+pub mod quantized_matmul_w8a8;
 #[path = "../../examples/rmsnorm.rs"]
 pub mod rmsnorm;
 #[path = "../../examples/softmax.rs"]
@@ -50,10 +56,13 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("colsum", colsum::build),
     ("ops_tour", ops_tour::build),
     ("activations", activations::build),
+    ("grouped_matmul", grouped_matmul::build),
     ("gather_prefetch", gather_prefetch::build),
     ("dma_double", dma_double::build),
     ("inplace_scale", inplace_scale::build),
     ("paged_gather", paged_gather::build),
+    ("quantized_matmul", quantized_matmul::build),
+    ("quantized_matmul_w8a8", quantized_matmul_w8a8::build),
 ];
 
 /// The Mosaic text of an example (built, lowered, verified by melior).

@@ -292,21 +292,37 @@ impl<'k> Machine<'k> {
 
     /// At the end of the kernel: every copy waited for, every semaphore back at zero.
     pub(crate) fn dma_finish(&mut self) -> Result<()> {
-        if let Some(f) = self.dma.inflight.first() {
+        self.check_released(0, "the kernel ends", "wait for it")
+    }
+
+    /// No copy touching refs `first..` still in flight and no semaphore among them left non-zero,
+    /// when those refs go away (`when`: the kernel or a scope ends).
+    fn check_released(&self, first: usize, when: &str, advice: &str) -> Result<()> {
+        if let Some(f) = self
+            .dma
+            .inflight
+            .iter()
+            .find(|f| f.src.r >= first || f.dst.r >= first)
+        {
             return Err(kerr!(
                 Race,
-                "the DMA from {} into {} started here is still in flight when the kernel ends: wait for it",
+                "the DMA from {} into {} started here is still in flight when {when}: {advice}",
                 f.src.describe(&self.refs),
                 f.dst.describe(&self.refs)
             )
             .at(f.started_at));
         }
-        let mut left: Vec<_> = self.dma.sems.iter().filter(|(_, v)| **v != 0).collect();
+        let mut left: Vec<_> = self
+            .dma
+            .sems
+            .iter()
+            .filter(|(k, v)| k.0 >= first && **v != 0)
+            .collect();
         left.sort();
         if let Some((sem, v)) = left.first() {
             return Err(kerr!(
                 Race,
-                "semaphore {} holds {v} when the kernel ends: every signal must be waited for",
+                "semaphore {} holds {v} when {when}: every signal must be waited for",
                 self.sem_label(**sem)
             ));
         }
@@ -335,38 +351,13 @@ impl<'k> Machine<'k> {
             args.push(Value::Ref(first + k));
         }
         let r = self.region(body, plan, args);
-        let end = (|| {
-            r?;
-            if let Some(f) = self
-                .dma
-                .inflight
-                .iter()
-                .find(|f| f.src.r >= first || f.dst.r >= first)
-            {
-                return Err(kerr!(
-                    Race,
-                    "the DMA from {} into {} started here is still in flight when its run_scoped scope ends: wait for it inside the scope",
-                    f.src.describe(&self.refs),
-                    f.dst.describe(&self.refs)
-                )
-                .at(f.started_at));
-            }
-            let mut left: Vec<_> = self
-                .dma
-                .sems
-                .iter()
-                .filter(|(k, v)| k.0 >= first && **v != 0)
-                .collect();
-            left.sort();
-            if let Some((sem, v)) = left.first() {
-                return Err(kerr!(
-                    Race,
-                    "semaphore {} holds {v} when its run_scoped scope ends: every signal must be waited for",
-                    self.sem_label(**sem)
-                ));
-            }
-            Ok(())
-        })();
+        let end = r.and_then(|_| {
+            self.check_released(
+                first,
+                "its run_scoped scope ends",
+                "wait for it inside the scope",
+            )
+        });
         self.dma.sems.retain(|k, _| k.0 < first);
         for st in self.refs.drain(first..) {
             if let Some(t) = st.content {
