@@ -25,10 +25,13 @@ fn private() -> TokenStream2 {
 
 // ------------------------------------------------------------------------------------------ #[export]
 
-/// `#[export(name = "..", grad(x = k(g, y, block = block), (a, b) = k2(..)))]`.
+/// `#[export(name = "..", fwd = k_fwd, grad(x = k(g, y, block = block), (a, b) = k2(..)))]`.
 #[derive(Default)]
 struct ExportArgs {
     name: Option<LitStr>,
+    /// The kernel run instead of this one under differentiation: the same outputs first, then the
+    /// residuals the backward kernels read (as `outN`).
+    fwd: Option<Ident>,
     grad: Option<(Ident, Vec<GradEntry>)>,
 }
 
@@ -96,6 +99,9 @@ impl Parse for ExportArgs {
             if key == "name" {
                 input.parse::<Token![=]>()?;
                 out.name = Some(input.parse()?);
+            } else if key == "fwd" {
+                input.parse::<Token![=]>()?;
+                out.fwd = Some(input.parse()?);
             } else if key == "grad" {
                 let content;
                 parenthesized!(content in input);
@@ -104,7 +110,7 @@ impl Parse for ExportArgs {
             } else {
                 return Err(syn::Error::new_spanned(
                     key,
-                    "#[export] takes `name = \"...\"` and `grad(input = backward_kernel(args..), ..)`",
+                    "#[export] takes `name = \"...\"`, `fwd = forward_kernel_with_residuals` and `grad(input = backward_kernel(args..), ..)`",
                 ));
             }
             if !input.is_empty() {
@@ -152,6 +158,13 @@ pub(crate) fn export(attr: TokenStream2, item: TokenStream2) -> TokenStream2 {
             &params,
             &args.grad.as_ref().map(|g| g.0.clone()),
             &mut errors,
+        );
+    }
+    if let (Some(fwd), None) = (&args.fwd, &args.grad) {
+        errors.error(
+            fwd,
+            "`fwd` names the kernel run under differentiation to save residuals for the backward kernels; \
+             it needs `grad(..)` too",
         );
     }
     // On error: the messages and the user's fn (so names resolve), but no descriptor, whose shim
@@ -403,6 +416,13 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
             quote!(::core::option::Option::Some(::std::vec![#(#es),*]))
         }
     };
+    let fwd = match &args.fwd {
+        None => quote!(::core::option::Option::None),
+        Some(f) => {
+            let f = f.to_string();
+            quote!(::core::option::Option::Some(#f))
+        }
+    };
     let n_arrays = inputs.len();
     let here = quote_spanned!(fn_name.span()=> ::tpu_kernel::SourceLoc { file: ::core::file!(), line: ::core::line!(), col: ::core::column!() });
     quote! {
@@ -426,6 +446,7 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
                 location: #here,
                 inputs: &[#(#inputs),*],
                 params: ::std::vec![#(#specs),*],
+                fwd: #fwd,
                 grad: #grad,
                 launch: __tpu_kernel_launch,
             }
