@@ -14,6 +14,9 @@ mod colsum;
 #[path = "../examples/dma_double.rs"]
 #[allow(dead_code)]
 mod dma_double;
+#[path = "../examples/flash_attention.rs"]
+#[allow(dead_code)]
+mod flash_attention;
 #[path = "../examples/fori_rowsum.rs"]
 #[allow(dead_code)]
 mod fori_rowsum;
@@ -62,7 +65,7 @@ use tpu_kernel::ErrorKind;
 
 type Build = fn() -> Result<PallasCall, KernelError>;
 
-const EXAMPLES: [(&str, Build); 16] = [
+const EXAMPLES: [(&str, Build); 17] = [
     ("add", add::build),
     ("inplace_scale", inplace_scale::build),
     ("dma_double", dma_double::build),
@@ -79,6 +82,7 @@ const EXAMPLES: [(&str, Build); 16] = [
     ("rmsnorm", rmsnorm::build),
     ("softmax", softmax::build),
     ("transpose", transpose::build),
+    ("flash_attention", flash_attention::build),
 ];
 
 /// Run `call` on random inputs with `opts` and check every output against the reference.
