@@ -15,6 +15,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from tpu_kernel.examples import group_metadata
+
 S = jax.ShapeDtypeStruct
 f32, bf16, i32, i8 = jnp.float32, jnp.bfloat16, jnp.int32, jnp.int8
 
@@ -396,18 +398,7 @@ def grouped_matmul(offsets, group_ids, m_tiles, lhs, rhs, tm=128, tk=128, tn=128
             offsets, group_ids, m_tiles, lhs, rhs)
 
 
-def group_metadata(sizes, m, tm=128):
-    """The grouped_matmul metadata of i32 group sizes (summing to `m`), jit-able: `offsets [G + 1]`, and
-    per visit `group_ids`, `m_tiles` `[m // tm + G - 1]` (each non-empty group visits the tm-row tiles
-    its rows touch, in order; unused trailing visits repeat the last one)."""
-    sizes = jnp.asarray(sizes, i32)
-    offsets = jnp.concatenate([jnp.zeros((1,), i32), jnp.cumsum(sizes, dtype=i32)])
-    first, stop = offsets[:-1] // tm, (offsets[1:] + tm - 1) // tm
-    count = jnp.where(sizes > 0, stop - first, 0)
-    ends = jnp.cumsum(count)
-    t = jnp.minimum(jnp.arange(m // tm + sizes.shape[0] - 1, dtype=i32), ends[-1] - 1)
-    gid = jnp.searchsorted(ends, t, side="right").astype(i32)
-    return offsets, gid, first[gid] + t - (ends - count)[gid]
+# (group_metadata is the package's: tpu_kernel.examples.group_metadata, what users call)
 
 
 def _grouped_matmul_ref(offsets, group_ids, m_tiles, lhs, rhs):
