@@ -40,7 +40,7 @@ fn start_group(
 ) {
     let per_group = k_buf.shape()[1];
     let first = g * per_group;
-    let owned = minimum(n_pages - first, per_group);
+    let owned = (n_pages - first).min(per_group);
     for j in 0..owned {
         let page = page_indices.at((b, first + j)).load();
         let k_sem = sems.at((0, slot));
@@ -86,7 +86,7 @@ fn paged_attention_kernel(
 ) {
     let (b, h) = (program_id(0), program_id(1));
     let (per_group, page_size) = (k_buf.shape()[1], k_buf.shape()[2]);
-    let (heads, head_dim) = (q.shape()[1], q.shape()[2]);
+    let (heads, head_dim) = (q.shape()[0], q.shape()[1]);
     let tokens = per_group * page_size;
     let length = lengths.at(b).load();
     let n_pages = (length + (page_size - 1)) / page_size;
@@ -96,9 +96,7 @@ fn paged_attention_kernel(
         let zero = scalar(0i32);
         start_group(page_indices, pages, bufs, sems, (b, h), n_pages, zero, zero);
     }
-    // The q and o blocks are [1, G, head_dim] (sequence b's rows of kv head h), as Pallas keeps a
-    // squeezed block dimension in the ref: one reshape on the way in and out.
-    let q = q.load().reshape([heads, head_dim]);
+    let q = q.load();
     let mut m = full([heads, 1], f32::NEG_INFINITY);
     let mut l = full([heads, 1], 0.0f32);
     let mut acc = full([heads, head_dim], 0.0f32);
@@ -116,7 +114,7 @@ fn paged_attention_kernel(
                 1 - slot,
             );
         }
-        let owned = minimum(n_pages - g * per_group, per_group);
+        let owned = (n_pages - g * per_group).min(per_group);
         wait_group(bufs, sems, owned, slot);
         let k = k_buf.at(slot).load().reshape([tokens, head_dim]);
         let s = dot_nt(q, k);
@@ -131,8 +129,7 @@ fn paged_attention_kernel(
         acc = acc * alpha + dot(p.cast::<bf16>(), v);
     }
     // l >= 1 once a token is seen (the largest score adds exp(0)); 0 only for an empty sequence.
-    let out = (acc / maximum(l, 1.0)).cast::<bf16>();
-    o.store(out.reshape([1, heads, head_dim]));
+    o.store((acc / maximum(l, 1.0)).cast::<bf16>());
 }
 
 /// Decode attention over a paged KV cache: `o[b, i] = softmax(q[b, i] . k[b, :len]) @ v[b, :len]`
@@ -188,17 +185,16 @@ pub fn paged_attention(
     )?;
     require(per_group > 0, "pages_per_compute_block must be positive")?;
     let group = num_heads / num_kv_heads;
+    // Step (b, h): the G query heads of kv head h in sequence b, a [G, head_dim] block.
+    let heads_of = || BlockSpec::new([1, group, head_dim], |[b, h]| (b, h, 0)).squeeze(0);
     pallas_call(paged_attention_kernel)
         .grid([batch, num_kv_heads])
         .scalar_prefetch(lengths)
         .scalar_prefetch(page_indices)
-        .input(
-            q.clone(),
-            BlockSpec::new([1, group, head_dim], |[b, h]| (b, h, 0)),
-        )
+        .input(q.clone(), heads_of())
         .input_any(k_pages.clone())
         .input_any(v_pages)
-        .output(q, BlockSpec::new([1, group, head_dim], |[b, h]| (b, h, 0)))
+        .output(q, heads_of())
         .scratch(Vmem::new([2, per_group, page_size, head_dim], BF16))
         .scratch(Vmem::new([2, per_group, page_size, head_dim], BF16))
         .scratch(DmaSem::array([2, 2]))

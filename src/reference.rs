@@ -235,6 +235,7 @@ pub fn expected(
         "matmul_kernel" => matmul(inputs).map(|o| (o, Tolerance::BF16)),
         "grouped_matmul_kernel" => grouped_matmul(inputs).map(|o| (o, Tolerance::BF16)),
         "paged_attention_kernel" => paged_attention(inputs).map(|o| (o, Tolerance::BF16)),
+        "flash_attention_kernel" => attention(inputs, false).map(|o| (o, Tolerance::BF16)),
         "quantized_matmul_kernel" => quantized_matmul(inputs).map(|o| (o, Tolerance::BF16)),
         "quantized_matmul_w8a8_kernel" => {
             quantized_matmul_w8a8(inputs).map(|o| (o, Tolerance::BF16))
@@ -421,6 +422,58 @@ pub fn matmul(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
         }
     }
     Ok(vec![bf16_out([m, n], o)?])
+}
+
+/// `softmax(q kᵀ / sqrt(d)) v` for each of the `bh` heads of bf16 `q, k, v: [bh, seq, d]` (with `causal`,
+/// query `r` sees keys `≤ r`), in f64 and rounded once to bf16 (the `flash_attention` example, built
+/// non-causal as the JAX op's default).
+pub fn attention(inputs: &[HostArray], causal: bool) -> Result<Vec<HostArray>, KernelError> {
+    let read = |i: usize| -> Result<([usize; 3], Vec<f64>), KernelError> {
+        let a = inputs
+            .get(i)
+            .ok_or_else(|| bad(format!("missing input {i}")))?;
+        let data = a
+            .as_slice::<bf16>()
+            .ok_or_else(|| bad(format!("input {i} is not bf16")))?;
+        let &[bh, seq, d] = a.shape() else {
+            return Err(bad(format!(
+                "expected a 3-D array, got shape {:?}",
+                a.shape()
+            )));
+        };
+        Ok(([bh, seq, d], data.iter().map(|x| x.to_f64()).collect()))
+    };
+    let arrays = [read(0)?, read(1)?, read(2)?];
+    let [bh, seq, d] = arrays[0].0;
+    let (q, k, v) = (&arrays[0].1, &arrays[1].1, &arrays[2].1);
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut o = vec![0.0f64; bh * seq * d];
+    let mut p = vec![0.0f64; seq];
+    for h in 0..bh {
+        let at = |a: &[f64], r: usize, c: usize| a[(h * seq + r) * d + c];
+        for r in 0..seq {
+            let keys = if causal { r + 1 } else { seq };
+            for (c, pc) in p.iter_mut().enumerate().take(keys) {
+                *pc = (0..d).map(|x| at(q, r, x) * at(k, c, x)).sum::<f64>() * scale;
+            }
+            let max = p[..keys].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let mut sum = 0.0;
+            for pc in &mut p[..keys] {
+                *pc = (*pc - max).exp();
+                sum += *pc;
+            }
+            for x in 0..d {
+                let acc: f64 = (0..keys).map(|c| p[c] * at(v, c, x)).sum();
+                o[(h * seq + r) * d + x] = acc / sum;
+            }
+        }
+    }
+    Ok(vec![HostArray::from_vec(
+        [bh, seq, d],
+        o.into_iter()
+            .map(|x| bf16::from_f32(x as f32))
+            .collect::<Vec<_>>(),
+    )?])
 }
 
 /// `(x @ w) * scale` for bf16 `x: [m, k]`, int8 `w: [k, n]`, f32 `scale: [1, n]`, rounded to bf16 (the

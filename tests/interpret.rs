@@ -14,6 +14,9 @@ mod colsum;
 #[path = "../examples/dma_double.rs"]
 #[allow(dead_code)]
 mod dma_double;
+#[path = "../examples/flash_attention.rs"]
+#[allow(dead_code)]
+mod flash_attention;
 #[path = "../examples/fori_rowsum.rs"]
 #[allow(dead_code)]
 mod fori_rowsum;
@@ -65,7 +68,7 @@ use tpu_kernel::ErrorKind;
 
 type Build = fn() -> Result<PallasCall, KernelError>;
 
-const EXAMPLES: [(&str, Build); 17] = [
+const EXAMPLES: [(&str, Build); 18] = [
     ("add", add::build),
     ("inplace_scale", inplace_scale::build),
     ("dma_double", dma_double::build),
@@ -83,6 +86,7 @@ const EXAMPLES: [(&str, Build); 17] = [
     ("rmsnorm", rmsnorm::build),
     ("softmax", softmax::build),
     ("transpose", transpose::build),
+    ("flash_attention", flash_attention::build),
 ];
 
 /// Run `call` on random inputs with `opts` and check every output against the reference.

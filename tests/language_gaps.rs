@@ -618,22 +618,22 @@ fn a_bound_value_the_kernel_rejects_names_the_kernel_line() {
 
 // ---------------------------------------------------------------------------------------- scalar min/max
 
-/// `maximum` / `minimum` of two scalars (a clamped index, a float bound): scalar results, usable as
-/// window starts and loop bounds, as Pallas's `jnp.minimum` of two scalars.
+/// `Scalar::min` / `Scalar::max` in a kernel body (a clamped index, a float bound): scalar results,
+/// usable as window starts and loop bounds, as Pallas's `jnp.minimum` of two scalars.
 #[tpu_kernel]
 fn scalar_min_max_kernel(x: Ref<f32>, o: RefMut<f32>) {
     let i = program_id(0);
-    let row = minimum(i * 8, 16); // steps 2 and 3 read rows 16..24 again
-    let floor = maximum(scalar(2.5f32), i.cast::<f32>());
+    let row = (i * 8i32).min(16); // steps 2 and 3 read rows 16..24 again
+    let floor = scalar(2.5f32).max(i.cast::<f32>());
     let mut acc = x.at((ds(multiple_of(row, 8), 8), ..)).load();
-    for _ in 0..maximum(i - 1, 0) {
-        acc += minimum(floor, 3.0);
+    for _ in 0..(i - 1i32).max(0) {
+        acc += floor.min(3.0);
     }
     o.store(acc);
 }
 
 #[test]
-fn scalar_maximum_and_minimum_stay_scalars_in_both_engines() {
+fn scalar_min_and_max_in_a_body_stay_scalars_in_both_engines() {
     let call = pallas_call(scalar_min_max_kernel)
         .grid([4])
         .input(

@@ -18,6 +18,9 @@ mod colsum;
 #[path = "../../examples/dma_double.rs"]
 mod dma_double;
 #[allow(dead_code)]
+#[path = "../../examples/flash_attention.rs"]
+mod flash_attention;
+#[allow(dead_code)]
 #[path = "../../examples/fori_rowsum.rs"]
 mod fori_rowsum;
 #[allow(dead_code)]
@@ -65,6 +68,10 @@ tpu_kernel::export_library!(
         causal_mask::causal_mask,
         colsum::colsum,
         dma_double::dma_double,
+        flash_attention::flash_attention,
+        flash_attention::flash_attention_fwd,
+        flash_attention::flash_attention_dkv,
+        flash_attention::flash_attention_dq,
         fori_rowsum::fori_rowsum,
         gather_prefetch::gather_prefetch,
         grouped_matmul::grouped_matmul,

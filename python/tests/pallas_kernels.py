@@ -15,6 +15,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from tpu_kernel.examples import group_metadata
+
 S = jax.ShapeDtypeStruct
 f32, bf16, i32, i8 = jnp.float32, jnp.bfloat16, jnp.int32, jnp.int8
 
@@ -396,18 +398,7 @@ def grouped_matmul(offsets, group_ids, m_tiles, lhs, rhs, tm=128, tk=128, tn=128
             offsets, group_ids, m_tiles, lhs, rhs)
 
 
-def group_metadata(sizes, m, tm=128):
-    """The grouped_matmul metadata of i32 group sizes (summing to `m`), jit-able: `offsets [G + 1]`, and
-    per visit `group_ids`, `m_tiles` `[m // tm + G - 1]` (each non-empty group visits the tm-row tiles
-    its rows touch, in order; unused trailing visits repeat the last one)."""
-    sizes = jnp.asarray(sizes, i32)
-    offsets = jnp.concatenate([jnp.zeros((1,), i32), jnp.cumsum(sizes, dtype=i32)])
-    first, stop = offsets[:-1] // tm, (offsets[1:] + tm - 1) // tm
-    count = jnp.where(sizes > 0, stop - first, 0)
-    ends = jnp.cumsum(count)
-    t = jnp.minimum(jnp.arange(m // tm + sizes.shape[0] - 1, dtype=i32), ends[-1] - 1)
-    gid = jnp.searchsorted(ends, t, side="right").astype(i32)
-    return offsets, gid, first[gid] + t - (ends - count)[gid]
+# (group_metadata is the package's: tpu_kernel.examples.group_metadata, what users call)
 
 
 def _grouped_matmul_ref(offsets, group_ids, m_tiles, lhs, rhs):
@@ -543,6 +534,163 @@ def paged_attention_inputs(lengths, page_indices, total_pages, page_size):
     return lengths, jnp.mod(entries + page_indices, total_pages).astype(i32)
 
 
+# -- flash_attention (forward): online softmax over key blocks, m/l lane-replicated to 128 in VMEM
+#    scratch, acc in f32; causal: key blocks above the diagonal skipped (their index map clamped to the
+#    last needed block) and the computed blocks masked with a finite -0.7 * f32 max
+_MASK = -0.7 * float(jnp.finfo(f32).max)
+
+
+def _flash_scores(q, k, i, j, causal, scale):
+    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=f32) * scale
+    if causal:
+        bq, bk = q.shape[0], k.shape[0]
+        row = lax.broadcasted_iota(i32, (bq, bk), 0) + i * bq
+        col = lax.broadcasted_iota(i32, (bq, bk), 1) + j * bk
+        s = jnp.where(col <= row, s, _MASK)
+    return s
+
+
+def _flash_attention_kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, causal, scale):
+    bq, bk = q_ref.shape[0], k_ref.shape[0]
+    i, j = pl.program_id(1), pl.program_id(2)
+
+    @pl.when(j == 0)
+    def _():
+        m_ref[...] = jnp.full(m_ref.shape, _MASK, f32)
+        l_ref[...] = jnp.zeros(l_ref.shape, f32)
+        acc_ref[...] = jnp.zeros(acc_ref.shape, f32)
+
+    @pl.when((j * bk < (i + 1) * bq) | (not causal))
+    def _():
+        s = _flash_scores(q_ref[...], k_ref[...], i, j, causal, scale)
+        m_prev = m_ref[...][:, 0:1]
+        m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+        p = jnp.exp(s - m_new)
+        alpha = jnp.exp(m_prev - m_new)
+        l_new = alpha * l_ref[...][:, 0:1] + jnp.sum(p, axis=1, keepdims=True)
+        acc_ref[...] = acc_ref[...] * alpha + jnp.dot(p.astype(bf16), v_ref[...], preferred_element_type=f32)
+        m_ref[...] = jnp.broadcast_to(m_new, m_ref.shape)
+        l_ref[...] = jnp.broadcast_to(l_new, l_ref.shape)
+
+    @pl.when(j == pl.num_programs(2) - 1)
+    def _():
+        o_ref[...] = (acc_ref[...] / l_ref[...][:, 0:1]).astype(o_ref.dtype)
+
+
+def flash_attention(q, k, v, causal=False, bq=128, bk=128):
+    bh, seq, d = q.shape
+    kv_block = (lambda b, i, j: (b, jnp.minimum(j, lax.div((i + 1) * bq - 1, bk)), 0)) if causal else (
+        lambda b, i, j: (b, j, 0))
+    kv = pl.BlockSpec((None, bk, d), kv_block)
+    return pl.pallas_call(
+        functools.partial(_flash_attention_kernel, causal=causal, scale=1.0 / d ** 0.5),
+        out_shape=S(q.shape, q.dtype), grid=(bh, seq // bq, seq // bk),
+        in_specs=[pl.BlockSpec((None, bq, d), lambda b, i, j: (b, i, 0)), kv, kv],
+        out_specs=pl.BlockSpec((None, bq, d), lambda b, i, j: (b, i, 0)),
+        scratch_shapes=[pltpu.VMEM((bq, 128), f32), pltpu.VMEM((bq, 128), f32), pltpu.VMEM((bq, d), f32)],
+        compiler_params=_params("parallel", "parallel", "arbitrary"), name="flash_attention_kernel")(q, k, v)
+
+
+def attention_ref(q, k, v, causal=False):
+    """softmax(q kᵀ / sqrt(d)) v per head in f32, rounded to q's dtype (the flash attention reference)."""
+    s = jnp.einsum("hqd,hkd->hqk", q.astype(f32), k.astype(f32)) / q.shape[-1] ** 0.5
+    if causal:
+        seq = q.shape[1]
+        s = jnp.where(jnp.tril(jnp.ones((seq, seq), bool)), s, -jnp.inf)
+    return jnp.einsum("hqk,hkd->hqd", jax.nn.softmax(s, axis=-1), v.astype(f32)).astype(q.dtype)
+
+
+# -- flash_attention backward (not examples of their own: the JAX op's backward kernels), with the
+#    forward's log-sum-exp residual lse [bh, seq, 128] f32 (lane-replicated): dK/dV over query blocks,
+#    dQ over key blocks, p = exp(s - lse), dS = p * (dO vᵀ - rowsum(dO * O))
+def _flash_dkv_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, g_ref, dk_ref, dv_ref, dk_acc, dv_acc, *, causal, scale):
+    bq, bk = q_ref.shape[0], k_ref.shape[0]
+    j, i = pl.program_id(1), pl.program_id(2)
+
+    @pl.when(i == 0)
+    def _():
+        dk_acc[...] = jnp.zeros(dk_acc.shape, f32)
+        dv_acc[...] = jnp.zeros(dv_acc.shape, f32)
+
+    @pl.when(((i + 1) * bq > j * bk) | (not causal))
+    def _():
+        q, g = q_ref[...], g_ref[...]
+        s = _flash_scores(q, k_ref[...], i, j, causal, scale)
+        p = jnp.exp(s - lse_ref[...][:, 0:1])
+        dv_acc[...] += lax.dot_general(p.astype(bf16), g, (((0,), (0,)), ((), ())), preferred_element_type=f32)
+        dp = lax.dot_general(g, v_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=f32)
+        di = jnp.sum(g.astype(f32) * o_ref[...].astype(f32), axis=1, keepdims=True)
+        ds = p * (dp - di)
+        dk_acc[...] += lax.dot_general(ds.astype(bf16), q, (((0,), (0,)), ((), ())), preferred_element_type=f32)
+
+    @pl.when(i == pl.num_programs(2) - 1)
+    def _():
+        dk_ref[...] = (dk_acc[...] * scale).astype(dk_ref.dtype)
+        dv_ref[...] = dv_acc[...].astype(dv_ref.dtype)
+
+
+def flash_attention_dkv(q, k, v, o, lse, g, causal=False, bq=128, bk=128):
+    bh, seq, d = q.shape
+    q_block = (lambda b, j, i: (b, jnp.maximum(i, lax.div(j * bk, bq)), 0)) if causal else (lambda b, j, i: (b, i, 0))
+    rows = lambda w: pl.BlockSpec((None, bq, w), q_block)
+    keys = pl.BlockSpec((None, bk, d), lambda b, j, i: (b, j, 0))
+    return pl.pallas_call(
+        functools.partial(_flash_dkv_kernel, causal=causal, scale=1.0 / d ** 0.5),
+        out_shape=[S(q.shape, q.dtype), S(q.shape, q.dtype)], grid=(bh, seq // bk, seq // bq),
+        in_specs=[rows(d), keys, keys, rows(d), rows(128), rows(d)], out_specs=[keys, keys],
+        scratch_shapes=[pltpu.VMEM((bk, d), f32), pltpu.VMEM((bk, d), f32)],
+        compiler_params=_params("parallel", "parallel", "arbitrary"), name="flash_attention_dkv_kernel")(
+            q, k, v, o, lse, g)
+
+
+def _flash_dq_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, g_ref, dq_ref, dq_acc, di_ref, *, causal, scale):
+    bq, bk = q_ref.shape[0], k_ref.shape[0]
+    i, j = pl.program_id(1), pl.program_id(2)
+
+    @pl.when(j == 0)
+    def _():
+        dq_acc[...] = jnp.zeros(dq_acc.shape, f32)
+        di = jnp.sum(g_ref[...].astype(f32) * o_ref[...].astype(f32), axis=1, keepdims=True)
+        di_ref[...] = jnp.broadcast_to(di, di_ref.shape)
+
+    @pl.when((j * bk < (i + 1) * bq) | (not causal))
+    def _():
+        k = k_ref[...]
+        s = _flash_scores(q_ref[...], k, i, j, causal, scale)
+        p = jnp.exp(s - lse_ref[...][:, 0:1])
+        dp = lax.dot_general(g_ref[...], v_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=f32)
+        ds = p * (dp - di_ref[...][:, 0:1])
+        dq_acc[...] += jnp.dot(ds.astype(bf16), k, preferred_element_type=f32)
+
+    @pl.when(j == pl.num_programs(2) - 1)
+    def _():
+        dq_ref[...] = (dq_acc[...] * scale).astype(dq_ref.dtype)
+
+
+def flash_attention_dq(q, k, v, o, lse, g, causal=False, bq=128, bk=128):
+    bh, seq, d = q.shape
+    kv_block = (lambda b, i, j: (b, jnp.minimum(j, lax.div((i + 1) * bq - 1, bk)), 0)) if causal else (
+        lambda b, i, j: (b, j, 0))
+    rows = lambda w: pl.BlockSpec((None, bq, w), lambda b, i, j: (b, i, 0))
+    kv = pl.BlockSpec((None, bk, d), kv_block)
+    return pl.pallas_call(
+        functools.partial(_flash_dq_kernel, causal=causal, scale=1.0 / d ** 0.5),
+        out_shape=S(q.shape, q.dtype), grid=(bh, seq // bq, seq // bk),
+        in_specs=[rows(d), kv, kv, rows(d), rows(128), rows(d)], out_specs=rows(d),
+        scratch_shapes=[pltpu.VMEM((bq, d), f32), pltpu.VMEM((bq, 128), f32)],
+        compiler_params=_params("parallel", "parallel", "arbitrary"), name="flash_attention_dq_kernel")(
+            q, k, v, o, lse, g)
+
+
+#: The flash attention backward kernels' twins, at the example's shapes, for LLO/bundle parity.
+FLASH_BACKWARD = {
+    "flash_attention_dkv": (flash_attention_dkv, [S((2, 1024, 128), bf16)] * 4 + [S((2, 1024, 128), f32),
+                                                                                 S((2, 1024, 128), bf16)]),
+    "flash_attention_dq": (flash_attention_dq, [S((2, 1024, 128), bf16)] * 4 + [S((2, 1024, 128), f32),
+                                                                               S((2, 1024, 128), bf16)]),
+}
+
+
 KERNELS = {
     "add": (add, [S((1024, 1024), f32), S((1024, 1024), f32)]),
     "matmul": (matmul, [S((512, 512), bf16), S((512, 512), bf16)]),
@@ -565,6 +713,7 @@ KERNELS = {
     "quantized_matmul": (quantized_matmul, [S((256, 512), bf16), S((512, 512), i8), S((1, 512), f32)]),
     "quantized_matmul_w8a8": (quantized_matmul_w8a8, [S((256, 512), i8), S((256, 1), f32), S((512, 512), i8),
                                                       S((1, 512), f32)]),
+    "flash_attention": (flash_attention, [S((2, 1024, 128), bf16)] * 3),
 }
 
 
@@ -641,4 +790,5 @@ REFERENCES = {
     "quantized_matmul": lambda x, w, s: (jnp.dot(x, w.astype(bf16), preferred_element_type=f32) * s).astype(bf16),
     "quantized_matmul_w8a8": lambda x, xs, w, ws: (jnp.dot(x, w, preferred_element_type=i32).astype(f32) * xs * ws
                                                    ).astype(bf16),
+    "flash_attention": attention_ref,
 }

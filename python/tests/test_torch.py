@@ -100,21 +100,6 @@ def test_inside_jax_jit_the_kernel_is_traced_into_the_program():
     assert "tpu_kernel_examples" in text  # our FFI target, inside the jitted program
 
 
-def test_paged_attention_matches_torch_attention_over_gathered_pages():
-    lengths, table, q, k_pages, v_pages = CASES["paged_attention"]()[0]
-    out = tex.paged_attention(lengths, table, q, k_pages, v_pages, pages_per_compute_block=2)
-    kv_heads, batch = k_pages.shape[0], q.shape[0]
-    k = k_pages[:, table.long()].reshape(kv_heads, batch, -1, q.shape[-1]).float()
-    v = v_pages[:, table.long()].reshape(kv_heads, batch, -1, q.shape[-1]).float()
-    qg = q.reshape(batch, kv_heads, -1, q.shape[-1]).float()
-    s = torch.einsum("bhgd,hbtd->bhgt", qg, k)
-    valid = torch.arange(s.shape[-1]) < lengths.long()[:, None, None, None]
-    p = torch.softmax(s.masked_fill(~valid, -torch.inf), dim=-1).nan_to_num(0.0)  # empty: zeros
-    ref = torch.einsum("bhgt,hbtd->bhgd", p, v).reshape(q.shape)
-    assert out.dtype == torch.bfloat16 and out.shape == q.shape
-    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
-
-
 def reference_rmsnorm(x, w, eps):
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(torch.bfloat16)

@@ -11,6 +11,8 @@ pub mod causal_mask;
 pub mod colsum;
 #[path = "../../examples/dma_double.rs"]
 pub mod dma_double;
+#[path = "../../examples/flash_attention.rs"]
+pub mod flash_attention;
 #[path = "../../examples/fori_rowsum.rs"]
 pub mod fori_rowsum;
 #[path = "../../examples/gather_prefetch.rs"]
@@ -66,6 +68,7 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("paged_attention", paged_attention::build),
     ("quantized_matmul", quantized_matmul::build),
     ("quantized_matmul_w8a8", quantized_matmul_w8a8::build),
+    ("flash_attention", flash_attention::build),
 ];
 
 /// The Mosaic text of an example (built, lowered, verified by melior).

@@ -227,74 +227,26 @@ pub fn where_<T: Element>(
     select(cond, on_true, on_false)
 }
 
-/// Elementwise maximum (NaN-propagating for floats, like `jnp.maximum`): of two arrays, an array and
-/// a scalar or literal, or two scalars (`maximum(n, 1)` on an index gives a `Scalar`).
+/// Elementwise maximum (NaN-propagating for floats, like `jnp.maximum`).
 #[track_caller]
-pub fn maximum<A: MinMax<B>, B>(a: A, b: B) -> A {
-    a.min_max(BinaryOp::Max, b, SourceLoc::caller())
+pub fn maximum<T: Numeric>(a: Array<T>, b: impl IntoArg<T>) -> Array<T> {
+    Array::from_val(binary(
+        BinaryOp::Max,
+        a.v.into(),
+        b.into_arg(),
+        SourceLoc::caller(),
+    ))
 }
 
-/// Elementwise minimum (NaN-propagating for floats, like `jnp.minimum`): of two arrays, an array and
-/// a scalar or literal, or two scalars (`minimum(pages - first, per_group)` gives a `Scalar`).
+/// Elementwise minimum (NaN-propagating for floats, like `jnp.minimum`).
 #[track_caller]
-pub fn minimum<A: MinMax<B>, B>(a: A, b: B) -> A {
-    a.min_max(BinaryOp::Min, b, SourceLoc::caller())
-}
-
-/// What [`maximum`] and [`minimum`] take: an `Array<T>` first and an array, a scalar or a literal
-/// second (an array result), or a `Scalar<T>` first and a scalar or a literal second (a scalar
-/// result: `arith.maxsi`/`minsi`/`maximumf`/`minimumf` on scalars, as Pallas lowers `jnp.maximum`
-/// of two scalars).
-#[diagnostic::on_unimplemented(
-    message = "`maximum`/`minimum` cannot take `{Self}` and `{B}`",
-    note = "pass an `Array<T>` first (the other operand an array, a scalar or a literal of `T`), or a `Scalar<T>` first and a scalar or a literal of `T` second; cast other element types with `.cast::<T>()`"
-)]
-pub trait MinMax<B>: Sized {
-    #[doc(hidden)]
-    fn min_max(self, op: BinaryOp, b: B, loc: SourceLoc) -> Self;
-}
-
-impl<T: Numeric, B: IntoArg<T>> MinMax<B> for Array<T> {
-    fn min_max(self, op: BinaryOp, b: B, loc: SourceLoc) -> Self {
-        Array::from_val(binary(op, self.val().into(), b.into_arg(), loc))
-    }
-}
-
-impl<T: Numeric, B: ScalarArg<T>> MinMax<B> for Scalar<T> {
-    fn min_max(self, op: BinaryOp, b: B, loc: SourceLoc) -> Self {
-        Scalar::from_val(binary(op, self.val().into(), b.scalar_arg(), loc))
-    }
-}
-
-/// A scalar operand of element type `T`: a `Scalar<T>` or a literal (`f32` for bf16, `usize` for
-/// i32) — an [`IntoArg`] that cannot be an array, so a scalar op stays a scalar.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be a scalar operand of element type `{T}`",
-    note = "use a Scalar<{T}> or a literal; an array operand goes first: `maximum(array, scalar)`"
-)]
-pub trait ScalarArg<T> {
-    #[doc(hidden)]
-    fn scalar_arg(self) -> Arg;
-}
-impl<T> ScalarArg<T> for Scalar<T> {
-    fn scalar_arg(self) -> Arg {
-        self.into_arg()
-    }
-}
-impl<T: Element> ScalarArg<T> for T {
-    fn scalar_arg(self) -> Arg {
-        IntoArg::<T>::into_arg(self)
-    }
-}
-impl ScalarArg<half::bf16> for f32 {
-    fn scalar_arg(self) -> Arg {
-        IntoArg::<half::bf16>::into_arg(self)
-    }
-}
-impl ScalarArg<i32> for usize {
-    fn scalar_arg(self) -> Arg {
-        IntoArg::<i32>::into_arg(self)
-    }
+pub fn minimum<T: Numeric>(a: Array<T>, b: impl IntoArg<T>) -> Array<T> {
+    Array::from_val(binary(
+        BinaryOp::Min,
+        a.v.into(),
+        b.into_arg(),
+        SourceLoc::caller(),
+    ))
 }
 
 /// Elementwise `a ** b` for floats.

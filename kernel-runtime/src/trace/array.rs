@@ -499,6 +499,30 @@ shift_op!(
     "`x >> n`: arithmetic for signed, logical for unsigned element types, as XLA's `shift_right_*`."
 );
 
+impl<T: Numeric> Scalar<T> {
+    /// The smaller of two scalars (`jnp.minimum`; NaN-propagating for floats) — in index maps too, e.g.
+    /// to clamp a block index so that steps whose block is not needed fetch nothing new.
+    #[track_caller]
+    pub fn min(self, other: impl IntoArg<T>) -> Scalar<T> {
+        Scalar::from_val(binary(
+            BinaryOp::Min,
+            self.v.into(),
+            other.into_arg(),
+            SourceLoc::caller(),
+        ))
+    }
+    /// The larger of two scalars (`jnp.maximum`; NaN-propagating for floats).
+    #[track_caller]
+    pub fn max(self, other: impl IntoArg<T>) -> Scalar<T> {
+        Scalar::from_val(binary(
+            BinaryOp::Max,
+            self.v.into(),
+            other.into_arg(),
+            SourceLoc::caller(),
+        ))
+    }
+}
+
 impl<T: Element> Scalar<T> {
     #[track_caller]
     pub fn cast<U: Element>(self) -> Scalar<U> {
