@@ -99,7 +99,8 @@ pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
     k.inputs()
         .enumerate()
         .map(|(i, o)| {
-            let r = HostArray::random(&o.shape, o.dtype, seed + i as u64);
+            let r = HostArray::random(&o.shape, o.dtype, seed + i as u64)
+                .expect("build() checked these shapes");
             match (i < k.scalar_prefetch, r.as_slice::<i32>()) {
                 (true, Some(v)) => {
                     let v = v.iter().map(|x| x.rem_euclid(blocks as i32)).collect();
@@ -139,8 +140,8 @@ fn grouped_matmul_inputs(call: &PallasCall, seed: u64) -> Option<Vec<HostArray>>
         HostArray::from_vec(&offsets.shape, o).ok()?,
         HostArray::from_vec(&ids.shape, g).ok()?,
         HostArray::from_vec(&tiles.shape, t).ok()?,
-        HostArray::random(&lhs.shape, lhs.dtype, seed + 3),
-        HostArray::random(&rhs.shape, rhs.dtype, seed + 4),
+        HostArray::random(&lhs.shape, lhs.dtype, seed + 3).expect("build() checked these shapes"),
+        HostArray::random(&rhs.shape, rhs.dtype, seed + 4).expect("build() checked these shapes"),
     ])
 }
 

@@ -56,6 +56,7 @@ pub fn operand(op: &Operand, grid: &[usize], aliased: bool) -> Result<()> {
             op.shape
         ));
     }
+    crate::size::check("array", &op.shape, op.dtype)?;
     if op.dtype == DType::Bool && op.role != OperandRole::Scratch {
         return Err(kerr!(
             DType,
