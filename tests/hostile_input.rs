@@ -283,3 +283,60 @@ fn library_panics_are_internal_errors_and_body_panics_name_their_line() {
         "{e}"
     );
 }
+
+#[test]
+fn an_empty_kernel_name_is_an_error_not_an_invalid_module() {
+    let e = pallas_call(copy_kernel)
+        .name("")
+        .grid([1])
+        .input(tile(), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .output(tile(), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .build()
+        .expect_err("empty name");
+    assert!(e.message.contains("the kernel name \"\" is empty"), "{e}");
+}
+
+#[tpu_kernel]
+fn element_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.at(0).store(x.at(0).load());
+}
+
+/// What lowering cannot emit, `build()` rejects: a rank-0 VMEM window (every block dimension squeezed,
+/// or `x.at(0)` on a rank-1 block) cannot be loaded by Mosaic.
+#[test]
+fn rank_0_vmem_windows_are_rejected_by_build() {
+    let e = pallas_call(copy_kernel)
+        .grid([1])
+        .input(
+            ArrayType::new([1, 1], F32),
+            BlockSpec::new([1, 1], |[_]| (0, 0)).squeeze(0).squeeze(1),
+        )
+        .output(
+            ArrayType::new([1, 1], F32),
+            BlockSpec::new([1, 1], |[_]| (0, 0)).squeeze(0).squeeze(1),
+        )
+        .build()
+        .expect_err("fully squeezed");
+    assert!(
+        e.message
+            .contains("loading a single element from a VMEM ref"),
+        "{e}"
+    );
+    let e = pallas_call(element_kernel)
+        .grid([1])
+        .input(
+            ArrayType::new([128], F32),
+            BlockSpec::new([128], |[_]| (0,)),
+        )
+        .output(
+            ArrayType::new([128], F32),
+            BlockSpec::new([128], |[_]| (0,)),
+        )
+        .build()
+        .expect_err("x.at(0) on rank 1");
+    assert!(
+        e.message
+            .contains("loading a single element from a VMEM ref"),
+        "{e}"
+    );
+}

@@ -537,6 +537,14 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
     }
 
     fn build_inner(self) -> Result<PallasCall> {
+        if self.name.trim().is_empty() {
+            return Err(kerr!(
+                Signature,
+                "the kernel name {:?} is empty; `.name(..)` takes the Mosaic module's symbol, e.g. `.name(\"my_kernel\")`",
+                self.name
+            )
+            .at(self.loc));
+        }
         let grid = self.grid.clone();
         let grid_loc = self.grid_loc.unwrap_or(self.loc);
         let semantics = match &self.semantics {
