@@ -105,7 +105,8 @@ pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
     k.inputs()
         .enumerate()
         .map(|(i, o)| {
-            let r = HostArray::random(&o.shape, o.dtype, seed + i as u64);
+            let r = HostArray::random(&o.shape, o.dtype, seed + i as u64)
+                .expect("build() checked these shapes");
             match (i < k.scalar_prefetch, r.as_slice::<i32>()) {
                 (true, Some(v)) => {
                     let v = v.iter().map(|x| x.rem_euclid(blocks as i32)).collect();
@@ -145,8 +146,8 @@ fn grouped_matmul_inputs(call: &PallasCall, seed: u64) -> Option<Vec<HostArray>>
         HostArray::from_vec(&offsets.shape, o).ok()?,
         HostArray::from_vec(&ids.shape, g).ok()?,
         HostArray::from_vec(&tiles.shape, t).ok()?,
-        HostArray::random(&lhs.shape, lhs.dtype, seed + 3),
-        HostArray::random(&rhs.shape, rhs.dtype, seed + 4),
+        HostArray::random(&lhs.shape, lhs.dtype, seed + 3).expect("build() checked these shapes"),
+        HostArray::random(&rhs.shape, rhs.dtype, seed + 4).expect("build() checked these shapes"),
     ])
 }
 
@@ -185,9 +186,9 @@ fn paged_attention_inputs(call: &PallasCall, seed: u64) -> Option<Vec<HostArray>
     Some(vec![
         HostArray::from_vec(&lengths.shape, lens).ok()?,
         HostArray::from_vec(&table.shape, entries).ok()?,
-        HostArray::random(&q.shape, q.dtype, seed + 2),
-        HostArray::random(&kp.shape, kp.dtype, seed + 3),
-        HostArray::random(&vp.shape, vp.dtype, seed + 4),
+        HostArray::random(&q.shape, q.dtype, seed + 2).expect("build() checked these shapes"),
+        HostArray::random(&kp.shape, kp.dtype, seed + 3).expect("build() checked these shapes"),
+        HostArray::random(&vp.shape, vp.dtype, seed + 4).expect("build() checked these shapes"),
     ])
 }
 

@@ -230,7 +230,7 @@ fn poisoning_marks_unwritten_output_rows_and_plain_mode_leaves_zeros() {
         )
         .build()
         .expect("build");
-    let x = HostArray::random([16, 128], I32, 1);
+    let x = HostArray::random([16, 128], I32, 1).unwrap();
     let plain = call.interpret(std::slice::from_ref(&x)).expect("run");
     let poisoned = call
         .interpret_with(std::slice::from_ref(&x), &InterpretOptions::poisoned())
@@ -269,7 +269,7 @@ fn an_out_of_bounds_dynamic_slice_names_the_source_line() {
         .dimension_semantics([Arbitrary])
         .build()
         .expect("build");
-    let x = HostArray::random([16, 128], F32, 2);
+    let x = HostArray::random([16, 128], F32, 2).unwrap();
     let err = call
         .interpret(&[x])
         .expect_err("grid step 1 reads rows 16..24 of a 16-row block");
@@ -289,21 +289,21 @@ fn an_out_of_bounds_dynamic_slice_names_the_source_line() {
 #[test]
 fn wrong_inputs_are_errors_not_panics() {
     let call = add::build().expect("build");
-    let x = HostArray::zeros([1024, 1024], F32);
+    let x = HostArray::zeros([1024, 1024], F32).unwrap();
     assert_eq!(
         call.interpret(std::slice::from_ref(&x))
             .expect_err("one input missing")
             .kind,
         ErrorKind::Signature
     );
-    let y = HostArray::zeros([1024, 512], F32);
+    let y = HostArray::zeros([1024, 512], F32).unwrap();
     assert_eq!(
         call.interpret(&[x.clone(), y])
             .expect_err("wrong shape")
             .kind,
         ErrorKind::Shape
     );
-    let z = HostArray::zeros([1024, 1024], I32);
+    let z = HostArray::zeros([1024, 1024], I32).unwrap();
     assert_eq!(
         call.interpret(&[x, z]).expect_err("wrong dtype").kind,
         ErrorKind::Shape
@@ -327,7 +327,7 @@ fn bf16_rounds_on_every_cast_and_op() {
         )
         .build()
         .expect("build");
-    let x = HostArray::random([8, 128], F32, 4);
+    let x = HostArray::random([8, 128], F32, 4).unwrap();
     let got = call.interpret(std::slice::from_ref(&x)).expect("run");
     let want: Vec<f32> = x
         .as_slice::<f32>()
@@ -493,7 +493,7 @@ fn elementwise_kernels_run_over_row_bands_with_the_same_bits() {
         .dimension_semantics([Parallel, Arbitrary])
         .build()
         .expect("build");
-    let x = HostArray::random([256, 384], F32, 5);
+    let x = HostArray::random([256, 384], F32, 5).unwrap();
     let y = HostArray::from_vec(
         [256, 384],
         (0..256 * 384).map(|i| (i % 5) - 2).collect::<Vec<i32>>(),
@@ -544,7 +544,7 @@ fn kernels_reading_grid_indices_keep_their_blocks() {
         .dimension_semantics([Parallel, Parallel])
         .build()
         .expect("build");
-    let x = HostArray::zeros([256, 512], F32);
+    let x = HostArray::zeros([256, 512], F32).unwrap();
     let out = call.interpret(&[x]).expect("run");
     let o = out[0].as_slice::<f32>().unwrap();
     for (i, v) in o.iter().enumerate() {
@@ -570,7 +570,7 @@ fn row_kernels_merge_blocks_only_when_rows_stay_apart() {
         .dimension_semantics([Parallel])
         .build()
         .expect("build");
-    let x = HostArray::random([128, 256], F32, 21);
+    let x = HostArray::random([128, 256], F32, 21).unwrap();
     let xs = x.as_slice::<f32>().unwrap().to_vec();
     let out = mixing.interpret(std::slice::from_ref(&x)).expect("run");
     let o = out[0].as_slice::<f32>().unwrap();
@@ -596,7 +596,7 @@ fn row_kernels_merge_blocks_only_when_rows_stay_apart() {
         .dimension_semantics([Arbitrary])
         .build()
         .expect("build");
-    let w = HostArray::random([1, 256], F32, 22);
+    let w = HostArray::random([1, 256], F32, 22).unwrap();
     let inputs = [x, w];
     let runs: Vec<Vec<HostArray>> = [(true, true), (true, false), (false, false)]
         .into_iter()
@@ -667,7 +667,7 @@ fn parallel_axes_writing_the_same_block_run_sequentially() {
         .dimension_semantics([Parallel])
         .build()
         .expect("build");
-    let x = HostArray::random([64, 128], F32, 8);
+    let x = HostArray::random([64, 128], F32, 8).unwrap();
     let out = call.interpret(std::slice::from_ref(&x)).expect("run");
     let xs = x.as_slice::<f32>().unwrap();
     let o = out[0].as_slice::<f32>().unwrap();
@@ -759,7 +759,7 @@ fn loads_between_a_direct_write_and_its_store_see_the_old_block() {
         .dimension_semantics([Arbitrary])
         .build()
         .expect("build");
-    let x = HostArray::random([24, 128], F32, 12);
+    let x = HostArray::random([24, 128], F32, 12).unwrap();
     let xs = x.as_slice::<f32>().unwrap().to_vec();
     for fuse in [true, false] {
         let out = call
@@ -803,6 +803,7 @@ fn exp_of_a_difference_summed_in_one_pass_matches_unfused_bit_for_bit() {
             .build()
             .expect("build");
         let mut xs = HostArray::random([24, n], F32, 31)
+            .unwrap()
             .into_vec::<f32>()
             .unwrap();
         for (i, x) in xs.iter_mut().enumerate() {
@@ -857,6 +858,7 @@ fn reductions_folded_into_fused_chains_match_unfused_bit_for_bit() {
         .build()
         .expect("build");
     let mut xs = HostArray::random([16, 200], F32, 21)
+        .unwrap()
         .into_vec::<f32>()
         .unwrap();
     xs[5] = f32::NAN; // row 0: every reduction is NaN

@@ -56,6 +56,7 @@ pub fn operand(op: &Operand, grid: &[usize], aliased: bool) -> Result<()> {
             op.shape
         ));
     }
+    crate::size::check("array", &op.shape, op.dtype)?;
     if op.dtype == DType::Bool && op.role != OperandRole::Scratch {
         return Err(kerr!(
             DType,
@@ -98,10 +99,15 @@ pub fn operand(op: &Operand, grid: &[usize], aliased: bool) -> Result<()> {
         }
         let (b, a) = (bs[d], arr[d]);
         if b % tile != 0 && b != a {
+            let up = (b.div_ceil(tile) * tile).min(a); // b <= a <= i64::MAX: no overflow
+            let fix = if up == a {
+                format!("try {a}")
+            } else {
+                format!("try {up} or {a}")
+            };
             return Err(kerr!(
                 Tiling,
-                "block shape {bs:?}: the {which} dimension ({b}) must be divisible by {tile} or equal the array dimension ({a}); try {} or {a}",
-                (b.div_ceil(tile) * tile).min(a)
+                "block shape {bs:?}: the {which} dimension ({b}) must be divisible by {tile} or equal the array dimension ({a}); {fix}"
             ));
         }
     }

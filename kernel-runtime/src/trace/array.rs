@@ -215,10 +215,13 @@ impl<T: Element> Array<T> {
         let shape = shape.as_ref().to_vec();
         Array::from_val(emit(loc, |t| {
             let (from, d) = vector_type(t, self.v, "reshape")?;
-            let (n0, n1) = (
-                from.iter().product::<usize>(),
-                shape.iter().product::<usize>(),
-            );
+            let n0 = from.iter().product::<usize>(); // a traced value: checked when it was made
+            let Some(n1) = crate::size::elements(&shape) else {
+                return Err(kerr!(
+                    Shape,
+                    "cannot reshape {from:?} ({n0} elements) to {shape:?}: its element count overflows"
+                ));
+            };
             if n0 != n1 || shape.is_empty() {
                 return Err(kerr!(
                     Shape,
@@ -566,8 +569,9 @@ impl IntoArg<bf16> for f32 {
     }
 }
 impl IntoArg<i32> for usize {
+    #[track_caller]
     fn into_arg(self) -> Arg {
-        Arg::Lit(Literal::from_i64(DType::I32, self as i64))
+        super::i32_arg(self as i128, SourceLoc::caller())
     }
 }
 
