@@ -18,8 +18,8 @@
 
 use tpu_kernel::prelude::*;
 
-/// The score of a position past the length (jax's paged-attention mask value): finite, so `exp(MASK_VALUE
-/// - max)` is 0 and no `inf - inf` can arise.
+/// The score of a position past the length (jax's paged-attention mask value): finite, so
+/// `exp(MASK_VALUE - max)` is 0 and no `inf - inf` can arise.
 const MASK_VALUE: f32 = -0.7 * f32::MAX;
 
 /// Start the DMAs of page group `g` of sequence `b` (kv head `h`) into slot `slot`: only the pages of
