@@ -74,11 +74,17 @@ pub fn compare(got: &HostArray, want: &HostArray, tol: Tolerance) -> Comparison 
 /// holds page numbers of the first ANY (HBM) input: `b` is its leading dimension.
 ///
 /// `grouped_matmul_kernel`'s three tables are one piece of metadata: random group sizes (some empty,
-/// boundaries inside tiles) turned into it by [`group_metadata`].
+/// boundaries inside tiles) turned into it by [`group_metadata`]; `paged_attention_kernel`'s are
+/// ragged lengths and a block table of distinct pages ([`paged_attention_inputs`]).
 pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
     let k = call.ir();
     if k.name == "grouped_matmul_kernel" {
         if let Some(inputs) = grouped_matmul_inputs(call, seed) {
+            return inputs;
+        }
+    }
+    if k.name == "paged_attention_kernel" {
+        if let Some(inputs) = paged_attention_inputs(call, seed) {
             return inputs;
         }
     }
@@ -145,6 +151,47 @@ fn grouped_matmul_inputs(call: &PallasCall, seed: u64) -> Option<Vec<HostArray>>
     ])
 }
 
+/// Ragged inputs for `paged_attention_kernel` (inputs: lengths `[B]`, page indices `[B, P]`, q `[B, H,
+/// D]`, k and v pages `[KVH, N, ps, D]`): lengths `1`, `P * ps` (every page), `0` (an empty sequence,
+/// which gives zeros) and `ps + 1` (one token into a second page) first, the others random in
+/// `0..=P * ps`; the block table a random permutation of the pool's pages (distinct pages when there
+/// are enough, as a KV cache hands them out), entries past a sequence's length included.
+fn paged_attention_inputs(call: &PallasCall, seed: u64) -> Option<Vec<HostArray>> {
+    let k = call.ir();
+    let ops: Vec<_> = k.inputs().collect();
+    let [lengths, table, q, kp, vp] = ops.as_slice() else {
+        return None;
+    };
+    let (batch, pages_per_seq) = (*table.shape.first()?, *table.shape.get(1)?);
+    let (pool, page_size) = (*kp.shape.get(1)?, *kp.shape.get(2)?);
+    let max_len = (pages_per_seq * page_size) as u64;
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n.max(1)
+    };
+    let edges = [1, max_len, 0, page_size as u64 + 1];
+    let lens: Vec<i32> = (0..batch)
+        .map(|b| edges.get(b).copied().unwrap_or_else(|| next(max_len + 1)) as i32)
+        .collect();
+    let mut pages: Vec<i32> = (0..pool as i32).collect();
+    for i in (1..pages.len()).rev() {
+        pages.swap(i, next(i as u64 + 1) as usize);
+    }
+    let entries = (0..batch * pages_per_seq)
+        .map(|i| pages[i % pool.max(1)])
+        .collect();
+    Some(vec![
+        HostArray::from_vec(&lengths.shape, lens).ok()?,
+        HostArray::from_vec(&table.shape, entries).ok()?,
+        HostArray::random(&q.shape, q.dtype, seed + 2).expect("build() checked these shapes"),
+        HostArray::random(&kp.shape, kp.dtype, seed + 3).expect("build() checked these shapes"),
+        HostArray::random(&vp.shape, vp.dtype, seed + 4).expect("build() checked these shapes"),
+    ])
+}
+
 /// The scalar-prefetched metadata of the `grouped_matmul` example for group sizes `sizes`
 /// (non-negative, summing to `m`) and `tm`-row tiles: `(offsets, group_ids, m_tiles)`. `offsets` are
 /// the groups' first rows plus `m`; visit `t` is tile `m_tiles[t]` for group `group_ids[t]`: each
@@ -188,6 +235,7 @@ pub fn expected(
         "paged_gather_kernel" => paged_gather(inputs).map(|o| (o, Tolerance::EXACT)),
         "matmul_kernel" => matmul(inputs).map(|o| (o, Tolerance::BF16)),
         "grouped_matmul_kernel" => grouped_matmul(inputs).map(|o| (o, Tolerance::BF16)),
+        "paged_attention_kernel" => paged_attention(inputs).map(|o| (o, Tolerance::BF16)),
         "flash_attention_kernel" => attention(inputs, false).map(|o| (o, Tolerance::BF16)),
         "quantized_matmul_kernel" => quantized_matmul(inputs).map(|o| (o, Tolerance::BF16)),
         "quantized_matmul_w8a8_kernel" => {
@@ -513,6 +561,82 @@ pub fn grouped_matmul(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelErro
         }
     }
     Ok(vec![bf16_out([m, n], o)?])
+}
+
+/// Decode attention over a paged KV cache (the `paged_attention` example): for sequence `b` and query
+/// head `i` (kv head `i / G`, `G` query heads per kv head), token `t < lengths[b]` is row `t % ps` of
+/// page `page_indices[b, t / ps]`; `o[b, i] = softmax_t(q[b, i] . k_t) @ v` in f64 over the bf16
+/// inputs, rounded once to bf16; zeros for an empty sequence.
+pub fn paged_attention(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let input = |i: usize| {
+        inputs
+            .get(i)
+            .ok_or_else(|| bad(format!("missing input {i}")))
+    };
+    let lengths = input(0)?
+        .as_slice::<i32>()
+        .ok_or_else(|| bad("input 0 is not the i32 lengths"))?;
+    let t = input(1)?;
+    let table = t
+        .as_slice::<i32>()
+        .ok_or_else(|| bad("input 1 is not the i32 page indices"))?;
+    let [_, pages_per_seq] = dims2(t)?;
+    let bf16s = |i: usize| -> Result<(Vec<f64>, Vec<usize>), KernelError> {
+        let a = input(i)?;
+        let d = a
+            .as_slice::<bf16>()
+            .ok_or_else(|| bad(format!("input {i} is not bf16")))?;
+        Ok((d.iter().map(|x| x.to_f64()).collect(), a.shape().to_vec()))
+    };
+    let (q, qs) = bf16s(2)?;
+    let (k, ks) = bf16s(3)?;
+    let (v, _) = bf16s(4)?;
+    let (&[batch, heads, d], &[kv_heads, pool, ps, _]) = (qs.as_slice(), ks.as_slice()) else {
+        return Err(bad("q is not [B, H, D] or the pages not [KVH, N, ps, D]"));
+    };
+    let group = heads / kv_heads.max(1);
+    let mut o = vec![0.0f64; batch * heads * d];
+    for b in 0..batch {
+        let len = usize::try_from(lengths[b])
+            .ok()
+            .filter(|&n| n <= pages_per_seq * ps)
+            .ok_or_else(|| bad(format!("sequence {b} has length {}", lengths[b])))?;
+        for i in 0..heads {
+            let h = i / group.max(1);
+            // Row `t` of kv head `h` as an offset into the pages.
+            let row = |t: usize| -> Result<usize, KernelError> {
+                let page = table[b * pages_per_seq + t / ps];
+                let page = usize::try_from(page)
+                    .ok()
+                    .filter(|&p| p < pool)
+                    .ok_or_else(|| bad(format!("page number {page} is out of range")))?;
+                Ok(((h * pool + page) * ps + t % ps) * d)
+            };
+            let qi = &q[(b * heads + i) * d..][..d];
+            let mut scores = Vec::with_capacity(len);
+            for t in 0..len {
+                let r = row(t)?;
+                scores.push(qi.iter().zip(&k[r..r + d]).map(|(a, b)| a * b).sum::<f64>());
+            }
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let sum: f64 = weights.iter().sum();
+            let out = &mut o[(b * heads + i) * d..][..d];
+            for (t, w) in weights.iter().enumerate() {
+                let r = row(t)?;
+                for (x, vv) in out.iter_mut().zip(&v[r..r + d]) {
+                    *x += w / sum * vv;
+                }
+            }
+        }
+    }
+    HostArray::from_vec(
+        [batch, heads, d],
+        o.into_iter()
+            .map(|x| bf16::from_f32(x as f32))
+            .collect::<Vec<_>>(),
+    )
+    .map(|a| vec![a])
 }
 
 /// Row softmax in f64.

@@ -35,6 +35,9 @@ mod matmul;
 #[path = "../examples/ops_tour.rs"]
 #[allow(dead_code)]
 mod ops_tour;
+#[path = "../examples/paged_attention.rs"]
+#[allow(dead_code)]
+mod paged_attention;
 #[path = "../examples/paged_gather.rs"]
 #[allow(dead_code)]
 mod paged_gather;
@@ -65,7 +68,7 @@ use tpu_kernel::ErrorKind;
 
 type Build = fn() -> Result<PallasCall, KernelError>;
 
-const EXAMPLES: [(&str, Build); 17] = [
+const EXAMPLES: [(&str, Build); 18] = [
     ("add", add::build),
     ("inplace_scale", inplace_scale::build),
     ("dma_double", dma_double::build),
@@ -77,6 +80,7 @@ const EXAMPLES: [(&str, Build); 17] = [
     ("grouped_matmul", grouped_matmul::build),
     ("ops_tour", ops_tour::build),
     ("paged_gather", paged_gather::build),
+    ("paged_attention", paged_attention::build),
     ("quantized_matmul", quantized_matmul::build),
     ("quantized_matmul_w8a8", quantized_matmul_w8a8::build),
     ("rmsnorm", rmsnorm::build),
@@ -891,4 +895,62 @@ fn reductions_folded_into_fused_chains_match_unfused_bit_for_bit() {
 
 fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
     ArrayType::new(shape, dtype)
+}
+
+/// The block table with every entry past sequence `b`'s `ceil(lengths[b] / page_size)` pages replaced
+/// by `i32::MAX` (a DMA of such a "page" is out of bounds); `also` names one more (sequence, entry).
+fn table_without_unowned_pages(inputs: &[HostArray], also: Option<(usize, usize)>) -> HostArray {
+    let lengths = inputs[0].as_slice::<i32>().unwrap();
+    let (table, &[batch, per_seq]) = (inputs[1].as_slice::<i32>().unwrap(), inputs[1].shape())
+    else {
+        panic!("a 2-D block table")
+    };
+    let page_size = inputs[3].shape()[2];
+    let entries = (0..batch * per_seq)
+        .map(|i| {
+            let (b, p) = (i / per_seq, i % per_seq);
+            let owned = p * page_size < lengths[b] as usize && also != Some((b, p));
+            if owned {
+                table[i]
+            } else {
+                i32::MAX
+            }
+        })
+        .collect::<Vec<_>>();
+    HostArray::from_vec([batch, per_seq], entries).unwrap()
+}
+
+#[test]
+fn paged_attention_reads_only_the_pages_a_sequence_owns_under_every_dma_timing() {
+    // Random ragged inputs: sequence 0 has 1 token, 1 every page, 2 none, 3 one token into page 2.
+    let call = paged_attention::build().expect("build");
+    let mut inputs = reference::random_inputs(&call, 5);
+    let want = call.interpret(&inputs).expect("interpret");
+    inputs[1] = table_without_unowned_pages(&inputs, None);
+    for seed in [None, Some(0), Some(1), Some(7), Some(42)] {
+        let opts = InterpretOptions {
+            dma_seed: seed,
+            poison_uninitialized: true,
+            ..InterpretOptions::default()
+        };
+        let got = call
+            .interpret_with(&inputs, &opts)
+            .unwrap_or_else(|e| panic!("seed {seed:?}: {e}"));
+        assert_eq!(got, want, "seed {seed:?}");
+    }
+    let mosaic = tpu_kernel::runtime::mosaic_cpu::compile(call.ir())
+        .and_then(|c| c.run(&inputs))
+        .expect("mosaic_cpu");
+    // (its own exp: within the examples' bf16 tolerance, as tests/mosaic_cpu.rs holds every example)
+    let c = reference::compare(&mosaic[0], &want[0], Tolerance::BF16);
+    assert!(
+        c.ok,
+        "the Mosaic module on the CPU: max error {}",
+        c.max_abs_error
+    );
+    // Not vacuous: the last page of the full sequence is read, so poisoning it is an error.
+    let per_seq = inputs[1].shape()[1];
+    inputs[1] = table_without_unowned_pages(&inputs, Some((1, per_seq - 1)));
+    let e = call.interpret(&inputs).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::OutOfBounds, "{e}");
 }

@@ -39,6 +39,9 @@ mod matmul;
 #[path = "../../examples/ops_tour.rs"]
 mod ops_tour;
 #[allow(dead_code)]
+#[path = "../../examples/paged_attention.rs"]
+mod paged_attention;
+#[allow(dead_code)]
 #[path = "../../examples/paged_gather.rs"]
 mod paged_gather;
 #[allow(dead_code)]
@@ -77,6 +80,7 @@ tpu_kernel::export_library!(
         matmul::matmul_dx,
         matmul::matmul_dw,
         ops_tour::ops_tour,
+        paged_attention::paged_attention,
         paged_gather::paged_gather,
         quantized_matmul::quantized_matmul,
         quantized_matmul_w8a8::quantized_matmul_w8a8,

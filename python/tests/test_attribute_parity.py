@@ -58,6 +58,11 @@ For every example with a Pallas twin in `pallas_kernels.KERNELS`, at the twin's 
      window memref that keeps the unit dimension and a `vector.shape_cast` after every load and before
      every store; we type the window rank-reduced and load/store it directly — the same elements in the
      same order, fewer ops (flash attention: 16 LLO ops below its twin, bundles equal).
+   - **`arith.addi(lo, arith.subi(hi, lo))` is `hi`** (no overflow flags on either; exact in wrapping
+     integer arithmetic). Why: it is the upper bound Pallas gives the `scf.for` of a `lax.fori_loop` whose
+     bounds are traced (`lo + (hi - lo)`, with `lo` the lower bound: `0 + (n - 0)` for
+     `fori_loop(0, n, ..)`); we bound the loop by `hi` itself (`paged_attention`'s loops over the pages a
+     sequence owns). MLIR's arith canonicalizer folds the pair the same way.
 
    Real mismatches are not normalized away: a twin whose module differs is `xfail(strict=True)` with
    the exact difference named (`KNOWN_MISMATCHES`), so the test fails the day it is fixed as well.
@@ -365,6 +370,12 @@ class Normalized:
             if isinstance(a, Res) and a.node.name == "arith.extui" and a.node.operands[0].type == "i1" \
                     and isinstance(b, Const) and b.value == 0:
                 return a.node.operands[0]  # the extui is left unused (dropped as dead)
+        if name == "arith.addi" and attrs.get("overflowFlags") == "#arith.overflow<none>":
+            lo, diff_ = operands
+            if isinstance(diff_, Res) and diff_.node.name == "arith.subi" \
+                    and diff_.node.attrs.get("overflowFlags") == "#arith.overflow<none>" \
+                    and _same_value(diff_.node.operands[1], lo) and diff_.node.operands[0].type == types_[0]:
+                return diff_.node.operands[0]  # lo + (hi - lo) is hi (the subi is left unused: dead)
         if (name == "arith.addf" and attrs.get("fastmath") == "#arith.fastmath<none>") or \
                 (name == "arith.addi" and attrs.get("overflowFlags") == "#arith.overflow<none>"):
             for mm, other in (operands, operands[::-1]):
@@ -414,6 +425,15 @@ class Normalized:
         tys = ", ".join(p[1] for p in pairs)
         attrs = _attrs(_readable(n.name, n.attrs))
         return f"{n.path}{n.name}({ops}) : ({tys}) -> ({', '.join(types_)}) {attrs}".rstrip()
+
+
+def _same_value(a, b) -> bool:
+    """The same SSA value (one producer, one argument) or the same constant."""
+    if isinstance(a, Const) and isinstance(b, Const):
+        return (a.value, a.type) == (b.value, b.type)
+    if isinstance(a, Res) and isinstance(b, Res):
+        return a.node is b.node
+    return a is b
 
 
 def _is_zero(c: Const) -> bool:
@@ -606,6 +626,17 @@ def test_normalizations_are_the_documented_ones():
     _, theirs8 = modules("quantized_matmul_w8a8")
     names8 = collections.Counter(node.name for node in Normalized(theirs8).nodes)
     assert "arith.addi" in theirs8 and names8["arith.addi"] == 0 and names8["tpu.matmul"] == 1
+    # the upper bounds of paged_attention's traced fori_loops: lo + (hi - lo) -> hi, nothing else
+    _, theirs_pa = modules("paged_attention")
+    loops = [x for x in Normalized(theirs_pa).nodes if x.name == "scf.for"]
+    uppers = collections.Counter(x.operands[1].label() for x in loops)
+    assert uppers == {"arith.minsi": 3, "arith.divsi": 1, "8 : i32": 2}, uppers
+    # hi + (hi - lo) is not hi: both ops stay
+    off, n = re.subn(r"(%\w+) = arith\.subi (%\w+), (%\w+) : i32\n(\s*)(%\w+) = arith\.addi \3, \1 : i32",
+                     r"\1 = arith.subi \2, \3 : i32\n\4\5 = arith.addi \2, \1 : i32", theirs_pa, count=1)
+    assert n == 1, "no lo + (hi - lo) in the twin's module"
+    uppers = collections.Counter(x.operands[1].label() for x in Normalized(off).nodes if x.name == "scf.for")
+    assert uppers["arith.addi"] == 1, uppers
 
 
 # --------------------------------------------------------------------------------------- 2. numbers

@@ -1,7 +1,7 @@
 """The production kernels as torch ops (issue 12): the README's one-line torch calls of the quantized and
-grouped matmuls run on plain CPU tensors and on torchax tensors under `jax_jit`, and agree with the same
-math written in plain torch (flash attention's torch checks, autograd included, are in
-test_flash_attention.py)."""
+grouped matmuls and of paged attention run on plain CPU tensors and on torchax tensors under `jax_jit`,
+and agree with the same math written in plain torch (flash attention's torch checks, autograd included,
+are in test_flash_attention.py)."""
 import numpy as np
 import torch
 import torchax
@@ -61,6 +61,34 @@ def test_grouped_matmul_with_group_metadata():
     np.testing.assert_array_equal(got, y.float().numpy())
 
 
+def paged_inputs():
+    """4 sequences of 1 token, every page (4 of 16 tokens), none and 17 tokens; 8 query heads over 1 kv
+    head; a shuffled pool of 16 pages."""
+    lengths = torch.tensor([1, 64, 0, 17], dtype=torch.int32)
+    page_indices = torch.randperm(16, generator=torch.Generator().manual_seed(20)).to(torch.int32).reshape(4, 4)
+    q = rand(4, 8, 128, seed=21) / 8
+    return lengths, page_indices, q, rand(1, 16, 16, 128, seed=22), rand(1, 16, 16, 128, seed=23)
+
+
+def test_paged_attention_matches_attention_over_gathered_pages():
+    lengths, page_indices, q, k_pages, v_pages = paged_inputs()
+    o = tex.paged_attention(lengths, page_indices, q, k_pages, v_pages, pages_per_compute_block=2)
+    assert o.dtype == torch.bfloat16 and o.shape == q.shape
+    kv_heads, batch, d = k_pages.shape[0], q.shape[0], q.shape[-1]
+    k = k_pages[:, page_indices.long()].reshape(kv_heads, batch, -1, d).float()  # the gather
+    v = v_pages[:, page_indices.long()].reshape(kv_heads, batch, -1, d).float()
+    s = torch.einsum("bhgd,hbtd->bhgt", q.reshape(batch, kv_heads, -1, d).float(), k)
+    valid = torch.arange(s.shape[-1]) < lengths.long()[:, None, None, None]
+    p = torch.softmax(s.masked_fill(~valid, -torch.inf), dim=-1).nan_to_num(0.0)  # an empty sequence: zeros
+    close("paged_attention", o, torch.einsum("bhgt,hbtd->bhgd", p, v).reshape(q.shape))
+    assert not o[2].float().any()
+    with ENV:  # (inputs made outside: under the env, torch.randperm is torchax's, another permutation)
+        args = [ENV.to_xla(t) for t in (lengths, page_indices, q, k_pages, v_pages)]
+        jitted = torchax.interop.jax_jit(lambda *a: tex.paged_attention(*a, pages_per_compute_block=2))(*args)
+        got = np.asarray(jitted.jax().astype(np.float32))
+    np.testing.assert_array_equal(got, o.float().numpy())
+
+
 # -- the README's table of production kernels: every one-line call runs as written
 
 def readme_calls():
@@ -83,7 +111,7 @@ def test_the_readme_lists_every_production_kernel_and_its_calls_run():
     import tpu_kernel.examples as ex
     rows = readme_calls()
     assert {r[0] for r in rows} >= {"flash_attention", "quantized_matmul", "quantized_matmul_w8a8",
-                                    "grouped_matmul"}, rows
+                                    "grouped_matmul", "paged_attention"}, rows
     q, k, v = (rand(2, 512, 128, seed=s) for s in (10, 11, 12))
     torch_env = {
         "tex": tex, "q": q.requires_grad_(), "k": k.requires_grad_(), "v": v.requires_grad_(),
@@ -95,6 +123,8 @@ def test_the_readme_lists_every_production_kernel_and_its_calls_run():
         env = dict(torch_env)
         if name == "quantized_matmul_w8a8":
             env["x"] = int8(256, 512, seed=17)
+        if name == "paged_attention":
+            env.update(zip(("lengths", "page_indices", "q", "k_pages", "v_pages"), paged_inputs()))
         exec(torch_line, env)  # noqa: S102 - the README's own line
         jenv = {"ex": ex, **{n: jnp.asarray(t.detach().float().numpy()).astype(
             {torch.bfloat16: jnp.bfloat16, torch.int8: jnp.int8, torch.int32: jnp.int32}.get(t.dtype, jnp.float32))

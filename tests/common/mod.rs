@@ -25,6 +25,8 @@ pub mod inplace_scale;
 pub mod matmul;
 #[path = "../../examples/ops_tour.rs"]
 pub mod ops_tour;
+#[path = "../../examples/paged_attention.rs"]
+pub mod paged_attention;
 #[path = "../../examples/paged_gather.rs"]
 pub mod paged_gather;
 #[path = "../../examples/quantized_matmul.rs"]
@@ -63,6 +65,7 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("dma_double", dma_double::build),
     ("inplace_scale", inplace_scale::build),
     ("paged_gather", paged_gather::build),
+    ("paged_attention", paged_attention::build),
     ("quantized_matmul", quantized_matmul::build),
     ("quantized_matmul_w8a8", quantized_matmul_w8a8::build),
     ("flash_attention", flash_attention::build),
