@@ -96,11 +96,22 @@ impl XlaBuffer {
 
     /// Room for an output of this shape and dtype (zeros, exactly its size).
     pub fn zeros(shape: &[usize], dtype: DType) -> XlaBuffer {
-        XlaBuffer::of(&HostArray::zeros(shape, dtype).expect("test shapes are small"))
+        let n: usize = shape.iter().product();
+        XlaBuffer {
+            shape: shape.to_vec(),
+            dtype,
+            storage: vec![0u8; n * dtype.size_bytes()],
+            offset: 0,
+        }
     }
 
     pub fn ptr(&self) -> *mut u8 {
         self.storage.as_ptr().wrapping_add(self.offset).cast_mut()
+    }
+
+    /// The contents, as bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.storage[self.offset..]
     }
 
     /// The contents as a host array (for comparing with the interpreter's owned results).
