@@ -8,6 +8,7 @@ Seeds are fixed (`derandomize`); `TPU_KERNEL_HYPOTHESIS_EXAMPLES` sets the examp
 default below; the long run: `TPU_KERNEL_HYPOTHESIS_EXAMPLES=5000 pytest
 python/tests/test_jax_hostile_calls.py`).
 """
+import json
 import os
 
 import jax
@@ -184,12 +185,32 @@ values = st.recursive(
                      (2**64, 8), (8,), ()])
 
 
+def near(default):
+    """Values next to a parameter's default: other sizes, other spellings of the same number (numpy
+    scalars, floats, bools, lists for tuples), one element changed."""
+    if isinstance(default, bool):
+        return st.sampled_from([not default, 0, 1, np.bool_(default), "true", None, 1.0])
+    if isinstance(default, int):
+        return st.sampled_from([default * 2, default // 2, default + 1, default - 1, 0, -default,
+                                np.int32(default), np.uint8(8), float(default), True, 2**40, str(default)])
+    if isinstance(default, float):
+        return st.sampled_from([0.0, -0.0, -1.0, 1e-30, 1e30, float("nan"), float("inf"), np.float32(default),
+                                np.float64(default), 1, True, "1e-6"])
+    if isinstance(default, list):
+        return st.integers(0, len(default) - 1).flatmap(
+            lambda i: near(default[i]).map(lambda v: tuple(default[:i]) + (v,) + tuple(default[i + 1:]))) | \
+            st.sampled_from([list(default), tuple(d * 2 for d in default), tuple(d // 2 for d in default),
+                             tuple(default) + (8,), tuple(default[:-1])])
+    return values
+
+
 @st.composite
 def param_call(draw):
     name = draw(st.sampled_from(sorted(GOOD)))
     params = ex.library.kernels[name].params
-    chosen = draw(st.lists(st.sampled_from([p["name"] for p in params]), min_size=1, unique=True))
-    return name, {p: draw(values) for p in chosen}, draw(st.booleans())
+    chosen = draw(st.lists(st.sampled_from(params), min_size=1, unique_by=lambda p: p["name"]))
+    return name, {p["name"]: draw(near(p["default"]) if draw(st.booleans()) else values) for p in chosen}, \
+        draw(st.booleans())
 
 
 @SETTINGS
@@ -203,10 +224,16 @@ def test_static_parameters_of_any_type_and_value_raise_or_run(call):
     except Exception as e:  # noqa: BLE001
         refused(e)
         return
-    # Accepted: the value meant something (a valid block, a float, a bool); the call ran whole.
+    # Accepted: the value meant something (a valid block, a float, a bool — numpy scalars, lists for
+    # tuples); the call gives the bits of the same call with the canonical values (NaNs included: an
+    # eps of -1 is the user's to choose).
     event("ran")
+    canonical = {k: tuple(v) if isinstance(v, list) else v
+                 for k, v in json.loads(kernel.canonical_params(params)).items()}
+    again = kernel(*GOOD[name], **canonical)
     outs = out if isinstance(out, tuple) else (out,)
-    assert all(np.all(np.isfinite(np.asarray(o, np.float32))) or name == "causal_mask" for o in outs)
+    for o, w in zip(outs, again if isinstance(again, tuple) else (again,)):
+        assert np.asarray(o).tobytes() == np.asarray(w).tobytes(), (params, canonical)
 
 
 def test_a_long_non_ascii_parameter_value_is_refused_not_a_library_panic():
