@@ -25,8 +25,9 @@ if ! command -v valgrind >/dev/null 2>&1; then
     echo "helgrind: FAILED: valgrind is not installed (scripts/setup.sh installs it)" >&2
     exit 1
 fi
-bin=$(cargo test --no-run --message-format=json --test ffi_concurrency 2>/dev/null \
-    | grep -o '"executable":"[^"]*"' | tail -1 | sed 's/"executable":"\(.*\)"/\1/')
+bin=$(cargo test --workspace --no-run --message-format=json --test ffi_concurrency 2>/dev/null \
+    | grep '"name":"ffi_concurrency"' | grep -o '"executable":"[^"]*"' | tail -1 \
+    | sed 's/"executable":"\(.*\)"/\1/')
 [ -x "$bin" ] || { echo "helgrind: FAILED: could not build tests/ffi_concurrency.rs" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -24,13 +24,16 @@ if ! command -v valgrind >/dev/null 2>&1; then
     exit 1
 fi
 
-# The test binaries cargo test builds anyway (same profile: no extra compile in scripts/test.sh).
-executable() { # <cargo test args...>: the path of the one test binary they build
-    cargo test --no-run --message-format=json "$@" 2>/dev/null \
-        | grep -o '"executable":"[^"]*"' | tail -1 | sed 's/"executable":"\(.*\)"/\1/'
+# The test binaries `cargo test --workspace` builds anyway (same packages, profile and features as
+# scripts/test.sh: nothing is compiled again).
+executable() { # <target name> <cargo test args...>: the path of that target's test binary
+    local name=$1; shift
+    cargo test --workspace --no-run --message-format=json "$@" 2>/dev/null \
+        | grep "\"name\":\"$name\"" | grep -o '"executable":"[^"]*"' | tail -1 \
+        | sed 's/"executable":"\(.*\)"/\1/'
 }
-runtime=$(executable -p kernel-runtime --lib)
-focused=$(executable --test memcheck)
+runtime=$(executable kernel_runtime --lib)
+focused=$(executable memcheck --test memcheck)
 [ -x "$runtime" ] && [ -x "$focused" ] || { echo "memcheck: FAILED: could not build the test binaries" >&2; exit 1; }
 
 work=$(mktemp -d)
@@ -59,8 +62,8 @@ check "$focused" "tests/memcheck.rs (every example in every mode, borrowed buffe
 
 if [ $full = 1 ]; then
     check "$runtime" "kernel-runtime unit tests (all but loom's model)" --skip interpret::workers::model
-    check "$(executable --test interpret)" "tests/interpret.rs"
-    check "$(executable --test export)" "tests/export.rs"
+    check "$(executable interpret --test interpret)" "tests/interpret.rs"
+    check "$(executable export --test export)" "tests/export.rs"
 fi
 
 if [ $failed = 1 ]; then
