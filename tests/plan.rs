@@ -41,6 +41,20 @@ fn the_examples_fast_paths_fire() {
 
     let add = counts("add", &on);
     assert!(add.row_bands && add.sunk == 1, "{add:?}");
+
+    // The production kernels: each accumulator (f32 for the bf16 dots, i32 for i8 x i8) is updated in
+    // place.
+    for name in [
+        "quantized_matmul",
+        "quantized_matmul_w8a8",
+        "grouped_matmul",
+    ] {
+        let c = counts(name, &on);
+        assert_eq!(
+            c.in_place_dots, 1,
+            "{name}: the dot accumulates into its scratch: {c:?}"
+        );
+    }
 }
 
 #[test]

@@ -360,6 +360,10 @@ fn acc_in_place_ref(
     else {
         return None;
     };
+    // The accumulators `dot_into` takes: f32 (float operands) and i32 (i8 operands).
+    if !matches!(f.ty(*res).dtype(), DType::F32 | DType::I32) {
+        return None;
+    }
     if all_uses.get(acc) != Some(&1) || all_uses.get(res) != Some(&1) {
         return None;
     }
