@@ -4,29 +4,26 @@
 //! ```text
 //! cargo bench --bench interpret              # full run (~1 s per case and engine)
 //! cargo bench --bench interpret -- --quick   # shorter timing budgets
+//! cargo bench --bench interpret -- --case quantized   # only the cases whose name contains `quantized`
 //! ```
 //! The baselines run in `.venv/bin/python` (override with `TPU_KERNEL_PYTHON`; `scripts/setup.sh --python`
 //! installs it) from `benches/xla_baselines.py --serve`, interleaved with ours case by case (XLA, ours,
 //! Pallas, ours, XLA; each engine keeps its better round) so load from other processes hits both alike;
 //! without Python only our column is printed. Each figure is the median of repeated warm runs, and our
 //! output is checked against the plain-Rust reference. `--ab` compares fused vs unfused interpretation.
+//!
+//! **Adding a production kernel** (an example with a Pallas twin) at its example's shapes is one entry
+//! on each side: its example name in [`EXAMPLE_CASES`] here (the example's `build()` from
+//! `tests/common/mod.rs`'s `EXAMPLES`, inputs from `reference::random_inputs`, checked against
+//! `reference::expected`), and its name with its jnp program in `EXAMPLE_CASES` of
+//! `benches/xla_baselines.py` (the Pallas side is the twin of `python/tests/pallas_kernels.py`, run with
+//! `interpret=True`, on that file's shapes and `valid_inputs`).
 
-#[path = "../examples/activations.rs"]
-#[allow(dead_code)]
-mod activations;
-#[path = "../examples/add.rs"]
-#[allow(dead_code)]
-mod add;
-#[path = "../examples/matmul.rs"]
-#[allow(dead_code)]
-mod matmul;
-#[path = "../examples/rmsnorm.rs"]
-#[allow(dead_code)]
-mod rmsnorm;
-#[path = "../examples/softmax.rs"]
-#[allow(dead_code)]
-mod softmax;
+// The example files, as the tests include them.
+#[path = "../tests/common/mod.rs"]
+mod common;
 
+use common::{activations, add, matmul, rmsnorm, softmax};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -211,7 +208,7 @@ fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
 }
 
 fn cases() -> Vec<(&'static str, Build)> {
-    vec![
+    let mut cases: Vec<(&'static str, Build)> = vec![
         (
             "matmul_bf16_256",
             Box::new(|| {
@@ -263,8 +260,23 @@ fn cases() -> Vec<(&'static str, Build)> {
             Box::new(|| transcendental::rotary(4096, 128, 256)),
         ),
         ("activations_f32_256", Box::new(activations::build)),
-    ]
+    ];
+    for &name in EXAMPLE_CASES {
+        let (_, build) = common::EXAMPLES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("EXAMPLE_CASES: no example `{name}` in tests/common/mod.rs"));
+        cases.push((name, Box::new(*build)));
+    }
+    cases
 }
+
+/// The production kernels benchmarked at their examples' shapes, by example name (see the header).
+const EXAMPLE_CASES: &[&str] = &[
+    "quantized_matmul",
+    "quantized_matmul_w8a8",
+    "grouped_matmul",
+];
 
 /// The inputs of a case: uniform in [-1, 1) scaled to the range the kernel sees in a model (the same
 /// scales as `xla_baselines.py`); rotary gets positions `0..m` and frequencies `10000^(-j/h)`.
@@ -443,7 +455,7 @@ fn ab_fusion(only: Option<&str>) {
             v.sort_by(f64::total_cmp);
         }
         println!(
-            "{name:<19} fused min {:.3} med {:.3} | unfused min {:.3} med {:.3}",
+            "{name:<22} fused min {:.3} med {:.3} | unfused min {:.3} med {:.3}",
             a[0],
             a[a.len() / 2],
             b[0],
@@ -562,7 +574,7 @@ fn main() {
          interleaved with XLA's; ratio = time / XLA time (min/min: fastest single runs)"
     );
     println!(
-        "{:<19} {:>9} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {:>9}",
+        "{:<22} {:>9} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {:>9}",
         "case",
         "ours ms",
         "XLA ms",
@@ -585,7 +597,7 @@ fn main() {
                 pallas_r.push(pallas / xla);
                 speedup.push(pallas / ours);
                 println!(
-                    "{name:<19} {ours:>9.3} {xla:>9.3} {pallas:>10.3} {:>9.2} {:>8.2} {:>10.2} {:>11.1} {err:>9}",
+                    "{name:<22} {ours:>9.3} {xla:>9.3} {pallas:>10.3} {:>9.2} {:>8.2} {:>10.2} {:>11.1} {err:>9}",
                     ours / xla,
                     ours_min / xla_min,
                     pallas / xla,
@@ -593,14 +605,14 @@ fn main() {
                 );
             }
             None => println!(
-                "{name:<19} {ours:>9.3} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {err:>9}",
+                "{name:<22} {ours:>9.3} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {err:>9}",
                 "-", "-", "-", "-", "-", "-"
             ),
         }
     }
     if !ours_r.is_empty() {
         println!(
-            "{:<19} {:>9} {:>9} {:>10} {:>9.2} {:>8.2} {:>10.2} {:>11.1}",
+            "{:<22} {:>9} {:>9} {:>10} {:>9.2} {:>8.2} {:>10.2} {:>11.1}",
             "geomean",
             "",
             "",

@@ -7,11 +7,17 @@ With `--serve` it reads requests from stdin, one per line, and answers each with
 interleave XLA and its own runs in time). Inputs are numpy-generated;
 numpy does no timed work here, so OPENBLAS_CORETYPE does not matter.
 
+The production kernels (`EXAMPLE_CASES`) run their Pallas twins from python/tests/pallas_kernels.py, on
+that file's example shapes and valid inputs; their XLA baseline is the natural jnp program for the same
+math, written here.
+
 usage: python xla_baselines.py [--quick] [--ops]
 """
+import contextlib
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import jax
@@ -19,6 +25,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python" / "tests"))
+import pallas_kernels  # noqa: E402  (the Pallas twins of the examples)
 
 QUICK = "--quick" in sys.argv
 
@@ -231,6 +240,72 @@ CASES = {
                             lambda: [uni((256, 512), jnp.float32), uni((256, 512), jnp.float32),
                                      jnp.asarray(rng.integers(-8, 8, size=(256, 512)).astype(np.int32))]),
 }
+
+
+# ---------------------------------------------------------------- production kernels at their example shapes
+# One entry per kernel (benches/interpret.rs `EXAMPLE_CASES` holds the same names): example name -> the
+# jnp program XLA:CPU runs, taking the kernel's inputs. The Pallas side is the example's twin in
+# python/tests/pallas_kernels.py (`KERNELS`: function and input shapes; `valid_inputs` for tables),
+# traced with interpret=True.
+def quantized_matmul_jnp(x, w, scale):
+    return (jnp.dot(x, w.astype(jnp.bfloat16), preferred_element_type=jnp.float32) * scale).astype(jnp.bfloat16)
+
+
+def quantized_matmul_w8a8_jnp(x, x_scale, w, w_scale):
+    acc = jnp.dot(x, w, preferred_element_type=jnp.int32)
+    return (acc.astype(jnp.float32) * x_scale * w_scale).astype(jnp.bfloat16)
+
+
+def grouped_matmul_jnp(offsets, group_ids, m_tiles, lhs, rhs):
+    """`jax.lax.ragged_dot` on the group sizes (the visit tables are the kernel's business). XLA:CPU
+    expands it to one dense dot of the lhs masked per group, `[m, G·k] @ [G·k, n]`: G times the flops."""
+    sizes = offsets[1:] - offsets[:-1]
+    return lax.ragged_dot(lhs, rhs, sizes, preferred_element_type=jnp.float32).astype(lhs.dtype)
+
+
+EXAMPLE_CASES = {
+    "quantized_matmul": quantized_matmul_jnp,
+    "quantized_matmul_w8a8": quantized_matmul_w8a8_jnp,
+    "grouped_matmul": grouped_matmul_jnp,
+}
+
+
+@contextlib.contextmanager
+def _pallas_interpret():
+    """Every `pallas_call` traced inside runs as with `interpret=True` (the twins do not take the flag;
+    this is the switch behind `pltpu.force_tpu_interpret_mode`, set to the plain interpreter)."""
+    from jax._src import config
+    flag = config.pallas_tpu_interpret_mode_context_manager
+    prev = flag.swap_local(True)
+    try:
+        yield
+    finally:
+        flag.set_local(prev)
+
+
+def _twin_interpreted(name):
+    twin, _ = pallas_kernels.KERNELS[name]
+
+    def call(*args):
+        with _pallas_interpret():
+            return twin(*args)
+    return call
+
+
+def _random(s):
+    if jnp.issubdtype(s.dtype, jnp.floating):
+        return uni(s.shape, s.dtype)
+    info = jnp.iinfo(s.dtype)
+    return jnp.asarray(rng.integers(info.min, info.max, size=s.shape, endpoint=True).astype(s.dtype))
+
+
+def _example_inputs(name):
+    _, shapes = pallas_kernels.KERNELS[name]
+    return lambda: pallas_kernels.valid_inputs(name, [_random(s) for s in shapes])
+
+
+for _name, _jnp in EXAMPLE_CASES.items():
+    CASES[_name] = (_jnp, _twin_interpreted(_name), _example_inputs(_name))
 
 
 # `--ops` of benches/interpret.rs: each float op of the op table alone, inputs in (0.5, 4.5).
