@@ -19,7 +19,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import pallas_kernels  # noqa: E402
 
-DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "i32": jnp.int32}
+DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "i32": jnp.int32, "i8": jnp.int8}
 
 
 def lower_ms(case: str, shapes) -> float:
