@@ -5,6 +5,7 @@
 //! cargo bench --bench interpret              # full run (~1 s per case and engine)
 //! cargo bench --bench interpret -- --quick   # shorter timing budgets
 //! cargo bench --bench interpret -- --case quantized   # only the cases whose name contains `quantized`
+//! cargo bench --bench interpret -- --rounds 4         # more interleaved rounds (a loaded machine)
 //! ```
 //! The baselines run in `.venv/bin/python` (override with `TPU_KERNEL_PYTHON`; `scripts/setup.sh --python`
 //! installs it) from `benches/xla_baselines.py --serve`, interleaved with ours case by case (XLA, ours,
@@ -485,6 +486,14 @@ fn main() {
         ..InterpretOptions::default()
     };
     let budget = Duration::from_millis(if quick { 300 } else { 1000 });
+    // `--rounds N`: interleaved rounds per case and engine (2 by default; more on a loaded machine).
+    let rounds = args
+        .iter()
+        .position(|a| a == "--rounds")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(2)
+        .max(1);
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -546,7 +555,8 @@ fn main() {
             }
             _ => (f64::NAN, name.starts_with("op_")),
         };
-        // Two interleaved rounds (XLA, ours, Pallas, ours, XLA); each engine keeps its better round.
+        // Interleaved rounds (two: XLA, ours, Pallas, ours, XLA; more: XLA, ours, ours, XLA, XLA, ...
+        // with Pallas once after the first of ours); each engine keeps its best round.
         eprintln!("measuring {name}...");
         let ours_run = || {
             times_ms(
@@ -557,20 +567,28 @@ fn main() {
             )
         };
         let mut ask = |engine: &str| base.as_mut().ok().and_then(|b| b.ask(engine, name));
-        let xla1 = ask("xla");
-        let ours1 = ours_run();
-        let pallas = ask("pallas");
-        let ours2 = ours_run();
-        let xla2 = ask("xla");
-        let (ours, ours_min) = best(Some(ours1), Some(ours2)).unwrap_or(ours1);
-        if let (Some(x), Some(p)) = (best(xla1, xla2), pallas) {
+        let (mut xla, mut ours, mut pallas) = (None, None, None);
+        for round in 0..rounds {
+            if round % 2 == 0 {
+                xla = best(xla, ask("xla"));
+            }
+            ours = best(ours, Some(ours_run()));
+            if round == 0 {
+                pallas = ask("pallas");
+            }
+            if round % 2 == 1 {
+                xla = best(xla, ask("xla"));
+            }
+        }
+        let (ours, ours_min) = ours.expect("at least one round");
+        if let (Some(x), Some(p)) = (xla, pallas) {
             baseline.insert(name, (x.0, p.0, x.1));
         }
         rows.push((name, ours, ours_min, check));
     }
 
     println!(
-        "\ninterpret mode on CPU ({threads} threads); ms = median of warm runs, better of two rounds \
+        "\ninterpret mode on CPU ({threads} threads); ms = median of warm runs, best of {rounds} rounds \
          interleaved with XLA's; ratio = time / XLA time (min/min: fastest single runs)"
     );
     println!(
