@@ -190,9 +190,10 @@ fn epilogue(
     }
 }
 
-/// A bf16 → f32 cast whose every use is an operand read by fused chains is not materialized: the chains
-/// read the bf16 operand and widen it as they go (exact, so the bits are those of the cast's result).
-/// The cast's operand then lives until the last of those chains has run.
+/// A bf16 → f32 or i32 → f32 cast whose every use is an operand read by fused chains is not
+/// materialized: the chains read the cast's operand and convert it as they go (as the cast does: bf16
+/// exactly, i32 with its one rounding, so the bits are those of the cast's result). The cast's operand
+/// then lives until the last of those chains has run.
 fn defer_widening_casts(
     f: &Func,
     r: &Region,
@@ -206,7 +207,7 @@ fn defer_widening_casts(
         else {
             continue;
         };
-        if skip[i] || chain[i].is_some() || f.ty(*u).dtype() != DType::BF16 {
+        if skip[i] || chain[i].is_some() || !matches!(f.ty(*u).dtype(), DType::BF16 | DType::I32) {
             continue;
         }
         let reads =
