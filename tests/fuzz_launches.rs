@@ -242,6 +242,13 @@ fn build(l: &Launch) -> Result<PallasCall, KernelError> {
     }
 }
 
+/// The bytes of a launch's array (saturating).
+fn array_bytes(l: &Launch) -> u64 {
+    l.shape.iter().fold(l.dtype.size_bytes() as u64, |n, &d| {
+        n.saturating_mul(d as u64)
+    })
+}
+
 #[derive(Default, Debug)]
 struct Counts {
     cases: usize,
@@ -276,9 +283,18 @@ fn run(cases: usize, seed: u64) -> Counts {
         n.accepted += 1;
         call.mosaic_mlir()
             .unwrap_or_else(|e| panic!("{}: accepted but does not lower: {e}", what()));
-        CustomCall::new(call.ir())
+        let hlo = CustomCall::new(call.ir())
             .stablehlo()
             .unwrap_or_else(|e| panic!("{}: accepted but does not serialize: {e}", what()));
+        // `TPU_KERNEL_FUZZ_DUMP=dir`: the accepted programs for libtpu (python/tests/test_fuzz_libtpu.py)
+        // (Only launches whose two arrays fit a chip's HBM: past it libtpu refuses the program for
+        // want of memory on that chip, which is the caller's array, not a kernel rule.)
+        let fits_hbm = array_bytes(&l) <= 4 << 30;
+        if let (Ok(dir), true) = (std::env::var("TPU_KERNEL_FUZZ_DUMP"), fits_hbm) {
+            let path = std::path::Path::new(&dir).join(format!("accept_{case:06}.mlir"));
+            std::fs::write(&path, format!("// {}\n{hlo}", what()))
+                .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        }
         let bytes: usize = l.shape.iter().product::<usize>() * l.dtype.size_bytes();
         let steps: usize = l.grid.iter().product();
         if bytes <= 1 << 20 && steps <= 64 {
