@@ -7,7 +7,7 @@
 use proc_macro2::TokenStream as TokenStream2;
 use syn::{Item, ItemFn};
 
-use crate::syntax::item_head;
+use crate::syntax::{item_head, parse_whole};
 
 /// Which attribute is being expanded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub(crate) fn parse(
     args: TokenStream2,
     item: TokenStream2,
 ) -> syn::Result<Kernel> {
-    match syn::parse2::<Item>(item)? {
+    match parse_whole::<Item>(item)? {
         Item::Fn(func) => Ok(Kernel { kind, args, func }),
         other => Err(syn::Error::new_spanned(
             item_head(&other),

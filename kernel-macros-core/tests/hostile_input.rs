@@ -1,0 +1,116 @@
+//! Regression tests for what the fuzz driver (`tests/fuzz/`) and issue 13 found: each input is
+//! lexed from text, so spans have real positions, and goes through the public entry points.
+
+mod common;
+
+use std::str::FromStr;
+
+use proc_macro2::TokenStream;
+
+use common::{extent, inside, split_errors, CompileError};
+
+fn lex(text: &str) -> TokenStream {
+    TokenStream::from_str(text).expect("lexes")
+}
+
+/// An expansion's errors (each checked to lie inside the input) and the rest of it as text.
+fn expand(
+    entry: fn(TokenStream, TokenStream) -> TokenStream,
+    attr: &str,
+    item: &str,
+) -> (Vec<CompileError>, TokenStream) {
+    let (attr, item) = (lex(attr), lex(item));
+    let input = extent(&attr.clone().into_iter().chain(item.clone()).collect());
+    let (errors, rest) = split_errors(&entry(attr, item));
+    if let Some(input) = input {
+        for error in &errors {
+            assert!(
+                inside(error, input),
+                "{error:?} is outside the input {input:?}"
+            );
+        }
+    }
+    (errors, rest)
+}
+
+fn normalized(tokens: &TokenStream) -> String {
+    tokens.to_string().split_whitespace().collect()
+}
+
+// ------------------------------------------------------------------------ fuzz findings --
+
+/// Running out of tokens was reported at the call site (for an attribute, rustc points at the
+/// attribute); now at the last token there is.
+#[test]
+fn a_truncated_item_is_reported_at_its_last_token() {
+    for (entry, attr, item) in [
+        (
+            kernel_macros_core::tpu_kernel as fn(_, _) -> _,
+            "",
+            "fn k(x: Ref<f32>)",
+        ),
+        (
+            kernel_macros_core::kernel_fn,
+            "",
+            "pub fn helper(x: Array<f32>) -> Array<f32>",
+        ),
+        (kernel_macros_core::tpu_kernel, "", "matmul_cost"),
+        (kernel_macros_core::tpu_kernel, "", "MyKernel !"),
+        (
+            kernel_macros_core::export,
+            "",
+            "pub fn add(x: ArrayType) -> Result<PallasCall, KernelError>",
+        ),
+        (
+            kernel_macros_core::export,
+            "grad",
+            "pub fn add(x: ArrayType) -> Result<PallasCall, KernelError> {}",
+        ),
+        (
+            kernel_macros_core::export,
+            "name =",
+            "pub fn add(x: ArrayType) -> Result<PallasCall, KernelError> {}",
+        ),
+    ] {
+        let (errors, _) = expand(entry, attr, item);
+        assert!(!errors.is_empty(), "{attr} {item}");
+    }
+    let (errors, _) = expand(
+        |_, input| kernel_macros_core::export_library(input),
+        "",
+        "\"lib\" ,",
+    );
+    assert!(!errors.is_empty());
+}
+
+/// `#[export]` reported every launch fn that did not parse at the call site, with a generic
+/// message; now syn's error where it is.
+#[test]
+fn an_export_that_does_not_parse_is_reported_where_it_breaks() {
+    let item =
+        "pub fn add(x: ArrayType y: ArrayType) -> Result<PallasCall, KernelError> { todo!() }";
+    let (errors, rest) = expand(kernel_macros_core::export, "", item);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let at = errors[0].column;
+    assert_eq!(&item[at..at + 1], "y", "{errors:?}");
+    // The item is still emitted, so its name resolves.
+    assert!(normalized(&rest).contains("pubfnadd"));
+
+    let (errors, _) = expand(kernel_macros_core::export, "", "struct NotAFunction;");
+    assert_eq!(errors.len(), 1);
+    assert!(errors[0]
+        .message
+        .contains("#[export] goes on a launch function"));
+}
+
+/// A launch fn's body is plain Rust: passed through as written, so a typo there is rustc's to
+/// report and the export's descriptor is still generated (`export_library!` finds it).
+#[test]
+fn an_export_body_is_passed_through_as_written() {
+    let item = "pub fn add(x: ArrayType) -> Result<PallasCall, KernelError> { let a = ; a }";
+    let (errors, rest) = expand(kernel_macros_core::export, "", item);
+    assert!(errors.is_empty(), "{errors:?}");
+    let text = normalized(&rest);
+    assert!(text.contains("{leta=;a}"), "{text}");
+    assert!(text.contains("fn__tpu_kernel_export_add()"), "{text}");
+}
