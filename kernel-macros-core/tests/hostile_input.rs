@@ -33,8 +33,28 @@ fn expand(
     (errors, rest)
 }
 
+fn kernel(item: &str) -> (Vec<CompileError>, TokenStream) {
+    expand(kernel_macros_core::tpu_kernel, "", item)
+}
+
 fn normalized(tokens: &TokenStream) -> String {
     tokens.to_string().split_whitespace().collect()
+}
+
+// ------------------------------------------------------------------- issue 13 reproducers --
+
+#[test]
+fn an_empty_statement_is_accepted() {
+    let (errors, rest) = kernel(
+        "fn k(x: Ref<f32>, o: RefMut<f32>) {
+            o.store(x.load());;
+            for i in 0..2 { ; o.store(x.load()); };
+        }",
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+    let text = normalized(&rest);
+    assert!(text.contains("o.store(x.load());;"), "{text}");
+    assert!(text.contains("for_range"), "{text}");
 }
 
 // ------------------------------------------------------------------------ fuzz findings --
