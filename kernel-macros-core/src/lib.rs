@@ -37,6 +37,10 @@
 //! `break`, references, macros, unknown methods, ...) are compile errors
 //! spanned at the offending tokens; all of them are reported at once.
 //!
+//! A syntax error inside the body does not stop the rest: the body is recovered
+//! statement by statement (`recover.rs`), the broken statement reported and kept
+//! as written, everything around it checked and rewritten.
+//!
 //! The pipeline is `parse` (tokens -> `parse::Kernel`) -> `check`
 //! (signature and body rules, every error collected) -> `generate` (the
 //! rewrites). When `check` fails the errors are emitted next to a best-effort
@@ -54,6 +58,7 @@ mod check;
 mod export;
 mod generate;
 mod parse;
+mod recover;
 mod syntax;
 
 #[cfg(test)]

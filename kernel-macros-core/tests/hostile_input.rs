@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use proc_macro2::TokenStream;
 
-use common::{extent, inside, split_errors, CompileError};
+use common::{extent, inside, raw_equalities, split_errors, CompileError};
 
 fn lex(text: &str) -> TokenStream {
     TokenStream::from_str(text).expect("lexes")
@@ -55,6 +55,109 @@ fn an_empty_statement_is_accepted() {
     let text = normalized(&rest);
     assert!(text.contains("o.store(x.load());;"), "{text}");
     assert!(text.contains("for_range"), "{text}");
+}
+
+const TYPO: &str = "fn k(x: Ref<f32>, o: RefMut<f32>) {
+    let i = program_id(0);
+    let y = x.load() * ;
+    if i == 0 {
+        o.store(x.load());
+    }
+    let last = i != num_programs(0) - 1;
+    o.store(select(last, y, y));
+}";
+
+#[test]
+fn a_syntax_error_is_reported_at_the_typo_and_the_rest_of_the_body_is_rewritten() {
+    let (errors, rest) = kernel(TYPO);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].line, 3, "{errors:?}");
+    // Every comparison of the correct lines is traced, none left as Rust's `==`/`!=`.
+    assert_eq!(raw_equalities(&rest), Vec::<usize>::new());
+    let text = normalized(&rest);
+    for rewritten in ["TraceEq::trace_eq(i,0)", "TraceEq::trace_ne(i,", "if_else("] {
+        assert!(text.contains(rewritten), "{rewritten} in {text}");
+    }
+    // The broken statement is kept as written, for rustc (and the IDE) to see.
+    assert!(text.contains("lety=x.load()*;"), "{text}");
+}
+
+#[test]
+fn a_syntax_error_inside_a_loop_leaves_the_loop_and_its_other_lines_rewritten() {
+    let item = "fn k(x: Ref<f32>, o: RefMut<f32>) {
+        let mut acc = x.load();
+        for j in 0..4 {
+            acc = acc + ;
+            if j == 1 { acc = acc * 2.0; }
+        }
+        o.store(acc);
+    }";
+    let (errors, rest) = kernel(item);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].line, 4, "{errors:?}");
+    assert_eq!(raw_equalities(&rest), Vec::<usize>::new());
+    let text = normalized(&rest);
+    assert!(text.contains("for_range(0,4"), "{text}");
+    assert!(text.contains("TraceEq::trace_eq(j,1)"), "{text}");
+}
+
+/// A missing `;` joins two statements into one chunk: the statement after it is still rewritten.
+#[test]
+fn a_missing_semicolon_leaves_the_next_statement_rewritten() {
+    let item = "fn k(x: Ref<f32>, o: RefMut<f32>) {
+        let i = program_id(0);
+        let y = x.load() * 2.0
+        if i == 0 {
+            o.store(y);
+        }
+        let last = i == num_programs(0) - 1;
+        o.store(select(last, y, x.load()))
+        o.store(y)
+    }";
+    let (errors, rest) = kernel(item);
+    let lines: Vec<usize> = errors.iter().map(|e| e.line).collect();
+    assert_eq!(lines, [4, 9], "{errors:?}");
+    assert_eq!(raw_equalities(&rest), Vec::<usize>::new());
+    let text = normalized(&rest);
+    assert!(text.contains("lety=x.load()*2.0;"), "{text}");
+    assert!(
+        text.contains("if_else(::tpu_kernel::__private::TraceEq::trace_eq(i,0)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("o.store(select(last,y,x.load()));o.store(y)}"),
+        "{text}"
+    );
+}
+
+#[test]
+fn every_syntax_error_of_a_body_is_reported() {
+    let item = "fn k(x: Ref<f32>, o: RefMut<f32>) {
+        let a = x.load() + ;
+        let b = (a == );
+        o.store(a);
+    }";
+    let (errors, _) = kernel(item);
+    let lines: Vec<usize> = errors.iter().map(|e| e.line).collect();
+    assert_eq!(lines, [2, 3], "{errors:?}");
+}
+
+#[test]
+fn check_errors_are_reported_next_to_syntax_errors() {
+    let (errors, rest) = kernel(
+        "fn k(x: Ref<f32>, o: RefMut<f32>) {
+            let a = x.load() + ;
+            let b = x.lod();
+            if b == a { o.store(b); }
+        }",
+    );
+    let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(errors.len(), 2, "{messages:?}");
+    assert!(
+        messages[1].contains("unknown kernel method `lod`"),
+        "{messages:?}"
+    );
+    assert!(normalized(&rest).contains("TraceEq::trace_eq(b,a)"));
 }
 
 // ------------------------------------------------------------------------ fuzz findings --
