@@ -237,3 +237,17 @@ fn an_export_body_is_passed_through_as_written() {
     assert!(text.contains("{leta=;a}"), "{text}");
     assert!(text.contains("fn__tpu_kernel_export_add()"), "{text}");
 }
+
+/// `super += x` in a loop made `super` a carried variable: a closure parameter named `super`.
+#[test]
+fn keywords_assigned_in_a_loop_are_not_carried() {
+    for keyword in ["super", "Self", "self"] {
+        let item = format!(
+            "fn k(x: Ref<f32>, o: RefMut<f32>) {{ for p in 0..2 {{ {keyword} += x.load(); }} }}"
+        );
+        let (errors, rest) = kernel(&item);
+        assert!(errors.is_empty(), "{errors:?}");
+        syn::parse2::<syn::File>(rest.clone())
+            .unwrap_or_else(|e| panic!("{keyword}: {e} in {rest}"));
+    }
+}
