@@ -22,5 +22,7 @@ if [ -d python/tests ] && ls python/tests/test_*.py >/dev/null 2>&1; then
     # the same target/), and the user-crate fixture of the error tests.
     .venv/bin/pip install -q --disable-pip-version-check .
     cargo build --quiet -p tpu-kernel-user-crate
+    echo "== hostile input in release (overflow checks are explicit, not debug assertions; reuses pip's release build)"
+    cargo test --release --quiet --test hostile_input
     .venv/bin/python -m pytest python/tests -q
 fi

@@ -1,5 +1,6 @@
 //! The command line shared by the example binaries: a summary by default, `--emit mlir` for the Mosaic
-//! module only (the exact contract), `--emit ir` for the kernel IR, `--emit stablehlo` for the StableHLO
+//! module only (the exact contract; `--emit mlir-generic` the same module in MLIR's generic op form, which
+//! jaxlib's MLIR parses whatever an op's custom syntax), `--emit ir` for the kernel IR, `--emit stablehlo` for the StableHLO
 //! program calling the kernel, `--emit config` for the `tpu_custom_call` backend_config JSON, `--emit body`
 //! for the serialized (stable_mosaic) body as generic text, `--emit plan` for the CPU interpreter's
 //! execution plan (row bands, parallel axes, fused chains, sunk stores, in-place dots), `--check <v5e|v6e|...>` to run the kernel
@@ -14,13 +15,15 @@ use crate::{KernelError, PallasCall};
 use kernel_runtime::serialize::CustomCall;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: <example> [--emit mlir|ir|stablehlo|config|body|plan] [--check v5e|v6e|v5p|v4] [--run [--engine interpret|mosaic]]";
+const USAGE: &str = "usage: <example> [--emit mlir|mlir-generic|ir|stablehlo|config|body|plan] [--check v5e|v6e|v5p|v4] [--run [--engine interpret|mosaic]]";
 
 /// What to print.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Emit {
     Summary,
     Mlir,
+    /// The Mosaic module in MLIR's generic op form (version-neutral).
+    MlirGeneric,
     Ir,
     StableHlo,
     Config,
@@ -53,6 +56,7 @@ pub fn parse_args(args: &[String]) -> Result<Emit, String> {
             "--emit" => {
                 emit = match it.next().map(String::as_str) {
                     Some("mlir") => Emit::Mlir,
+                    Some("mlir-generic") => Emit::MlirGeneric,
                     Some("ir") => Emit::Ir,
                     Some("stablehlo") => Emit::StableHlo,
                     Some("config") => Emit::Config,
@@ -104,8 +108,16 @@ pub fn main(build: impl FnOnce() -> Result<PallasCall, KernelError>) -> ExitCode
     };
     match run(build, emit) {
         Ok(out) => {
-            println!("{out}");
-            ExitCode::SUCCESS
+            // Not `println!`: a reader that stops early (`| head`) closes the pipe, which is not an
+            // error of the example's and must not panic it.
+            use std::io::Write;
+            match writeln!(std::io::stdout().lock(), "{out}") {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    eprintln!("error: writing the output: {e}");
+                    ExitCode::FAILURE
+                }
+                _ => ExitCode::SUCCESS,
+            }
         }
         Err(e) => {
             eprintln!("error: {e}");
@@ -121,6 +133,7 @@ fn run(
     let call = build()?;
     Ok(match emit {
         Emit::Mlir => call.mosaic_mlir()?.trim_end().to_string(),
+        Emit::MlirGeneric => call.mosaic_mlir_generic()?.trim_end().to_string(),
         Emit::Ir => call.ir().to_string().trim_end().to_string(),
         Emit::StableHlo => CustomCall::new(call.ir())
             .stablehlo()?

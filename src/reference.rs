@@ -74,11 +74,17 @@ pub fn compare(got: &HostArray, want: &HostArray, tol: Tolerance) -> Comparison 
 /// holds page numbers of the first ANY (HBM) input: `b` is its leading dimension.
 ///
 /// `grouped_matmul_kernel`'s three tables are one piece of metadata: random group sizes (some empty,
-/// boundaries inside tiles) turned into it by [`group_metadata`].
+/// boundaries inside tiles) turned into it by [`group_metadata`]; `paged_attention_kernel`'s are
+/// ragged lengths and a block table of distinct pages ([`paged_attention_inputs`]).
 pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
     let k = call.ir();
     if k.name == "grouped_matmul_kernel" {
         if let Some(inputs) = grouped_matmul_inputs(call, seed) {
+            return inputs;
+        }
+    }
+    if k.name == "paged_attention_kernel" {
+        if let Some(inputs) = paged_attention_inputs(call, seed) {
             return inputs;
         }
     }
@@ -99,7 +105,8 @@ pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
     k.inputs()
         .enumerate()
         .map(|(i, o)| {
-            let r = HostArray::random(&o.shape, o.dtype, seed + i as u64);
+            let r = HostArray::random(&o.shape, o.dtype, seed + i as u64)
+                .expect("build() checked these shapes");
             match (i < k.scalar_prefetch, r.as_slice::<i32>()) {
                 (true, Some(v)) => {
                     let v = v.iter().map(|x| x.rem_euclid(blocks as i32)).collect();
@@ -139,8 +146,49 @@ fn grouped_matmul_inputs(call: &PallasCall, seed: u64) -> Option<Vec<HostArray>>
         HostArray::from_vec(&offsets.shape, o).ok()?,
         HostArray::from_vec(&ids.shape, g).ok()?,
         HostArray::from_vec(&tiles.shape, t).ok()?,
-        HostArray::random(&lhs.shape, lhs.dtype, seed + 3),
-        HostArray::random(&rhs.shape, rhs.dtype, seed + 4),
+        HostArray::random(&lhs.shape, lhs.dtype, seed + 3).expect("build() checked these shapes"),
+        HostArray::random(&rhs.shape, rhs.dtype, seed + 4).expect("build() checked these shapes"),
+    ])
+}
+
+/// Ragged inputs for `paged_attention_kernel` (inputs: lengths `[B]`, page indices `[B, P]`, q `[B, H,
+/// D]`, k and v pages `[KVH, N, ps, D]`): lengths `1`, `P * ps` (every page), `0` (an empty sequence,
+/// which gives zeros) and `ps + 1` (one token into a second page) first, the others random in
+/// `0..=P * ps`; the block table a random permutation of the pool's pages (distinct pages when there
+/// are enough, as a KV cache hands them out), entries past a sequence's length included.
+fn paged_attention_inputs(call: &PallasCall, seed: u64) -> Option<Vec<HostArray>> {
+    let k = call.ir();
+    let ops: Vec<_> = k.inputs().collect();
+    let [lengths, table, q, kp, vp] = ops.as_slice() else {
+        return None;
+    };
+    let (batch, pages_per_seq) = (*table.shape.first()?, *table.shape.get(1)?);
+    let (pool, page_size) = (*kp.shape.get(1)?, *kp.shape.get(2)?);
+    let max_len = (pages_per_seq * page_size) as u64;
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n.max(1)
+    };
+    let edges = [1, max_len, 0, page_size as u64 + 1];
+    let lens: Vec<i32> = (0..batch)
+        .map(|b| edges.get(b).copied().unwrap_or_else(|| next(max_len + 1)) as i32)
+        .collect();
+    let mut pages: Vec<i32> = (0..pool as i32).collect();
+    for i in (1..pages.len()).rev() {
+        pages.swap(i, next(i as u64 + 1) as usize);
+    }
+    let entries = (0..batch * pages_per_seq)
+        .map(|i| pages[i % pool.max(1)])
+        .collect();
+    Some(vec![
+        HostArray::from_vec(&lengths.shape, lens).ok()?,
+        HostArray::from_vec(&table.shape, entries).ok()?,
+        HostArray::random(&q.shape, q.dtype, seed + 2).expect("build() checked these shapes"),
+        HostArray::random(&kp.shape, kp.dtype, seed + 3).expect("build() checked these shapes"),
+        HostArray::random(&vp.shape, vp.dtype, seed + 4).expect("build() checked these shapes"),
     ])
 }
 
@@ -187,6 +235,8 @@ pub fn expected(
         "paged_gather_kernel" => paged_gather(inputs).map(|o| (o, Tolerance::EXACT)),
         "matmul_kernel" => matmul(inputs).map(|o| (o, Tolerance::BF16)),
         "grouped_matmul_kernel" => grouped_matmul(inputs).map(|o| (o, Tolerance::BF16)),
+        "paged_attention_kernel" => paged_attention(inputs).map(|o| (o, Tolerance::BF16)),
+        "flash_attention_kernel" => attention(inputs, false).map(|o| (o, Tolerance::BF16)),
         "quantized_matmul_kernel" => quantized_matmul(inputs).map(|o| (o, Tolerance::BF16)),
         "quantized_matmul_w8a8_kernel" => {
             quantized_matmul_w8a8(inputs).map(|o| (o, Tolerance::BF16))
@@ -375,6 +425,58 @@ pub fn matmul(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
     Ok(vec![bf16_out([m, n], o)?])
 }
 
+/// `softmax(q kᵀ / sqrt(d)) v` for each of the `bh` heads of bf16 `q, k, v: [bh, seq, d]` (with `causal`,
+/// query `r` sees keys `≤ r`), in f64 and rounded once to bf16 (the `flash_attention` example, built
+/// non-causal as the JAX op's default).
+pub fn attention(inputs: &[HostArray], causal: bool) -> Result<Vec<HostArray>, KernelError> {
+    let read = |i: usize| -> Result<([usize; 3], Vec<f64>), KernelError> {
+        let a = inputs
+            .get(i)
+            .ok_or_else(|| bad(format!("missing input {i}")))?;
+        let data = a
+            .as_slice::<bf16>()
+            .ok_or_else(|| bad(format!("input {i} is not bf16")))?;
+        let &[bh, seq, d] = a.shape() else {
+            return Err(bad(format!(
+                "expected a 3-D array, got shape {:?}",
+                a.shape()
+            )));
+        };
+        Ok(([bh, seq, d], data.iter().map(|x| x.to_f64()).collect()))
+    };
+    let arrays = [read(0)?, read(1)?, read(2)?];
+    let [bh, seq, d] = arrays[0].0;
+    let (q, k, v) = (&arrays[0].1, &arrays[1].1, &arrays[2].1);
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut o = vec![0.0f64; bh * seq * d];
+    let mut p = vec![0.0f64; seq];
+    for h in 0..bh {
+        let at = |a: &[f64], r: usize, c: usize| a[(h * seq + r) * d + c];
+        for r in 0..seq {
+            let keys = if causal { r + 1 } else { seq };
+            for (c, pc) in p.iter_mut().enumerate().take(keys) {
+                *pc = (0..d).map(|x| at(q, r, x) * at(k, c, x)).sum::<f64>() * scale;
+            }
+            let max = p[..keys].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let mut sum = 0.0;
+            for pc in &mut p[..keys] {
+                *pc = (*pc - max).exp();
+                sum += *pc;
+            }
+            for x in 0..d {
+                let acc: f64 = (0..keys).map(|c| p[c] * at(v, c, x)).sum();
+                o[(h * seq + r) * d + x] = acc / sum;
+            }
+        }
+    }
+    Ok(vec![HostArray::from_vec(
+        [bh, seq, d],
+        o.into_iter()
+            .map(|x| bf16::from_f32(x as f32))
+            .collect::<Vec<_>>(),
+    )?])
+}
+
 /// `(x @ w) * scale` for bf16 `x: [m, k]`, int8 `w: [k, n]`, f32 `scale: [1, n]`, rounded to bf16 (the
 /// `quantized_matmul` example).
 pub fn quantized_matmul(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
@@ -459,6 +561,82 @@ pub fn grouped_matmul(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelErro
         }
     }
     Ok(vec![bf16_out([m, n], o)?])
+}
+
+/// Decode attention over a paged KV cache (the `paged_attention` example): for sequence `b` and query
+/// head `i` (kv head `i / G`, `G` query heads per kv head), token `t < lengths[b]` is row `t % ps` of
+/// page `page_indices[b, t / ps]`; `o[b, i] = softmax_t(q[b, i] . k_t) @ v` in f64 over the bf16
+/// inputs, rounded once to bf16; zeros for an empty sequence.
+pub fn paged_attention(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let input = |i: usize| {
+        inputs
+            .get(i)
+            .ok_or_else(|| bad(format!("missing input {i}")))
+    };
+    let lengths = input(0)?
+        .as_slice::<i32>()
+        .ok_or_else(|| bad("input 0 is not the i32 lengths"))?;
+    let t = input(1)?;
+    let table = t
+        .as_slice::<i32>()
+        .ok_or_else(|| bad("input 1 is not the i32 page indices"))?;
+    let [_, pages_per_seq] = dims2(t)?;
+    let bf16s = |i: usize| -> Result<(Vec<f64>, Vec<usize>), KernelError> {
+        let a = input(i)?;
+        let d = a
+            .as_slice::<bf16>()
+            .ok_or_else(|| bad(format!("input {i} is not bf16")))?;
+        Ok((d.iter().map(|x| x.to_f64()).collect(), a.shape().to_vec()))
+    };
+    let (q, qs) = bf16s(2)?;
+    let (k, ks) = bf16s(3)?;
+    let (v, _) = bf16s(4)?;
+    let (&[batch, heads, d], &[kv_heads, pool, ps, _]) = (qs.as_slice(), ks.as_slice()) else {
+        return Err(bad("q is not [B, H, D] or the pages not [KVH, N, ps, D]"));
+    };
+    let group = heads / kv_heads.max(1);
+    let mut o = vec![0.0f64; batch * heads * d];
+    for b in 0..batch {
+        let len = usize::try_from(lengths[b])
+            .ok()
+            .filter(|&n| n <= pages_per_seq * ps)
+            .ok_or_else(|| bad(format!("sequence {b} has length {}", lengths[b])))?;
+        for i in 0..heads {
+            let h = i / group.max(1);
+            // Row `t` of kv head `h` as an offset into the pages.
+            let row = |t: usize| -> Result<usize, KernelError> {
+                let page = table[b * pages_per_seq + t / ps];
+                let page = usize::try_from(page)
+                    .ok()
+                    .filter(|&p| p < pool)
+                    .ok_or_else(|| bad(format!("page number {page} is out of range")))?;
+                Ok(((h * pool + page) * ps + t % ps) * d)
+            };
+            let qi = &q[(b * heads + i) * d..][..d];
+            let mut scores = Vec::with_capacity(len);
+            for t in 0..len {
+                let r = row(t)?;
+                scores.push(qi.iter().zip(&k[r..r + d]).map(|(a, b)| a * b).sum::<f64>());
+            }
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let sum: f64 = weights.iter().sum();
+            let out = &mut o[(b * heads + i) * d..][..d];
+            for (t, w) in weights.iter().enumerate() {
+                let r = row(t)?;
+                for (x, vv) in out.iter_mut().zip(&v[r..r + d]) {
+                    *x += w / sum * vv;
+                }
+            }
+        }
+    }
+    HostArray::from_vec(
+        [batch, heads, d],
+        o.into_iter()
+            .map(|x| bf16::from_f32(x as f32))
+            .collect::<Vec<_>>(),
+    )
+    .map(|a| vec![a])
 }
 
 /// Row softmax in f64.

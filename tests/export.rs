@@ -148,8 +148,8 @@ fn batching_matches_one_run_per_batch_element() {
             "inputs": [{"shape": [256, 128], "dtype": "bf16"}, {"shape": [128, 256], "dtype": "bf16"}],
         })))
         .expect("build");
-    let x = HostArray::random([3, 256, 128], BF16, 1);
-    let y = HostArray::random([128, 256], BF16, 2);
+    let x = HostArray::random([3, 256, 128], BF16, 1).unwrap();
+    let y = HostArray::random([128, 256], BF16, 2).unwrap();
     let out = batched
         .call
         .interpret(&[x.clone(), y.clone()])
@@ -178,8 +178,8 @@ fn batching_matches_one_run_per_batch_element() {
             "inputs": [{"shape": [32, 256], "dtype": "bf16"}, {"shape": [1, 256], "dtype": "f32"}],
         })))
         .expect("build");
-    let x = HostArray::random([2, 3, 32, 256], BF16, 3);
-    let w = HostArray::random([2, 1, 256], F32, 4);
+    let x = HostArray::random([2, 3, 32, 256], BF16, 3).unwrap();
+    let w = HostArray::random([2, 1, 256], F32, 4).unwrap();
     let out = nested.call.interpret(&[x.clone(), w.clone()]).expect("run");
     for a in 0..2 {
         let xa = slice_leading(&x, a);
@@ -219,7 +219,7 @@ fn a_batch_level_must_match_the_arrays() {
 #[test]
 fn borrowed_arrays_give_the_bits_of_owned_ones() {
     let call = softmax::softmax(ArrayType::new([64, 256], F32), 8).expect("build");
-    let x = HostArray::random([64, 256], F32, 7);
+    let x = HostArray::random([64, 256], F32, 7).unwrap();
     let want = call.interpret(std::slice::from_ref(&x)).expect("run");
     let xs: Vec<f32> = x.as_slice::<f32>().expect("f32").to_vec();
     let shape = [64usize, 256];

@@ -14,6 +14,9 @@ mod colsum;
 #[path = "../examples/dma_double.rs"]
 #[allow(dead_code)]
 mod dma_double;
+#[path = "../examples/flash_attention.rs"]
+#[allow(dead_code)]
+mod flash_attention;
 #[path = "../examples/fori_rowsum.rs"]
 #[allow(dead_code)]
 mod fori_rowsum;
@@ -32,6 +35,9 @@ mod matmul;
 #[path = "../examples/ops_tour.rs"]
 #[allow(dead_code)]
 mod ops_tour;
+#[path = "../examples/paged_attention.rs"]
+#[allow(dead_code)]
+mod paged_attention;
 #[path = "../examples/paged_gather.rs"]
 #[allow(dead_code)]
 mod paged_gather;
@@ -62,7 +68,7 @@ use tpu_kernel::ErrorKind;
 
 type Build = fn() -> Result<PallasCall, KernelError>;
 
-const EXAMPLES: [(&str, Build); 16] = [
+const EXAMPLES: [(&str, Build); 18] = [
     ("add", add::build),
     ("inplace_scale", inplace_scale::build),
     ("dma_double", dma_double::build),
@@ -74,11 +80,13 @@ const EXAMPLES: [(&str, Build); 16] = [
     ("grouped_matmul", grouped_matmul::build),
     ("ops_tour", ops_tour::build),
     ("paged_gather", paged_gather::build),
+    ("paged_attention", paged_attention::build),
     ("quantized_matmul", quantized_matmul::build),
     ("quantized_matmul_w8a8", quantized_matmul_w8a8::build),
     ("rmsnorm", rmsnorm::build),
     ("softmax", softmax::build),
     ("transpose", transpose::build),
+    ("flash_attention", flash_attention::build),
 ];
 
 /// Run `call` on random inputs with `opts` and check every output against the reference.
@@ -222,7 +230,7 @@ fn poisoning_marks_unwritten_output_rows_and_plain_mode_leaves_zeros() {
         )
         .build()
         .expect("build");
-    let x = HostArray::random([16, 128], I32, 1);
+    let x = HostArray::random([16, 128], I32, 1).unwrap();
     let plain = call.interpret(std::slice::from_ref(&x)).expect("run");
     let poisoned = call
         .interpret_with(std::slice::from_ref(&x), &InterpretOptions::poisoned())
@@ -261,7 +269,7 @@ fn an_out_of_bounds_dynamic_slice_names_the_source_line() {
         .dimension_semantics([Arbitrary])
         .build()
         .expect("build");
-    let x = HostArray::random([16, 128], F32, 2);
+    let x = HostArray::random([16, 128], F32, 2).unwrap();
     let err = call
         .interpret(&[x])
         .expect_err("grid step 1 reads rows 16..24 of a 16-row block");
@@ -281,21 +289,21 @@ fn an_out_of_bounds_dynamic_slice_names_the_source_line() {
 #[test]
 fn wrong_inputs_are_errors_not_panics() {
     let call = add::build().expect("build");
-    let x = HostArray::zeros([1024, 1024], F32);
+    let x = HostArray::zeros([1024, 1024], F32).unwrap();
     assert_eq!(
         call.interpret(std::slice::from_ref(&x))
             .expect_err("one input missing")
             .kind,
         ErrorKind::Signature
     );
-    let y = HostArray::zeros([1024, 512], F32);
+    let y = HostArray::zeros([1024, 512], F32).unwrap();
     assert_eq!(
         call.interpret(&[x.clone(), y])
             .expect_err("wrong shape")
             .kind,
         ErrorKind::Shape
     );
-    let z = HostArray::zeros([1024, 1024], I32);
+    let z = HostArray::zeros([1024, 1024], I32).unwrap();
     assert_eq!(
         call.interpret(&[x, z]).expect_err("wrong dtype").kind,
         ErrorKind::Shape
@@ -319,7 +327,7 @@ fn bf16_rounds_on_every_cast_and_op() {
         )
         .build()
         .expect("build");
-    let x = HostArray::random([8, 128], F32, 4);
+    let x = HostArray::random([8, 128], F32, 4).unwrap();
     let got = call.interpret(std::slice::from_ref(&x)).expect("run");
     let want: Vec<f32> = x
         .as_slice::<f32>()
@@ -485,7 +493,7 @@ fn elementwise_kernels_run_over_row_bands_with_the_same_bits() {
         .dimension_semantics([Parallel, Arbitrary])
         .build()
         .expect("build");
-    let x = HostArray::random([256, 384], F32, 5);
+    let x = HostArray::random([256, 384], F32, 5).unwrap();
     let y = HostArray::from_vec(
         [256, 384],
         (0..256 * 384).map(|i| (i % 5) - 2).collect::<Vec<i32>>(),
@@ -536,7 +544,7 @@ fn kernels_reading_grid_indices_keep_their_blocks() {
         .dimension_semantics([Parallel, Parallel])
         .build()
         .expect("build");
-    let x = HostArray::zeros([256, 512], F32);
+    let x = HostArray::zeros([256, 512], F32).unwrap();
     let out = call.interpret(&[x]).expect("run");
     let o = out[0].as_slice::<f32>().unwrap();
     for (i, v) in o.iter().enumerate() {
@@ -562,7 +570,7 @@ fn row_kernels_merge_blocks_only_when_rows_stay_apart() {
         .dimension_semantics([Parallel])
         .build()
         .expect("build");
-    let x = HostArray::random([128, 256], F32, 21);
+    let x = HostArray::random([128, 256], F32, 21).unwrap();
     let xs = x.as_slice::<f32>().unwrap().to_vec();
     let out = mixing.interpret(std::slice::from_ref(&x)).expect("run");
     let o = out[0].as_slice::<f32>().unwrap();
@@ -588,7 +596,7 @@ fn row_kernels_merge_blocks_only_when_rows_stay_apart() {
         .dimension_semantics([Arbitrary])
         .build()
         .expect("build");
-    let w = HostArray::random([1, 256], F32, 22);
+    let w = HostArray::random([1, 256], F32, 22).unwrap();
     let inputs = [x, w];
     let runs: Vec<Vec<HostArray>> = [(true, true), (true, false), (false, false)]
         .into_iter()
@@ -659,7 +667,7 @@ fn parallel_axes_writing_the_same_block_run_sequentially() {
         .dimension_semantics([Parallel])
         .build()
         .expect("build");
-    let x = HostArray::random([64, 128], F32, 8);
+    let x = HostArray::random([64, 128], F32, 8).unwrap();
     let out = call.interpret(std::slice::from_ref(&x)).expect("run");
     let xs = x.as_slice::<f32>().unwrap();
     let o = out[0].as_slice::<f32>().unwrap();
@@ -751,7 +759,7 @@ fn loads_between_a_direct_write_and_its_store_see_the_old_block() {
         .dimension_semantics([Arbitrary])
         .build()
         .expect("build");
-    let x = HostArray::random([24, 128], F32, 12);
+    let x = HostArray::random([24, 128], F32, 12).unwrap();
     let xs = x.as_slice::<f32>().unwrap().to_vec();
     for fuse in [true, false] {
         let out = call
@@ -795,6 +803,7 @@ fn exp_of_a_difference_summed_in_one_pass_matches_unfused_bit_for_bit() {
             .build()
             .expect("build");
         let mut xs = HostArray::random([24, n], F32, 31)
+            .unwrap()
             .into_vec::<f32>()
             .unwrap();
         for (i, x) in xs.iter_mut().enumerate() {
@@ -849,6 +858,7 @@ fn reductions_folded_into_fused_chains_match_unfused_bit_for_bit() {
         .build()
         .expect("build");
     let mut xs = HostArray::random([16, 200], F32, 21)
+        .unwrap()
         .into_vec::<f32>()
         .unwrap();
     xs[5] = f32::NAN; // row 0: every reduction is NaN
@@ -947,4 +957,62 @@ fn int_to_float_casts_folded_into_chains_match_unfused_bit_for_bit() {
 
 fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
     ArrayType::new(shape, dtype)
+}
+
+/// The block table with every entry past sequence `b`'s `ceil(lengths[b] / page_size)` pages replaced
+/// by `i32::MAX` (a DMA of such a "page" is out of bounds); `also` names one more (sequence, entry).
+fn table_without_unowned_pages(inputs: &[HostArray], also: Option<(usize, usize)>) -> HostArray {
+    let lengths = inputs[0].as_slice::<i32>().unwrap();
+    let (table, &[batch, per_seq]) = (inputs[1].as_slice::<i32>().unwrap(), inputs[1].shape())
+    else {
+        panic!("a 2-D block table")
+    };
+    let page_size = inputs[3].shape()[2];
+    let entries = (0..batch * per_seq)
+        .map(|i| {
+            let (b, p) = (i / per_seq, i % per_seq);
+            let owned = p * page_size < lengths[b] as usize && also != Some((b, p));
+            if owned {
+                table[i]
+            } else {
+                i32::MAX
+            }
+        })
+        .collect::<Vec<_>>();
+    HostArray::from_vec([batch, per_seq], entries).unwrap()
+}
+
+#[test]
+fn paged_attention_reads_only_the_pages_a_sequence_owns_under_every_dma_timing() {
+    // Random ragged inputs: sequence 0 has 1 token, 1 every page, 2 none, 3 one token into page 2.
+    let call = paged_attention::build().expect("build");
+    let mut inputs = reference::random_inputs(&call, 5);
+    let want = call.interpret(&inputs).expect("interpret");
+    inputs[1] = table_without_unowned_pages(&inputs, None);
+    for seed in [None, Some(0), Some(1), Some(7), Some(42)] {
+        let opts = InterpretOptions {
+            dma_seed: seed,
+            poison_uninitialized: true,
+            ..InterpretOptions::default()
+        };
+        let got = call
+            .interpret_with(&inputs, &opts)
+            .unwrap_or_else(|e| panic!("seed {seed:?}: {e}"));
+        assert_eq!(got, want, "seed {seed:?}");
+    }
+    let mosaic = tpu_kernel::runtime::mosaic_cpu::compile(call.ir())
+        .and_then(|c| c.run(&inputs))
+        .expect("mosaic_cpu");
+    // (its own exp: within the examples' bf16 tolerance, as tests/mosaic_cpu.rs holds every example)
+    let c = reference::compare(&mosaic[0], &want[0], Tolerance::BF16);
+    assert!(
+        c.ok,
+        "the Mosaic module on the CPU: max error {}",
+        c.max_abs_error
+    );
+    // Not vacuous: the last page of the full sequence is read, so poisoning it is an error.
+    let per_seq = inputs[1].shape()[1];
+    inputs[1] = table_without_unowned_pages(&inputs, Some((1, per_seq - 1)));
+    let e = call.interpret(&inputs).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::OutOfBounds, "{e}");
 }

@@ -477,6 +477,7 @@ fn grid_semantics_agree() {
         .build()
         .expect("build");
     let mut xs = HostArray::random([24, n], F32, 31)
+        .unwrap()
         .into_vec::<f32>()
         .unwrap();
     for (i, x) in xs.iter_mut().enumerate() {
@@ -501,6 +502,7 @@ fn grid_semantics_agree() {
         .build()
         .expect("build");
     let mut xs = HostArray::random([16, 200], F32, 21)
+        .unwrap()
         .into_vec::<f32>()
         .unwrap();
     xs[5] = f32::NAN;
@@ -518,7 +520,7 @@ fn grid_semantics_agree() {
         .build()
         .expect("build");
     let y = i32s([256, 384], |i| (i % 5) as i32 - 2);
-    agree(&call, &[HostArray::random([256, 384], F32, 5), y]);
+    agree(&call, &[HostArray::random([256, 384], F32, 5).unwrap(), y]);
 }
 
 // ---------------------------------------------------------------------------------------------- scalar prefetch and SMEM (memory_spaces.rs)
@@ -529,11 +531,17 @@ fn scalar_prefetch_and_smem_scratch_agree() {
     let call = table_call().expect("build");
     agree_random(&call, 4);
     let tables = HostArray::from_vec([3, 2], vec![3, 2, 0, -1, 3, 5]).unwrap();
-    agree(&call, &[tables, HostArray::random([32, 128], F32, 4)]);
+    agree(
+        &call,
+        &[tables, HostArray::random([32, 128], F32, 4).unwrap()],
+    );
     // A prefetched length bounds a loop and picks a branch (every length, 0 included).
     let call = lengths_call().expect("build");
     let lens = HostArray::from_vec([3], vec![2, 0, 4]).unwrap();
-    agree(&call, &[lens, HostArray::random([24, 512], F32, 5)]);
+    agree(
+        &call,
+        &[lens, HostArray::random([24, 512], F32, 5).unwrap()],
+    );
     // An SMEM scratch cell counts the steps, persisting across them.
     let call = counter_call().expect("build");
     agree_random(&call, 6);
@@ -554,7 +562,7 @@ fn both_errors(call: &PallasCall, inputs: &[HostArray]) -> [KernelError; 2] {
 
 #[test]
 fn an_out_of_range_block_from_the_table_is_the_same_error_in_both_engines() {
-    let zeros = || HostArray::zeros([32, 128], F32);
+    let zeros = || HostArray::zeros([32, 128], F32).unwrap();
     // Block 4 of a 4-block array, at grid point [1]: the interpreter's check and message.
     let call = table_call().expect("build");
     let tables = HostArray::from_vec([3, 2], vec![0, 1, 4, 1, 0, 1]).unwrap();
@@ -574,7 +582,7 @@ fn an_out_of_range_block_from_the_table_is_the_same_error_in_both_engines() {
     // The example: a gather from block 8 of 8.
     let call = common::gather_prefetch::build().expect("build");
     let idx = HostArray::from_vec([4], vec![7, 0, 8, 1]).unwrap();
-    let [theirs, ours] = both_errors(&call, &[idx, HostArray::zeros([64, 256], F32)]);
+    let [theirs, ours] = both_errors(&call, &[idx, HostArray::zeros([64, 256], F32).unwrap()]);
     assert_eq!(ours.kind, ErrorKind::OutOfBounds, "{ours}");
     assert_eq!(ours.to_string(), theirs.to_string());
     assert_eq!(ours.argument.as_deref(), Some("input 1"), "{ours}");
@@ -588,7 +596,10 @@ fn a_page_number_out_of_range_is_the_same_error_in_both_engines() {
     let mut table: Vec<i32> = (0..64).collect();
     table[2 * 8 + 5] = 64;
     let table = HostArray::from_vec([8, 8], table).unwrap();
-    let [theirs, ours] = both_errors(&call, &[table, HostArray::zeros([64, 16, 128], F32)]);
+    let [theirs, ours] = both_errors(
+        &call,
+        &[table, HostArray::zeros([64, 16, 128], F32).unwrap()],
+    );
     assert_eq!(ours.kind, ErrorKind::OutOfBounds, "{ours}");
     assert_eq!(ours.to_string(), theirs.to_string());
     assert!(ours.message.contains("64..65 along dimension 0"), "{ours}");
@@ -616,7 +627,7 @@ fn an_index_map_reading_past_its_table_is_an_error_at_the_same_line_in_both_engi
         .build()
         .expect("build");
     let tables = HostArray::from_vec([2, 2], vec![0, 1, 1, 1]).unwrap();
-    let [theirs, ours] = both_errors(&call, &[tables, HostArray::zeros([32, 128], F32)]);
+    let [theirs, ours] = both_errors(&call, &[tables, HostArray::zeros([32, 128], F32).unwrap()]);
     assert_eq!(ours.kind, ErrorKind::OutOfBounds, "{ours}");
     assert_eq!(
         ours.location.map(|l| l.line),
@@ -652,7 +663,10 @@ fn out_of_bounds_smem_accesses_are_errors_at_the_same_line_in_both_engines() {
     // In bounds (a 4-entry table, 3 cells): they agree.
     let call = smem_oob(4, 3);
     let lens = HostArray::from_vec([4], vec![3, -2, 5, 7]).unwrap();
-    agree(&call, &[lens, HostArray::random([24, 128], F32, 3)]);
+    agree(
+        &call,
+        &[lens, HostArray::random([24, 128], F32, 3).unwrap()],
+    );
     // Step 2 reads entry 3 of a 3-entry table; step 2 stores into cell 2 of 2.
     for (lens, cells, tag, arg, grid_point) in [
         (3, 3, "OOB-SMEM-LOAD", "input 0", "grid point [2]"),
@@ -660,7 +674,8 @@ fn out_of_bounds_smem_accesses_are_errors_at_the_same_line_in_both_engines() {
     ] {
         let call = smem_oob(lens, cells);
         let table = HostArray::from_vec([lens], vec![1i32; lens]).unwrap();
-        let [theirs, ours] = both_errors(&call, &[table, HostArray::zeros([24, 128], F32)]);
+        let [theirs, ours] =
+            both_errors(&call, &[table, HostArray::zeros([24, 128], F32).unwrap()]);
         assert_eq!(ours.kind, ErrorKind::OutOfBounds, "{tag}: {ours}");
         assert_eq!(
             ours.location.map(|l| l.line),
@@ -734,7 +749,7 @@ fn slice_oob_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sem:
 
 #[test]
 fn deadlocks_and_out_of_bounds_windows_are_the_same_errors_in_both_engines() {
-    let rows = |n: usize| HostArray::random([n, 128], F32, 5);
+    let rows = |n: usize| HostArray::random([n, 128], F32, 5).unwrap();
     // Step 1 waits on semaphore 1, which no copy signals.
     let call = pallas_call(dma_wait_kernel)
         .grid([2])
@@ -779,7 +794,7 @@ fn deadlocks_and_out_of_bounds_windows_are_the_same_errors_in_both_engines() {
 
 #[test]
 fn semaphores_left_at_kernel_end_are_errors_in_both_engines() {
-    let x = HostArray::random([8, 128], F32, 5);
+    let x = HostArray::random([8, 128], F32, 5).unwrap();
     // A regular semaphore signalled more than waited for: the interpreter's error.
     let unbalanced = pallas_call(|x: Ref<f32>, o: RefMut<f32>, s: Sem| {
         s.signal(2);
@@ -825,7 +840,7 @@ fn run_scoped_kernels_agree_and_every_entry_gets_fresh_scratch() {
     // A scope entered three times per step: its VMEM buffer and SMEM counter start at zero each time.
     let call = scope_loop_call().expect("build");
     agree_random(&call, 13);
-    let x = HostArray::random([16, 128], F32, 14);
+    let x = HostArray::random([16, 128], F32, 14).unwrap();
     let got = mosaic_cpu::run(call.ir(), std::slice::from_ref(&x)).expect("mosaic_cpu");
     for (g, v) in got[0]
         .as_slice::<f32>()
@@ -878,7 +893,7 @@ fn scoped_cell_kernel(x: Ref<f32>, o: RefMut<f32>) {
 
 #[test]
 fn scope_errors_are_the_interpreter_s() {
-    let x = HostArray::random([16, 128], F32, 5);
+    let x = HostArray::random([16, 128], F32, 5).unwrap();
     let build = |k: fn(Ref<f32>, RefMut<f32>)| {
         pallas_call(k)
             .grid([2])
@@ -969,7 +984,7 @@ fn nested_pipelines_agree_bit_for_bit() {
 fn dma_into_an_hbm_output_agrees_and_unwritten_rows_start_as_zeros_or_the_aliased_input() {
     for (steps, alias) in [(1, false), (3, false), (2, true), (3, true)] {
         let call = any_output_call(steps, alias).expect("build");
-        let x = HostArray::random([16 * steps, 128], F32, 21);
+        let x = HostArray::random([16 * steps, 128], F32, 21).unwrap();
         let got = agree_bits(&call, std::slice::from_ref(&x));
         let (got, xs) = (
             got[0].as_slice::<f32>().unwrap(),
@@ -1008,7 +1023,7 @@ fn an_aliased_blocked_output_keeps_the_input_where_no_block_is_visited() {
         .input_output_aliases([(0, 0)])
         .build()
         .expect("build");
-    let x = HostArray::random([64, 128], F32, 22);
+    let x = HostArray::random([64, 128], F32, 22).unwrap();
     let got = agree_bits(&call, std::slice::from_ref(&x));
     let (got, xs) = (
         got[0].as_slice::<f32>().unwrap(),
@@ -1160,7 +1175,7 @@ fn an_out_of_bounds_slice_is_an_error_at_the_same_line_in_both_engines() {
         .dimension_semantics([Arbitrary])
         .build()
         .expect("build");
-    let x = HostArray::random([16, 128], F32, 2);
+    let x = HostArray::random([16, 128], F32, 2).unwrap();
     let line = include_str!("mosaic_cpu.rs")
         .lines()
         .position(|l| l.ends_with("// OOB-LOAD"))
@@ -1185,12 +1200,12 @@ fn an_out_of_bounds_slice_is_an_error_at_the_same_line_in_both_engines() {
 fn wrong_inputs_are_errors_not_panics() {
     let call = common::add::build().expect("build");
     let compiled = mosaic_cpu::compile(call.ir()).expect("compile");
-    let x = HostArray::zeros([1024, 1024], F32);
+    let x = HostArray::zeros([1024, 1024], F32).unwrap();
     let err = compiled
         .run(std::slice::from_ref(&x))
         .expect_err("one input");
     assert_eq!(err.kind, ErrorKind::Signature);
-    let y = HostArray::zeros([1024, 512], F32);
+    let y = HostArray::zeros([1024, 512], F32).unwrap();
     assert_eq!(
         compiled.run(&[x, y]).expect_err("wrong shape").kind,
         ErrorKind::Shape

@@ -809,7 +809,7 @@ fn export_cases() {
     let call = dot_f32_case().expect("dot_f32 builds");
     std::fs::write(
         dir.join("versions.mosaic.mlir"),
-        call.mosaic_mlir().expect("Mosaic text"),
+        call.mosaic_mlir_generic().expect("Mosaic text"),
     )
     .expect("write");
     for v in MIN_VERSION..=MAX_VERSION {

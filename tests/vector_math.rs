@@ -48,6 +48,7 @@ fn leading_ops(
 /// Inputs: a spread of magnitudes with the specials mixed in, rows of an odd length.
 fn inputs(rows: usize, n: usize, seed: u64) -> HostArray {
     let mut v = HostArray::random([rows, n], F32, seed)
+        .unwrap()
         .into_vec::<f32>()
         .expect("f32");
     let specials = [

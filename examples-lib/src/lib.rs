@@ -18,6 +18,9 @@ mod colsum;
 #[path = "../../examples/dma_double.rs"]
 mod dma_double;
 #[allow(dead_code)]
+#[path = "../../examples/flash_attention.rs"]
+mod flash_attention;
+#[allow(dead_code)]
 #[path = "../../examples/fori_rowsum.rs"]
 mod fori_rowsum;
 #[allow(dead_code)]
@@ -35,6 +38,9 @@ mod matmul;
 #[allow(dead_code)]
 #[path = "../../examples/ops_tour.rs"]
 mod ops_tour;
+#[allow(dead_code)]
+#[path = "../../examples/paged_attention.rs"]
+mod paged_attention;
 #[allow(dead_code)]
 #[path = "../../examples/paged_gather.rs"]
 mod paged_gather;
@@ -62,6 +68,10 @@ tpu_kernel::export_library!(
         causal_mask::causal_mask,
         colsum::colsum,
         dma_double::dma_double,
+        flash_attention::flash_attention,
+        flash_attention::flash_attention_fwd,
+        flash_attention::flash_attention_dkv,
+        flash_attention::flash_attention_dq,
         fori_rowsum::fori_rowsum,
         gather_prefetch::gather_prefetch,
         grouped_matmul::grouped_matmul,
@@ -70,6 +80,7 @@ tpu_kernel::export_library!(
         matmul::matmul_dx,
         matmul::matmul_dw,
         ops_tour::ops_tour,
+        paged_attention::paged_attention,
         paged_gather::paged_gather,
         quantized_matmul::quantized_matmul,
         quantized_matmul_w8a8::quantized_matmul_w8a8,

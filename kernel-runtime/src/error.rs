@@ -96,6 +96,11 @@ pub enum ErrorKind {
     Race,
     /// A wait that nothing will ever end (a semaphore no one signals).
     Deadlock,
+    /// Running the kernel on the CPU needs more memory than the interpreter's budget
+    /// (`InterpretOptions::memory_limit`) or than the system gives.
+    Memory,
+    /// A bug in tpu-kernel itself (a panic inside the library, caught and located), not the user's.
+    Internal,
 }
 
 /// A user-facing error with its source location.
@@ -150,6 +155,37 @@ impl std::error::Error for KernelError {}
 pub type Result<T, E = KernelError> = std::result::Result<T, E>;
 
 /// The message of a caught panic (`&str` or `String` payloads; anything else is "unknown panic").
+/// Run `f`, catching a panic with the place it happened (`file:line:col`, recorded by a panic hook this
+/// crate chains in front of the existing one the first time it is needed; the old hook still runs).
+pub(crate) fn catch_located<R>(
+    f: impl FnOnce() -> R,
+) -> std::result::Result<R, (Box<dyn std::any::Any + Send>, Option<String>)> {
+    use std::cell::RefCell;
+    thread_local!(static LAST: RefCell<Option<String>> = const { RefCell::new(None) });
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if let Some(l) = info.location() {
+                let at = format!("{}:{}:{}", l.file(), l.line(), l.column());
+                LAST.with(|c| *c.borrow_mut() = Some(at));
+            }
+            previous(info)
+        }));
+    });
+    LAST.with(|c| c.borrow_mut().take());
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .map_err(|p| (p, LAST.with(|c| c.borrow_mut().take())))
+}
+
+/// Whether a panic at `at` (`file:line:col`) happened in this library's own code rather than the user's.
+pub(crate) fn is_library_location(at: &str) -> bool {
+    let at = at.replace('\\', "/");
+    at.starts_with("kernel-runtime/src/")
+        || at.contains("/kernel-runtime/src/")
+        || at.contains("/kernel-runtime-")
+}
+
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()

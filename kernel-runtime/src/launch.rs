@@ -10,7 +10,6 @@ use crate::ir::{
 };
 use crate::opt;
 use crate::trace::{self, KernelParam, ParamKind, Ref, Scalar, Val};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// A whole array's shape and element type (an input or an output of the kernel).
 #[derive(Clone, Debug, PartialEq)]
@@ -174,7 +173,8 @@ impl IndexArg for i32 {
 }
 impl IndexArg for usize {
     fn index_val(self) -> IndexVal {
-        IndexVal::Const(self as i64)
+        // (past i64::MAX it cannot be a block index anyway: `build()` reports it as out of i32's range)
+        IndexVal::Const(i64::try_from(self).unwrap_or(i64::MAX))
     }
 }
 
@@ -216,6 +216,8 @@ type IndexMapFn<'a> = Box<dyn Fn(&[Scalar<i32>], &[Val]) -> Vec<IndexVal> + 'a>;
 pub struct BlockSpec<'a> {
     pub(crate) shape: Vec<usize>,
     pub(crate) squeezed: Vec<bool>,
+    /// A `.squeeze(d)` past the block's rank (reported by `build()`).
+    pub(crate) bad_squeeze: Option<usize>,
     pub(crate) grid_rank: usize,
     /// How many scalar-prefetch refs the index map takes (`None`: it takes none).
     pub(crate) prefetch: Option<usize>,
@@ -240,6 +242,7 @@ impl<'a> BlockSpec<'a> {
         BlockSpec {
             shape: shape.to_vec(),
             squeezed: vec![false; R],
+            bad_squeeze: None,
             grid_rank: G,
             prefetch: None,
             index_map: Box::new(f),
@@ -273,6 +276,7 @@ impl<'a> BlockSpec<'a> {
         BlockSpec {
             shape: shape.to_vec(),
             squeezed: vec![false; R],
+            bad_squeeze: None,
             grid_rank: G,
             prefetch: Some(P),
             index_map: Box::new(f),
@@ -286,8 +290,7 @@ impl<'a> BlockSpec<'a> {
         if dim < self.squeezed.len() {
             self.squeezed[dim] = true;
         } else {
-            // Reported by `build()` as a rank error.
-            self.squeezed.push(true);
+            self.bad_squeeze.get_or_insert(dim);
         }
         self
     }
@@ -506,23 +509,49 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
 
     /// Trace the index maps and the kernel body, check everything against the TPU rules.
     pub fn build(self) -> Result<PallasCall> {
-        let out = catch_unwind(AssertUnwindSafe(|| self.build_inner()));
-        match out {
+        let loc = self.loc;
+        match crate::error::catch_located(|| self.build_inner()) {
             Ok(r) => r,
-            Err(payload) => match trace::abort() {
+            Err((payload, at)) => match trace::abort() {
                 // A panic after a recorded mistake is usually its consequence (a poisoned value's empty
                 // `shape()` indexed, ...): the mistake is the error to report, at its own line.
                 Some(first) => Err(first),
-                None => Err(kerr!(
-                    Trace,
-                    "the kernel body panicked while tracing: {}",
-                    crate::error::panic_message(&*payload)
-                )),
+                None => {
+                    let msg = crate::error::panic_message(&*payload);
+                    let at = at.unwrap_or_else(|| "an unknown place".into());
+                    Err(if crate::error::is_library_location(&at) {
+                        kerr!(
+                            Internal,
+                            "tpu-kernel panicked at {at} while building this kernel: {msg} (a bug in tpu-kernel, not in your kernel; please report it)"
+                        )
+                        .at(loc)
+                    } else {
+                        kerr!(
+                            Trace,
+                            "the kernel body panicked while tracing, at {at}: {msg}"
+                        )
+                    })
+                }
             },
         }
     }
 
     fn build_inner(self) -> Result<PallasCall> {
+        if self.name.trim().is_empty() {
+            return Err(kerr!(
+                Signature,
+                "the kernel name {:?} is empty; `.name(..)` takes the Mosaic module's symbol, e.g. `.name(\"my_kernel\")`",
+                self.name
+            )
+            .at(self.loc));
+        }
+        if let Some(v) = self.vmem_limit_bytes.filter(|&v| v > i64::MAX as u64) {
+            return Err(kerr!(
+                Vmem,
+                "vmem_limit_bytes({v}) is above i64::MAX, which libtpu's backend config cannot hold; the chips have at most 128 MiB of VMEM"
+            )
+            .at(self.loc));
+        }
         let grid = self.grid.clone();
         let grid_loc = self.grid_loc.unwrap_or(self.loc);
         let semantics = match &self.semantics {
@@ -674,7 +703,13 @@ fn trace_block(
         results.push(match o {
             IndexVal::Traced(v) => *v,
             IndexVal::Const(c) => {
-                let lit = crate::dtype::Literal::from_i64(DType::I32, *c);
+                let Ok(c) = i32::try_from(*c) else {
+                    return Err(kerr!(
+                        OutOfBounds,
+                        "the index map returns the block index {c}, which does not fit i32 (Mosaic's block indices are i32)"
+                    ));
+                };
+                let lit = crate::dtype::Literal::from_i64(DType::I32, c as i64);
                 trace::emit(spec.loc, |t| {
                     Ok(t.push1(
                         ir::OpKind::Const(lit),
@@ -696,7 +731,15 @@ fn trace_block(
             array.shape.len()
         ));
     }
-    if spec.shape.len() != array.shape.len() || spec.squeezed.len() != spec.shape.len() {
+    if let Some(dim) = spec.bad_squeeze {
+        return Err(kerr!(
+            Grid,
+            "`.squeeze({dim})` names a dimension the block shape {:?} (rank {}) does not have",
+            spec.shape,
+            spec.shape.len()
+        ));
+    }
+    if spec.shape.len() != array.shape.len() {
         return Err(kerr!(
             Grid,
             "block shape {:?} has rank {} but the array {:?} has rank {}",
@@ -730,6 +773,12 @@ impl PallasCall {
     /// The Mosaic MLIR module text (verified).
     pub fn mosaic_mlir(&self) -> Result<String> {
         crate::lower::to_mosaic_text(&self.kernel)
+    }
+    /// The Mosaic MLIR module text in MLIR's generic op form: what another MLIR version (jaxlib's, a
+    /// `mlir-opt` of another release) parses whatever the ops' custom syntax — use it to hand the module
+    /// to other tools. [`mosaic_mlir`](Self::mosaic_mlir) is the readable form, in LLVM 22's syntax.
+    pub fn mosaic_mlir_generic(&self) -> Result<String> {
+        crate::lower::to_mosaic_text_generic(&self.kernel)
     }
     /// The Mosaic MLIR module text with each op's Rust `file:line:col` location printed.
     pub fn mosaic_mlir_with_locations(&self) -> Result<String> {

@@ -21,6 +21,7 @@ pub mod lower;
 pub mod mosaic_cpu;
 pub mod opt;
 pub mod serialize;
+pub mod size;
 pub mod trace;
 
 pub use bind::{Bind, BoundKernel};

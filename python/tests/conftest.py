@@ -72,7 +72,7 @@ class Example:
 
     @property
     def mosaic(self):
-        return self.emit("mlir")
+        return self.emit("mlir-generic")  # version-neutral: jaxlib parses any op in generic form
 
     @property
     def stablehlo(self):

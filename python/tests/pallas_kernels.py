@@ -15,6 +15,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from tpu_kernel.examples import group_metadata
+
 S = jax.ShapeDtypeStruct
 f32, bf16, i32, i8 = jnp.float32, jnp.bfloat16, jnp.int32, jnp.int8
 
@@ -396,18 +398,7 @@ def grouped_matmul(offsets, group_ids, m_tiles, lhs, rhs, tm=128, tk=128, tn=128
             offsets, group_ids, m_tiles, lhs, rhs)
 
 
-def group_metadata(sizes, m, tm=128):
-    """The grouped_matmul metadata of i32 group sizes (summing to `m`), jit-able: `offsets [G + 1]`, and
-    per visit `group_ids`, `m_tiles` `[m // tm + G - 1]` (each non-empty group visits the tm-row tiles
-    its rows touch, in order; unused trailing visits repeat the last one)."""
-    sizes = jnp.asarray(sizes, i32)
-    offsets = jnp.concatenate([jnp.zeros((1,), i32), jnp.cumsum(sizes, dtype=i32)])
-    first, stop = offsets[:-1] // tm, (offsets[1:] + tm - 1) // tm
-    count = jnp.where(sizes > 0, stop - first, 0)
-    ends = jnp.cumsum(count)
-    t = jnp.minimum(jnp.arange(m // tm + sizes.shape[0] - 1, dtype=i32), ends[-1] - 1)
-    gid = jnp.searchsorted(ends, t, side="right").astype(i32)
-    return offsets, gid, first[gid] + t - (ends - count)[gid]
+# (group_metadata is the package's: tpu_kernel.examples.group_metadata, what users call)
 
 
 def _grouped_matmul_ref(offsets, group_ids, m_tiles, lhs, rhs):
@@ -418,6 +409,286 @@ def _grouped_matmul_ref(offsets, group_ids, m_tiles, lhs, rhs):
         mine = (rows >= offsets[g]) & (rows < offsets[g + 1])
         out = jnp.where(mine, jnp.dot(lhs, rhs[g], preferred_element_type=f32), out)
     return out.astype(lhs.dtype)
+
+
+# -- paged_attention (decode; jax's Pallas TPU paged_attention, in one grid step per (sequence, kv head)):
+#    lengths and the block table scalar-prefetched into SMEM, K/V pages left in HBM; the pages a sequence
+#    owns are DMA'd in groups into two VMEM slots (the next group in flight while this one is computed),
+#    GQA (the G query heads of a kv head as one [G, D] block), online softmax over groups, masked to the
+#    length; a group's unowned value pages are zeroed (its unowned key pages are masked by the select)
+_MASK_VALUE = -0.7 * float(jnp.finfo(f32).max)
+
+
+def _paged_attention_kernel(lengths_ref, page_indices_ref, q_ref, k_hbm, v_hbm, o_ref, k_buf, v_buf, sems):
+    b, h = pl.program_id(0), pl.program_id(1)
+    _, per_group, page_size, _ = k_buf.shape
+    heads, head_dim = q_ref.shape
+    tokens = per_group * page_size
+    length = lengths_ref[b]
+    n_pages = lax.div(length + (page_size - 1), page_size)
+    n_groups = lax.div(length + (tokens - 1), tokens)
+
+    def start_group(g, slot):
+        first = g * per_group
+        owned = jnp.minimum(n_pages - first, per_group)
+
+        def copy(j, carry):
+            page = page_indices_ref[b, first + j]
+            pltpu.make_async_copy(k_hbm.at[h, page], k_buf.at[slot, j], sems.at[0, slot]).start()
+            pltpu.make_async_copy(v_hbm.at[h, page], v_buf.at[slot, j], sems.at[1, slot]).start()
+            return carry
+
+        lax.fori_loop(0, owned, copy, None)
+
+        def zero(j, carry):
+            v_buf[slot, j] = jnp.zeros((page_size, head_dim), v_buf.dtype)
+            return carry
+
+        lax.fori_loop(owned, per_group, zero, None)
+
+    def wait_group(owned, slot):
+        def wait(j, carry):  # the destination stands in for the source: a wait reads no page number
+            pltpu.make_async_copy(k_buf.at[slot, j], k_buf.at[slot, j], sems.at[0, slot]).wait()
+            pltpu.make_async_copy(v_buf.at[slot, j], v_buf.at[slot, j], sems.at[1, slot]).wait()
+            return carry
+
+        lax.fori_loop(0, owned, wait, None)
+
+    @pl.when(n_groups > 0)
+    def _():
+        start_group(0, 0)
+
+    q = q_ref[...]
+
+    def body(g, carry):
+        m, l, acc = carry
+        slot = lax.rem(g, 2)
+
+        @pl.when(g + 1 < n_groups)
+        def _():
+            start_group(g + 1, 1 - slot)
+
+        wait_group(jnp.minimum(n_pages - g * per_group, per_group), slot)
+        k = k_buf[slot].reshape(tokens, head_dim)
+        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=f32)
+        position = lax.broadcasted_iota(i32, (heads, tokens), 1) + g * tokens
+        s = jnp.where(position < length, s, _MASK_VALUE)
+        m_next = jnp.maximum(m, jnp.max(s, axis=1, keepdims=True))
+        alpha = jnp.exp(m - m_next)
+        p = jnp.exp(s - m_next)
+        l = alpha * l + jnp.sum(p, axis=1, keepdims=True)
+        v = v_buf[slot].reshape(tokens, head_dim)
+        acc = acc * alpha + jnp.dot(p.astype(bf16), v, preferred_element_type=f32)
+        return m_next, l, acc
+
+    init = (jnp.full((heads, 1), -jnp.inf, f32), jnp.zeros((heads, 1), f32), jnp.zeros((heads, head_dim), f32))
+    _, l, acc = lax.fori_loop(0, n_groups, body, init)
+    o_ref[...] = (acc / jnp.maximum(l, 1.0)).astype(o_ref.dtype)
+
+
+def paged_attention(lengths, page_indices, q, k_pages, v_pages, pages_per_compute_block=8):
+    batch, heads, head_dim = q.shape
+    kv_heads, _, page_size, _ = k_pages.shape
+    group = heads // kv_heads
+    q_spec = pl.BlockSpec((pl.Squeezed(), group, head_dim), lambda b, h, *_: (b, h, 0))
+    buf = pltpu.VMEM((2, pages_per_compute_block, page_size, head_dim), k_pages.dtype)
+    return pl.pallas_call(
+        _paged_attention_kernel, out_shape=S(q.shape, q.dtype),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=2, grid=(batch, kv_heads),
+            in_specs=[q_spec, pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=q_spec, scratch_shapes=[buf, buf, pltpu.SemaphoreType.DMA((2, 2))]),
+        compiler_params=_params("parallel", "parallel"), name="paged_attention_kernel")(
+            lengths, page_indices, q, k_pages, v_pages)
+
+
+def _paged_attention_ref(lengths, page_indices, q, k_pages, v_pages):
+    """The pages of each sequence gathered (`k_pages[:, page_indices]`), then plain masked softmax
+    attention in f32 per query head over its kv head; zeros for an empty sequence."""
+    batch, heads, head_dim = q.shape
+    kv_heads = k_pages.shape[0]
+    k = k_pages[:, page_indices].reshape(kv_heads, batch, -1, head_dim).astype(f32)
+    v = v_pages[:, page_indices].reshape(kv_heads, batch, -1, head_dim).astype(f32)
+    qg = q.reshape(batch, kv_heads, heads // kv_heads, head_dim).astype(f32)
+    s = jnp.einsum("bhgd,hbtd->bhgt", qg, k, precision=lax.Precision.HIGHEST)
+    valid = jnp.arange(s.shape[-1]) < lengths[:, None, None, None]
+    s = jnp.where(valid, s, -jnp.inf)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    p = jnp.where(valid, jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0.0)), 0.0)
+    o = jnp.einsum("bhgt,hbtd->bhgd", p, v, precision=lax.Precision.HIGHEST)
+    o = o / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30)
+    return o.reshape(batch, heads, head_dim).astype(q.dtype)
+
+
+def paged_attention_inputs(lengths, page_indices, total_pages, page_size):
+    """Valid `paged_attention` tables from any i32 arrays: lengths folded into `0..=pages_per_seq *
+    page_size` with the edges first (1 token, every page, empty, one token into a second page), the
+    block table a permutation of the pool's pages shifted by the given entries."""
+    batch, pages_per_seq = page_indices.shape
+    max_len = pages_per_seq * page_size
+    lengths = jnp.mod(lengths, max_len + 1).astype(i32)
+    edges = jnp.array([1, max_len, 0, page_size + 1], i32)[:batch]
+    lengths = lengths.at[:edges.shape[0]].set(edges)
+    perm = jax.random.permutation(jax.random.key(0), total_pages).astype(i32)
+    entries = perm[jnp.arange(batch * pages_per_seq) % total_pages].reshape(batch, pages_per_seq)
+    return lengths, jnp.mod(entries + page_indices, total_pages).astype(i32)
+
+
+# -- flash_attention (forward): online softmax over key blocks, m/l lane-replicated to 128 in VMEM
+#    scratch, acc in f32; causal: key blocks above the diagonal skipped (their index map clamped to the
+#    last needed block) and the computed blocks masked with a finite -0.7 * f32 max
+_MASK = -0.7 * float(jnp.finfo(f32).max)
+
+
+def _flash_scores(q, k, i, j, causal, scale):
+    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=f32) * scale
+    if causal:
+        bq, bk = q.shape[0], k.shape[0]
+        row = lax.broadcasted_iota(i32, (bq, bk), 0) + i * bq
+        col = lax.broadcasted_iota(i32, (bq, bk), 1) + j * bk
+        s = jnp.where(col <= row, s, _MASK)
+    return s
+
+
+def _flash_attention_kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, causal, scale):
+    bq, bk = q_ref.shape[0], k_ref.shape[0]
+    i, j = pl.program_id(1), pl.program_id(2)
+
+    @pl.when(j == 0)
+    def _():
+        m_ref[...] = jnp.full(m_ref.shape, _MASK, f32)
+        l_ref[...] = jnp.zeros(l_ref.shape, f32)
+        acc_ref[...] = jnp.zeros(acc_ref.shape, f32)
+
+    @pl.when((j * bk < (i + 1) * bq) | (not causal))
+    def _():
+        s = _flash_scores(q_ref[...], k_ref[...], i, j, causal, scale)
+        m_prev = m_ref[...][:, 0:1]
+        m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+        p = jnp.exp(s - m_new)
+        alpha = jnp.exp(m_prev - m_new)
+        l_new = alpha * l_ref[...][:, 0:1] + jnp.sum(p, axis=1, keepdims=True)
+        acc_ref[...] = acc_ref[...] * alpha + jnp.dot(p.astype(bf16), v_ref[...], preferred_element_type=f32)
+        m_ref[...] = jnp.broadcast_to(m_new, m_ref.shape)
+        l_ref[...] = jnp.broadcast_to(l_new, l_ref.shape)
+
+    @pl.when(j == pl.num_programs(2) - 1)
+    def _():
+        o_ref[...] = (acc_ref[...] / l_ref[...][:, 0:1]).astype(o_ref.dtype)
+
+
+def flash_attention(q, k, v, causal=False, bq=128, bk=128):
+    bh, seq, d = q.shape
+    kv_block = (lambda b, i, j: (b, jnp.minimum(j, lax.div((i + 1) * bq - 1, bk)), 0)) if causal else (
+        lambda b, i, j: (b, j, 0))
+    kv = pl.BlockSpec((None, bk, d), kv_block)
+    return pl.pallas_call(
+        functools.partial(_flash_attention_kernel, causal=causal, scale=1.0 / d ** 0.5),
+        out_shape=S(q.shape, q.dtype), grid=(bh, seq // bq, seq // bk),
+        in_specs=[pl.BlockSpec((None, bq, d), lambda b, i, j: (b, i, 0)), kv, kv],
+        out_specs=pl.BlockSpec((None, bq, d), lambda b, i, j: (b, i, 0)),
+        scratch_shapes=[pltpu.VMEM((bq, 128), f32), pltpu.VMEM((bq, 128), f32), pltpu.VMEM((bq, d), f32)],
+        compiler_params=_params("parallel", "parallel", "arbitrary"), name="flash_attention_kernel")(q, k, v)
+
+
+def attention_ref(q, k, v, causal=False):
+    """softmax(q kᵀ / sqrt(d)) v per head in f32, rounded to q's dtype (the flash attention reference)."""
+    s = jnp.einsum("hqd,hkd->hqk", q.astype(f32), k.astype(f32)) / q.shape[-1] ** 0.5
+    if causal:
+        seq = q.shape[1]
+        s = jnp.where(jnp.tril(jnp.ones((seq, seq), bool)), s, -jnp.inf)
+    return jnp.einsum("hqk,hkd->hqd", jax.nn.softmax(s, axis=-1), v.astype(f32)).astype(q.dtype)
+
+
+# -- flash_attention backward (not examples of their own: the JAX op's backward kernels), with the
+#    forward's log-sum-exp residual lse [bh, seq, 128] f32 (lane-replicated): dK/dV over query blocks,
+#    dQ over key blocks, p = exp(s - lse), dS = p * (dO vᵀ - rowsum(dO * O))
+def _flash_dkv_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, g_ref, dk_ref, dv_ref, dk_acc, dv_acc, *, causal, scale):
+    bq, bk = q_ref.shape[0], k_ref.shape[0]
+    j, i = pl.program_id(1), pl.program_id(2)
+
+    @pl.when(i == 0)
+    def _():
+        dk_acc[...] = jnp.zeros(dk_acc.shape, f32)
+        dv_acc[...] = jnp.zeros(dv_acc.shape, f32)
+
+    @pl.when(((i + 1) * bq > j * bk) | (not causal))
+    def _():
+        q, g = q_ref[...], g_ref[...]
+        s = _flash_scores(q, k_ref[...], i, j, causal, scale)
+        p = jnp.exp(s - lse_ref[...][:, 0:1])
+        dv_acc[...] += lax.dot_general(p.astype(bf16), g, (((0,), (0,)), ((), ())), preferred_element_type=f32)
+        dp = lax.dot_general(g, v_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=f32)
+        di = jnp.sum(g.astype(f32) * o_ref[...].astype(f32), axis=1, keepdims=True)
+        ds = p * (dp - di)
+        dk_acc[...] += lax.dot_general(ds.astype(bf16), q, (((0,), (0,)), ((), ())), preferred_element_type=f32)
+
+    @pl.when(i == pl.num_programs(2) - 1)
+    def _():
+        dk_ref[...] = (dk_acc[...] * scale).astype(dk_ref.dtype)
+        dv_ref[...] = dv_acc[...].astype(dv_ref.dtype)
+
+
+def flash_attention_dkv(q, k, v, o, lse, g, causal=False, bq=128, bk=128):
+    bh, seq, d = q.shape
+    q_block = (lambda b, j, i: (b, jnp.maximum(i, lax.div(j * bk, bq)), 0)) if causal else (lambda b, j, i: (b, i, 0))
+    rows = lambda w: pl.BlockSpec((None, bq, w), q_block)
+    keys = pl.BlockSpec((None, bk, d), lambda b, j, i: (b, j, 0))
+    return pl.pallas_call(
+        functools.partial(_flash_dkv_kernel, causal=causal, scale=1.0 / d ** 0.5),
+        out_shape=[S(q.shape, q.dtype), S(q.shape, q.dtype)], grid=(bh, seq // bk, seq // bq),
+        in_specs=[rows(d), keys, keys, rows(d), rows(128), rows(d)], out_specs=[keys, keys],
+        scratch_shapes=[pltpu.VMEM((bk, d), f32), pltpu.VMEM((bk, d), f32)],
+        compiler_params=_params("parallel", "parallel", "arbitrary"), name="flash_attention_dkv_kernel")(
+            q, k, v, o, lse, g)
+
+
+def _flash_dq_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, g_ref, dq_ref, dq_acc, di_ref, *, causal, scale):
+    bq, bk = q_ref.shape[0], k_ref.shape[0]
+    i, j = pl.program_id(1), pl.program_id(2)
+
+    @pl.when(j == 0)
+    def _():
+        dq_acc[...] = jnp.zeros(dq_acc.shape, f32)
+        di = jnp.sum(g_ref[...].astype(f32) * o_ref[...].astype(f32), axis=1, keepdims=True)
+        di_ref[...] = jnp.broadcast_to(di, di_ref.shape)
+
+    @pl.when((j * bk < (i + 1) * bq) | (not causal))
+    def _():
+        k = k_ref[...]
+        s = _flash_scores(q_ref[...], k, i, j, causal, scale)
+        p = jnp.exp(s - lse_ref[...][:, 0:1])
+        dp = lax.dot_general(g_ref[...], v_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=f32)
+        ds = p * (dp - di_ref[...][:, 0:1])
+        dq_acc[...] += jnp.dot(ds.astype(bf16), k, preferred_element_type=f32)
+
+    @pl.when(j == pl.num_programs(2) - 1)
+    def _():
+        dq_ref[...] = (dq_acc[...] * scale).astype(dq_ref.dtype)
+
+
+def flash_attention_dq(q, k, v, o, lse, g, causal=False, bq=128, bk=128):
+    bh, seq, d = q.shape
+    kv_block = (lambda b, i, j: (b, jnp.minimum(j, lax.div((i + 1) * bq - 1, bk)), 0)) if causal else (
+        lambda b, i, j: (b, j, 0))
+    rows = lambda w: pl.BlockSpec((None, bq, w), lambda b, i, j: (b, i, 0))
+    kv = pl.BlockSpec((None, bk, d), kv_block)
+    return pl.pallas_call(
+        functools.partial(_flash_dq_kernel, causal=causal, scale=1.0 / d ** 0.5),
+        out_shape=S(q.shape, q.dtype), grid=(bh, seq // bq, seq // bk),
+        in_specs=[rows(d), kv, kv, rows(d), rows(128), rows(d)], out_specs=rows(d),
+        scratch_shapes=[pltpu.VMEM((bq, d), f32), pltpu.VMEM((bq, 128), f32)],
+        compiler_params=_params("parallel", "parallel", "arbitrary"), name="flash_attention_dq_kernel")(
+            q, k, v, o, lse, g)
+
+
+#: The flash attention backward kernels' twins, at the example's shapes, for LLO/bundle parity.
+FLASH_BACKWARD = {
+    "flash_attention_dkv": (flash_attention_dkv, [S((2, 1024, 128), bf16)] * 4 + [S((2, 1024, 128), f32),
+                                                                                 S((2, 1024, 128), bf16)]),
+    "flash_attention_dq": (flash_attention_dq, [S((2, 1024, 128), bf16)] * 4 + [S((2, 1024, 128), f32),
+                                                                               S((2, 1024, 128), bf16)]),
+}
 
 
 KERNELS = {
@@ -437,9 +708,12 @@ KERNELS = {
     "paged_gather": (paged_gather, [S((8, 8), i32), S((64, 16, 128), f32)]),
     "grouped_matmul": (grouped_matmul, [S((5,), i32), S((7,), i32), S((7,), i32), S((512, 512), bf16),
                                         S((4, 512, 512), bf16)]),
+    "paged_attention": (paged_attention, [S((8,), i32), S((8, 32), i32), S((8, 16, 128), bf16),
+                                          S((2, 256, 16, 128), bf16), S((2, 256, 16, 128), bf16)]),
     "quantized_matmul": (quantized_matmul, [S((256, 512), bf16), S((512, 512), i8), S((1, 512), f32)]),
     "quantized_matmul_w8a8": (quantized_matmul_w8a8, [S((256, 512), i8), S((256, 1), f32), S((512, 512), i8),
                                                       S((1, 512), f32)]),
+    "flash_attention": (flash_attention, [S((2, 1024, 128), bf16)] * 3),
 }
 
 
@@ -452,10 +726,16 @@ INDEX_OPERANDS = {"gather_prefetch": {0: 8}, "paged_gather": {0: 64}}
 GROUP_OPERANDS = {"grouped_matmul": (3, 128)}
 
 
+# Kernels whose first operands are sequence lengths and a block table over the pages of the operand
+# `k_pages` ([kv heads, total pages, page size, head dim]): name -> k_pages operand index.
+PAGED_OPERANDS = {"paged_attention": 3}
+
+
 def valid_inputs(name, xs):
     """Random inputs made valid for kernel `name`: table operands folded into their range; group
     metadata rebuilt from group sizes cut at random rows (taken from the random offsets, so groups may be
-    empty and boundaries fall inside tiles)."""
+    empty and boundaries fall inside tiles); sequence lengths and block tables made ragged and in range
+    (`paged_attention_inputs`)."""
     xs = list(xs)
     for i, hi in INDEX_OPERANDS.get(name, {}).items():
         xs[i] = jnp.mod(xs[i], hi).astype(xs[i].dtype)
@@ -465,6 +745,9 @@ def valid_inputs(name, xs):
         cuts = jnp.sort(jnp.mod(xs[0][1:-1], m + 1))
         sizes = jnp.diff(jnp.concatenate([jnp.zeros((1,), i32), cuts, jnp.full((1,), m, i32)]))
         xs[:3] = group_metadata(sizes.astype(i32), m, tm)
+    if name in PAGED_OPERANDS:
+        _, total_pages, page_size, _ = xs[PAGED_OPERANDS[name]].shape
+        xs[:2] = paged_attention_inputs(xs[0], xs[1], total_pages, page_size)
     return xs
 
 
@@ -503,7 +786,9 @@ REFERENCES = {
     "inplace_scale": lambda x: x * 3.0,
     "paged_gather": lambda table, pages: pages[table].sum(axis=1).reshape(-1, pages.shape[2]),
     "grouped_matmul": _grouped_matmul_ref,
+    "paged_attention": _paged_attention_ref,
     "quantized_matmul": lambda x, w, s: (jnp.dot(x, w.astype(bf16), preferred_element_type=f32) * s).astype(bf16),
     "quantized_matmul_w8a8": lambda x, xs, w, ws: (jnp.dot(x, w, preferred_element_type=i32).astype(f32) * xs * ws
                                                    ).astype(bf16),
+    "flash_attention": attention_ref,
 }

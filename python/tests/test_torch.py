@@ -42,7 +42,22 @@ CASES = {  # name: (tensors, static params)
     "softmax": lambda: ([rand(64, 1024)], dict(block_rows=8)),
     "rmsnorm": lambda: ([rand(64, 1024, dtype=torch.bfloat16), rand(1, 1024, seed=2)], dict(eps=1e-5)),
     "add": lambda: ([rand(512, 512), rand(512, 512, seed=3)], dict()),
+    # int32 lengths and block table (1 token, every page, empty, ragged), bf16 q and k/v pages
+    "paged_attention": lambda: ([torch.tensor([1, 64, 0, 17], dtype=torch.int32),
+                                 torch.randperm(16, generator=torch.Generator().manual_seed(4))
+                                 .to(torch.int32).reshape(4, 4),
+                                 rand(4, 8, 128, dtype=torch.bfloat16, seed=5),
+                                 rand(1, 16, 16, 128, dtype=torch.bfloat16, seed=6),
+                                 rand(1, 16, 16, 128, dtype=torch.bfloat16, seed=7)],
+                                dict(pages_per_compute_block=2)),
 }
+
+
+def to_jax(t: torch.Tensor):
+    """The same values as a jax array of the same dtype (bf16, int32, else f32)."""
+    if t.dtype == torch.int32:
+        return jnp.asarray(t.numpy())
+    return jnp.asarray(t.float().numpy()).astype(jnp.bfloat16 if t.dtype == torch.bfloat16 else jnp.float32)
 
 
 def test_every_example_has_a_torch_op_with_the_jax_signature():
@@ -58,9 +73,7 @@ def test_cpu_tensors_in_cpu_tensors_out_same_bits_as_the_jax_op(name):
     tensors, params = CASES[name]()
     out = getattr(tex, name)(*tensors, **params)
     assert type(out) is torch.Tensor and out.device.type == "cpu"
-    want = getattr(ex, name)(*[jnp.asarray(t.float().numpy()).astype(jnp.bfloat16 if t.dtype == torch.bfloat16
-                                                                        else jnp.float32) for t in tensors],
-                             **params)
+    want = getattr(ex, name)(*[to_jax(t) for t in tensors], **params)
     assert tuple(out.shape) == want.shape
     np.testing.assert_array_equal(bits(out), jax_bits(want))
 

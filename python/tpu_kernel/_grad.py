@@ -7,6 +7,11 @@ name, `out`/`out0..` (forward outputs), `g`/`g0..` (their cotangents) — and th
 `params` (backward name -> forward name, values from the forward's canonical parameters as Rust
 answered them); its outputs are, in order, the cotangents of the forward inputs listed in `inputs`.
 
+A kernel may name a `fwd` kernel (`#[export(fwd = ..)]`): under differentiation it runs instead of the
+forward (same arrays, same static parameters) and returns the forward's outputs followed by residuals
+for the backward kernels — `outN` past the forward's own outputs (flash attention saves its softmax
+statistics so). Evaluated without differentiation, the plain forward runs and nothing extra is written.
+
 The forward is wrapped in `jax.custom_vjp` once per (kernel, static parameters), the static parameters
 closed over (never differentiated). The backward kernels are ordinary `Kernel` calls, so they are
 primitives too: they batch under vmap, lower for CPU and TPU, and are cached like any kernel.
@@ -35,8 +40,16 @@ def make_vjp(kernel, params_json: str):
     f = jax.custom_vjp(forward)
 
     def fwd(arrays):
-        outs = forward(arrays)
-        return outs, (arrays, outs)
+        if not kernel.fwd:
+            outs = forward(arrays)
+            return outs, (arrays, outs)
+        saved = tuple(_primitive.bind(library, kernel.fwd, params_json, arrays))
+        n = len(jax.eval_shape(forward, arrays))
+        if len(saved) <= n:
+            raise KernelError(f"{kernel.name}: its differentiation forward {kernel.fwd!r} returns {len(saved)} "
+                              f"array(s), not {kernel.name}'s {n} output(s) followed by residuals",
+                              kind="Grad", kernel=kernel.name)
+        return saved[:n], (arrays, saved)
 
     def bwd(residuals, cotangents):
         arrays, outs = residuals

@@ -115,6 +115,7 @@ class Kernel:
         self.inputs: list[str] = list(spec["inputs"])
         self.params: list[dict] = list(spec.get("params") or [])
         self.grad: list[dict] | None = spec.get("grad")
+        self.fwd: str | None = spec.get("fwd")  # run instead under differentiation, residuals appended
         self.__name__ = self.__qualname__ = self.name
         self.__doc__ = spec.get("doc") or f"The `{self.name}` kernel of library {library.name!r}."
         self.__signature__ = inspect.Signature(

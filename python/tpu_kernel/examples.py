@@ -53,6 +53,27 @@ def library_path() -> str:
         f"library (cargo build --release -p tpu-kernel-examples -> target/release/{_STEM}.so)", path=here)
 
 
+def group_metadata(sizes, m: int, tm: int = 128):
+    """The scalar-prefetched metadata `grouped_matmul` takes first, for tokens sorted by group with i32
+    group sizes `sizes` (summing to `m`, zeros allowed) in `tm`-row tiles: `(offsets [G + 1], group_ids,
+    m_tiles)`, the last two `[m // tm + G - 1]` — each non-empty group visits the tiles its rows touch, in
+    order (a tile straddling a boundary once per group); unused trailing visits repeat the last one.
+    jit-able (`sizes` may be traced; `m`, `tm` are static):
+
+        y = tpu_kernel.examples.grouped_matmul(*group_metadata(sizes, lhs.shape[0]), lhs, rhs)
+    """
+    import jax.numpy as jnp
+    i32 = jnp.int32
+    sizes = jnp.asarray(sizes, i32)
+    offsets = jnp.concatenate([jnp.zeros((1,), i32), jnp.cumsum(sizes, dtype=i32)])
+    first, stop = offsets[:-1] // tm, (offsets[1:] + tm - 1) // tm
+    count = jnp.where(sizes > 0, stop - first, 0)
+    ends = jnp.cumsum(count)
+    t = jnp.minimum(jnp.arange(m // tm + sizes.shape[0] - 1, dtype=i32), ends[-1] - 1)
+    gid = jnp.searchsorted(ends, t, side="right").astype(i32)
+    return offsets, gid, first[gid] + t - (ends - count)[gid]
+
+
 #: The loaded examples `Library`.
 library = load(library_path())
 

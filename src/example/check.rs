@@ -40,7 +40,7 @@ fn io_error(what: &str, e: std::io::Error) -> KernelError {
 /// Check `call` for `generation` (`v5e`, `v6e`, `v5p`, `v4`); the report, or the report as an error when
 /// a stage rejects the kernel.
 pub fn run(call: &PallasCall, generation: &str) -> Result<String, KernelError> {
-    let mosaic = call.mosaic_mlir()?;
+    let mosaic = call.mosaic_mlir_generic()?;
     let hlo = CustomCall::new(call.ir()).stablehlo()?;
     let dir = std::env::temp_dir().join(format!(
         "tpu-kernel-check-{}-{}",

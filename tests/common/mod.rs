@@ -11,6 +11,8 @@ pub mod causal_mask;
 pub mod colsum;
 #[path = "../../examples/dma_double.rs"]
 pub mod dma_double;
+#[path = "../../examples/flash_attention.rs"]
+pub mod flash_attention;
 #[path = "../../examples/fori_rowsum.rs"]
 pub mod fori_rowsum;
 #[path = "../../examples/gather_prefetch.rs"]
@@ -23,6 +25,8 @@ pub mod inplace_scale;
 pub mod matmul;
 #[path = "../../examples/ops_tour.rs"]
 pub mod ops_tour;
+#[path = "../../examples/paged_attention.rs"]
+pub mod paged_attention;
 #[path = "../../examples/paged_gather.rs"]
 pub mod paged_gather;
 #[path = "../../examples/quantized_matmul.rs"]
@@ -61,8 +65,10 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("dma_double", dma_double::build),
     ("inplace_scale", inplace_scale::build),
     ("paged_gather", paged_gather::build),
+    ("paged_attention", paged_attention::build),
     ("quantized_matmul", quantized_matmul::build),
     ("quantized_matmul_w8a8", quantized_matmul_w8a8::build),
+    ("flash_attention", flash_attention::build),
 ];
 
 /// The Mosaic text of an example (built, lowered, verified by melior).

@@ -53,6 +53,10 @@ pub struct KernelExport {
     /// The array parameters' names, in order.
     pub inputs: &'static [&'static str],
     pub params: Vec<ParamSpec>,
+    /// The exported kernel run instead of this one under differentiation (`#[export(fwd = ..)]`): same
+    /// arrays and static parameters, this kernel's outputs first, then residuals for the backward
+    /// kernels (named `outN` after this kernel's outputs in the gradient rules).
+    pub fwd: Option<&'static str>,
     pub grad: Option<Vec<GradSpec>>,
     pub launch: LaunchFn,
 }
@@ -509,6 +513,35 @@ fn base_inputs(export: &KernelExport, req: &Request) -> Result<Vec<ArrayType>> {
 pub fn problems(kernels: &[KernelExport]) -> Vec<String> {
     let mut out = Vec::new();
     for k in kernels {
+        if let Some(fwd) = k.fwd {
+            match kernels.iter().find(|b| b.name == fwd) {
+                None => out.push(format!(
+                    "{}: kernel `{}` runs `{fwd}` under differentiation, which this library does not export (list it in export_library!)",
+                    k.location, k.name
+                )),
+                Some(b) => {
+                    if b.inputs != k.inputs {
+                        out.push(format!(
+                            "{}: kernel `{}` runs `{fwd}` under differentiation, whose arrays ({}) are not its own ({})",
+                            k.location,
+                            k.name,
+                            b.inputs.join(", "),
+                            k.inputs.join(", ")
+                        ));
+                    }
+                    let names = |x: &KernelExport| x.params.iter().map(|p| p.name).collect::<Vec<_>>();
+                    if names(b) != names(k) {
+                        out.push(format!(
+                            "{}: kernel `{}` runs `{fwd}` under differentiation, whose static parameters ({}) are not its own ({})",
+                            k.location,
+                            k.name,
+                            names(b).join(", "),
+                            names(k).join(", ")
+                        ));
+                    }
+                }
+            }
+        }
         for g in k.grad.iter().flatten() {
             let Some(b) = kernels.iter().find(|b| b.name == g.kernel) else {
                 out.push(format!(
@@ -574,6 +607,7 @@ fn describe(name: &str, kernels: &[KernelExport], problems: &[String]) -> String
                 "location": k.location.to_string(),
                 "inputs": k.inputs,
                 "params": params,
+                "fwd": k.fwd,
                 "grad": grad,
             })
         })

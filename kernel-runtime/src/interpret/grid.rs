@@ -96,15 +96,31 @@ pub(crate) fn run(
         })
         .collect();
     // Outputs start uninitialized: every block is written back (or filled) before `assume_init`.
-    let mut outputs: Vec<(Vec<usize>, HostData)> = k
-        .outputs()
-        .map(|o| {
-            (
-                o.shape.clone(),
-                take_output(o.dtype, o.shape.iter().product()),
+    // Their sizes were checked by `build()`; the budget and the allocator may still refuse them.
+    let mut budget = opts.memory_limit;
+    let mut outputs: Vec<(Vec<usize>, HostData)> = Vec::new();
+    for o in k.outputs() {
+        let bytes = crate::size::bytes(&o.shape, o.dtype).unwrap_or(u64::MAX);
+        let refuse = |why: String| {
+            kerr!(
+                Memory,
+                "output {} ({:?} {}) needs {bytes} bytes: {why}",
+                o.index,
+                o.shape,
+                o.dtype
             )
-        })
-        .collect();
+            .at(o.loc)
+        };
+        budget = budget.checked_sub(bytes).ok_or_else(|| {
+            refuse(format!(
+                "past the interpreter's memory limit of {} bytes for this run's outputs (InterpretOptions::memory_limit)",
+                opts.memory_limit
+            ))
+        })?;
+        let data = take_output(o.dtype, o.shape.iter().product())
+            .map_err(|e| refuse(format!("the system refused the allocation ({e})")))?;
+        outputs.push((o.shape.clone(), data));
+    }
     let targets: Vec<Target> = outputs.iter_mut().map(|(_, d)| target_of(d)).collect();
     execute(k, &inputs, &targets, opts)?;
     Ok(outputs

@@ -68,17 +68,26 @@ impl HostData {
             DType::Bool => HostData::Bool(vec![lit.bits != 0; n]),
         }
     }
-    /// Room for `n` elements, none initialized yet (see [`HostData::assume_init`]).
-    pub(crate) fn uninit(dtype: DType, n: usize) -> HostData {
-        match dtype {
-            DType::F32 => HostData::F32(Vec::with_capacity(n)),
-            DType::BF16 => HostData::BF16(Vec::with_capacity(n)),
-            DType::I32 => HostData::I32(Vec::with_capacity(n)),
-            DType::I8 => HostData::I8(Vec::with_capacity(n)),
-            DType::U8 => HostData::U8(Vec::with_capacity(n)),
-            DType::U32 => HostData::U32(Vec::with_capacity(n)),
-            DType::Bool => HostData::Bool(Vec::with_capacity(n)),
+    /// Room for `n` elements, none initialized yet (see [`HostData::assume_init`]); an error, not an
+    /// abort, when the allocator refuses.
+    pub(crate) fn try_uninit(
+        dtype: DType,
+        n: usize,
+    ) -> std::result::Result<HostData, std::collections::TryReserveError> {
+        fn room<T>(n: usize) -> std::result::Result<Vec<T>, std::collections::TryReserveError> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n)?;
+            Ok(v)
         }
+        Ok(match dtype {
+            DType::F32 => HostData::F32(room(n)?),
+            DType::BF16 => HostData::BF16(room(n)?),
+            DType::I32 => HostData::I32(room(n)?),
+            DType::I8 => HostData::I8(room(n)?),
+            DType::U8 => HostData::U8(room(n)?),
+            DType::U32 => HostData::U32(room(n)?),
+            DType::Bool => HostData::Bool(room(n)?),
+        })
     }
     /// Set the length to `n`.
     ///
@@ -182,7 +191,7 @@ impl HostArray {
     /// An array of `shape` holding `data` (row-major); the lengths must agree.
     pub fn new(shape: impl AsRef<[usize]>, data: HostData) -> Result<Self> {
         let shape = shape.as_ref().to_vec();
-        let n: usize = shape.iter().product();
+        let n = elements_of(&shape, data.dtype())?;
         if n != data.len() {
             return Err(kerr!(
                 Shape,
@@ -199,19 +208,20 @@ impl HostArray {
     pub fn from_vec<T: HostElement>(shape: impl AsRef<[usize]>, data: Vec<T>) -> Result<Self> {
         Self::new(shape, T::wrap(data))
     }
-    pub fn zeros(shape: impl AsRef<[usize]>, dtype: DType) -> Self {
+    /// Zeros; an error for a shape whose size overflows.
+    pub fn zeros(shape: impl AsRef<[usize]>, dtype: DType) -> Result<Self> {
         let shape = shape.as_ref().to_vec();
-        let n = shape.iter().product();
-        HostArray {
+        let n = elements_of(&shape, dtype)?;
+        Ok(HostArray {
             shape,
             data: Arc::new(HostData::zeros(dtype, n)),
-        }
+        })
     }
     /// Deterministic pseudo-random contents: floats uniform in [-1, 1) (rounded to bf16 for bf16),
     /// signed ints in [-8, 8), unsigned in [0, 16), bools fair coins.
-    pub fn random(shape: impl AsRef<[usize]>, dtype: DType, seed: u64) -> Self {
+    pub fn random(shape: impl AsRef<[usize]>, dtype: DType, seed: u64) -> Result<Self> {
         let shape = shape.as_ref().to_vec();
-        let n: usize = shape.iter().product();
+        let n = elements_of(&shape, dtype)?;
         let mut rng = SplitMix(seed ^ 0x9E37_79B9_7F4A_7C15);
         let mut unit = || (rng.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
         let data = match dtype {
@@ -223,10 +233,10 @@ impl HostArray {
             DType::U32 => HostData::U32((0..n).map(|_| ((unit() + 1.0) * 8.0) as u32).collect()),
             DType::Bool => HostData::Bool((0..n).map(|_| unit() >= 0.0).collect()),
         };
-        HostArray {
+        Ok(HostArray {
             shape,
             data: Arc::new(data),
-        }
+        })
     }
     pub fn shape(&self) -> &[usize] {
         &self.shape
@@ -303,7 +313,21 @@ fn give_output(d: HostData) {
 }
 
 /// An empty buffer of `dtype` with room for `n` elements, reusing a dropped array's when one fits.
-pub(crate) fn take_output(dtype: DType, n: usize) -> HostData {
+/// The element count of a host array of `shape`: an error, not a wrap, when its size overflows.
+fn elements_of(shape: &[usize], dtype: DType) -> Result<usize> {
+    match crate::size::bytes(shape, dtype) {
+        Some(_) => Ok(shape.iter().product()),
+        None => Err(kerr!(
+            Shape,
+            "a host array of shape {shape:?} ({dtype}) has more bytes than fit in memory (its size overflows)"
+        )),
+    }
+}
+
+pub(crate) fn take_output(
+    dtype: DType,
+    n: usize,
+) -> std::result::Result<HostData, std::collections::TryReserveError> {
     if n * dtype.size_bytes() >= OUTPUT_POOL_MIN_BYTES {
         if let Ok(mut p) = OUTPUT_POOL.lock() {
             if let Some(i) = p
@@ -313,11 +337,11 @@ pub(crate) fn take_output(dtype: DType, n: usize) -> HostData {
                 let mut d = p.swap_remove(i);
                 // SAFETY: length 0 is always valid.
                 unsafe { d.assume_init(0) };
-                return d;
+                return Ok(d);
             }
         }
     }
-    HostData::uninit(dtype, n)
+    HostData::try_uninit(dtype, n)
 }
 
 /// A tiny deterministic generator (SplitMix64) so random inputs need no extra dependency.

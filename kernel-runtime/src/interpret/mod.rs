@@ -71,6 +71,22 @@ pub struct InterpretOptions {
     /// the same results under every seed; reading a copy's destination too early is an error either
     /// way.
     pub dma_seed: Option<u64>,
+    /// Bytes the interpreter may allocate for a run's output arrays; past it (or when the system
+    /// refuses the allocation) the run is an [`ErrorKind::Memory`](crate::error::ErrorKind::Memory)
+    /// error naming the output, not an abort. Default: half the machine's memory.
+    pub memory_limit: u64,
+}
+
+/// The default [`InterpretOptions::memory_limit`]: half of `MemTotal` (Linux), else 8 GiB.
+pub fn default_memory_limit() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib.saturating_mul(1024) / 2)
+        })
+        .unwrap_or(8 << 30)
 }
 
 impl Default for InterpretOptions {
@@ -80,6 +96,7 @@ impl Default for InterpretOptions {
             parallel: true,
             fuse: true,
             dma_seed: None,
+            memory_limit: default_memory_limit(),
         }
     }
 }

@@ -47,6 +47,22 @@ pub fn to_mosaic_text_with_locations(k: &Kernel) -> Result<String> {
     })
 }
 
+/// Lower a kernel to verified Mosaic MLIR text in MLIR's generic op form (`"vector.extract_strided_slice"(%0)
+/// <{offsets = ...}>`): every op printed the same way whatever its custom syntax, so an MLIR of another
+/// version (jaxlib's) parses it. The custom form of some ops differs between LLVM 22 and jaxlib's MLIR
+/// (e.g. `vector.extract_strided_slice`'s braces), so text meant for other tools is generic.
+pub fn to_mosaic_text_generic(k: &Kernel) -> Result<String> {
+    context::with_context(|ctx| {
+        let module = build_module(ctx, k)?;
+        let flags =
+            melior::ir::operation::OperationPrintingFlags::new().print_generic_operation_form();
+        module
+            .as_operation()
+            .to_string_with_flags(flags)
+            .map_err(|e| kerr!(Lowering, "printing the module: {e}"))
+    })
+}
+
 /// Build and verify the Mosaic module for a kernel in `ctx`.
 pub fn build_module<'c>(ctx: &'c Context, k: &Kernel) -> Result<Module<'c>> {
     module_from_data(ctx, &lower_module(k)?)

@@ -352,3 +352,10 @@ impl Drop for NamedScope {
         });
     }
 }
+
+/// Panics inside the library: lets tests show that a bug in tpu-kernel is reported as an internal error
+/// at the panic's place, not blamed on the kernel body. Not for kernels.
+#[doc(hidden)]
+pub fn __library_panic_for_tests() {
+    panic!("a deliberate library panic (test hook)");
+}

@@ -215,10 +215,13 @@ impl<T: Element> Array<T> {
         let shape = shape.as_ref().to_vec();
         Array::from_val(emit(loc, |t| {
             let (from, d) = vector_type(t, self.v, "reshape")?;
-            let (n0, n1) = (
-                from.iter().product::<usize>(),
-                shape.iter().product::<usize>(),
-            );
+            let n0 = from.iter().product::<usize>(); // a traced value: checked when it was made
+            let Some(n1) = crate::size::elements(&shape) else {
+                return Err(kerr!(
+                    Shape,
+                    "cannot reshape {from:?} ({n0} elements) to {shape:?}: its element count overflows"
+                ));
+            };
             if n0 != n1 || shape.is_empty() {
                 return Err(kerr!(
                     Shape,
@@ -499,6 +502,58 @@ shift_op!(
     "`x >> n`: arithmetic for signed, logical for unsigned element types, as XLA's `shift_right_*`."
 );
 
+impl<T: Numeric> Scalar<T> {
+    /// The smaller of two scalars (`jnp.minimum`; NaN-propagating for floats) — in index maps too, e.g.
+    /// to clamp a block index so that steps whose block is not needed fetch nothing new.
+    #[track_caller]
+    pub fn min(self, other: impl ScalarOperand<T>) -> Scalar<T> {
+        Scalar::from_val(binary(
+            BinaryOp::Min,
+            self.v.into(),
+            other.scalar_arg(),
+            SourceLoc::caller(),
+        ))
+    }
+    /// The larger of two scalars (`jnp.maximum`; NaN-propagating for floats).
+    #[track_caller]
+    pub fn max(self, other: impl ScalarOperand<T>) -> Scalar<T> {
+        Scalar::from_val(binary(
+            BinaryOp::Max,
+            self.v.into(),
+            other.scalar_arg(),
+            SourceLoc::caller(),
+        ))
+    }
+}
+
+/// The other operand of [`Scalar::min`] / [`Scalar::max`]: a scalar or a Rust literal — not an array
+/// (use `minimum`/`maximum` for arrays), so the result is a scalar.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the other operand of a scalar min/max",
+    note = "pass a Scalar<{T}> or a literal; for arrays use `minimum(a, b)` / `maximum(a, b)`"
+)]
+pub trait ScalarOperand<T> {
+    #[doc(hidden)]
+    fn scalar_arg(self) -> Arg;
+}
+impl<T> ScalarOperand<T> for Scalar<T> {
+    fn scalar_arg(self) -> Arg {
+        Arg::Val(self.v)
+    }
+}
+impl<T: Element> ScalarOperand<T> for T {
+    #[track_caller]
+    fn scalar_arg(self) -> Arg {
+        self.into_arg()
+    }
+}
+impl ScalarOperand<i32> for usize {
+    #[track_caller]
+    fn scalar_arg(self) -> Arg {
+        self.into_arg()
+    }
+}
+
 impl<T: Element> Scalar<T> {
     #[track_caller]
     pub fn cast<U: Element>(self) -> Scalar<U> {
@@ -542,8 +597,9 @@ impl IntoArg<bf16> for f32 {
     }
 }
 impl IntoArg<i32> for usize {
+    #[track_caller]
     fn into_arg(self) -> Arg {
-        Arg::Lit(Literal::from_i64(DType::I32, self as i64))
+        super::i32_arg(self as i128, SourceLoc::caller())
     }
 }
 

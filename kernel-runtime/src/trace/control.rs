@@ -4,7 +4,7 @@
 
 use super::array::{compare, Array, IntoArg, Scalar};
 use super::{with, Arg, Val};
-use crate::dtype::{DType, Element, Literal, Numeric};
+use crate::dtype::{DType, Element, Numeric};
 use crate::error::{kerr, Result, SourceLoc};
 use crate::ir::{BinaryOp, CmpOp, OpKind, Type};
 
@@ -439,13 +439,15 @@ impl Bound for i32 {
     }
 }
 impl Bound for usize {
+    #[track_caller]
     fn bound(self) -> Arg {
-        Arg::Lit(Literal::from_i64(DType::I32, self as i64))
+        super::i32_arg(self as i128, SourceLoc::caller())
     }
 }
 impl Bound for u32 {
+    #[track_caller]
     fn bound(self) -> Arg {
-        Arg::Lit(Literal::from_i64(DType::I32, self as i64))
+        super::i32_arg(self as i128, SourceLoc::caller())
     }
 }
 impl Bound for Scalar<i32> {

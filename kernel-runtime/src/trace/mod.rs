@@ -19,7 +19,7 @@ mod slice;
 mod unroll;
 
 pub use api::*;
-pub use array::{Array, Scalar, COMPOSITE_METHODS};
+pub use array::{Array, Scalar, ScalarOperand, COMPOSITE_METHODS};
 pub use compound::{AddOp, CompoundOp, DivOp, MulOp, RemOp, SubOp, TraceCompoundAssign};
 pub use control::{
     for_range, for_range_step, if_else, while_loop, Bound, Carry, Cond, TraceEq, TraceLogic,
@@ -206,6 +206,21 @@ pub(crate) fn with<R>(loc: SourceLoc, f: impl FnOnce(&mut Tracer) -> Result<R>) 
 /// Like [`with`], for ops producing one value; poison on failure.
 pub(crate) fn emit(loc: SourceLoc, f: impl FnOnce(&mut Tracer) -> Result<Val>) -> Val {
     with(loc, f).unwrap_or(Val::POISON)
+}
+
+/// A Rust integer (a Rust index, bound or operand next to `Scalar<i32>`s) as an i32 kernel constant.
+/// Outside i32's range it is an error at `loc` — never a wrapped value (`1 << 32` is not block 0).
+pub(crate) fn i32_arg(v: i128, loc: SourceLoc) -> Arg {
+    match i32::try_from(v) {
+        Ok(x) => Arg::Lit(Literal::from_i64(DType::I32, x as i64)),
+        Err(_) => Arg::Val(emit(loc, |_| {
+            Err(kerr!(
+                OutOfBounds,
+                "the integer {v} does not fit the kernel's i32 indices and constants (i32::MAX = {})",
+                i32::MAX
+            ))
+        })),
+    }
 }
 
 /// An error that only says "an earlier error already happened"; never shown because the first error wins.

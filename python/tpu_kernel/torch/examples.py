@@ -11,5 +11,20 @@ from .. import examples as _jax_examples
 from . import op as _op
 
 library = _jax_examples.library
+
+
+def group_metadata(sizes, m: int, tm: int = 128):
+    """`tpu_kernel.examples.group_metadata` for torch: i32 group sizes (a tensor or a list) to the
+    `(offsets, group_ids, m_tiles)` int32 tensors `grouped_matmul` takes first.
+
+        y = tpu_kernel.torch.examples.grouped_matmul(*group_metadata(sizes, lhs.shape[0]), lhs, rhs)
+    """
+    import numpy as np
+    import torch
+    if isinstance(sizes, torch.Tensor):
+        sizes = sizes.detach().cpu().numpy()
+    return tuple(torch.from_numpy(np.array(a)) for a in _jax_examples.group_metadata(sizes, m, tm))
+
+
 globals().update({name: _op(k) for name, k in library.kernels.items()})
 __all__ = sorted(library.kernels)

@@ -8,14 +8,17 @@
 //!
 //! parse → check → generate, as for `#[tpu_kernel]`; every mistake is collected and spanned.
 
-use proc_macro2::{Span, TokenStream as TokenStream2};
+use proc_macro2::{Group, TokenStream as TokenStream2, TokenTree};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{parenthesized, Attribute, Expr, FnArg, Ident, ItemFn, LitStr, Pat, Path, Token, Type};
+use syn::{
+    parenthesized, Attribute, Expr, FnArg, Ident, Item, ItemFn, LitStr, Pat, Path, Token, Type,
+};
 
 use crate::check::Errors;
+use crate::syntax::{item_head, parse_whole, split_body, take_inner_attributes, with_empty_body};
 
 const P: &str = "::tpu_kernel::__private::export";
 
@@ -25,10 +28,13 @@ fn private() -> TokenStream2 {
 
 // ------------------------------------------------------------------------------------------ #[export]
 
-/// `#[export(name = "..", grad(x = k(g, y, block = block), (a, b) = k2(..)))]`.
+/// `#[export(name = "..", fwd = k_fwd, grad(x = k(g, y, block = block), (a, b) = k2(..)))]`.
 #[derive(Default)]
 struct ExportArgs {
     name: Option<LitStr>,
+    /// The kernel run instead of this one under differentiation: the same outputs first, then the
+    /// residuals the backward kernels read (as `outN`).
+    fwd: Option<Ident>,
     grad: Option<(Ident, Vec<GradEntry>)>,
 }
 
@@ -96,6 +102,9 @@ impl Parse for ExportArgs {
             if key == "name" {
                 input.parse::<Token![=]>()?;
                 out.name = Some(input.parse()?);
+            } else if key == "fwd" {
+                input.parse::<Token![=]>()?;
+                out.fwd = Some(input.parse()?);
             } else if key == "grad" {
                 let content;
                 parenthesized!(content in input);
@@ -104,7 +113,7 @@ impl Parse for ExportArgs {
             } else {
                 return Err(syn::Error::new_spanned(
                     key,
-                    "#[export] takes `name = \"...\"` and `grad(input = backward_kernel(args..), ..)`",
+                    "#[export] takes `name = \"...\"`, `fwd = forward_kernel_with_residuals` and `grad(input = backward_kernel(args..), ..)`",
                 ));
             }
             if !input.is_empty() {
@@ -123,21 +132,19 @@ struct Param {
     default: Option<Expr>,
 }
 
+const MSG_NOT_A_LAUNCH_FN: &str = "#[export] goes on a launch function: `fn name(x: ArrayType, .., block: (usize, usize)) -> Result<PallasCall, KernelError>`";
+
 pub(crate) fn export(attr: TokenStream2, item: TokenStream2) -> TokenStream2 {
-    let mut func: ItemFn = match syn::parse2(item.clone()) {
-        Ok(f) => f,
-        Err(_) => {
-            let mut out = syn::Error::new(
-                Span::call_site(),
-                "#[export] goes on a launch function: `fn name(x: ArrayType, .., block: (usize, usize)) -> Result<PallasCall, KernelError>`",
-            )
-            .into_compile_error();
+    let (mut func, body) = match launch_fn(&item) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            let mut out = error.into_compile_error();
             out.extend(item);
             return out;
         }
     };
     let mut errors = Errors::default();
-    let args = match syn::parse2::<ExportArgs>(attr) {
+    let args = match parse_whole::<ExportArgs>(attr) {
         Ok(a) => a,
         Err(e) => {
             errors.push(e);
@@ -154,15 +161,50 @@ pub(crate) fn export(attr: TokenStream2, item: TokenStream2) -> TokenStream2 {
             &mut errors,
         );
     }
+    if let (Some(fwd), None) = (&args.fwd, &args.grad) {
+        errors.error(
+            fwd,
+            "`fwd` names the kernel run under differentiation to save residuals for the backward kernels; \
+             it needs `grad(..)` too",
+        );
+    }
     // On error: the messages and the user's fn (so names resolve), but no descriptor, whose shim
     // would only add follow-up errors about the parameters already reported.
     let (mut out, generated) = match errors.finish() {
         Ok(()) => (TokenStream2::new(), generate_export(&func, &args, &params)),
         Err(e) => (e.into_compile_error(), TokenStream2::new()),
     };
-    out.extend(func.into_token_stream());
+    out.extend(with_body(func, body));
     out.extend(generated);
     out
+}
+
+/// The launch function with an empty body, and its body. Only the signature is the macro's
+/// business: the body is plain Rust, emitted as written for rustc to read (and judge).
+fn launch_fn(item: &TokenStream2) -> syn::Result<(ItemFn, Group)> {
+    let not_a_fn = |other: &Item| syn::Error::new_spanned(item_head(other), MSG_NOT_A_LAUNCH_FN);
+    let Some((head, body)) = split_body(item) else {
+        let item = parse_whole::<Item>(item.clone())?;
+        return Err(not_a_fn(&item));
+    };
+    match parse_whole::<Item>(with_empty_body(&head, &body))? {
+        Item::Fn(mut func) => {
+            // `#![doc = ..]` inside the body documents the fn too.
+            let mut inner: Vec<TokenTree> = body.stream().into_iter().collect();
+            func.attrs.extend(take_inner_attributes(&mut inner));
+            Ok((func, body))
+        }
+        other => Err(not_a_fn(&other)),
+    }
+}
+
+/// `func` (parsed with an empty body) with its own body back.
+fn with_body(func: ItemFn, body: Group) -> TokenStream2 {
+    let mut trees: Vec<TokenTree> = func.into_token_stream().into_iter().collect();
+    // The printed empty block (with any inner attributes, which the body still has).
+    trees.pop();
+    trees.push(TokenTree::Group(body));
+    trees.into_iter().collect()
 }
 
 fn is_array_type(ty: &Type) -> bool {
@@ -403,6 +445,13 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
             quote!(::core::option::Option::Some(::std::vec![#(#es),*]))
         }
     };
+    let fwd = match &args.fwd {
+        None => quote!(::core::option::Option::None),
+        Some(f) => {
+            let f = f.to_string();
+            quote!(::core::option::Option::Some(#f))
+        }
+    };
     let n_arrays = inputs.len();
     let here = quote_spanned!(fn_name.span()=> ::tpu_kernel::SourceLoc { file: ::core::file!(), line: ::core::line!(), col: ::core::column!() });
     quote! {
@@ -426,6 +475,7 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
                 location: #here,
                 inputs: &[#(#inputs),*],
                 params: ::std::vec![#(#specs),*],
+                fwd: #fwd,
                 grad: #grad,
                 launch: __tpu_kernel_launch,
             }
@@ -458,7 +508,7 @@ impl Parse for LibraryArgs {
 }
 
 pub(crate) fn export_library(input: TokenStream2) -> TokenStream2 {
-    let args = match syn::parse2::<LibraryArgs>(input) {
+    let args = match parse_whole::<LibraryArgs>(input) {
         Ok(a) => a,
         Err(e) => {
             let mut e2 = syn::Error::new(
