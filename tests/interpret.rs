@@ -943,8 +943,8 @@ fn int_to_float_casts_folded_into_chains_match_unfused_bit_for_bit() {
         .collect();
     let inputs = [
         HostArray::from_vec([16, 256], acc).unwrap(),
-        HostArray::random([16, 1], F32, 5),
-        HostArray::random([1, 256], F32, 6),
+        HostArray::random([16, 1], F32, 5).unwrap(),
+        HostArray::random([1, 256], F32, 6).unwrap(),
     ];
     let opts = |fuse| InterpretOptions {
         fuse,
