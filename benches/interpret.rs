@@ -8,7 +8,8 @@
 //! cargo bench --bench interpret -- --rounds 4         # more interleaved rounds (a loaded machine)
 //! ```
 //! The baselines run in `.venv/bin/python` (override with `TPU_KERNEL_PYTHON`; `scripts/setup.sh --python`
-//! installs it) from `benches/xla_baselines.py --serve`, interleaved with ours case by case (XLA, ours,
+//! installs it; the Pallas twins also need the `tpu_kernel` package or the examples library built,
+//! `cargo build --release -p tpu-kernel-examples`) from `benches/xla_baselines.py --serve`, interleaved with ours case by case (XLA, ours,
 //! Pallas, ours, XLA; each engine keeps its better round) so load from other processes hits both alike;
 //! without Python only our column is printed. Each figure is the median of repeated warm runs, and our
 //! output is checked against the plain-Rust reference. `--ab` compares fused vs unfused interpretation.
@@ -277,6 +278,8 @@ const EXAMPLE_CASES: &[&str] = &[
     "quantized_matmul",
     "quantized_matmul_w8a8",
     "grouped_matmul",
+    "flash_attention",
+    "paged_attention",
 ];
 
 /// The inputs of a case: uniform in [-1, 1) scaled to the range the kernel sees in a model (the same
@@ -414,7 +417,17 @@ impl Baselines {
         let mut it = line.split_whitespace().map(|x| x.parse::<f64>());
         match (it.next(), it.next()) {
             (Some(Ok(med)), Some(Ok(min))) => Some((med, min)),
-            _ => None,
+            _ if line.is_empty() => {
+                eprintln!(
+                    "{engine} {case}: the baselines exited (run `benches/xla_baselines.py --serve` \
+                     by hand to see why)"
+                );
+                None
+            }
+            _ => {
+                eprintln!("{engine} {case}: {}", line.trim());
+                None
+            }
         }
     }
 }

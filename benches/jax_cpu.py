@@ -40,6 +40,9 @@ OURS = {
     "quantized_matmul": lambda x, w, s: ex.quantized_matmul(x, w, s, block=(128, 128, 128)),
     "quantized_matmul_w8a8": lambda x, xs, w, ws: ex.quantized_matmul_w8a8(x, xs, w, ws, block=(128, 128, 128)),
     "grouped_matmul": lambda o, g, t, lhs, rhs: ex.grouped_matmul(o, g, t, lhs, rhs, block=(128, 128, 128)),
+    "flash_attention": lambda q, k, v: ex.flash_attention(q, k, v, causal=False, block=(128, 128)),
+    "paged_attention": lambda lengths, table, q, kp, vp: ex.paged_attention(lengths, table, q, kp, vp,
+                                                                            pages_per_compute_block=8),
 }
 # The Rust benchmark's kernels that are not in the examples library (its bench-only kernels and the
 # `--ops` cases) are not timed here.

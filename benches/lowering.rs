@@ -12,7 +12,9 @@
 //!                                            # (off the path) the MLIR module + verify the tests run
 //! cargo bench --bench lowering -- --loop matmul  # one kernel, warm, phase by phase (for a profiler)
 //! ```
-//! Pallas runs in `.venv/bin/python benches/pallas_lowering.py` (override with `TPU_KERNEL_PYTHON`).
+//! Pallas runs in `.venv/bin/python benches/pallas_lowering.py` (override with `TPU_KERNEL_PYTHON`; the
+//! Pallas twins need the `tpu_kernel` package or the examples library built,
+//! `cargo build --release -p tpu-kernel-examples`).
 //! Per kernel, two rounds of (our samples, then Pallas's samples), each side keeping its better
 //! round: the sides alternate in time, but neither is timed right after the other trashed the caches.
 //!
@@ -26,8 +28,8 @@
 mod common;
 
 use common::{
-    add, causal_mask, colsum, fori_rowsum, grouped_matmul, matmul, ops_tour, quantized_matmul,
-    quantized_matmul_w8a8, rmsnorm, softmax, transpose,
+    add, causal_mask, colsum, flash_attention, fori_rowsum, grouped_matmul, matmul, ops_tour,
+    paged_attention, quantized_matmul, quantized_matmul_w8a8, rmsnorm, softmax, transpose,
 };
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -132,6 +134,27 @@ fn cases() -> Vec<Case> {
                 (&[4, 512, 512], "bf16"),
             ],
             &[(1, 1), (2, 1), (3, 128)],
+        ),
+        c(
+            flash_attention::__tpu_kernel_export_flash_attention,
+            &[
+                (&[2, 1024, 128], "bf16"),
+                (&[2, 1024, 128], "bf16"),
+                (&[2, 1024, 128], "bf16"),
+            ],
+            &[(0, 1), (1, 1), (2, 1)],
+        ),
+        // One more sequence: a length, a block-table row and a query.
+        c(
+            paged_attention::__tpu_kernel_export_paged_attention,
+            &[
+                (&[8], "i32"),
+                (&[8, 32], "i32"),
+                (&[8, 16, 128], "bf16"),
+                (&[2, 256, 16, 128], "bf16"),
+                (&[2, 256, 16, 128], "bf16"),
+            ],
+            &[(0, 1), (1, 1), (2, 1)],
         ),
     ]
 }
@@ -255,6 +278,11 @@ fn main() {
         to_py.flush().map_err(|e| e.to_string())?;
         let mut line = String::new();
         from_py.read_line(&mut line).map_err(|e| e.to_string())?;
+        if line.is_empty() {
+            return Err(
+                "the Python side exited (run benches/pallas_lowering.py by hand to see why)".into(),
+            );
+        }
         line.trim()
             .parse::<f64>()
             .map_err(|_| line.trim().to_string())

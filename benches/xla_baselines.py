@@ -9,7 +9,8 @@ numpy does no timed work here, so OPENBLAS_CORETYPE does not matter.
 
 The production kernels (`EXAMPLE_CASES`) run their Pallas twins from python/tests/pallas_kernels.py, on
 that file's example shapes and valid inputs; their XLA baseline is the natural jnp program for the same
-math, written here.
+math, written here. pallas_kernels.py imports `tpu_kernel.examples`: install the package or build the
+examples library (`cargo build --release -p tpu-kernel-examples`; see repo_python.py).
 
 usage: python xla_baselines.py [--quick] [--ops]
 """
@@ -26,7 +27,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python" / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import repo_python  # noqa: E402
+
+repo_python.setup()
 import pallas_kernels  # noqa: E402  (the Pallas twins of the examples)
 
 QUICK = "--quick" in sys.argv
@@ -263,10 +267,39 @@ def grouped_matmul_jnp(offsets, group_ids, m_tiles, lhs, rhs):
     return lax.ragged_dot(lhs, rhs, sizes, preferred_element_type=jnp.float32).astype(lhs.dtype)
 
 
+def flash_attention_jnp(q, k, v):
+    """softmax(q kᵀ / sqrt(d)) v per head: bf16 matmuls accumulating in f32, the softmax in f32, its
+    probabilities rounded to bf16 for the second matmul (as the kernel does)."""
+    s = jnp.einsum("hqd,hkd->hqk", q, k, preferred_element_type=jnp.float32) * q.shape[-1] ** -0.5
+    p = jax.nn.softmax(s, axis=-1)
+    return jnp.einsum("hqk,hkd->hqd", p.astype(v.dtype), v, preferred_element_type=jnp.float32).astype(q.dtype)
+
+
+def paged_attention_jnp(lengths, page_indices, q, k_pages, v_pages):
+    """Decode attention over a paged KV cache (q pre-scaled, as the kernel takes it): each sequence's
+    pages gathered by its block table, scores past its length masked, softmax, p·v (bf16 matmuls
+    accumulating in f32; GQA by grouping the query heads of a kv head)."""
+    batch, heads, d = q.shape
+    kv_heads = k_pages.shape[0]
+    k = k_pages[:, page_indices].reshape(kv_heads, batch, -1, d)
+    v = v_pages[:, page_indices].reshape(kv_heads, batch, -1, d)
+    qg = q.reshape(batch, kv_heads, heads // kv_heads, d)
+    s = jnp.einsum("bhgd,hbtd->bhgt", qg, k, preferred_element_type=jnp.float32)
+    valid = jnp.arange(s.shape[-1]) < lengths[:, None, None, None]
+    s = jnp.where(valid, s, -jnp.inf)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    p = jnp.where(valid, jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0.0)), 0.0)
+    o = jnp.einsum("bhgt,hbtd->bhgd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    o = o / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30)
+    return o.reshape(batch, heads, d).astype(q.dtype)
+
+
 EXAMPLE_CASES = {
     "quantized_matmul": quantized_matmul_jnp,
     "quantized_matmul_w8a8": quantized_matmul_w8a8_jnp,
     "grouped_matmul": grouped_matmul_jnp,
+    "flash_attention": flash_attention_jnp,
+    "paged_attention": paged_attention_jnp,
 }
 
 
@@ -357,12 +390,16 @@ def serve(budget):
             continue
         engine, name = parts
         ref, kernel, make = CASES[name]
-        if name not in inputs:
-            inputs[name] = make()
-        key = (engine, name)
-        if key not in jitted:
-            jitted[key] = jax.jit(ref if engine == "xla" else kernel)
-        med, mn = times_ms(jitted[key], inputs[name], budget)
+        try:
+            if name not in inputs:
+                inputs[name] = make()
+            key = (engine, name)
+            if key not in jitted:
+                jitted[key] = jax.jit(ref if engine == "xla" else kernel)
+            med, mn = times_ms(jitted[key], inputs[name], budget)
+        except Exception as e:  # the bench prints the failure instead of a figure
+            print(f"error {type(e).__name__}: {e}".replace("\n", " "), flush=True)
+            continue
         print(f"{med:.6f} {mn:.6f}", flush=True)
 
 
