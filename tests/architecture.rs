@@ -122,6 +122,7 @@ fn only_the_multiversion_macro_compiles_a_loop_twice() {
         "math/lanes256.rs",
         "math/lanes512.rs",
         "dot_bf16.rs",
+        "dot_i8.rs",
     ];
     for (path, text) in interpreter_sources() {
         if !intrinsic_kernels.contains(&path.as_str()) {
