@@ -4,29 +4,28 @@
 //! ```text
 //! cargo bench --bench interpret              # full run (~1 s per case and engine)
 //! cargo bench --bench interpret -- --quick   # shorter timing budgets
+//! cargo bench --bench interpret -- --case quantized   # only the cases whose name contains `quantized`
+//! cargo bench --bench interpret -- --rounds 4         # more interleaved rounds (a loaded machine)
 //! ```
 //! The baselines run in `.venv/bin/python` (override with `TPU_KERNEL_PYTHON`; `scripts/setup.sh --python`
-//! installs it) from `benches/xla_baselines.py --serve`, interleaved with ours case by case (XLA, ours,
+//! installs it; the Pallas twins also need the `tpu_kernel` package or the examples library built,
+//! `cargo build --release -p tpu-kernel-examples`) from `benches/xla_baselines.py --serve`, interleaved with ours case by case (XLA, ours,
 //! Pallas, ours, XLA; each engine keeps its better round) so load from other processes hits both alike;
 //! without Python only our column is printed. Each figure is the median of repeated warm runs, and our
 //! output is checked against the plain-Rust reference. `--ab` compares fused vs unfused interpretation.
+//!
+//! **Adding a production kernel** (an example with a Pallas twin) at its example's shapes is one entry
+//! on each side: its example name in [`EXAMPLE_CASES`] here (the example's `build()` from
+//! `tests/common/mod.rs`'s `EXAMPLES`, inputs from `reference::random_inputs`, checked against
+//! `reference::expected`), and its name with its jnp program in `EXAMPLE_CASES` of
+//! `benches/xla_baselines.py` (the Pallas side is the twin of `python/tests/pallas_kernels.py`, run with
+//! `interpret=True`, on that file's shapes and `valid_inputs`).
 
-#[path = "../examples/activations.rs"]
-#[allow(dead_code)]
-mod activations;
-#[path = "../examples/add.rs"]
-#[allow(dead_code)]
-mod add;
-#[path = "../examples/matmul.rs"]
-#[allow(dead_code)]
-mod matmul;
-#[path = "../examples/rmsnorm.rs"]
-#[allow(dead_code)]
-mod rmsnorm;
-#[path = "../examples/softmax.rs"]
-#[allow(dead_code)]
-mod softmax;
+// The example files, as the tests include them.
+#[path = "../tests/common/mod.rs"]
+mod common;
 
+use common::{activations, add, matmul, rmsnorm, softmax};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -211,7 +210,7 @@ fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
 }
 
 fn cases() -> Vec<(&'static str, Build)> {
-    vec![
+    let mut cases: Vec<(&'static str, Build)> = vec![
         (
             "matmul_bf16_256",
             Box::new(|| {
@@ -263,8 +262,25 @@ fn cases() -> Vec<(&'static str, Build)> {
             Box::new(|| transcendental::rotary(4096, 128, 256)),
         ),
         ("activations_f32_256", Box::new(activations::build)),
-    ]
+    ];
+    for &name in EXAMPLE_CASES {
+        let (_, build) = common::EXAMPLES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("EXAMPLE_CASES: no example `{name}` in tests/common/mod.rs"));
+        cases.push((name, Box::new(*build)));
+    }
+    cases
 }
+
+/// The production kernels benchmarked at their examples' shapes, by example name (see the header).
+const EXAMPLE_CASES: &[&str] = &[
+    "quantized_matmul",
+    "quantized_matmul_w8a8",
+    "grouped_matmul",
+    "flash_attention",
+    "paged_attention",
+];
 
 /// The inputs of a case: uniform in [-1, 1) scaled to the range the kernel sees in a model (the same
 /// scales as `xla_baselines.py`); rotary gets positions `0..m` and frequencies `10000^(-j/h)`.
@@ -401,7 +417,17 @@ impl Baselines {
         let mut it = line.split_whitespace().map(|x| x.parse::<f64>());
         match (it.next(), it.next()) {
             (Some(Ok(med)), Some(Ok(min))) => Some((med, min)),
-            _ => None,
+            _ if line.is_empty() => {
+                eprintln!(
+                    "{engine} {case}: the baselines exited (run `benches/xla_baselines.py --serve` \
+                     by hand to see why)"
+                );
+                None
+            }
+            _ => {
+                eprintln!("{engine} {case}: {}", line.trim());
+                None
+            }
         }
     }
 }
@@ -443,7 +469,7 @@ fn ab_fusion(only: Option<&str>) {
             v.sort_by(f64::total_cmp);
         }
         println!(
-            "{name:<19} fused min {:.3} med {:.3} | unfused min {:.3} med {:.3}",
+            "{name:<22} fused min {:.3} med {:.3} | unfused min {:.3} med {:.3}",
             a[0],
             a[a.len() / 2],
             b[0],
@@ -473,6 +499,14 @@ fn main() {
         ..InterpretOptions::default()
     };
     let budget = Duration::from_millis(if quick { 300 } else { 1000 });
+    // `--rounds N`: interleaved rounds per case and engine (2 by default; more on a loaded machine).
+    let rounds = args
+        .iter()
+        .position(|a| a == "--rounds")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(2)
+        .max(1);
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -534,7 +568,8 @@ fn main() {
             }
             _ => (f64::NAN, name.starts_with("op_")),
         };
-        // Two interleaved rounds (XLA, ours, Pallas, ours, XLA); each engine keeps its better round.
+        // Interleaved rounds (two: XLA, ours, Pallas, ours, XLA; more: XLA, ours, ours, XLA, XLA, ...
+        // with Pallas once after the first of ours); each engine keeps its best round.
         eprintln!("measuring {name}...");
         let ours_run = || {
             times_ms(
@@ -545,24 +580,32 @@ fn main() {
             )
         };
         let mut ask = |engine: &str| base.as_mut().ok().and_then(|b| b.ask(engine, name));
-        let xla1 = ask("xla");
-        let ours1 = ours_run();
-        let pallas = ask("pallas");
-        let ours2 = ours_run();
-        let xla2 = ask("xla");
-        let (ours, ours_min) = best(Some(ours1), Some(ours2)).unwrap_or(ours1);
-        if let (Some(x), Some(p)) = (best(xla1, xla2), pallas) {
+        let (mut xla, mut ours, mut pallas) = (None, None, None);
+        for round in 0..rounds {
+            if round % 2 == 0 {
+                xla = best(xla, ask("xla"));
+            }
+            ours = best(ours, Some(ours_run()));
+            if round == 0 {
+                pallas = ask("pallas");
+            }
+            if round % 2 == 1 {
+                xla = best(xla, ask("xla"));
+            }
+        }
+        let (ours, ours_min) = ours.expect("at least one round");
+        if let (Some(x), Some(p)) = (xla, pallas) {
             baseline.insert(name, (x.0, p.0, x.1));
         }
         rows.push((name, ours, ours_min, check));
     }
 
     println!(
-        "\ninterpret mode on CPU ({threads} threads); ms = median of warm runs, better of two rounds \
+        "\ninterpret mode on CPU ({threads} threads); ms = median of warm runs, best of {rounds} rounds \
          interleaved with XLA's; ratio = time / XLA time (min/min: fastest single runs)"
     );
     println!(
-        "{:<19} {:>9} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {:>9}",
+        "{:<22} {:>9} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {:>9}",
         "case",
         "ours ms",
         "XLA ms",
@@ -585,7 +628,7 @@ fn main() {
                 pallas_r.push(pallas / xla);
                 speedup.push(pallas / ours);
                 println!(
-                    "{name:<19} {ours:>9.3} {xla:>9.3} {pallas:>10.3} {:>9.2} {:>8.2} {:>10.2} {:>11.1} {err:>9}",
+                    "{name:<22} {ours:>9.3} {xla:>9.3} {pallas:>10.3} {:>9.2} {:>8.2} {:>10.2} {:>11.1} {err:>9}",
                     ours / xla,
                     ours_min / xla_min,
                     pallas / xla,
@@ -593,14 +636,14 @@ fn main() {
                 );
             }
             None => println!(
-                "{name:<19} {ours:>9.3} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {err:>9}",
+                "{name:<22} {ours:>9.3} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {err:>9}",
                 "-", "-", "-", "-", "-", "-"
             ),
         }
     }
     if !ours_r.is_empty() {
         println!(
-            "{:<19} {:>9} {:>9} {:>10} {:>9.2} {:>8.2} {:>10.2} {:>11.1}",
+            "{:<22} {:>9} {:>9} {:>10} {:>9.2} {:>8.2} {:>10.2} {:>11.1}",
             "geomean",
             "",
             "",

@@ -12,70 +12,149 @@
 //!                                            # (off the path) the MLIR module + verify the tests run
 //! cargo bench --bench lowering -- --loop matmul  # one kernel, warm, phase by phase (for a profiler)
 //! ```
-//! Pallas runs in `.venv/bin/python benches/pallas_lowering.py` (override with `TPU_KERNEL_PYTHON`).
+//! Pallas runs in `.venv/bin/python benches/pallas_lowering.py` (override with `TPU_KERNEL_PYTHON`; the
+//! Pallas twins need the `tpu_kernel` package or the examples library built,
+//! `cargo build --release -p tpu-kernel-examples`).
 //! Per kernel, two rounds of (our samples, then Pallas's samples), each side keeping its better
 //! round: the sides alternate in time, but neither is timed right after the other trashed the caches.
+//!
+//! **Adding a kernel** is one entry in [`cases`]: its `#[export]` descriptor (the library the bench
+//! builds is made of these), its inputs at the example's shapes (`python/tests/pallas_kernels.py`'s
+//! `KERNELS` names the same kernel and holds its Pallas twin), and which inputs grow by how many rows
+//! per sample so that every sample is a new signature on both sides.
 
 // The example files, as the tests include them.
 #[path = "../tests/common/mod.rs"]
 mod common;
 
 use common::{
-    add, causal_mask, colsum, fori_rowsum, matmul, ops_tour, rmsnorm, softmax, transpose,
+    add, causal_mask, colsum, flash_attention, fori_rowsum, grouped_matmul, matmul, ops_tour,
+    paged_attention, quantized_matmul, quantized_matmul_w8a8, rmsnorm, softmax, transpose,
 };
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
-use tpu_kernel::__private::export::{Library, Request};
+use tpu_kernel::__private::export::{KernelExport, Library, Request};
 use tpu_kernel::runtime::lower;
 use tpu_kernel::{ArrayType, DType};
 
-/// The example's inputs with the first dimension of the arrays in `grow` made `i + 1` blocks longer:
-/// sample `i` of a case is a signature no earlier sample had.
+/// A kernel at its example's inputs; sample `i` makes the first dimension of each input in `grow`
+/// `(i + 1) · step` longer (its own step per input, e.g. rows and the visit tables that follow
+/// them), so no sample repeats an earlier signature.
 struct Case {
+    export: fn() -> KernelExport,
     name: &'static str,
     inputs: Vec<(Vec<usize>, &'static str)>,
-    grow: &'static [usize],
-    step: usize,
+    grow: &'static [(usize, usize)],
 }
 
 fn cases() -> Vec<Case> {
-    let c = |name, inputs: &[(&[usize], &'static str)], grow, step| Case {
-        name,
+    let c = |export: fn() -> KernelExport,
+             inputs: &[(&[usize], &'static str)],
+             grow: &'static [(usize, usize)]| Case {
+        export,
+        name: export().name,
         inputs: inputs.iter().map(|(s, d)| (s.to_vec(), *d)).collect(),
         grow,
-        step,
     };
     vec![
         c(
-            "add",
+            add::__tpu_kernel_export_add,
             &[(&[1024, 1024], "f32"), (&[1024, 1024], "f32")],
-            &[0, 1],
-            256,
+            &[(0, 256), (1, 256)],
         ),
         c(
-            "matmul",
+            matmul::__tpu_kernel_export_matmul,
             &[(&[512, 512], "bf16"), (&[512, 512], "bf16")],
-            &[0],
-            128,
+            &[(0, 128)],
         ),
-        c("softmax", &[(&[1024, 1024], "f32")], &[0], 8),
         c(
-            "rmsnorm",
+            softmax::__tpu_kernel_export_softmax,
+            &[(&[1024, 1024], "f32")],
+            &[(0, 8)],
+        ),
+        c(
+            rmsnorm::__tpu_kernel_export_rmsnorm,
             &[(&[1024, 1024], "bf16"), (&[1, 1024], "f32")],
-            &[0],
-            16,
+            &[(0, 16)],
         ),
-        c("causal_mask", &[(&[512, 512], "f32")], &[0], 128),
-        c("fori_rowsum", &[(&[256, 1024], "f32")], &[0], 8),
-        c("transpose", &[(&[512, 512], "f32")], &[0], 128),
-        c("colsum", &[(&[1024, 256], "f32")], &[0], 128),
         c(
-            "ops_tour",
+            causal_mask::__tpu_kernel_export_causal_mask,
+            &[(&[512, 512], "f32")],
+            &[(0, 128)],
+        ),
+        c(
+            fori_rowsum::__tpu_kernel_export_fori_rowsum,
+            &[(&[256, 1024], "f32")],
+            &[(0, 8)],
+        ),
+        c(
+            transpose::__tpu_kernel_export_transpose,
+            &[(&[512, 512], "f32")],
+            &[(0, 128)],
+        ),
+        c(
+            colsum::__tpu_kernel_export_colsum,
+            &[(&[1024, 256], "f32")],
+            &[(0, 128)],
+        ),
+        c(
+            ops_tour::__tpu_kernel_export_ops_tour,
             &[(&[256, 128], "f32"), (&[128, 128], "f32")],
-            &[0],
-            64,
+            &[(0, 64)],
+        ),
+        c(
+            quantized_matmul::__tpu_kernel_export_quantized_matmul,
+            &[
+                (&[256, 512], "bf16"),
+                (&[512, 512], "i8"),
+                (&[1, 512], "f32"),
+            ],
+            &[(0, 128)],
+        ),
+        c(
+            quantized_matmul_w8a8::__tpu_kernel_export_quantized_matmul_w8a8,
+            &[
+                (&[256, 512], "i8"),
+                (&[256, 1], "f32"),
+                (&[512, 512], "i8"),
+                (&[1, 512], "f32"),
+            ],
+            &[(0, 128), (1, 128)],
+        ),
+        // One more 128-row tile of tokens is one more visit in each table.
+        c(
+            grouped_matmul::__tpu_kernel_export_grouped_matmul,
+            &[
+                (&[5], "i32"),
+                (&[7], "i32"),
+                (&[7], "i32"),
+                (&[512, 512], "bf16"),
+                (&[4, 512, 512], "bf16"),
+            ],
+            &[(1, 1), (2, 1), (3, 128)],
+        ),
+        c(
+            flash_attention::__tpu_kernel_export_flash_attention,
+            &[
+                (&[2, 1024, 128], "bf16"),
+                (&[2, 1024, 128], "bf16"),
+                (&[2, 1024, 128], "bf16"),
+            ],
+            &[(0, 1), (1, 1), (2, 1)],
+        ),
+        // One more sequence: a length, a block-table row and a query.
+        c(
+            paged_attention::__tpu_kernel_export_paged_attention,
+            &[
+                (&[8], "i32"),
+                (&[8, 32], "i32"),
+                (&[8, 16, 128], "bf16"),
+                (&[2, 256, 16, 128], "bf16"),
+                (&[2, 256, 16, 128], "bf16"),
+            ],
+            &[(0, 1), (1, 1), (2, 1)],
         ),
     ]
 }
@@ -83,8 +162,8 @@ fn cases() -> Vec<Case> {
 impl Case {
     fn shapes(&self, i: usize) -> Vec<(Vec<usize>, &'static str)> {
         let mut s = self.inputs.clone();
-        for &g in self.grow {
-            s[g].0[0] += self.step * (i + 1);
+        for &(g, step) in self.grow {
+            s[g].0[0] += step * (i + 1);
         }
         s
     }
@@ -105,21 +184,9 @@ impl Case {
     }
 }
 
+/// The library of every case's kernel.
 fn library() -> Library {
-    Library::new(
-        "examples",
-        vec![
-            add::__tpu_kernel_export_add(),
-            causal_mask::__tpu_kernel_export_causal_mask(),
-            colsum::__tpu_kernel_export_colsum(),
-            fori_rowsum::__tpu_kernel_export_fori_rowsum(),
-            matmul::__tpu_kernel_export_matmul(),
-            ops_tour::__tpu_kernel_export_ops_tour(),
-            rmsnorm::__tpu_kernel_export_rmsnorm(),
-            softmax::__tpu_kernel_export_softmax(),
-            transpose::__tpu_kernel_export_transpose(),
-        ],
-    )
+    Library::new("examples", cases().iter().map(|c| (c.export)()).collect())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -211,6 +278,11 @@ fn main() {
         to_py.flush().map_err(|e| e.to_string())?;
         let mut line = String::new();
         from_py.read_line(&mut line).map_err(|e| e.to_string())?;
+        if line.is_empty() {
+            return Err(
+                "the Python side exited (run benches/pallas_lowering.py by hand to see why)".into(),
+            );
+        }
         line.trim()
             .parse::<f64>()
             .map_err(|_| line.trim().to_string())
@@ -221,7 +293,7 @@ fn main() {
          new shapes every sample, median of {samples}"
     );
     println!(
-        "{:<12} {:>10} {:>12} {:>9}",
+        "{:<22} {:>10} {:>12} {:>9}",
         "kernel", "ours µs", "Pallas µs", "Pallas/ours"
     );
     let mut ratios = Vec::new();
@@ -278,14 +350,14 @@ fn main() {
         }
         let (o, p) = (ours, theirs);
         if !p.is_finite() {
-            println!("{:<12} {:>10.1} {:>12} {:>9}", case.name, o, "-", "-");
+            println!("{:<22} {:>10.1} {:>12} {:>9}", case.name, o, "-", "-");
             continue;
         }
         ratios.push(p / o);
-        println!("{:<12} {:>10.1} {:>12.1} {:>8.0}×", case.name, o, p, p / o);
+        println!("{:<22} {:>10.1} {:>12.1} {:>8.0}×", case.name, o, p, p / o);
         if phases {
             println!(
-                "{:<12} build (trace + checks) {:.1} µs | backend_config (lower + bytecode + JSON) {:.1} µs | off the path: MLIR module + verify {:.1} µs",
+                "{:<22} build (trace + checks) {:.1} µs | backend_config (lower + bytecode + JSON) {:.1} µs | off the path: MLIR module + verify {:.1} µs",
                 "",
                 median(t_build),
                 median(t_config),

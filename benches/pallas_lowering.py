@@ -4,6 +4,8 @@ an example kernel (python/tests/pallas_kernels.py), one new signature per reques
 Reads requests from stdin, one per line: `<case> <json [[shape, dtype], ...]>`; answers each with one
 line: the milliseconds `jax.jit(fn).trace(*args).lower(lowering_platforms=("tpu",))` took for those
 input shapes (a shape never lowered before in this process, so jax's caches do not hide the work).
+pallas_kernels.py imports `tpu_kernel.examples`: install the package or build the examples library
+(`cargo build --release -p tpu-kernel-examples`; see repo_python.py).
 """
 import json
 import os
@@ -12,14 +14,17 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python" / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import repo_python  # noqa: E402
+
+repo_python.setup()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import pallas_kernels  # noqa: E402
 
-DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "i32": jnp.int32}
+DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "i32": jnp.int32, "i8": jnp.int8}
 
 
 def lower_ms(case: str, shapes) -> float:

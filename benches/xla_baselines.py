@@ -7,11 +7,18 @@ With `--serve` it reads requests from stdin, one per line, and answers each with
 interleave XLA and its own runs in time). Inputs are numpy-generated;
 numpy does no timed work here, so OPENBLAS_CORETYPE does not matter.
 
+The production kernels (`EXAMPLE_CASES`) run their Pallas twins from python/tests/pallas_kernels.py, on
+that file's example shapes and valid inputs; their XLA baseline is the natural jnp program for the same
+math, written here. pallas_kernels.py imports `tpu_kernel.examples`: install the package or build the
+examples library (`cargo build --release -p tpu-kernel-examples`; see repo_python.py).
+
 usage: python xla_baselines.py [--quick] [--ops]
 """
+import contextlib
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import jax
@@ -19,6 +26,12 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import repo_python  # noqa: E402
+
+repo_python.setup()
+import pallas_kernels  # noqa: E402  (the Pallas twins of the examples)
 
 QUICK = "--quick" in sys.argv
 
@@ -233,6 +246,101 @@ CASES = {
 }
 
 
+# ---------------------------------------------------------------- production kernels at their example shapes
+# One entry per kernel (benches/interpret.rs `EXAMPLE_CASES` holds the same names): example name -> the
+# jnp program XLA:CPU runs, taking the kernel's inputs. The Pallas side is the example's twin in
+# python/tests/pallas_kernels.py (`KERNELS`: function and input shapes; `valid_inputs` for tables),
+# traced with interpret=True.
+def quantized_matmul_jnp(x, w, scale):
+    return (jnp.dot(x, w.astype(jnp.bfloat16), preferred_element_type=jnp.float32) * scale).astype(jnp.bfloat16)
+
+
+def quantized_matmul_w8a8_jnp(x, x_scale, w, w_scale):
+    acc = jnp.dot(x, w, preferred_element_type=jnp.int32)
+    return (acc.astype(jnp.float32) * x_scale * w_scale).astype(jnp.bfloat16)
+
+
+def grouped_matmul_jnp(offsets, group_ids, m_tiles, lhs, rhs):
+    """`jax.lax.ragged_dot` on the group sizes (the visit tables are the kernel's business). XLA:CPU
+    expands it to one dense dot of the lhs masked per group, `[m, G·k] @ [G·k, n]`: G times the flops."""
+    sizes = offsets[1:] - offsets[:-1]
+    return lax.ragged_dot(lhs, rhs, sizes, preferred_element_type=jnp.float32).astype(lhs.dtype)
+
+
+def flash_attention_jnp(q, k, v):
+    """softmax(q kᵀ / sqrt(d)) v per head: bf16 matmuls accumulating in f32, the softmax in f32, its
+    probabilities rounded to bf16 for the second matmul (as the kernel does)."""
+    s = jnp.einsum("hqd,hkd->hqk", q, k, preferred_element_type=jnp.float32) * q.shape[-1] ** -0.5
+    p = jax.nn.softmax(s, axis=-1)
+    return jnp.einsum("hqk,hkd->hqd", p.astype(v.dtype), v, preferred_element_type=jnp.float32).astype(q.dtype)
+
+
+def paged_attention_jnp(lengths, page_indices, q, k_pages, v_pages):
+    """Decode attention over a paged KV cache (q pre-scaled, as the kernel takes it): each sequence's
+    pages gathered by its block table, scores past its length masked, softmax, p·v (bf16 matmuls
+    accumulating in f32; GQA by grouping the query heads of a kv head)."""
+    batch, heads, d = q.shape
+    kv_heads = k_pages.shape[0]
+    k = k_pages[:, page_indices].reshape(kv_heads, batch, -1, d)
+    v = v_pages[:, page_indices].reshape(kv_heads, batch, -1, d)
+    qg = q.reshape(batch, kv_heads, heads // kv_heads, d)
+    s = jnp.einsum("bhgd,hbtd->bhgt", qg, k, preferred_element_type=jnp.float32)
+    valid = jnp.arange(s.shape[-1]) < lengths[:, None, None, None]
+    s = jnp.where(valid, s, -jnp.inf)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    p = jnp.where(valid, jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0.0)), 0.0)
+    o = jnp.einsum("bhgt,hbtd->bhgd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    o = o / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30)
+    return o.reshape(batch, heads, d).astype(q.dtype)
+
+
+EXAMPLE_CASES = {
+    "quantized_matmul": quantized_matmul_jnp,
+    "quantized_matmul_w8a8": quantized_matmul_w8a8_jnp,
+    "grouped_matmul": grouped_matmul_jnp,
+    "flash_attention": flash_attention_jnp,
+    "paged_attention": paged_attention_jnp,
+}
+
+
+@contextlib.contextmanager
+def _pallas_interpret():
+    """Every `pallas_call` traced inside runs as with `interpret=True` (the twins do not take the flag;
+    this is the switch behind `pltpu.force_tpu_interpret_mode`, set to the plain interpreter)."""
+    from jax._src import config
+    flag = config.pallas_tpu_interpret_mode_context_manager
+    prev = flag.swap_local(True)
+    try:
+        yield
+    finally:
+        flag.set_local(prev)
+
+
+def _twin_interpreted(name):
+    twin, _ = pallas_kernels.KERNELS[name]
+
+    def call(*args):
+        with _pallas_interpret():
+            return twin(*args)
+    return call
+
+
+def _random(s):
+    if jnp.issubdtype(s.dtype, jnp.floating):
+        return uni(s.shape, s.dtype)
+    info = jnp.iinfo(s.dtype)
+    return jnp.asarray(rng.integers(info.min, info.max, size=s.shape, endpoint=True).astype(s.dtype))
+
+
+def _example_inputs(name):
+    _, shapes = pallas_kernels.KERNELS[name]
+    return lambda: pallas_kernels.valid_inputs(name, [_random(s) for s in shapes])
+
+
+for _name, _jnp in EXAMPLE_CASES.items():
+    CASES[_name] = (_jnp, _twin_interpreted(_name), _example_inputs(_name))
+
+
 # `--ops` of benches/interpret.rs: each float op of the op table alone, inputs in (0.5, 4.5).
 def _op_inputs(n):
     return lambda: [uni((1024, 1024), jnp.float32) * 2.0 + 2.5 for _ in range(n)]
@@ -282,12 +390,16 @@ def serve(budget):
             continue
         engine, name = parts
         ref, kernel, make = CASES[name]
-        if name not in inputs:
-            inputs[name] = make()
-        key = (engine, name)
-        if key not in jitted:
-            jitted[key] = jax.jit(ref if engine == "xla" else kernel)
-        med, mn = times_ms(jitted[key], inputs[name], budget)
+        try:
+            if name not in inputs:
+                inputs[name] = make()
+            key = (engine, name)
+            if key not in jitted:
+                jitted[key] = jax.jit(ref if engine == "xla" else kernel)
+            med, mn = times_ms(jitted[key], inputs[name], budget)
+        except Exception as e:  # the bench prints the failure instead of a figure
+            print(f"error {type(e).__name__}: {e}".replace("\n", " "), flush=True)
+            continue
         print(f"{med:.6f} {mn:.6f}", flush=True)
 
 

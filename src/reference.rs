@@ -75,7 +75,7 @@ pub fn compare(got: &HostArray, want: &HostArray, tol: Tolerance) -> Comparison 
 ///
 /// `grouped_matmul_kernel`'s three tables are one piece of metadata: random group sizes (some empty,
 /// boundaries inside tiles) turned into it by [`group_metadata`]; `paged_attention_kernel`'s are
-/// ragged lengths and a block table of distinct pages ([`paged_attention_inputs`]).
+/// ragged lengths and a block table of distinct pages (`paged_attention_inputs`).
 pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
     let k = call.ir();
     if k.name == "grouped_matmul_kernel" {

@@ -340,3 +340,44 @@ fn rank_0_vmem_windows_are_rejected_by_build() {
         "{e}"
     );
 }
+
+/// Found by python/tests/test_fuzz_libtpu.py (random launches through libtpu): two launches our checks
+/// accepted and libtpu rejected.
+#[test]
+fn false_accepts_found_by_the_libtpu_fuzz_are_rejected() {
+    #[tpu_kernel]
+    fn copy_bf16(x: Ref<bf16>, o: RefMut<bf16>) {
+        o.store(x.load());
+    }
+    // a rank-1 bf16 block of 128: libtpu tiles 1-D bf16 by 256
+    let one_d = |block: usize| {
+        pallas_call(copy_bf16)
+            .grid([256 / block])
+            .input(
+                ArrayType::new([256], BF16),
+                BlockSpec::new([block], |[i]| (i,)),
+            )
+            .output(
+                ArrayType::new([256], BF16),
+                BlockSpec::new([block], |[i]| (i,)),
+            )
+            .build()
+    };
+    let e = one_d(128).expect_err("bf16 1-D block 128");
+    assert!(
+        e.message.contains(
+            "the last dimension (128) must be divisible by 256 or equal the array dimension (256)"
+        ),
+        "{e}"
+    );
+    one_d(256).expect("the whole array");
+    // a VMEM limit past i64::MAX does not fit libtpu's backend config
+    let e = pallas_call(copy_kernel)
+        .grid([1])
+        .input(tile(), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .output(tile(), BlockSpec::new([8, 128], |[_]| (0, 0)))
+        .vmem_limit_bytes(u64::MAX)
+        .build()
+        .expect_err("u64::MAX VMEM limit");
+    assert_eq!(e.kind, ErrorKind::Vmem, "{e}");
+}

@@ -893,6 +893,68 @@ fn reductions_folded_into_fused_chains_match_unfused_bit_for_bit() {
     }
 }
 
+#[tpu_kernel]
+fn int_epilogue_kernel(
+    acc: Ref<i32>,
+    row_scale: Ref<f32>,
+    col_scale: Ref<f32>,
+    o: RefMut<bf16>,
+    sq: RefMut<f32>,
+) {
+    let a = acc.load();
+    // w8a8's epilogue (the i32 -> f32 cast read by the chain), and one cast read twice by a chain.
+    o.store((a.cast::<f32>() * row_scale.load() * col_scale.load()).cast::<bf16>());
+    let f = a.cast::<f32>();
+    sq.store(f * f + 1.0);
+}
+
+#[test]
+fn int_to_float_casts_folded_into_chains_match_unfused_bit_for_bit() {
+    let spec = |n| BlockSpec::new([8, n], |[i]| (i, 0));
+    let call = pallas_call(int_epilogue_kernel)
+        .grid([2])
+        .input(at([16, 256], I32), spec(256))
+        .input(at([16, 1], F32), spec(1))
+        .input(at([1, 256], F32), BlockSpec::new([1, 256], |[_]| (0, 0)))
+        .output(at([16, 256], BF16), spec(256))
+        .output(at([16, 256], F32), spec(256))
+        .dimension_semantics([Parallel])
+        .build()
+        .expect("build");
+    let plan = tpu_kernel::runtime::interpret::plan_counts(call.ir(), &InterpretOptions::default())
+        .expect("plan");
+    assert!(
+        plan.folded >= 4,
+        "both casts folded into their chains: {plan:?}"
+    );
+    // Integers past 2^24, where the cast rounds, and the ends of i32.
+    let mut state = 0x9e37_79b9u32;
+    let acc: Vec<i32> = (0..16 * 256)
+        .map(|i| match i % 5 {
+            0 => i32::MAX - i,
+            1 => i32::MIN + i,
+            _ => {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                state as i32
+            }
+        })
+        .collect();
+    let inputs = [
+        HostArray::from_vec([16, 256], acc).unwrap(),
+        HostArray::random([16, 1], F32, 5).unwrap(),
+        HostArray::random([1, 256], F32, 6).unwrap(),
+    ];
+    let opts = |fuse| InterpretOptions {
+        fuse,
+        ..Default::default()
+    };
+    let fused = call.interpret_with(&inputs, &opts(true)).expect("run");
+    let plain = call.interpret_with(&inputs, &opts(false)).expect("run");
+    assert_eq!(fused, plain);
+}
+
 fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
     ArrayType::new(shape, dtype)
 }

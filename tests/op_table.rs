@@ -8,9 +8,9 @@ use tpu_kernel::runtime::interpret::HostArray;
 use tpu_kernel::runtime::ir::{BinaryOp, Operands, UnaryOp};
 use tpu_kernel::runtime::trace::COMPOSITE_METHODS;
 
-/// The macro's list of methods a kernel may call (`kernel-macros/src/body.rs`, `KNOWN_METHODS`).
+/// The macro's list of methods a kernel may call (`kernel-macros-core/src/body.rs`, `KNOWN_METHODS`).
 fn macro_methods() -> Vec<String> {
-    let src = include_str!("../kernel-macros/src/body.rs");
+    let src = include_str!("../kernel-macros-core/src/body.rs");
     let start = src
         .find("KNOWN_METHODS: &[&str] = &[")
         .expect("KNOWN_METHODS in body.rs");

@@ -41,6 +41,23 @@ fn the_examples_fast_paths_fire() {
 
     let add = counts("add", &on);
     assert!(add.row_bands && add.sunk == 1, "{add:?}");
+
+    // The production kernels: each accumulator (f32 for the bf16 dots, i32 for i8 x i8) is updated in
+    // place, and the output-stationary grids run in parallel chunks — grouped_matmul's too, whose
+    // output blocks come from scalar-prefetched tables but whose parallel axis is itself the block's
+    // column index.
+    for (name, axes) in [
+        ("quantized_matmul", 2),
+        ("quantized_matmul_w8a8", 2),
+        ("grouped_matmul", 1),
+    ] {
+        let c = counts(name, &on);
+        assert_eq!(
+            c.in_place_dots, 1,
+            "{name}: the dot accumulates into its scratch: {c:?}"
+        );
+        assert_eq!(c.parallel_axes, axes, "{name}: {c:?}");
+    }
 }
 
 #[test]
@@ -84,4 +101,48 @@ fn the_plan_text_names_what_fires() {
     ] {
         assert!(text.contains(needle), "`{needle}` missing from:\n{text}");
     }
+}
+
+mod scatter {
+    use tpu_kernel::prelude::*;
+
+    #[tpu_kernel]
+    pub fn scatter_kernel(_to: Ref<i32, Smem>, x: Ref<f32>, o: RefMut<f32>) {
+        o.store(x.load());
+    }
+}
+
+/// An output block chosen by scalar-prefetched data on a parallel axis (a scatter, `o[to[i]] = x[i]`):
+/// two chunks may write one block, so the grid runs in order; with the parallel axis as one of the
+/// block's indices (`grouped_matmul`, above) it is split.
+#[test]
+fn a_data_chosen_output_block_splits_only_along_its_own_indices() {
+    use tpu_kernel::prelude::*;
+    let a = || ArrayType::new([32, 256], F32);
+    let parallel_axes = |semantics| {
+        let call = pallas_call(scatter::scatter_kernel)
+            .grid([4, 2])
+            .scalar_prefetch(ArrayType::new([4], I32))
+            .input(a(), BlockSpec::new([8, 128], |[i, j]| (i, j)))
+            .output(
+                a(),
+                BlockSpec::with_prefetch([8, 128], |[i, j], [to]| (to.at(i).load(), j)),
+            )
+            .dimension_semantics(semantics)
+            .build()
+            .expect("builds");
+        plan_counts(call.ir(), &InterpretOptions::default())
+            .expect("plan")
+            .parallel_axes
+    };
+    assert_eq!(
+        parallel_axes([Parallel, Arbitrary]),
+        0,
+        "rows chosen by the table"
+    );
+    assert_eq!(
+        parallel_axes([Arbitrary, Parallel]),
+        1,
+        "columns by the parallel axis"
+    );
 }

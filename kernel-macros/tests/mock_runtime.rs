@@ -361,6 +361,25 @@ fn carried_variables_behave_like_rust() {
     assert_eq!(stepped_and_values(2, false), 2 + 1000);
 }
 
+// ---- empty statements (`a;;`) are accepted, as Rust accepts them (issue 13) ----
+
+// rustc's own lint for the extra `;` still applies to the user's code, as it would without the macro.
+#[allow(redundant_semicolons)]
+#[tpu_kernel]
+fn empty_statements_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load());
+    for _ in 0..2 {
+        o.store(o.load() + x.load());
+    }
+}
+
+#[test]
+fn empty_statements_are_accepted() {
+    let (x, o) = (leak(1.5), leak(0.0));
+    empty_statements_kernel(x, o);
+    assert_eq!(o.load(), 4.5);
+}
+
 // ---- unrolled loops stay Rust loops: outer variables assigned as in Rust, nothing carried ----
 
 #[kernel_fn]

@@ -89,8 +89,16 @@ pub fn operand(op: &Operand, grid: &[usize], aliased: bool) -> Result<()> {
         }
     }
     let rank = bs.len();
+    // A rank-1 array is laid out in tiles of 128 lanes times the dtype's packing (f32 128, bf16 256,
+    // i8 512 elements): libtpu rejects a block that is not a multiple of the tile ("E2002 ... has tiling
+    // (256)"), measured on v5e with 1-D f32/bf16/i8 arrays of 256..4096 and blocks of 128..2048.
+    let lane_tile = if rank == 1 {
+        LANES * (4 / op.dtype.size_bytes().max(1)).max(1)
+    } else {
+        LANES
+    };
     let rules = [
-        (rank.wrapping_sub(1), LANES, "last"),
+        (rank.wrapping_sub(1), lane_tile, "last"),
         (rank.wrapping_sub(2), SUBLANES, "second-to-last"),
     ];
     for (d, tile, which) in rules {

@@ -545,6 +545,13 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
             )
             .at(self.loc));
         }
+        if let Some(v) = self.vmem_limit_bytes.filter(|&v| v > i64::MAX as u64) {
+            return Err(kerr!(
+                Vmem,
+                "vmem_limit_bytes({v}) is above i64::MAX, which libtpu's backend config cannot hold; the chips have at most 128 MiB of VMEM"
+            )
+            .at(self.loc));
+        }
         let grid = self.grid.clone();
         let grid_loc = self.grid_loc.unwrap_or(self.loc);
         let semantics = match &self.semantics {

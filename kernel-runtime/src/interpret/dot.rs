@@ -1,6 +1,9 @@
 //! `dot` on the MXU's terms: bf16/f32 operands multiplied exactly and accumulated in f32 (a bf16 product
 //! is exact in f32), i8 operands accumulated in wrapping i32; an optional accumulator operand is added in.
 //!
+//! i8 × i8 → i32 is exact whatever the order of the sums, so its fast paths (`dot_i8` with AVX-512
+//! VNNI, else the f32 GEMM below in chunks whose sums f32 holds exactly) give one result on every CPU.
+//!
 //! f32 GEMM is the `gemm` crate (the kernels behind faer and candle): pure Rust, runtime-detected
 //! AVX2/FMA kernels, arbitrary row/column strides — so transposed operands (`dot_nt`,
 //! `dot_tn`, `.t()` views) and strided windows are multiplied in place with no copy — and run
@@ -10,7 +13,8 @@
 //! ~2× the f32 path): every path calls [`mul`], so on one machine all give the same bits.
 
 use super::elementwise::cast;
-use super::tensor::{internal, take_vec, Tensor};
+use super::host::HostData;
+use super::tensor::{internal, recycle, take_vec, Tensor};
 use crate::dtype::DType;
 use crate::error::{kerr, Result};
 
@@ -90,13 +94,13 @@ fn dot_f32(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool)
     mul(lhs, rhs, tl, tr, c, beta)
 }
 
-/// An f32 `dot` accumulating into `acc` (row-major, `acc_shape`), which becomes the result: the same
-/// bits as [`dot`] with that accumulator, without copying it.
-pub(crate) fn dot_f32_into(
+/// A `dot` accumulating into `acc` (row-major, `acc_shape`; f32 for float operands, i32 for i8 ones),
+/// which becomes the result: the same bits as [`dot`] with that accumulator, without copying it.
+pub(crate) fn dot_into(
     lhs: &Tensor,
     rhs: &Tensor,
     acc_shape: &[usize],
-    acc: Vec<f32>,
+    acc: HostData,
     tl: bool,
     tr: bool,
 ) -> Result<Tensor> {
@@ -105,7 +109,13 @@ pub(crate) fn dot_f32_into(
     if acc_shape[..] != [m, n] || acc.len() != m * n {
         return Err(internal("dot accumulator shape"));
     }
-    mul(lhs, rhs, tl, tr, acc, 1.0)
+    match (lhs.dtype, rhs.dtype, acc) {
+        (DType::F32 | DType::BF16, DType::F32 | DType::BF16, HostData::F32(c)) => {
+            mul(lhs, rhs, tl, tr, c, 1.0)
+        }
+        (DType::I8, DType::I8, HostData::I32(c)) => gemm_i8(lhs, rhs, tl, tr, c, true),
+        _ => Err(internal("dot accumulator dtype")),
+    }
 }
 
 /// `c = lhs·rhs + beta·c` (beta 0 or 1): natively for bf16 × bf16 where the CPU can, else in f32.
@@ -176,10 +186,46 @@ fn gemm(a: &Tensor, b: &Tensor, tl: bool, tr: bool, mut c: Vec<f32>, beta: f32) 
         return Err(internal("dot contraction sizes differ"));
     }
     let (ad, bd) = (a.data::<f32>()?, b.data::<f32>()?);
+    let a = F32View {
+        data: ad,
+        off: a.offset,
+        rs: rsa,
+        cs: csa,
+    };
+    let b = F32View {
+        data: bd,
+        off: b.offset,
+        rs: rsb,
+        cs: csb,
+    };
+    sgemm(m, n, k, a, b, &mut c, beta)?;
+    Ok(Tensor::from_vec(vec![m, n], c))
+}
+
+/// An f32 operand: element (r, c) is `data[off + r·rs + c·cs]`.
+#[derive(Clone, Copy)]
+struct F32View<'a> {
+    data: &'a [f32],
+    off: usize,
+    rs: isize,
+    cs: isize,
+}
+
+/// `c = a·b + beta·c` for `a: m×k`, `b: k×n` and a row-major `m×n` `c`, through the `gemm` crate.
+fn sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: F32View<'_>,
+    b: F32View<'_>,
+    c: &mut [f32],
+    beta: f32,
+) -> Result<()> {
     // Every element the strides reach must be inside the buffers (views are built in bounds; this
     // re-check makes the unsafe call below sound whatever produced them).
-    if !in_bounds(ad.len(), a.offset, m, k, rsa, csa)
-        || !in_bounds(bd.len(), b.offset, k, n, rsb, csb)
+    if !in_bounds(a.data.len(), a.off, m, k, a.rs, a.cs)
+        || !in_bounds(b.data.len(), b.off, k, n, b.rs, b.cs)
+        || c.len() != m * n
     {
         return Err(internal("dot operand view out of its buffer"));
     }
@@ -196,12 +242,12 @@ fn gemm(a: &Tensor, b: &Tensor, tl: bool, tr: bool, mut c: Vec<f32>, beta: f32) 
                 1,
                 n as isize,
                 beta != 0.0,
-                ad.as_ptr().add(a.offset),
-                csa,
-                rsa,
-                bd.as_ptr().add(b.offset),
-                csb,
-                rsb,
+                a.data.as_ptr().add(a.off),
+                a.cs,
+                a.rs,
+                b.data.as_ptr().add(b.off),
+                b.cs,
+                b.rs,
                 beta,
                 1.0,
                 false,
@@ -211,32 +257,230 @@ fn gemm(a: &Tensor, b: &Tensor, tl: bool, tr: bool, mut c: Vec<f32>, beta: f32) 
             );
         }
     }
-    Ok(Tensor::from_vec(vec![m, n], c))
+    Ok(())
 }
 
 fn dot_i8(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool) -> Result<Tensor> {
-    let (m, k, _, _) = matrix(lhs, tl)?;
-    let (k2, n, _, _) = matrix(rhs, tr)?;
-    if k != k2 {
-        return Err(internal("dot contraction sizes differ"));
-    }
-    let mut c = match acc {
+    let (m, _, _, _) = matrix(lhs, tl)?;
+    let (_, n, _, _) = matrix(rhs, tr)?;
+    let c = match acc {
         Some(t) if t.shape[..] == [m, n] && t.dtype == DType::I32 => t.to_vec::<i32>()?,
         Some(_) => return Err(internal("dot accumulator shape")),
-        None => vec![0i32; m * n],
+        None => {
+            let mut c = take_vec::<i32>(m * n);
+            c.resize(m * n, 0);
+            c
+        }
     };
-    let (a, b) = (lhs.to_vec::<i8>()?, rhs.to_vec::<i8>()?);
-    // Re-index the contiguous copies with the (possibly transposed) logical strides.
-    let (rsa, csa) = if tl { (1, m) } else { (k, 1) };
-    let (rsb, csb) = if tr { (1, k) } else { (n, 1) };
-    for i in 0..m {
-        let row = &mut c[i * n..(i + 1) * n];
-        for p in 0..k {
-            let x = a[i * rsa + p * csa] as i32;
-            for (j, r) in row.iter_mut().enumerate() {
-                *r = r.wrapping_add(x.wrapping_mul(b[p * rsb + j * csb] as i32));
+    gemm_i8(lhs, rhs, tl, tr, c, acc.is_some())
+}
+
+/// `c = lhs·rhs + (accumulate ? c : 0)` in wrapping i32 for i8 views and a row-major `m x n` `c`: with
+/// AVX-512 VNNI in integers (`dot_i8`), else through the f32 GEMM — exactly, as long as no sum can
+/// leave f32's integers: |a·b| ≤ 2¹⁴, so every partial sum of at most [`EXACT_K`] products, in any
+/// order, is an integer of magnitude ≤ 2²⁴, which f32 holds. k is split into chunks of that many;
+/// each chunk's sum is converted to i32 and added wrapping. Both equal the definition bit for bit.
+fn gemm_i8(
+    lhs: &Tensor,
+    rhs: &Tensor,
+    tl: bool,
+    tr: bool,
+    c: Vec<i32>,
+    accumulate: bool,
+) -> Result<Tensor> {
+    #[cfg(target_arch = "x86_64")]
+    if super::dot_i8::available() {
+        return gemm_i8_vnni(lhs, rhs, tl, tr, c, accumulate);
+    }
+    gemm_i8_f32(lhs, rhs, tl, tr, c, accumulate)
+}
+
+/// The most products an f32 sum of i8 × i8 products holds exactly (2²⁴ / 2¹⁴).
+const EXACT_K: usize = 1 << 10;
+
+fn gemm_i8_f32(
+    lhs: &Tensor,
+    rhs: &Tensor,
+    tl: bool,
+    tr: bool,
+    mut c: Vec<i32>,
+    accumulate: bool,
+) -> Result<Tensor> {
+    let (m, k, _, _) = matrix(lhs, tl)?;
+    let (k2, n, _, _) = matrix(rhs, tr)?;
+    if k != k2 || c.len() != m * n {
+        return Err(internal("dot contraction sizes differ"));
+    }
+    if !accumulate {
+        c.fill(0);
+    }
+    // Widened copies are contiguous in the operands' own layout; only the strides transpose.
+    let (a, b) = (cast(lhs, DType::F32)?, cast(rhs, DType::F32)?);
+    let ((_, _, rsa, csa), (_, _, rsb, csb)) = (matrix(&a, tl)?, matrix(&b, tr)?);
+    let (ad, bd) = (a.data::<f32>()?, b.data::<f32>()?);
+    let mut part = take_vec::<f32>(m * n);
+    part.resize(m * n, 0.0);
+    for k0 in (0..k).step_by(EXACT_K) {
+        let kc = EXACT_K.min(k - k0);
+        let a = F32View {
+            data: ad,
+            off: a.offset + k0 * csa as usize,
+            rs: rsa,
+            cs: csa,
+        };
+        let b = F32View {
+            data: bd,
+            off: b.offset + k0 * rsb as usize,
+            rs: rsb,
+            cs: csb,
+        };
+        sgemm(m, n, kc, a, b, &mut part, 0.0)?;
+        for (c, p) in c.iter_mut().zip(&part) {
+            *c = c.wrapping_add(*p as i32);
+        }
+    }
+    recycle(Tensor::from_vec(vec![m, n], part));
+    Ok(Tensor::from_vec(vec![m, n], c))
+}
+
+#[cfg(target_arch = "x86_64")]
+fn gemm_i8_vnni(
+    lhs: &Tensor,
+    rhs: &Tensor,
+    tl: bool,
+    tr: bool,
+    mut c: Vec<i32>,
+    accumulate: bool,
+) -> Result<Tensor> {
+    use super::dot_i8::{gemm, View};
+    let (m, k, rsa, csa) = matrix(lhs, tl)?;
+    let (k2, n, rsb, csb) = matrix(rhs, tr)?;
+    if k != k2 || c.len() != m * n {
+        return Err(internal("dot contraction sizes differ"));
+    }
+    let (ad, bd) = (lhs.data::<i8>()?, rhs.data::<i8>()?);
+    if !in_bounds(ad.len(), lhs.offset, m, k, rsa, csa)
+        || !in_bounds(bd.len(), rhs.offset, k, n, rsb, csb)
+    {
+        return Err(internal("dot operand view out of its buffer"));
+    }
+    let view = |data, off, rs: isize, cs: isize| View {
+        data,
+        off,
+        rs: rs as usize,
+        cs: cs as usize,
+    };
+    gemm(
+        m,
+        n,
+        k,
+        view(ad, lhs.offset, rsa, csa),
+        view(bd, rhs.offset, rsb, csb),
+        &mut c,
+        accumulate,
+    );
+    Ok(Tensor::from_vec(vec![m, n], c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The definition of `dot` on i8: `c[i][j] (+)= Σ_p a[i][p]·b[p][j]` in wrapping i32, one product
+    /// at a time, on the logical (possibly transposed) operands.
+    fn definition(a: &Tensor, b: &Tensor, tl: bool, tr: bool, c: &mut [i32]) {
+        let (m, k, rsa, csa) = matrix(a, tl).expect("2-D");
+        let (_, n, rsb, csb) = matrix(b, tr).expect("2-D");
+        let (ad, bd) = (a.data::<i8>().expect("i8"), b.data::<i8>().expect("i8"));
+        let at = |d: &[i8], off: usize, r: usize, c: usize, rs: isize, cs: isize| {
+            d[off + r * rs as usize + c * cs as usize] as i32
+        };
+        for i in 0..m {
+            for j in 0..n {
+                for p in 0..k {
+                    let x = at(ad, a.offset, i, p, rsa, csa) * at(bd, b.offset, p, j, rsb, csb);
+                    c[i * n + j] = c[i * n + j].wrapping_add(x);
+                }
             }
         }
     }
-    Ok(Tensor::from_vec(vec![m, n], c))
+
+    /// Both i8 paths (VNNI where the CPU has it, the exact f32 chunks everywhere) equal the definition
+    /// bit for bit: edge tiles, odd k, k past one f32 chunk with extreme products, transposed operands, and
+    /// accumulators that wrap.
+    #[test]
+    fn i8_paths_equal_the_definition() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for (m, n, k) in [
+            (8, 32, 2),
+            (13, 33, 7),
+            (1, 1, 1),
+            (40, 70, 129),
+            (128, 128, 128),
+            (9, 40, 2 * EXACT_K + 3),
+        ] {
+            let random: Vec<i8> = (0..m * k).map(|_| next() as i8).collect();
+            let b_data: Vec<i8> = (0..k * n).map(|_| next() as i8).collect();
+            // Random values; the largest product (-128 · -128: a full chunk sums to 2²⁴); and large
+            // products with random low bits (120..=127 squared), whose sums f32 would round past one
+            // chunk.
+            let large: Vec<i8> = (0..m * k + k * n)
+                .map(|_| 120 + (next() % 8) as i8)
+                .collect();
+            for extreme in [None, Some(-128i8), Some(127)] {
+                let (a, b) = match extreme {
+                    None => (random.clone(), b_data.clone()),
+                    Some(-128) => (vec![-128; m * k], vec![-128; k * n]),
+                    Some(_) => (large[..m * k].to_vec(), large[m * k..].to_vec()),
+                };
+                let (a, b) = (
+                    Tensor::from_vec(vec![m, k], a),
+                    Tensor::from_vec(vec![k, n], b),
+                );
+                // The same operands stored transposed, read through `dot`'s transpose flags.
+                let at = a
+                    .permute(&[1, 0])
+                    .and_then(|t| t.materialize())
+                    .expect("a^T");
+                let bt = b
+                    .permute(&[1, 0])
+                    .and_then(|t| t.materialize())
+                    .expect("b^T");
+                let init: Vec<i32> = (0..m * n)
+                    .map(|i| match i % 3 {
+                        0 => i32::MAX - (next() % 1000) as i32,
+                        1 => i32::MIN + (next() % 1000) as i32,
+                        _ => next() as i32,
+                    })
+                    .collect();
+                for ((l, tl), (r, tr)) in [((&a, false), (&b, false)), ((&at, true), (&bt, true))] {
+                    for accumulate in [false, true] {
+                        let mut want = if accumulate {
+                            init.clone()
+                        } else {
+                            vec![0; m * n]
+                        };
+                        definition(l, r, tl, tr, &mut want);
+                        let f32_path = gemm_i8_f32(l, r, tl, tr, init.clone(), accumulate)
+                            .and_then(|t| t.to_vec::<i32>())
+                            .expect("f32 path");
+                        let best = gemm_i8(l, r, tl, tr, init.clone(), accumulate)
+                            .and_then(|t| t.to_vec::<i32>())
+                            .expect("best path");
+                        let what = format!(
+                            "({m},{n},{k}) extreme {extreme:?} transposed {tl} acc {accumulate}"
+                        );
+                        assert!(f32_path == want, "f32 chunks {what}");
+                        assert!(best == want, "best path {what}");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -183,16 +183,19 @@ pub(crate) fn run_chain[](
 
 use super::row_order::{comb_f32, RowAcc, MAX, MIN, SUM};
 
-/// Typed read access to a float operand.
+/// Typed read access to an operand: a float, or the i32 of a deferred `i32 → f32` cast (see
+/// `plan::defer_widening_casts`), converted as the cast converts it (`as f32`, one rounding).
 enum FData<'a> {
     F32(&'a [f32]),
     BF16(&'a [bf16]),
+    I32(&'a [i32]),
 }
 
 fn fdata(t: &Tensor) -> Result<FData<'_>> {
     match t.dtype {
         DType::F32 => Ok(FData::F32(t.data::<f32>()?)),
         DType::BF16 => Ok(FData::BF16(t.data::<bf16>()?)),
+        DType::I32 => Ok(FData::I32(t.data::<i32>()?)),
         _ => Err(internal("fused chain on a non-float operand")),
     }
 }
@@ -225,6 +228,19 @@ fn source<'a>(
         (FData::BF16(x), s) => {
             for (i, t) in tmp[..n].iter_mut().enumerate() {
                 *t = bf16_to_f32(x[o + i * s]);
+            }
+            Src::Slice(&tmp[..n])
+        }
+        (FData::I32(x), 1) => {
+            for (t, &v) in tmp[..n].iter_mut().zip(&x[o..o + n]) {
+                *t = v as f32;
+            }
+            Src::Slice(&tmp[..n])
+        }
+        (FData::I32(x), 0) => Src::Scalar(x[o] as f32),
+        (FData::I32(x), s) => {
+            for (i, t) in tmp[..n].iter_mut().enumerate() {
+                *t = x[o + i * s] as f32;
             }
             Src::Slice(&tmp[..n])
         }

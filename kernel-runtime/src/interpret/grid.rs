@@ -17,7 +17,7 @@ use super::InterpretOptions;
 use crate::dtype::DType;
 use crate::error::{kerr, KernelError, Result};
 use crate::index_map::IndexMap;
-use crate::ir::{BlockIr, DimensionSemantics, Kernel, OperandRole};
+use crate::ir::{BlockIr, DimensionSemantics, Func, Kernel, OpKind, OperandRole};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -495,17 +495,26 @@ fn parallel_axes(k: &Kernel, maps: &[Option<IndexMap<'_>>]) -> Result<Vec<usize>
             k.dimension_semantics.get(a) == Some(&DimensionSemantics::Parallel) && k.grid[a] > 1
         })
         .collect();
-    // Outputs whose blocks depend on scalar-prefetch data: no proof that chunks write apart.
-    let data_dependent =
-        k.operands.iter().zip(maps).any(|(o, m)| {
-            o.role == OperandRole::Output && m.as_ref().is_some_and(|m| m.reads_data())
-        });
+    // Outputs whose blocks depend on scalar-prefetch data: chunks write apart only when every
+    // parallel axis is itself one of the block's indices (points of two chunks differ on some parallel
+    // axis, so their blocks differ whatever the tables hold); such outputs need no evaluation below.
+    let data_dependent = |i: usize| {
+        let o = &k.operands[i];
+        o.role == OperandRole::Output && maps[i].as_ref().is_some_and(|m| m.reads_data())
+    };
+    let unproven = (0..k.operands.len()).any(|i| {
+        data_dependent(i)
+            && !k.operands[i]
+                .block
+                .as_ref()
+                .is_some_and(|b| axes.iter().all(|&a| returns_grid_index(&b.index_map, a)))
+    });
     // A whole (ANY) output is written by whichever chunk runs: one chunk.
     let whole_output = k
         .operands
         .iter()
         .any(|o| o.role == OperandRole::Output && o.block.is_none());
-    if axes.is_empty() || data_dependent || whole_output {
+    if axes.is_empty() || unproven || whole_output {
         return Ok(Vec::new());
     }
     // Per output: which chunk (linear index of the parallel coordinates) owns each block.
@@ -513,7 +522,7 @@ fn parallel_axes(k: &Kernel, maps: &[Option<IndexMap<'_>>]) -> Result<Vec<usize>
         .operands
         .iter()
         .enumerate()
-        .filter(|(_, o)| o.role == OperandRole::Output)
+        .filter(|(i, o)| o.role == OperandRole::Output && !data_dependent(*i))
         .filter_map(|(i, o)| {
             let b = o.block.as_ref()?;
             Some((
@@ -558,4 +567,15 @@ fn parallel_axes(k: &Kernel, maps: &[Option<IndexMap<'_>>]) -> Result<Vec<usize>
         Ok(true)
     })?;
     Ok(if ok { axes } else { Vec::new() })
+}
+
+/// Whether index map `f` returns grid index `axis` itself as one of the block's indices.
+fn returns_grid_index(f: &Func, axis: usize) -> bool {
+    let Some(arg) = f.body.args.get(axis) else {
+        return false;
+    };
+    f.body
+        .ops
+        .iter()
+        .any(|op| matches!(op.kind, OpKind::Return) && op.operands.contains(arg))
 }

@@ -2,7 +2,6 @@
 //! values, the refs of this step, and one rule per op. Values are freed after their last use (the
 //! plan's liveness), so partial stores into a ref rarely have to copy it.
 
-use super::dot::{dot, dot_f32_into};
 use super::elementwise::{self, with_dtype, RawDest, Sink};
 use super::fused;
 use super::host::{HostData, HostElement};
@@ -15,8 +14,10 @@ use crate::ir::{Func, Op, OpKind, Region, Start, ValueId, Window};
 use std::collections::HashMap;
 
 mod dma;
+mod dots;
 mod refs;
 pub(crate) use dma::{DmaState, RefView};
+pub(crate) use dots::WidenCache;
 use refs::read_dest;
 pub(crate) use refs::{write_view, write_view_raw};
 
@@ -71,53 +72,6 @@ pub(crate) struct Machine<'k> {
     widened: WidenCache,
     /// Copies in flight and semaphore counts.
     pub dma: DmaState,
-}
-
-/// The f32 widening of bf16 views of the caller's input arrays, kept across grid steps: a matmul's input
-/// blocks recur (block (i, k) of `x` for every j), and widening them again on every step cost as much as
-/// a tenth of a large matmul. The input buffers are immutable for the whole run (we hold a reference to
-/// each, so none is freed or reused), so a view's buffer, offset, shape and strides determine its
-/// contents, and the cached copy has exactly the bits a fresh widening would.
-pub(crate) struct WidenCache {
-    inputs: Vec<Buf>,
-    map: HashMap<(usize, usize, Dims, Dims), Tensor>,
-    bytes: usize,
-}
-
-/// At most this many bytes of widened copies per machine; past it, operands are widened per use.
-const WIDEN_BUDGET: usize = 64 << 20;
-
-impl WidenCache {
-    pub fn new(inputs: Vec<Buf>) -> Self {
-        WidenCache {
-            inputs,
-            map: HashMap::new(),
-            bytes: 0,
-        }
-    }
-
-    /// `t` widened to f32 when it is a bf16 view of an input array (cached), else None.
-    fn widen(&mut self, t: &Tensor) -> Result<Option<Tensor>> {
-        // Where bf16 products run natively, `dot` takes bf16 operands as they are.
-        if t.dtype != DType::BF16 || super::dot::bf16_native() {
-            return Ok(None);
-        }
-        let Some(no) = self.inputs.iter().position(|b| Buf::same(b, &t.buf)) else {
-            return Ok(None);
-        };
-        let key = (no, t.offset, t.shape.clone(), t.strides.clone());
-        if let Some(w) = self.map.get(&key) {
-            return Ok(Some(w.clone()));
-        }
-        let bytes = t.shape.iter().product::<usize>() * 4;
-        if self.bytes + bytes > WIDEN_BUDGET {
-            return Ok(None);
-        }
-        let w = elementwise::cast(t, DType::F32)?;
-        self.bytes += bytes;
-        self.map.insert(key, w.clone());
-        Ok(Some(w))
-    }
 }
 
 impl<'k> Machine<'k> {
@@ -294,83 +248,6 @@ impl<'k> Machine<'k> {
         }])
     }
 
-    /// A `dot` accumulating in place into the buffer of ref `rf` (see [`Plan`]): when the accumulator
-    /// is exactly the ref's contents in an f32 buffer nothing else holds, the buffer is taken from the
-    /// ref (the result's only use stores it back whole) instead of being copied; else a plain `dot`.
-    fn dot_in_place(&mut self, op: &Op, rf: ValueId, sub: &[Plan]) -> Result<Vec<Value>> {
-        let (
-            OpKind::Dot {
-                transpose_lhs,
-                transpose_rhs,
-            },
-            [lv, rv, av],
-        ) = (&op.kind, &op.operands[..])
-        else {
-            return self.op(op, sub);
-        };
-        let out = self.func.ty(op.results[0]).dtype();
-        let r = self.ref_index(rf)?;
-        let same = match (&self.refs[r].content, self.env.get(av.0 as usize)) {
-            (Some(c), Some(Some(Value::T(a)))) => {
-                Buf::same(&c.buf, &a.buf)
-                    && c.offset == a.offset
-                    && c.shape == a.shape
-                    && c.strides == a.strides
-            }
-            _ => false,
-        };
-        if !same || out != DType::F32 {
-            return self.op(op, sub);
-        }
-        // The accumulator value has no other use (see `acc_in_place_ref`); drop it so the ref holds
-        // the only reference to the buffer.
-        self.env[av.0 as usize] = None;
-        let content = self.refs[r]
-            .content
-            .take()
-            .ok_or_else(|| internal("acc contents"))?;
-        let owned = if content.dtype == DType::F32
-            && content.is_contiguous()
-            && content.offset == 0
-            && content.buf.len() == content.numel()
-        {
-            match content.buf.try_unwrap() {
-                Ok(HostData::F32(v)) => Ok((content.shape, v)),
-                Ok(other) => Err(Tensor {
-                    dtype: content.dtype,
-                    shape: content.shape,
-                    strides: content.strides,
-                    offset: content.offset,
-                    buf: Buf::host(other),
-                }),
-                Err(buf) => Err(Tensor { buf, ..content }),
-            }
-        } else {
-            Err(content)
-        };
-        let (wl, wr) = {
-            let (l, r) = (self.tensor(*lv)?.clone(), self.tensor(*rv)?.clone());
-            (self.widened.widen(&l)?, self.widened.widen(&r)?)
-        };
-        let l = match &wl {
-            Some(w) => w,
-            None => self.tensor(*lv)?,
-        };
-        let rt = match &wr {
-            Some(w) => w,
-            None => self.tensor(*rv)?,
-        };
-        let res = match owned {
-            Ok((shape, v)) => dot_f32_into(l, rt, &shape, v, *transpose_lhs, *transpose_rhs)?,
-            Err(acc) => {
-                let t = dot(l, rt, Some(&acc), *transpose_lhs, *transpose_rhs, out)?;
-                recycle(acc);
-                t
-            }
-        };
-        Ok(vec![Value::T(res)])
-    }
-
     fn op(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
         self.op_to(op, sub, &Sink::fresh())
     }
@@ -441,29 +318,7 @@ impl<'k> Machine<'k> {
             OpKind::Dot {
                 transpose_lhs,
                 transpose_rhs,
-            } => {
-                let (wl, wr) = {
-                    let (l, r) = (
-                        self.tensor(op.operands[0])?.clone(),
-                        self.tensor(op.operands[1])?.clone(),
-                    );
-                    (self.widened.widen(&l)?, self.widened.widen(&r)?)
-                };
-                let acc = match op.operands.get(2) {
-                    Some(v) => Some(self.tensor(*v)?),
-                    None => None,
-                };
-                let out = self.func.ty(op.results[0]).dtype();
-                let l = match &wl {
-                    Some(w) => w,
-                    None => self.tensor(op.operands[0])?,
-                };
-                let r = match &wr {
-                    Some(w) => w,
-                    None => self.tensor(op.operands[1])?,
-                };
-                one(dot(l, r, acc, *transpose_lhs, *transpose_rhs, out)?)
-            }
+            } => one(self.dot(op, *transpose_lhs, *transpose_rhs)?),
             OpKind::Load(w) => one(self.load(op, w)?),
             OpKind::Store { window, masked } => {
                 self.store(op, window, *masked)?;

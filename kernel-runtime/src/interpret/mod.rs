@@ -31,6 +31,8 @@ mod coalesce;
 mod dot;
 #[cfg(target_arch = "x86_64")]
 mod dot_bf16;
+#[cfg(target_arch = "x86_64")]
+mod dot_i8;
 mod elementwise;
 mod fused;
 pub(crate) mod grid;

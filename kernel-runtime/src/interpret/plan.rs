@@ -190,9 +190,10 @@ fn epilogue(
     }
 }
 
-/// A bf16 → f32 cast whose every use is an operand read by fused chains is not materialized: the chains
-/// read the bf16 operand and widen it as they go (exact, so the bits are those of the cast's result).
-/// The cast's operand then lives until the last of those chains has run.
+/// A bf16 → f32 or i32 → f32 cast whose every use is an operand read by fused chains is not
+/// materialized: the chains read the cast's operand and convert it as they go (as the cast does: bf16
+/// exactly, i32 with its one rounding, so the bits are those of the cast's result). The cast's operand
+/// then lives until the last of those chains has run.
 fn defer_widening_casts(
     f: &Func,
     r: &Region,
@@ -206,7 +207,7 @@ fn defer_widening_casts(
         else {
             continue;
         };
-        if skip[i] || chain[i].is_some() || f.ty(*u).dtype() != DType::BF16 {
+        if skip[i] || chain[i].is_some() || !matches!(f.ty(*u).dtype(), DType::BF16 | DType::I32) {
             continue;
         }
         let reads =
@@ -360,6 +361,10 @@ fn acc_in_place_ref(
     else {
         return None;
     };
+    // The accumulators `dot_into` takes: f32 (float operands) and i32 (i8 operands).
+    if !matches!(f.ty(*res).dtype(), DType::F32 | DType::I32) {
+        return None;
+    }
     if all_uses.get(acc) != Some(&1) || all_uses.get(res) != Some(&1) {
         return None;
     }

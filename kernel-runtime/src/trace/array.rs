@@ -506,23 +506,51 @@ impl<T: Numeric> Scalar<T> {
     /// The smaller of two scalars (`jnp.minimum`; NaN-propagating for floats) — in index maps too, e.g.
     /// to clamp a block index so that steps whose block is not needed fetch nothing new.
     #[track_caller]
-    pub fn min(self, other: impl IntoArg<T>) -> Scalar<T> {
+    pub fn min(self, other: impl ScalarOperand<T>) -> Scalar<T> {
         Scalar::from_val(binary(
             BinaryOp::Min,
             self.v.into(),
-            other.into_arg(),
+            other.scalar_arg(),
             SourceLoc::caller(),
         ))
     }
     /// The larger of two scalars (`jnp.maximum`; NaN-propagating for floats).
     #[track_caller]
-    pub fn max(self, other: impl IntoArg<T>) -> Scalar<T> {
+    pub fn max(self, other: impl ScalarOperand<T>) -> Scalar<T> {
         Scalar::from_val(binary(
             BinaryOp::Max,
             self.v.into(),
-            other.into_arg(),
+            other.scalar_arg(),
             SourceLoc::caller(),
         ))
+    }
+}
+
+/// The other operand of [`Scalar::min`] / [`Scalar::max`]: a scalar or a Rust literal — not an array
+/// (use `minimum`/`maximum` for arrays), so the result is a scalar.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the other operand of a scalar min/max",
+    note = "pass a Scalar<{T}> or a literal; for arrays use `minimum(a, b)` / `maximum(a, b)`"
+)]
+pub trait ScalarOperand<T> {
+    #[doc(hidden)]
+    fn scalar_arg(self) -> Arg;
+}
+impl<T> ScalarOperand<T> for Scalar<T> {
+    fn scalar_arg(self) -> Arg {
+        Arg::Val(self.v)
+    }
+}
+impl<T: Element> ScalarOperand<T> for T {
+    #[track_caller]
+    fn scalar_arg(self) -> Arg {
+        self.into_arg()
+    }
+}
+impl ScalarOperand<i32> for usize {
+    #[track_caller]
+    fn scalar_arg(self) -> Arg {
+        self.into_arg()
     }
 }
 

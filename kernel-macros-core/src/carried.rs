@@ -85,6 +85,14 @@ impl Analysis {
     }
 
     fn record(&mut self, ident: &Ident) {
+        // `super += x`, `Self = x`: paths, not variables (a closure cannot bind them); rustc
+        // reports the assignment where the user wrote it.
+        if ["self", "Self", "super", "crate"]
+            .iter()
+            .any(|k| ident == k)
+        {
+            return;
+        }
         let local = self.scopes.iter().any(|scope| contains(scope, ident));
         if !local && !contains(&self.found, ident) {
             self.found.push(ident.clone());

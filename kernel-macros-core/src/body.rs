@@ -153,6 +153,8 @@ impl Checker<'_> {
         match stmt {
             Stmt::Local(local) => self.local(local),
             Stmt::Item(item) => self.item(item),
+            // An empty statement (`a;;`), which syn keeps as nothing followed by its `;`.
+            Stmt::Expr(Expr::Verbatim(tokens), Some(_)) if tokens.is_empty() => {}
             Stmt::Expr(expr, _) => self.expr(expr, Position::Value),
             Stmt::Macro(mac) => {
                 let path = &mac.mac.path;

@@ -1,13 +1,15 @@
 //! Tokens -> the small model the other phases work on.
 //!
-//! Parsing only fails when the annotated item is not a function with a body;
-//! everything else (signature and body rules) is validated by `check` so that
-//! all mistakes are reported together.
+//! Parsing only fails when the annotated item is not a function with a body
+//! whose signature parses; a syntax error inside the body is recovered from
+//! (`recover`), and everything else (signature and body rules) is validated by
+//! `check`, so that all mistakes are reported together.
 
 use proc_macro2::TokenStream as TokenStream2;
 use syn::{Item, ItemFn};
 
-use crate::syntax::item_head;
+use crate::recover::{recover_fn, Recovered};
+use crate::syntax::{item_head, parse_whole};
 
 /// Which attribute is being expanded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +36,8 @@ pub(crate) struct Kernel {
     /// The attribute arguments (must be empty; `check` reports them).
     pub(crate) args: TokenStream2,
     pub(crate) func: ItemFn,
+    /// The body's broken statements (set aside) and their syntax errors; empty when it parsed.
+    pub(crate) recovered: Recovered,
 }
 
 pub(crate) fn parse(
@@ -41,8 +45,25 @@ pub(crate) fn parse(
     args: TokenStream2,
     item: TokenStream2,
 ) -> syn::Result<Kernel> {
-    match syn::parse2::<Item>(item)? {
-        Item::Fn(func) => Ok(Kernel { kind, args, func }),
+    let parsed = match parse_whole::<Item>(item.clone()) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            let (func, recovered) = recover_fn(&item, &error).ok_or(error)?;
+            return Ok(Kernel {
+                kind,
+                args,
+                func,
+                recovered,
+            });
+        }
+    };
+    match parsed {
+        Item::Fn(func) => Ok(Kernel {
+            kind,
+            args,
+            func,
+            recovered: Recovered::default(),
+        }),
         other => Err(syn::Error::new_spanned(
             item_head(&other),
             format!(

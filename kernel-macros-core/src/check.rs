@@ -19,6 +19,9 @@ pub(crate) const MSG_KERNEL_RETURN: &str = "a #[tpu_kernel] function returns not
 /// All validation of an annotated function.
 pub(crate) fn check(kernel: &Kernel) -> syn::Result<()> {
     let mut errors = Errors::default();
+    for error in &kernel.recovered.errors {
+        errors.push(error.clone());
+    }
     check_args(kernel, &mut errors);
     check_signature(kernel, &mut errors);
     body::check_block(&kernel.func.block, &mut errors);

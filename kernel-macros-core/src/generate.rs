@@ -28,7 +28,8 @@ pub(crate) fn generate(kernel: Kernel) -> TokenStream2 {
     let mut func = kernel.func;
     func.sig.inputs.iter_mut().for_each(mutable_ref_param);
     Rewriter.block(&mut func.block);
-    func.into_token_stream()
+    // Statements that did not parse go back as the user wrote them.
+    kernel.recovered.restore(func.into_token_stream())
 }
 
 /// `o: RefMut<f32>` -> `#[allow(unused_mut)] mut o: RefMut<f32>`, so that `o += v` (Rust's `+=`,

@@ -8,14 +8,17 @@
 //!
 //! parse → check → generate, as for `#[tpu_kernel]`; every mistake is collected and spanned.
 
-use proc_macro2::{Span, TokenStream as TokenStream2};
+use proc_macro2::{Group, TokenStream as TokenStream2, TokenTree};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{parenthesized, Attribute, Expr, FnArg, Ident, ItemFn, LitStr, Pat, Path, Token, Type};
+use syn::{
+    parenthesized, Attribute, Expr, FnArg, Ident, Item, ItemFn, LitStr, Pat, Path, Token, Type,
+};
 
 use crate::check::Errors;
+use crate::syntax::{item_head, parse_whole, split_body, take_inner_attributes, with_empty_body};
 
 const P: &str = "::tpu_kernel::__private::export";
 
@@ -129,21 +132,19 @@ struct Param {
     default: Option<Expr>,
 }
 
+const MSG_NOT_A_LAUNCH_FN: &str = "#[export] goes on a launch function: `fn name(x: ArrayType, .., block: (usize, usize)) -> Result<PallasCall, KernelError>`";
+
 pub(crate) fn export(attr: TokenStream2, item: TokenStream2) -> TokenStream2 {
-    let mut func: ItemFn = match syn::parse2(item.clone()) {
-        Ok(f) => f,
-        Err(_) => {
-            let mut out = syn::Error::new(
-                Span::call_site(),
-                "#[export] goes on a launch function: `fn name(x: ArrayType, .., block: (usize, usize)) -> Result<PallasCall, KernelError>`",
-            )
-            .into_compile_error();
+    let (mut func, body) = match launch_fn(&item) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            let mut out = error.into_compile_error();
             out.extend(item);
             return out;
         }
     };
     let mut errors = Errors::default();
-    let args = match syn::parse2::<ExportArgs>(attr) {
+    let args = match parse_whole::<ExportArgs>(attr) {
         Ok(a) => a,
         Err(e) => {
             errors.push(e);
@@ -173,9 +174,37 @@ pub(crate) fn export(attr: TokenStream2, item: TokenStream2) -> TokenStream2 {
         Ok(()) => (TokenStream2::new(), generate_export(&func, &args, &params)),
         Err(e) => (e.into_compile_error(), TokenStream2::new()),
     };
-    out.extend(func.into_token_stream());
+    out.extend(with_body(func, body));
     out.extend(generated);
     out
+}
+
+/// The launch function with an empty body, and its body. Only the signature is the macro's
+/// business: the body is plain Rust, emitted as written for rustc to read (and judge).
+fn launch_fn(item: &TokenStream2) -> syn::Result<(ItemFn, Group)> {
+    let not_a_fn = |other: &Item| syn::Error::new_spanned(item_head(other), MSG_NOT_A_LAUNCH_FN);
+    let Some((head, body)) = split_body(item) else {
+        let item = parse_whole::<Item>(item.clone())?;
+        return Err(not_a_fn(&item));
+    };
+    match parse_whole::<Item>(with_empty_body(&head, &body))? {
+        Item::Fn(mut func) => {
+            // `#![doc = ..]` inside the body documents the fn too.
+            let mut inner: Vec<TokenTree> = body.stream().into_iter().collect();
+            func.attrs.extend(take_inner_attributes(&mut inner));
+            Ok((func, body))
+        }
+        other => Err(not_a_fn(&other)),
+    }
+}
+
+/// `func` (parsed with an empty body) with its own body back.
+fn with_body(func: ItemFn, body: Group) -> TokenStream2 {
+    let mut trees: Vec<TokenTree> = func.into_token_stream().into_iter().collect();
+    // The printed empty block (with any inner attributes, which the body still has).
+    trees.pop();
+    trees.push(TokenTree::Group(body));
+    trees.into_iter().collect()
 }
 
 fn is_array_type(ty: &Type) -> bool {
@@ -479,7 +508,7 @@ impl Parse for LibraryArgs {
 }
 
 pub(crate) fn export_library(input: TokenStream2) -> TokenStream2 {
-    let args = match syn::parse2::<LibraryArgs>(input) {
+    let args = match parse_whole::<LibraryArgs>(input) {
         Ok(a) => a,
         Err(e) => {
             let mut e2 = syn::Error::new(

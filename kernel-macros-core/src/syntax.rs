@@ -1,15 +1,85 @@
 //! Small syntactic helpers shared by `check`, `body` and `generate`.
 
-use proc_macro2::TokenStream as TokenStream2;
+use proc_macro2::{Delimiter, Group, Span, TokenStream as TokenStream2, TokenTree};
 use quote::ToTokens;
+use syn::parse::{Parse, ParseStream, Parser};
 use syn::visit::{self, Visit};
-use syn::{Block, Expr, Item, Pat, RangeLimits};
+use syn::{Attribute, Block, Expr, Item, Pat, RangeLimits};
 
 /// Message for a `for` loop whose iterable is not `lo..hi`.
 pub(crate) const MSG_FOR_RANGE: &str = "a traced `for` loop iterates over a range `lo..hi` (lowered to scf.for), e.g. `for i in 0..n` or `for i in (0..n).step_by(2)`";
 /// Message for `lo..=hi` as a loop range.
 pub(crate) const MSG_INCLUSIVE: &str =
     "inclusive ranges cannot be traced; use a half-open range `lo..hi` (e.g. `lo..hi + 1`)";
+
+/// Parses all of `tokens` as a `T`, like `syn::parse2`, except that running out of tokens is
+/// reported at the last token instead of at the call site (for an attribute, rustc would point at
+/// the attribute, not at what is missing; for no tokens at all there is nothing else to point at).
+pub(crate) fn parse_whole<T: Parse>(tokens: TokenStream2) -> syn::Result<T> {
+    parse_whole_with(T::parse, tokens)
+}
+
+/// [`parse_whole`] with a parser function.
+pub(crate) fn parse_whole_with<T>(
+    parser: impl FnOnce(ParseStream) -> syn::Result<T>,
+    tokens: TokenStream2,
+) -> syn::Result<T> {
+    let last = tokens.clone().into_iter().last().map(|t| t.span());
+    // Inside a group, syn reports the end of input at the group's closing span: the last token.
+    let mut group = Group::new(Delimiter::Parenthesis, tokens);
+    group.set_span(last.unwrap_or_else(Span::call_site));
+    let wrapped = TokenStream2::from(TokenTree::Group(group));
+    let whole = |input: ParseStream| {
+        let content;
+        syn::parenthesized!(content in input);
+        let value = parser(&content)?;
+        if !content.is_empty() {
+            return Err(content.error("unexpected token"));
+        }
+        Ok(value)
+    };
+    whole.parse2(wrapped)
+}
+
+/// Splits an item into everything before its body and the body, when it ends with a `{ .. }`.
+pub(crate) fn split_body(item: &TokenStream2) -> Option<(TokenStream2, Group)> {
+    let mut trees: Vec<TokenTree> = item.clone().into_iter().collect();
+    match trees.pop() {
+        Some(TokenTree::Group(body)) if body.delimiter() == Delimiter::Brace => {
+            Some((trees.into_iter().collect(), body))
+        }
+        _ => None,
+    }
+}
+
+/// `head` followed by an empty body `{}` (spanned at `body`), for parsing a signature alone.
+pub(crate) fn with_empty_body(head: &TokenStream2, body: &Group) -> TokenStream2 {
+    let mut empty = Group::new(Delimiter::Brace, TokenStream2::new());
+    empty.set_span(body.span());
+    let mut tokens = head.clone();
+    tokens.extend([TokenTree::Group(empty)]);
+    tokens
+}
+
+/// Leading `#![..]` attributes of a body, which are not statements.
+pub(crate) fn take_inner_attributes(trees: &mut Vec<TokenTree>) -> Vec<Attribute> {
+    let mut attributes = Vec::new();
+    while let [TokenTree::Punct(hash), TokenTree::Punct(bang), TokenTree::Group(group), ..] =
+        trees.as_slice()
+    {
+        if hash.as_char() != '#' || bang.as_char() != '!' || group.delimiter() != Delimiter::Bracket
+        {
+            break;
+        }
+        let tokens: TokenStream2 = trees[..3].iter().cloned().collect();
+        match parse_whole_with(Attribute::parse_inner, tokens) {
+            Ok(parsed) => attributes.extend(parsed),
+            Err(_) => break,
+        }
+        trees.drain(..3);
+    }
+    attributes
+}
 
 /// Strips any number of parentheses around an expression.
 pub(crate) fn unparen(mut expr: &Expr) -> &Expr {
