@@ -5,12 +5,14 @@
 # definitely lost block fails the run.
 #
 #   scripts/memcheck.sh          the focused set CI runs (tests/memcheck.rs at small shapes and the unit
-#                                tests of the raw-destination, worker, row-order and vector loops): minutes
+#                                tests of the raw-destination, worker, row-order, vector and i8 GEMM
+#                                loops): ~3 minutes
 #   scripts/memcheck.sh --full   also the whole interpreter suite at its real shapes (tests/interpret.rs,
 #                                tests/export.rs, every kernel-runtime unit test but loom's): hours
 #
 # Valgrind emulates AVX2 and FMA but not AVX-512, so the AVX2 paths are the ones checked here; the
-# AVX-512 (F, BF16) paths are not reached under valgrind. Valgrind 3.19 cannot read the DWARF 5 parts
+# AVX-512 paths (F, BF16, VNNI: exp/unary loops, the bf16 and i8 GEMM tiles) are not reached under
+# valgrind, which reports a CPU without them. Valgrind 3.19 cannot read the DWARF 5 parts
 # of the test binaries' debug info, so each binary runs as an `objcopy --strip-debug` copy (symbols
 # stay, so reports still name functions).
 set -euo pipefail
@@ -54,10 +56,10 @@ check() { # <binary> <label> <test args...>
     fi
 }
 
-check "$runtime" "kernel-runtime unit tests (raw destinations, workers, row order, vector loops)" \
+check "$runtime" "kernel-runtime unit tests (raw destinations, workers, row order, vector loops, i8 GEMM)" \
     interpret::elementwise interpret::workers::tests interpret::row_order interpret::coalesce \
-    interpret::math::tests interpret::dot_bf16 interpret::math::accuracy::vector_loops_stay \
-    interpret::math::accuracy::specials_follow_jnp
+    interpret::math::tests interpret::dot::tests interpret::dot_bf16 \
+    interpret::math::accuracy::vector_loops_stay interpret::math::accuracy::specials_follow_jnp
 check "$focused" "tests/memcheck.rs (every example in every mode, borrowed buffers, FFI frames)"
 
 if [ $full = 1 ]; then
