@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(llvm-22-dev libmlir-22-dev libclang1-22 libclang-common-22-dev libpolly-22-dev libzstd-dev mlir-22-tools)
+# valgrind: scripts/memcheck.sh (memcheck over the interpreter's unsafe code) and the helgrind/drd run
+# of the FFI handler (tests/ffi_concurrency.rs).
+APT_PACKAGES=(llvm-22-dev libmlir-22-dev libclang1-22 libclang-common-22-dev libpolly-22-dev libzstd-dev mlir-22-tools valgrind)
 PYTHON_VERSION=3.12.1
 
 need_apt=()

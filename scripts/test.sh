@@ -12,6 +12,8 @@ echo "== cargo test"
 # Benches are compiled by clippy above but not run here: they are benchmarks, not tests (cargo bench).
 cargo test --workspace --lib --bins --tests --examples
 cargo test --workspace --doc --quiet
+echo "== memcheck (valgrind over the interpreter's unsafe code; reuses the test binaries above)"
+scripts/memcheck.sh
 echo "== cargo doc (broken intra-doc links fail)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 

@@ -15,10 +15,12 @@ pub trait StaticParam: Sized {
     fn to_json(&self) -> Value;
 }
 
+/// A value as shown in a message: its JSON text, cut to 57 characters (not bytes: a value from Python
+/// may hold any text, and a cut inside a character would panic) and an ellipsis past 60.
 fn describe(v: &Value) -> String {
     let text = v.to_string();
-    if text.len() > 60 {
-        format!("{}…", &text[..57])
+    if text.chars().count() > 60 {
+        format!("{}…", text.chars().take(57).collect::<String>())
     } else {
         text
     }
@@ -210,5 +212,33 @@ mod tests {
         assert_eq!(<[i32; 2]>::from_json(&json!([1, -2])).unwrap(), [1, -2]);
         let e = <[i32; 2]>::from_json(&json!([1, "a"])).unwrap_err();
         assert!(e.starts_with("element 1"), "{e}");
+    }
+
+    /// Found by the Python suite's generated bad calls: a long value whose 57th byte falls inside a
+    /// character panicked while its message was written ("end byte index 57 is not a char boundary").
+    #[test]
+    fn long_values_in_messages_are_cut_between_characters() {
+        let v = json!([
+            true,
+            -100000,
+            -1.1805916207174062e21,
+            "000\u{1f}\r\u{7}\u{800}"
+        ]);
+        // 59 characters, 61 bytes: shown whole.
+        let e = usize::from_json(&v).unwrap_err();
+        assert!(
+            e.contains("expected an integer") && e.contains('\u{800}'),
+            "{e}"
+        );
+        // Longer ones are cut after 57 characters, whatever their bytes.
+        for n in 25..70 {
+            let e = usize::from_json(&json!(format!("x{}", "é".repeat(n)))).unwrap_err();
+            let shown = e.rsplit("got ").next().unwrap();
+            assert_eq!(
+                shown.chars().count(),
+                if n + 3 > 60 { 58 } else { n + 3 },
+                "{e}"
+            );
+        }
     }
 }

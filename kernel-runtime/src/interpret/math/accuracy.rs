@@ -478,3 +478,80 @@ fn exhaustive_rsqrt_vs_f64() {
         );
     }
 }
+
+/// Every loop on short rows of every length, each row in a buffer of exactly its length: the vector
+/// body, the padded tail and the splat operand stay inside their rows (what `scripts/memcheck.sh` runs
+/// under valgrind, where any read or write past a row is an error), with the scalar reference's bits.
+#[test]
+fn vector_loops_stay_inside_short_rows_of_every_length() {
+    fn unary<K: Kernel1>(name: &str) {
+        for n in 0..=40 {
+            let xs: Vec<f32> = (0..n).map(|i| i as f32 * 0.37 - 3.1).collect();
+            let want: Vec<u32> = xs.iter().map(|&x| K::apply(x).to_bits()).collect();
+            let mut got = xs.clone();
+            if drive::unary8::<K>(&mut got) {
+                let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{name}, {n} elements, 8 lanes");
+            }
+            let mut got = xs.clone();
+            if drive::unary16::<K>(&mut got) {
+                let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{name}, {n} elements, 16 lanes");
+            }
+            // The dispatching entry, out of place: `src` and `dst` each exactly `n` long.
+            let mut dst = vec![0f32; n];
+            // SAFETY: both hold `n` elements and are disjoint.
+            unsafe {
+                drive::unary::<K>(super::elementfn::Pre::Id, xs.as_ptr(), dst.as_mut_ptr(), n)
+            };
+            let got: Vec<u32> = dst.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "{name}, {n} elements, dispatched");
+        }
+    }
+    fn binary<K: Kernel2>(name: &str) {
+        for n in 0..=40 {
+            let xs: Vec<f32> = (0..n).map(|i| i as f32 * 0.37 + 0.1).collect();
+            let ys: Vec<f32> = (0..n).map(|i| 2.5 - i as f32 * 0.11).collect();
+            let want: Vec<u32> = xs
+                .iter()
+                .zip(&ys)
+                .map(|(&x, &y)| K::apply(x, y).to_bits())
+                .collect();
+            let mut got = xs.clone();
+            if drive::binary8::<K>(&mut got, &ys) {
+                let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{name}, {n} elements, 8 lanes");
+            }
+            let mut got = xs.clone();
+            if drive::binary16::<K>(&mut got, &ys) {
+                let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{name}, {n} elements, 16 lanes");
+            }
+            // A splat second operand, through the dispatching entry.
+            let want: Vec<u32> = xs.iter().map(|&x| K::apply(x, 1.5).to_bits()).collect();
+            let mut dst = vec![0f32; n];
+            // SAFETY: `xs` and `dst` hold `n` elements and are disjoint.
+            unsafe {
+                drive::binary::<K>(
+                    drive::Arg::Ptr(xs.as_ptr()),
+                    drive::Arg::Splat(1.5),
+                    dst.as_mut_ptr(),
+                    n,
+                )
+            };
+            let got: Vec<u32> = dst.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "{name}, {n} elements, splat");
+        }
+    }
+    unary::<Tanh>("tanh");
+    unary::<Logistic>("logistic");
+    unary::<Log>("log");
+    unary::<Log1p>("log1p");
+    unary::<Erf>("erf");
+    unary::<Sin>("sin");
+    unary::<Cos>("cos");
+    unary::<Rsqrt>("rsqrt");
+    unary::<ExpGeneric>("exp (generic)");
+    binary::<Pow>("pow");
+    binary::<Rem>("rem");
+}

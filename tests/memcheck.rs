@@ -1,0 +1,329 @@
+//! The interpreter's unsafe code at shapes small enough for valgrind: `scripts/memcheck.sh` runs this
+//! file (with a few unit tests of `kernel-runtime`) under memcheck, where any read of uninitialized
+//! memory, any access outside an allocation, any overlapping `memcpy` and any leak of a definitely
+//! lost block is an error. Natively it is a quick agreement test.
+//!
+//! What it reaches: every example at small shapes (one to a few blocks per axis) in every mode —
+//! fused (elementwise chains, results written straight into the output array through `RawDest`,
+//! row bands), plain, sequential and `parallel` (chunks on the worker pool, raw writes from several
+//! threads), poisoned, seeded DMA timing —, the vectorized loops (AVX2 under valgrind, which does not
+//! emulate AVX-512: the AVX-512 and AVX-512 BF16 paths are not reached there), the `gemm` calls of
+//! f32 and bf16 `dot`, the interpreter on borrowed arrays (inputs read in place or copied when
+//! misaligned, outputs written in place, an aliased input that is its output's own buffer), and the
+//! XLA FFI handler on a call frame as XLA builds it.
+
+mod common;
+#[path = "common/xla.rs"]
+mod xla;
+
+use common::*;
+use tpu_kernel::__private::export::{Library, Request};
+use tpu_kernel::prelude::*;
+use tpu_kernel::reference;
+use tpu_kernel::runtime::interpret::{
+    interpret_into, ArrayView, ArrayViewMut, HostArray, InterpretOptions,
+};
+use xla::XlaBuffer;
+
+type Case = (&'static str, Result<PallasCall, KernelError>);
+
+/// Every example at small shapes.
+fn cases() -> Vec<Case> {
+    let f32s = |s: &[usize]| ArrayType::new(s, F32);
+    let bf16s = |s: &[usize]| ArrayType::new(s, BF16);
+    let i32s = |s: &[usize]| ArrayType::new(s, I32);
+    let i8s = |s: &[usize]| ArrayType::new(s, I8);
+    let (m, k, n, groups, tm) = (256, 128, 128, 2, 128);
+    vec![
+        (
+            "add",
+            add::add(f32s(&[256, 256]), f32s(&[256, 256]), (128, 128)),
+        ),
+        (
+            "inplace_scale",
+            inplace_scale::inplace_scale(f32s(&[256, 128]), 128),
+        ),
+        ("dma_double", dma_double::dma_double(f32s(&[256, 128]), 128)),
+        (
+            "gather_prefetch",
+            gather_prefetch::gather_prefetch(i32s(&[4]), f32s(&[64, 128]), 8),
+        ),
+        (
+            "causal_mask",
+            causal_mask::causal_mask(f32s(&[256, 256]), (128, 128), 0.125),
+        ),
+        ("colsum", colsum::colsum(f32s(&[256, 128]), (128, 128))),
+        (
+            "fori_rowsum",
+            fori_rowsum::fori_rowsum(f32s(&[128, 256]), 128),
+        ),
+        (
+            "matmul",
+            matmul::matmul(bf16s(&[256, 256]), bf16s(&[256, 256]), (128, 128, 128)),
+        ),
+        (
+            "grouped_matmul",
+            grouped_matmul::grouped_matmul(
+                i32s(&[groups + 1]),
+                i32s(&[m / tm + groups - 1]),
+                i32s(&[m / tm + groups - 1]),
+                bf16s(&[m, k]),
+                bf16s(&[groups, k, n]),
+                (tm, 128, 128),
+            ),
+        ),
+        (
+            "ops_tour",
+            ops_tour::ops_tour(f32s(&[128, 128]), f32s(&[128, 128]), 64),
+        ),
+        (
+            "paged_gather",
+            paged_gather::paged_gather(i32s(&[4, 4]), f32s(&[16, 16, 128])),
+        ),
+        (
+            "paged_attention",
+            paged_attention::paged_attention(
+                i32s(&[2]),
+                i32s(&[2, 4]),
+                bf16s(&[2, 4, 128]),
+                bf16s(&[1, 16, 16, 128]),
+                bf16s(&[1, 16, 16, 128]),
+                2,
+            ),
+        ),
+        (
+            "quantized_matmul",
+            quantized_matmul::quantized_matmul(
+                bf16s(&[128, 256]),
+                i8s(&[256, 256]),
+                f32s(&[1, 256]),
+                (128, 128, 128),
+            ),
+        ),
+        (
+            "quantized_matmul_w8a8",
+            quantized_matmul_w8a8::quantized_matmul_w8a8(
+                i8s(&[128, 256]),
+                f32s(&[128, 1]),
+                i8s(&[256, 256]),
+                f32s(&[1, 256]),
+                (128, 128, 128),
+            ),
+        ),
+        (
+            "rmsnorm",
+            rmsnorm::rmsnorm(bf16s(&[64, 256]), f32s(&[1, 256]), 1e-6, 16),
+        ),
+        ("softmax", softmax::softmax(f32s(&[64, 256]), 8)),
+        (
+            "transpose",
+            transpose::transpose(f32s(&[256, 256]), (128, 128)),
+        ),
+        (
+            "flash_attention",
+            flash_attention::flash_attention(
+                bf16s(&[1, 256, 128]),
+                bf16s(&[1, 256, 128]),
+                bf16s(&[1, 256, 128]),
+                false,
+                (128, 128),
+            ),
+        ),
+        // (The reference is non-causal: this one is held to its other modes only.)
+        (
+            "flash_attention causal",
+            flash_attention::flash_attention(
+                bf16s(&[1, 256, 128]),
+                bf16s(&[1, 256, 128]),
+                bf16s(&[1, 256, 128]),
+                true,
+                (128, 128),
+            ),
+        ),
+        (
+            "activations",
+            activations::activations(f32s(&[64, 256]), f32s(&[64, 256]), i32s(&[64, 256]), 8),
+        ),
+    ]
+}
+
+fn modes() -> Vec<(&'static str, InterpretOptions)> {
+    let d = InterpretOptions::default;
+    vec![
+        ("plain", InterpretOptions { fuse: false, ..d() }),
+        (
+            "sequential",
+            InterpretOptions {
+                parallel: false,
+                ..d()
+            },
+        ),
+        ("poisoned", InterpretOptions::poisoned()),
+        (
+            "dma seed",
+            InterpretOptions {
+                dma_seed: Some(5),
+                ..d()
+            },
+        ),
+    ]
+}
+
+/// Default mode against the plain-Rust reference, every other mode bit for bit against it.
+#[test]
+fn every_example_in_every_mode_at_small_shapes() {
+    for (name, call) in cases() {
+        let call = call.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let inputs = reference::random_inputs(&call, 3);
+        let got = call
+            .interpret(&inputs)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        if !name.ends_with("causal") {
+            let (want, tol) = reference::expected(call.name(), &inputs)
+                .unwrap_or_else(|| panic!("no reference for {name}"))
+                .unwrap_or_else(|e| panic!("reference for {name}: {e}"));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let c = reference::compare(g, w, tol);
+                assert!(c.ok, "{name} output {i}: max error {}", c.max_abs_error);
+            }
+        }
+        for (mode, opts) in modes() {
+            let again = call
+                .interpret_with(&inputs, &opts)
+                .unwrap_or_else(|e| panic!("{name} ({mode}): {e}"));
+            assert_eq!(again, got, "{name} ({mode})");
+        }
+    }
+}
+
+/// The FFI path's memory: inputs read in place (aligned) or copied (misaligned by one byte), outputs
+/// written in place into buffers of exactly their size — the owned run's bits either way.
+#[test]
+fn every_example_on_borrowed_buffers() {
+    for (name, call) in cases() {
+        let call = call.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let inputs = reference::random_inputs(&call, 5);
+        let want = call
+            .interpret(&inputs)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for offset in [0, 1] {
+            let ins: Vec<XlaBuffer> = inputs
+                .iter()
+                .map(|a| XlaBuffer::with_offset(a, offset))
+                .collect();
+            let outs: Vec<XlaBuffer> = want
+                .iter()
+                .map(|a| XlaBuffer::zeros(a.shape(), a.dtype()))
+                .collect();
+            run_borrowed(&call, &ins, &outs).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let got: Vec<HostArray> = outs.iter().map(XlaBuffer::to_host).collect();
+            assert_eq!(got, want, "{name}, inputs offset by {offset} bytes");
+        }
+    }
+}
+
+fn run_borrowed(
+    call: &PallasCall,
+    ins: &[XlaBuffer],
+    outs: &[XlaBuffer],
+) -> Result<(), KernelError> {
+    // SAFETY: each buffer holds its array's bytes (or room for them) and outlives the call; outputs
+    // are distinct allocations nobody else touches.
+    let (views, mut out_views): (Vec<ArrayView<'_>>, Vec<ArrayViewMut<'_>>) = unsafe {
+        (
+            ins.iter()
+                .map(|b| ArrayView::from_raw(&b.shape, b.dtype, b.ptr()))
+                .collect(),
+            outs.iter()
+                .map(|b| ArrayViewMut::from_raw(&b.shape, b.dtype, b.ptr()))
+                .collect(),
+        )
+    };
+    interpret_into(
+        call.ir(),
+        &views,
+        &mut out_views,
+        &InterpretOptions::default(),
+    )
+}
+
+/// XLA aliases a donated input with its output: one buffer is both. The kernel reads the input as
+/// it was and writes the buffer (no overlapping copy, no read of a half-written block).
+#[test]
+fn an_aliased_input_that_is_its_outputs_buffer() {
+    let call = inplace_scale::inplace_scale(ArrayType::new([256, 128], F32), 128).expect("build");
+    let x = HostArray::random([256, 128], F32, 9).unwrap();
+    let want = call.interpret(std::slice::from_ref(&x)).expect("run");
+    let buf = XlaBuffer::of(&x);
+    // SAFETY: one live buffer of 256·128 f32 seen as both the input and the output, as XLA passes an
+    // aliased pair; the interpreter reads a snapshot of the input in that case.
+    let (view, mut out) = unsafe {
+        (
+            ArrayView::from_raw(&buf.shape, F32, buf.ptr()),
+            ArrayViewMut::from_raw(&buf.shape, F32, buf.ptr()),
+        )
+    };
+    interpret_into(
+        call.ir(),
+        &[view],
+        std::slice::from_mut(&mut out),
+        &InterpretOptions::default(),
+    )
+    .expect("run");
+    assert_eq!(buf.to_host(), want[0]);
+}
+
+/// The handler entry on XLA-shaped call frames: the metadata query, successful calls (outputs
+/// written in place, bits of the owned run), and failures reported through `XLA_FFI_Error_Create`
+/// — from two threads at once.
+#[test]
+fn the_ffi_handler_on_xla_call_frames() {
+    let lib = Library::new(
+        "memcheck",
+        vec![
+            softmax::__tpu_kernel_export_softmax(),
+            rmsnorm::__tpu_kernel_export_rmsnorm(),
+            matmul::__tpu_kernel_export_matmul(),
+        ],
+    );
+    assert_eq!(xla::metadata(&lib), (0, 5));
+    let build = |v: serde_json::Value| {
+        lib.build(&Request::from_json(&v).expect("request"))
+            .expect("build")
+    };
+    let sm = build(
+        serde_json::json!({"kernel": "softmax", "inputs": [{"shape": [64, 256], "dtype": "f32"}]}),
+    );
+    let mm = build(
+        serde_json::json!({"kernel": "matmul", "inputs": [{"shape": [128, 256], "dtype": "bf16"}, {"shape": [256, 128], "dtype": "bf16"}]}),
+    );
+    let x = HostArray::random([64, 256], F32, 1).unwrap();
+    let a = HostArray::random([128, 256], BF16, 2).unwrap();
+    let b = HostArray::random([256, 128], BF16, 3).unwrap();
+    let want_sm = sm.call.interpret(std::slice::from_ref(&x)).expect("run");
+    let want_mm = mm.call.interpret(&[a.clone(), b.clone()]).expect("run");
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (lib, sm, mm) = (&lib, &sm, &mm);
+            let (x, a, b, want_sm, want_mm) = (&x, &a, &b, &want_sm, &want_mm);
+            s.spawn(move || {
+                for _ in 0..2 {
+                    let xb = XlaBuffer::with_offset(x, t);
+                    let out = XlaBuffer::zeros(&[64, 256], F32);
+                    xla::call(lib, &sm.ffi_request, &[&xb], &[&out]).expect("softmax");
+                    assert_eq!(out.to_host(), want_sm[0]);
+                    let (ab, bb) = (XlaBuffer::of(a), XlaBuffer::of(b));
+                    let out = XlaBuffer::zeros(&[128, 128], BF16);
+                    xla::call(lib, &mm.ffi_request, &[&ab, &bb], &[&out]).expect("matmul");
+                    assert_eq!(out.to_host(), want_mm[0]);
+                    // A result buffer of the wrong shape: an error, nothing written.
+                    let small = XlaBuffer::zeros(&[8, 128], BF16);
+                    let e = xla::call(lib, &mm.ffi_request, &[&ab, &bb], &[&small])
+                        .expect_err("wrong result shape");
+                    assert!(e.message.contains("output 0"), "{}", e.message);
+                    assert_eq!(small.to_host(), HostArray::zeros([8, 128], BF16).unwrap());
+                }
+            });
+        }
+    });
+}
