@@ -350,11 +350,7 @@ pub fn flash_attention_dkv(
     #[default(false)] causal: bool,
     #[default((128, 128))] block: (usize, usize),
 ) -> Result<PallasCall, KernelError> {
-    let [bh, seq, d] = dims(
-        &[("q", &q), ("k", &k), ("v", &v), ("o", &o), ("g", &g)],
-        block,
-    )?;
-    check_lse(&lse, bh, seq)?;
+    let [bh, seq, d] = backward_dims([&q, &k, &v, &o, &lse, &g], block)?;
     let (bq, bk) = block;
     let scale = 1.0 / (d as f32).sqrt();
     let rows = move |width: usize| {
@@ -393,11 +389,7 @@ pub fn flash_attention_dq(
     #[default(false)] causal: bool,
     #[default((128, 128))] block: (usize, usize),
 ) -> Result<PallasCall, KernelError> {
-    let [bh, seq, d] = dims(
-        &[("q", &q), ("k", &k), ("v", &v), ("o", &o), ("g", &g)],
-        block,
-    )?;
-    check_lse(&lse, bh, seq)?;
+    let [bh, seq, d] = backward_dims([&q, &k, &v, &o, &lse, &g], block)?;
     let (bq, bk) = block;
     let scale = 1.0 / (d as f32).sqrt();
     let rows = move |width: usize| BlockSpec::new([1, bq, width], |[b, i, _]| (b, i, 0)).squeeze(0);
@@ -422,7 +414,12 @@ pub fn flash_attention_dq(
         .build()
 }
 
-fn check_lse(lse: &ArrayType, bh: usize, seq: usize) -> Result<(), KernelError> {
+/// The checked `(batch * heads, seq, head_dim)` of a backward kernel's arrays `q, k, v, o, lse, g`.
+fn backward_dims(
+    [q, k, v, o, lse, g]: [&ArrayType; 6],
+    block: (usize, usize),
+) -> Result<[usize; 3], KernelError> {
+    let [bh, seq, d] = dims(&[("q", q), ("k", k), ("v", v), ("o", o), ("g", g)], block)?;
     let want = lse_type(bh, seq);
     require(
         lse.shape == want.shape && lse.dtype == F32,
@@ -430,7 +427,8 @@ fn check_lse(lse: &ArrayType, bh: usize, seq: usize) -> Result<(), KernelError> 
             "lse is {}{:?}: the log-sum-exp residual of flash_attention_fwd is f32{:?}",
             lse.dtype, lse.shape, want.shape
         ),
-    )
+    )?;
+    Ok([bh, seq, d])
 }
 
 pub fn build() -> Result<PallasCall, KernelError> {

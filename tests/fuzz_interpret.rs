@@ -8,23 +8,12 @@
 
 mod common;
 
+use common::rng::Rng;
 use common::EXAMPLES;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use tpu_kernel::prelude::*;
 use tpu_kernel::reference::random_inputs;
 use tpu_kernel::runtime::interpret::{HostArray, HostData, InterpretOptions};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
 
 /// f32 special values (bit patterns): NaNs with payloads (quiet, signalling, negative), infinities,
 /// zeros, subnormals, extremes.

@@ -30,24 +30,10 @@ fn copy_bf16_kernel(x: Ref<bf16>, o: RefMut<bf16>) {
     o.store(x.load());
 }
 
-/// SplitMix64: a fixed-seed generator, no dependency.
-struct Rng(u64);
+#[path = "common/rng.rs"]
+mod rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-}
+use rng::Rng;
 
 /// A dimension: mostly small and TPU-shaped, sometimes huge or hostile.
 fn dim(r: &mut Rng) -> usize {

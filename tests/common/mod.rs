@@ -42,6 +42,7 @@ pub mod transpose;
 
 pub mod coverage;
 pub mod kernels;
+pub mod rng;
 
 use tpu_kernel::{KernelError, PallasCall};
 
