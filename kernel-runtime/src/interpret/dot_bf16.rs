@@ -76,7 +76,7 @@ pub(crate) fn gemm(
             ..a
         },
     );
-    let mut pb = vec![0u16; kp * 2 * NR];
+    let mut pb = vec![0u32; kp * NR];
     let mut tile = [0f32; MR * NR];
     for j0 in (0..n).step_by(NR) {
         let nc = NR.min(n - j0);
@@ -107,7 +107,7 @@ pub(crate) fn gemm(
                     tile_8x32(
                         kp,
                         a_at,
-                        pb.as_ptr(),
+                        pb.as_ptr().cast(),
                         c.as_mut_ptr().add(i0 * n + j0),
                         n,
                         accumulate,
@@ -124,7 +124,7 @@ pub(crate) fn gemm(
                     }
                 }
                 // SAFETY: as above, into the local 8×32 tile (row stride 32).
-                unsafe { tile_8x32(kp, a_at, pb.as_ptr(), tile.as_mut_ptr(), NR, true) };
+                unsafe { tile_8x32(kp, a_at, pb.as_ptr().cast(), tile.as_mut_ptr(), NR, true) };
                 for r in 0..mr {
                     c[(i0 + r) * n + j0..(i0 + r) * n + j0 + nc]
                         .copy_from_slice(&tile[r * NR..r * NR + nc]);
@@ -164,10 +164,45 @@ fn pack_a(m: usize, k: usize, kp: usize, a: View<'_>) -> Vec<u32> {
     out
 }
 
-/// Columns j0..j0+nc of B: per pair index, 32 × `[b(2p, j), b(2p+1, j)]`; columns past nc are zero.
-fn pack_b_panel(k: usize, kp: usize, j0: usize, nc: usize, b: View<'_>, out: &mut [u16]) {
+/// `b(2p, j) | b(2p+1, j) << 16`: one pair of B as the u32 the tile broadcasts against (low half first).
+#[inline(always)]
+fn pair(lo: bf16, hi: bf16) -> u32 {
+    lo.to_bits() as u32 | (hi.to_bits() as u32) << 16
+}
+
+/// Columns j0..j0+nc of B: per pair index, 32 × `[b(2p, j), b(2p+1, j)]` (one u32 each, low half
+/// first); columns past nc and the pad row past an odd k are zero.
+fn pack_b_panel(k: usize, kp: usize, j0: usize, nc: usize, b: View<'_>, out: &mut [u32]) {
+    if b.rs == 1 {
+        // Column-major (a transposed row-major operand, as in `q kᵀ`): each column's pairs are
+        // adjacent, so a column is read in order, one pair per u32 written.
+        for jj in 0..NR {
+            if jj >= nc {
+                for p in 0..kp {
+                    out[p * NR + jj] = 0;
+                }
+                continue;
+            }
+            let col = &b.data[b.off + (j0 + jj) * b.cs..][..k];
+            let pairs = col.chunks_exact(2);
+            let last = pairs
+                .remainder()
+                .first()
+                .map_or(0, |&lo| pair(lo, bf16::ZERO));
+            for (p, two) in pairs.enumerate() {
+                out[p * NR + jj] = pair(two[0], two[1]);
+            }
+            if k % 2 == 1 {
+                out[(kp - 1) * NR + jj] = last;
+            }
+        }
+        return;
+    }
     for p in 0..kp {
-        let row = &mut out[p * 2 * NR..(p + 1) * 2 * NR];
+        let row32 = &mut out[p * NR..(p + 1) * NR];
+        // SAFETY: a u32 slice seen as twice as many u16 (same memory, stricter alignment kept).
+        let row: &mut [u16] =
+            unsafe { std::slice::from_raw_parts_mut(row32.as_mut_ptr().cast::<u16>(), 2 * NR) };
         if b.cs == 1 && nc == NR && 2 * p + 1 < k {
             // Row-major, a whole panel: interleave the two 32-element row slices in registers.
             let r0 = &b.data[b.off + 2 * p * b.rs + j0..][..NR];

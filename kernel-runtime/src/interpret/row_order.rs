@@ -109,8 +109,15 @@ impl RowAcc<f32> {
         self.fold(piece, |x| x, comb_f32::<K>);
     }
 
+    /// [`RowAcc::finish`] with float combiner `K`, the lanes' tree in AVX2 when the CPU has it.
     #[inline(always)]
     pub(crate) fn finish_f32<const K: u8>(self) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if super::simd::avx2() {
+            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+            let tree = unsafe { super::simd::tree16::<K>(&self.lanes) };
+            return comb_f32::<K>(tree, self.rest);
+        }
         self.finish(comb_f32::<K>)
     }
 }
@@ -205,6 +212,17 @@ mod tests {
         all(&[f32::NEG_INFINITY; 35]);
         all(&[f32::INFINITY; 35]);
         all(&[f32::from_bits(1), -f32::from_bits(1), 0.0, -0.0]);
+        // Two NaN payloads in different lanes (the tree decides which one survives), and zero ties
+        // across lanes (the tree's -0 / +0 ordering).
+        let mut nans: Vec<f32> = (0..48).map(|i| i as f32 - 20.0).collect();
+        nans[3] = f32::from_bits(0x7fc0_0003);
+        nans[12] = f32::from_bits(0xffc0_0012);
+        nans[27] = f32::from_bits(0x7f80_0027);
+        all(&nans);
+        let ties: Vec<f32> = (0..32)
+            .map(|i| if i % 5 == 0 { 0.0 } else { -0.0 })
+            .collect();
+        all(&ties);
         row[500] = f32::from_bits(0x7fc0_1234);
         all(&row);
         assert!(row_f32::<MAX>(&row).is_nan() && row_f32::<MIN>(&row).is_nan());

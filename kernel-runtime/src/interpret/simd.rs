@@ -141,6 +141,33 @@ pub(crate) unsafe fn comb_ps<const K: u8>(
     }
 }
 
+/// The pairwise tree of 16 lanes (`lane[i] ⊕= lane[i + w]` for `w` = 8, 4, 2, 1; the vector form of
+/// [`super::row_order::RowAcc::finish`] before its `rest`): `lane[0]`, the same bits as the scalar tree
+/// (each step is [`comb_ps`], lane for lane the scalar combiner), without its data-dependent branches.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn tree16<const K: u8>(lanes: &[f32; 16]) -> f32 {
+    use std::arch::x86_64::*;
+    // SAFETY: `lanes` has 16 elements; unaligned loads; AVX2 by the caller.
+    unsafe {
+        // w = 8: t[i] = l[i] ⊕ l[i + 8].
+        let t = comb_ps::<K>(
+            _mm256_loadu_ps(lanes.as_ptr()),
+            _mm256_loadu_ps(lanes.as_ptr().add(8)),
+        );
+        // w = 4: the high 128 bits brought down.
+        let t = comb_ps::<K>(t, _mm256_permute2f128_ps::<1>(t, t));
+        // w = 2: lanes 0, 1 take lanes 2, 3.
+        let t = comb_ps::<K>(t, _mm256_permute_ps::<0xEE>(t));
+        // w = 1: lane 0 takes lane 1.
+        let t = comb_ps::<K>(t, _mm256_permute_ps::<0x55>(t));
+        _mm256_cvtss_f32(t)
+    }
+}
+
 /// Fold `v` (a multiple of 16 long) into 16 running lanes: lane `j` takes elements `16q + j` (the
 /// vector form of [`super::row_order::RowAcc::fold`]).
 ///

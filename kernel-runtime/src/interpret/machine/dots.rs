@@ -88,6 +88,60 @@ impl Machine<'_> {
         dot(l, r, acc, tl, tr, out)
     }
 
+    /// A `dot` whose accumulator operand dies here (see [`last_use_of_acc`]): when the accumulator
+    /// is a row-major buffer of the result's dtype that nothing else holds (a fresh `acc * alpha`),
+    /// the product accumulates into that buffer instead of a copy of it; else a plain `dot`.
+    pub(super) fn dot_owned_acc(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+        let (
+            OpKind::Dot {
+                transpose_lhs: tl,
+                transpose_rhs: tr,
+            },
+            [_, _, av],
+        ) = (&op.kind, &op.operands[..])
+        else {
+            return self.op(op, sub);
+        };
+        let out = self.func.ty(op.results[0]).dtype();
+        let acc = match self.env.get_mut(av.0 as usize) {
+            Some(slot @ Some(Value::T(_))) => match slot.take() {
+                Some(Value::T(t)) => t,
+                _ => return Err(internal("dot accumulator")),
+            },
+            _ => return self.op(op, sub),
+        };
+        let owned = if acc.dtype == out
+            && acc.is_contiguous()
+            && acc.offset == 0
+            && acc.buf.len() == acc.numel()
+        {
+            match acc.buf.try_unwrap() {
+                Ok(data) => Ok((acc.shape, data)),
+                Err(buf) => Err(Tensor { buf, ..acc }),
+            }
+        } else {
+            Err(acc)
+        };
+        let (wl, wr) = self.dot_operands(op)?;
+        let l = match &wl {
+            Some(w) => w,
+            None => self.tensor(op.operands[0])?,
+        };
+        let rt = match &wr {
+            Some(w) => w,
+            None => self.tensor(op.operands[1])?,
+        };
+        let res = match owned {
+            Ok((shape, data)) => dot_into(l, rt, &shape, data, *tl, *tr)?,
+            Err(acc) => {
+                let t = dot(l, rt, Some(&acc), *tl, *tr, out)?;
+                recycle(acc);
+                t
+            }
+        };
+        Ok(vec![Value::T(res)])
+    }
+
     /// A `dot` accumulating in place into the buffer of ref `rf` (see [`Plan`]): when the accumulator
     /// is exactly the ref's contents in an f32 (float operands) or i32 (i8 operands) buffer nothing
     /// else holds, the buffer is taken from the ref (the result's only use stores it back whole)
@@ -160,4 +214,13 @@ impl Machine<'_> {
         };
         Ok(vec![Value::T(res)])
     }
+}
+
+/// Whether `op` is a `dot` whose accumulator operand dies at it (`dead` lists the values freed after
+/// the op) and is not also one of its factors: then the accumulator's buffer may become the result.
+pub(super) fn last_use_of_acc(op: &Op, dead: &[ValueId]) -> bool {
+    matches!(
+        (&op.kind, &op.operands[..]),
+        (OpKind::Dot { .. }, [l, r, acc]) if l != acc && r != acc && dead.contains(acc)
+    )
 }
