@@ -47,6 +47,10 @@ pub(crate) fn map1_rows[A: HostElement, R: HostElement](
     sink: &Sink<'_>,
 ) -> Result<Tensor> {
     let ad = a.data::<A>()?;
+    if a.shape.is_empty() {
+        // A scalar (index arithmetic, loop counters): held inline, never sunk.
+        return Ok(Tensor::scalar(f(*ad.get(a.offset).ok_or_else(|| internal("empty scalar"))?)));
+    }
     let mut out = Out::<R>::new(&a.shape, sink);
     if !out.fits(&a.shape) {
         return Err(internal("elementwise destination too small"));
@@ -106,6 +110,13 @@ pub(crate) fn map2_rows[A: HostElement, B: HostElement, R: HostElement](
         return Err(internal("elementwise operands of different shapes"));
     }
     let (ad, bd) = (a.data::<A>()?, b.data::<B>()?);
+    if a.shape.is_empty() {
+        let (x, y) = (ad.get(a.offset), bd.get(b.offset));
+        let (Some(&x), Some(&y)) = (x, y) else {
+            return Err(internal("empty scalar"));
+        };
+        return Ok(Tensor::scalar(f(x, y)));
+    }
     let mut out = Out::<R>::new(&a.shape, sink);
     if !out.fits(&a.shape) {
         return Err(internal("elementwise destination too small"));
@@ -175,6 +186,13 @@ pub(crate) fn map3[A: HostElement, B: HostElement, C: HostElement, R: HostElemen
         return Err(internal("elementwise operands of different shapes"));
     }
     let (ad, bd, cd) = (a.data::<A>()?, b.data::<B>()?, c.data::<C>()?);
+    if a.shape.is_empty() {
+        let (x, y, z) = (ad.get(a.offset), bd.get(b.offset), cd.get(c.offset));
+        let (Some(&x), Some(&y), Some(&z)) = (x, y, z) else {
+            return Err(internal("empty scalar"));
+        };
+        return Ok(Tensor::scalar(f(x, y, z)));
+    }
     let mut out = Out::<R>::new(&a.shape, sink);
     if !out.fits(&a.shape) {
         return Err(internal("elementwise destination too small"));

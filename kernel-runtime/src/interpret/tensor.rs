@@ -17,6 +17,59 @@ pub(crate) type Dims = smallvec::SmallVec<[usize; 4]>;
 pub(crate) enum Buf {
     Host(Arc<HostData>),
     Foreign(Foreign),
+    /// A single element held inline: scalars and splat constants, which a kernel's index arithmetic,
+    /// loop counters and semaphore bookkeeping make by the thousand (no allocation, no reference count).
+    One(One),
+}
+
+/// One element of any dtype, stored in place (every element type is at most 4 bytes, aligned to at
+/// most 4).
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(4))]
+pub(crate) struct One {
+    bytes: [u8; 4],
+    dtype: DType,
+}
+
+impl One {
+    pub fn new<T: HostElement>(v: T) -> One {
+        const {
+            assert!(std::mem::size_of::<T>() <= 4 && std::mem::align_of::<T>() <= 4);
+        }
+        let mut one = One {
+            bytes: [0; 4],
+            dtype: T::DTYPE,
+        };
+        // SAFETY: `bytes` is the first field of a 4-aligned `repr(C)` struct, so 4-aligned, and holds
+        // at least `size_of::<T>()` bytes (asserted above).
+        unsafe { one.bytes.as_mut_ptr().cast::<T>().write(v) };
+        one
+    }
+    fn of_literal(lit: Literal) -> One {
+        // A literal's bits, as `HostData::filled` reads them.
+        match lit.dtype {
+            DType::F32 => One::new(f32::from_bits(lit.bits as u32)),
+            DType::BF16 => One::new(bf16::from_bits(lit.bits as u16)),
+            DType::I32 => One::new(lit.bits as u32 as i32),
+            DType::I8 => One::new(lit.bits as u8 as i8),
+            DType::U8 => One::new(lit.bits as u8),
+            DType::U32 => One::new(lit.bits as u32),
+            DType::Bool => One::new(lit.bits != 0),
+        }
+    }
+    /// The element as a one-element slice of `T`, when `T` is its type.
+    pub fn slice<T: HostElement>(&self) -> Option<&[T]> {
+        // SAFETY: `One::new::<U>` wrote a valid `U` at the start of `bytes` (aligned, see `new`), and
+        // `U::DTYPE == T::DTYPE` means `U` is `T` (each dtype has one host element type).
+        (self.dtype == T::DTYPE)
+            .then(|| unsafe { std::slice::from_raw_parts(self.bytes.as_ptr().cast::<T>(), 1) })
+    }
+    fn to_data(self) -> HostData {
+        super::elementwise::with_dtype!(self.dtype, T => match self.slice::<T>() {
+            Some(v) => T::wrap(v.to_vec()),
+            None => unreachable!("the element's own type"),
+        })
+    }
 }
 
 /// A caller's read-only array: `len` elements of `dtype` at `ptr`.
@@ -49,12 +102,14 @@ impl Buf {
                 Some(unsafe { std::slice::from_raw_parts(f.ptr as *const T, f.len) })
             }
             Buf::Foreign(_) => None,
+            Buf::One(o) => o.slice(),
         }
     }
     pub fn len(&self) -> usize {
         match self {
             Buf::Host(d) => d.len(),
             Buf::Foreign(f) => f.len,
+            Buf::One(_) => 1,
         }
     }
     /// The same storage (views of one buffer).
@@ -69,6 +124,7 @@ impl Buf {
     pub fn try_unwrap(self) -> std::result::Result<HostData, Buf> {
         match self {
             Buf::Host(a) => Arc::try_unwrap(a).map_err(Buf::Host),
+            Buf::One(o) => Ok(o.to_data()),
             f => Err(f),
         }
     }
@@ -82,9 +138,12 @@ impl Buf {
             });
             *self = Buf::host(data);
         }
+        if let Buf::One(o) = *self {
+            *self = Buf::host(o.to_data());
+        }
         match self {
             Buf::Host(a) => Ok(Arc::make_mut(a)),
-            Buf::Foreign(_) => Err(internal("foreign buffer")),
+            Buf::Foreign(_) | Buf::One(_) => Err(internal("foreign buffer")),
         }
     }
 }
@@ -136,7 +195,17 @@ impl Tensor {
             shape: Dims::from_slice(shape),
             strides: smallvec::smallvec![0; shape.len()],
             offset: 0,
-            buf: Buf::host(HostData::filled(lit, 1)),
+            buf: Buf::One(One::of_literal(lit)),
+        }
+    }
+    /// A rank-0 tensor holding `v`.
+    pub fn scalar<T: HostElement>(v: T) -> Tensor {
+        Tensor {
+            dtype: T::DTYPE,
+            shape: Dims::new(),
+            strides: Dims::new(),
+            offset: 0,
+            buf: Buf::One(One::new(v)),
         }
     }
     pub fn numel(&self) -> usize {
@@ -469,7 +538,9 @@ pub(crate) use pool::take as take_vec;
 
 /// Return a tensor's buffer to the pool if nothing else holds it.
 pub(crate) fn recycle(t: Tensor) {
-    if let Ok(d) = t.buf.try_unwrap() {
-        pool::give(d);
+    if let Buf::Host(a) = t.buf {
+        if let Ok(d) = Arc::try_unwrap(a) {
+            pool::give(d);
+        }
     }
 }

@@ -13,18 +13,21 @@ use crate::error::SourceLoc;
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct RefView {
     pub r: usize,
-    pub starts: Vec<usize>,
-    pub sizes: Vec<usize>,
-    pub squeezed: Vec<bool>,
+    pub starts: Dims,
+    pub sizes: Dims,
+    pub squeezed: Flags,
 }
+
+/// Per-dimension flags of a view, inline up to rank 4 like [`Dims`] (views are made per DMA).
+pub(crate) type Flags = smallvec::SmallVec<[bool; 4]>;
 
 impl RefView {
     fn whole(r: usize, shape: &[usize]) -> RefView {
         RefView {
             r,
-            starts: vec![0; shape.len()],
-            sizes: shape.to_vec(),
-            squeezed: vec![false; shape.len()],
+            starts: smallvec::smallvec![0; shape.len()],
+            sizes: Dims::from_slice(shape),
+            squeezed: smallvec::smallvec![false; shape.len()],
         }
     }
     fn overlaps(&self, o: &RefView) -> bool {
@@ -369,18 +372,16 @@ impl<'k> Machine<'k> {
     }
 
     /// The contents of a window (squeezed dimensions dropped).
+    /// A view, not a copy: the write that consumes it copies its elements once, and writing into a
+    /// buffer the view shares (a copy within one ref) first unshares the destination
+    /// (`Buf::make_mut`), so the view keeps reading the contents from before the copy.
     fn read_window(&self, v: &RefView) -> Result<Tensor> {
         let t = self.contents(v.r)?;
-        t.window(&v.starts, &v.sizes, &v.squeezed).materialize()
+        Ok(t.window(&v.starts, &v.sizes, &v.squeezed))
     }
 
     /// Write `data` (the window's value shape) into a window of its ref.
     fn write_window(&mut self, v: &RefView, data: Tensor) -> Result<()> {
-        let w = Window {
-            starts: v.starts.iter().map(|s| Start::Static(*s)).collect(),
-            sizes: v.sizes.clone(),
-            squeezed: v.squeezed.clone(),
-        };
-        self.write_into(v.r, &v.starts, &w, data, None)
+        self.write_into(v.r, (&v.starts, &v.sizes, &v.squeezed), data, None)
     }
 }

@@ -1,6 +1,7 @@
 //! The ref side of a grid step: window starts (bounds-checked), loads and stores (masked, strided, into
 //! a ref's block or straight into the output array), and the view writers they share with the grid.
 
+use super::dma::Flags;
 use super::*;
 
 impl<'k> Machine<'k> {
@@ -59,9 +60,9 @@ impl<'k> Machine<'k> {
         if !self.dma.idle() {
             let v = RefView {
                 r,
-                starts: starts.clone(),
-                sizes: w.sizes.clone(),
-                squeezed: w.squeezed.clone(),
+                starts: Dims::from_slice(&starts),
+                sizes: Dims::from_slice(&w.sizes),
+                squeezed: Flags::from_slice(&w.squeezed),
             };
             self.check_dma_access(&v, false)?;
         }
@@ -99,29 +100,35 @@ impl<'k> Machine<'k> {
         if !self.dma.idle() {
             let v = RefView {
                 r,
-                starts: starts.clone(),
-                sizes: w.sizes.clone(),
-                squeezed: w.squeezed.clone(),
+                starts: Dims::from_slice(&starts),
+                sizes: Dims::from_slice(&w.sizes),
+                squeezed: Flags::from_slice(&w.squeezed),
             };
             self.check_dma_access(&v, true)?;
         }
-        self.write_into(r, &starts, w, value, mask)
+        self.write_into(r, (&starts, &w.sizes, &w.squeezed), value, mask)
     }
 
-    /// Write `value` (the window's value shape) into window `w` at `starts` of ref `r`, where `mask`.
+    /// Write `value` (the window's value shape) into the window at `starts` of `sizes` (`squeezed`
+    /// dimensions dropped from the value) of ref `r`, where `mask`.
     pub(super) fn write_into(
         &mut self,
         r: usize,
-        starts: &[usize],
-        w: &Window,
+        (starts, sizes, squeezed): (&[usize], &[usize], &[bool]),
         value: Tensor,
         mask: Option<Tensor>,
     ) -> Result<()> {
         let (dtype, shape) = (self.refs[r].dtype, self.refs[r].shape.clone());
-        if value.dtype != dtype || value.shape[..] != w.value_shape()[..] {
+        let kept = sizes.iter().zip(squeezed).filter(|(_, s)| !**s);
+        if value.dtype != dtype
+            || value.shape.len() != kept.clone().count()
+            || kept.zip(&value.shape).any(|((n, _), m)| n != m)
+        {
             return Err(internal("stored value does not match the window"));
         }
-        if mask.is_none() && w.is_full(&shape) {
+        let full =
+            starts.iter().all(|s| *s == 0) && sizes == &shape[..] && !squeezed.contains(&true);
+        if mask.is_none() && full {
             if let Some(old) = self.refs[r].content.replace(value) {
                 recycle(old);
             }
@@ -149,7 +156,7 @@ impl<'k> Machine<'k> {
         let mut dst_strides = Vec::new();
         for d in 0..shape.len() {
             dst_off += starts[d] * rs[d];
-            if !w.squeezed[d] {
+            if !squeezed[d] {
                 dst_strides.push(rs[d]);
             }
         }
