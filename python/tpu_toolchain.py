@@ -221,7 +221,10 @@ _TPU_CUSTOM_CALL_RE = re.compile(
 
 
 def total_bundles(text: str) -> int:
-    """`total scheduled bundles: N` of one `*-schedule-analysis_final_bundles.txt` dump."""
+    """`total scheduled bundles: N` of one `*-schedule-analysis_final_bundles.txt` dump (libtpu writes
+    an empty file for a program with nothing to schedule, e.g. a grid with an empty axis: 0)."""
+    if not text.strip():
+        return 0
     m = _TOTAL_BUNDLES_RE.findall(text)
     if len(m) != 1:
         raise ValueError(f"expected one 'total scheduled bundles' line, found {len(m)}")
@@ -238,17 +241,20 @@ def _snapshot() -> tuple[set, set]:
     return set(os.listdir(DUMP_DIR)), set(os.listdir(BUNDLES_DUMP_DIR))
 
 
-def _bundles_after(before: set) -> dict:
+def _bundles_after(before: set, complete: bool = True) -> dict:
     """Program name -> total scheduled bundles, from the final-schedule dumps written since `before`
     (the runtime's TLP and `<late-...>` programs left out); the files are removed once read, so the
-    directory stays small over a long session."""
+    directory stays small over a long session. After a failed compile (`complete` false) a dump may
+    be cut short: such files are skipped rather than read."""
     out = {}
     new = sorted(f for f in os.listdir(BUNDLES_DUMP_DIR) if f not in before)
     for f in new:
         m = _BUNDLES_FILE_RE.match(f)
         if m and m.group("program") != "TLP" and not m.group("program").startswith("<late-"):
             with open(os.path.join(BUNDLES_DUMP_DIR, f)) as fh:
-                out[m.group("program")] = total_bundles(fh.read())
+                text = fh.read()
+            if complete or len(_TOTAL_BUNDLES_RE.findall(text)) == 1:
+                out[m.group("program")] = total_bundles(text)
     for f in new:
         os.remove(os.path.join(BUNDLES_DUMP_DIR, f))
     return out
@@ -260,7 +266,7 @@ def _finish(res: Compiled, before: tuple[set, set], hlo_text: str | None) -> Com
         counts = count_llo(llo)
         res.llo_counts = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
         res.llo_total = sum(counts.values())
-    programs = _bundles_after(before[1])
+    programs = _bundles_after(before[1], complete=res.ok)
     if res.ok:
         res.bundles_by_program = programs
         names = tpu_custom_call_names(hlo_text or "")
