@@ -92,14 +92,7 @@ impl Machine<'_> {
     /// is a row-major buffer of the result's dtype that nothing else holds (a fresh `acc * alpha`),
     /// the product accumulates into that buffer instead of a copy of it; else a plain `dot`.
     pub(super) fn dot_owned_acc(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
-        let (
-            OpKind::Dot {
-                transpose_lhs: tl,
-                transpose_rhs: tr,
-            },
-            [_, _, av],
-        ) = (&op.kind, &op.operands[..])
-        else {
+        let Some((transposes, av)) = dot_with_acc(op) else {
             return self.op(op, sub);
         };
         let out = self.func.ty(op.results[0]).dtype();
@@ -110,36 +103,9 @@ impl Machine<'_> {
             },
             _ => return self.op(op, sub),
         };
-        let owned = if acc.dtype == out
-            && acc.is_contiguous()
-            && acc.offset == 0
-            && acc.buf.len() == acc.numel()
-        {
-            match acc.buf.try_unwrap() {
-                Ok(data) => Ok((acc.shape, data)),
-                Err(buf) => Err(Tensor { buf, ..acc }),
-            }
-        } else {
-            Err(acc)
-        };
-        let (wl, wr) = self.dot_operands(op)?;
-        let l = match &wl {
-            Some(w) => w,
-            None => self.tensor(op.operands[0])?,
-        };
-        let rt = match &wr {
-            Some(w) => w,
-            None => self.tensor(op.operands[1])?,
-        };
-        let res = match owned {
-            Ok((shape, data)) => dot_into(l, rt, &shape, data, *tl, *tr)?,
-            Err(acc) => {
-                let t = dot(l, rt, Some(&acc), *tl, *tr, out)?;
-                recycle(acc);
-                t
-            }
-        };
-        Ok(vec![Value::T(res)])
+        Ok(vec![Value::T(
+            self.dot_consuming(op, transposes, out, acc)?,
+        )])
     }
 
     /// A `dot` accumulating in place into the buffer of ref `rf` (see [`Plan`]): when the accumulator
@@ -152,14 +118,7 @@ impl Machine<'_> {
         rf: ValueId,
         sub: &[Plan],
     ) -> Result<Vec<Value>> {
-        let (
-            OpKind::Dot {
-                transpose_lhs: tl,
-                transpose_rhs: tr,
-            },
-            [_, _, av],
-        ) = (&op.kind, &op.operands[..])
-        else {
+        let Some((transposes, av)) = dot_with_acc(op) else {
             return self.op(op, sub);
         };
         let out = self.func.ty(op.results[0]).dtype();
@@ -183,36 +142,50 @@ impl Machine<'_> {
             .content
             .take()
             .ok_or_else(|| internal("acc contents"))?;
-        let owned = if content.dtype == out
-            && content.is_contiguous()
-            && content.offset == 0
-            && content.buf.len() == content.numel()
+        Ok(vec![Value::T(
+            self.dot_consuming(op, transposes, out, content)?,
+        )])
+    }
+
+    /// `dot` op `op` with the accumulator `acc`, which is ours to consume: a row-major buffer of the
+    /// result's dtype that nothing else holds becomes the result (accumulated into in place); any
+    /// other accumulator is read as a plain `dot` reads it.
+    fn dot_consuming(
+        &mut self,
+        op: &Op,
+        (tl, tr): (bool, bool),
+        out: DType,
+        acc: Tensor,
+    ) -> Result<Tensor> {
+        let owned = if acc.dtype == out
+            && acc.is_contiguous()
+            && acc.offset == 0
+            && acc.buf.len() == acc.numel()
         {
-            match content.buf.try_unwrap() {
-                Ok(data) => Ok((content.shape, data)),
-                Err(buf) => Err(Tensor { buf, ..content }),
+            match acc.buf.try_unwrap() {
+                Ok(data) => Ok((acc.shape, data)),
+                Err(buf) => Err(Tensor { buf, ..acc }),
             }
         } else {
-            Err(content)
+            Err(acc)
         };
         let (wl, wr) = self.dot_operands(op)?;
         let l = match &wl {
             Some(w) => w,
             None => self.tensor(op.operands[0])?,
         };
-        let rt = match &wr {
+        let r = match &wr {
             Some(w) => w,
             None => self.tensor(op.operands[1])?,
         };
-        let res = match owned {
-            Ok((shape, data)) => dot_into(l, rt, &shape, data, *tl, *tr)?,
+        Ok(match owned {
+            Ok((shape, data)) => dot_into(l, r, &shape, data, tl, tr)?,
             Err(acc) => {
-                let t = dot(l, rt, Some(&acc), *tl, *tr, out)?;
+                let t = dot(l, r, Some(&acc), tl, tr, out)?;
                 recycle(acc);
                 t
             }
-        };
-        Ok(vec![Value::T(res)])
+        })
     }
 }
 
@@ -223,4 +196,18 @@ pub(super) fn last_use_of_acc(op: &Op, dead: &[ValueId]) -> bool {
         (&op.kind, &op.operands[..]),
         (OpKind::Dot { .. }, [l, r, acc]) if l != acc && r != acc && dead.contains(acc)
     )
+}
+
+/// A `dot` with an accumulator operand: its `(transpose_lhs, transpose_rhs)` and the accumulator.
+fn dot_with_acc(op: &Op) -> Option<((bool, bool), ValueId)> {
+    match (&op.kind, &op.operands[..]) {
+        (
+            OpKind::Dot {
+                transpose_lhs,
+                transpose_rhs,
+            },
+            [_, _, acc],
+        ) => Some(((*transpose_lhs, *transpose_rhs), *acc)),
+        _ => None,
+    }
 }
