@@ -128,6 +128,45 @@ fn sync_copy_copies_and_waits() {
     }
 }
 
+/// A copy between two windows of one buffer, then writes to both windows: the destination holds
+/// the source's contents from before the copy, and later writes to either window do not reach the
+/// other (the interpreter copies a DMA's source once, from a view of the shared buffer).
+#[tpu_kernel]
+fn within_one_ref_kernel(x: Ref<f32>, o: RefMut<f32>, buf: RefMut<f32>, sem: DmaSem) {
+    buf.at((0..8, ..)).store(x.load());
+    buf.at((8..16, ..)).store(zeros());
+    sync_copy(buf.at((0..8, ..)), buf.at((8..16, ..)), sem);
+    buf.at((0..8, ..)).store(x.load() * 2.0);
+    o.at((0..8, ..)).store(buf.at((8..16, ..)).load());
+    buf.at((8..16, ..)).store(x.load() + 1.0);
+    o.at((8..16, ..))
+        .store(buf.at((0..8, ..)).load() + buf.at((8..16, ..)).load());
+}
+
+#[test]
+fn a_copy_within_one_buffer_copies_what_the_source_held() {
+    let call = pallas_call(within_one_ref_kernel)
+        .input(f32s([8, 128]), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .output(f32s([16, 128]), BlockSpec::new([16, 128], |[]| (0, 0)))
+        .scratch(Vmem::new([16, 128], F32))
+        .scratch(DmaSem::one())
+        .build()
+        .expect("build");
+    let x = ramp([8, 128]);
+    let xs = x.as_slice::<f32>().unwrap();
+    for seed in [None, Some(1), Some(2)] {
+        let out = call
+            .interpret_with(std::slice::from_ref(&x), &seeded(seed))
+            .expect("interpret");
+        let got = out[0].as_slice::<f32>().unwrap();
+        let (copied, sums) = got.split_at(8 * 128);
+        assert_eq!(copied, xs, "rows 8..16 after the copy, seed {seed:?}");
+        for (s, v) in sums.iter().zip(xs) {
+            assert_eq!(*s, v * 2.0 + (v + 1.0), "seed {seed:?}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------- races
 
 #[tpu_kernel]
