@@ -135,6 +135,56 @@ fn in_bounds(len: usize, off: usize, rows: usize, cols: usize, rs: isize, cs: is
             && off + (rows - 1) * (rs as usize) + (cols - 1) * (cs as usize) < len)
 }
 
+/// An operand of the native GEMMs (`dot_bf16`, `dot_i8`): element (r, c) of the logical matrix is
+/// `data[off + r·rs + c·cs]`.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+pub(crate) struct View<'a, T> {
+    pub data: &'a [T],
+    pub off: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+/// `(m, n, k)` and the two factors of a product.
+#[cfg(target_arch = "x86_64")]
+type CheckedViews<'a, T> = ((usize, usize, usize), View<'a, T>, View<'a, T>);
+
+/// The operands of `lhs · rhs` (each transposed as asked) as views checked to lie inside their
+/// buffers, with `(m, n, k)`; `c_len`, the result's length, must be `m · n`.
+#[cfg(target_arch = "x86_64")]
+fn checked_views<'a, T: super::host::HostElement>(
+    lhs: &'a Tensor,
+    rhs: &'a Tensor,
+    tl: bool,
+    tr: bool,
+    c_len: usize,
+) -> Result<CheckedViews<'a, T>> {
+    let (m, k, rsa, csa) = matrix(lhs, tl)?;
+    let (k2, n, rsb, csb) = matrix(rhs, tr)?;
+    if k != k2 || c_len != m * n {
+        return Err(internal("dot contraction sizes differ"));
+    }
+    let (ad, bd) = (lhs.data::<T>()?, rhs.data::<T>()?);
+    if !in_bounds(ad.len(), lhs.offset, m, k, rsa, csa)
+        || !in_bounds(bd.len(), rhs.offset, k, n, rsb, csb)
+    {
+        return Err(internal("dot operand view out of its buffer"));
+    }
+    // In bounds means non-negative strides (or an empty view, which no GEMM reads).
+    let view = |data, off, rs: isize, cs: isize| View {
+        data,
+        off,
+        rs: rs as usize,
+        cs: cs as usize,
+    };
+    Ok((
+        (m, n, k),
+        view(ad, lhs.offset, rsa, csa),
+        view(bd, rhs.offset, rsb, csb),
+    ))
+}
+
 #[cfg(target_arch = "x86_64")]
 fn gemm_bf16(
     a: &Tensor,
@@ -144,34 +194,9 @@ fn gemm_bf16(
     mut c: Vec<f32>,
     beta: f32,
 ) -> Result<Tensor> {
-    use super::dot_bf16::{gemm, View};
-    let (m, k, rsa, csa) = matrix(a, tl)?;
-    let (k2, n, rsb, csb) = matrix(b, tr)?;
-    if k != k2 || c.len() != m * n {
-        return Err(internal("dot contraction sizes differ"));
-    }
-    let (ad, bd) = (a.data::<half::bf16>()?, b.data::<half::bf16>()?);
-    if !in_bounds(ad.len(), a.offset, m, k, rsa, csa)
-        || !in_bounds(bd.len(), b.offset, k, n, rsb, csb)
-    {
-        return Err(internal("dot operand view out of its buffer"));
-    }
+    let ((m, n, k), va, vb) = checked_views::<half::bf16>(a, b, tl, tr, c.len())?;
     if m * n > 0 && k > 0 {
-        let view = |data, off, rs: isize, cs: isize| View {
-            data,
-            off,
-            rs: rs as usize,
-            cs: cs as usize,
-        };
-        gemm(
-            m,
-            n,
-            k,
-            view(ad, a.offset, rsa, csa),
-            view(bd, b.offset, rsb, csb),
-            &mut c,
-            beta != 0.0,
-        );
+        super::dot_bf16::gemm(m, n, k, va, vb, &mut c, beta != 0.0);
     } else if beta == 0.0 {
         c.iter_mut().for_each(|x| *x = 0.0);
     }
@@ -352,33 +377,8 @@ fn gemm_i8_vnni(
     mut c: Vec<i32>,
     accumulate: bool,
 ) -> Result<Tensor> {
-    use super::dot_i8::{gemm, View};
-    let (m, k, rsa, csa) = matrix(lhs, tl)?;
-    let (k2, n, rsb, csb) = matrix(rhs, tr)?;
-    if k != k2 || c.len() != m * n {
-        return Err(internal("dot contraction sizes differ"));
-    }
-    let (ad, bd) = (lhs.data::<i8>()?, rhs.data::<i8>()?);
-    if !in_bounds(ad.len(), lhs.offset, m, k, rsa, csa)
-        || !in_bounds(bd.len(), rhs.offset, k, n, rsb, csb)
-    {
-        return Err(internal("dot operand view out of its buffer"));
-    }
-    let view = |data, off, rs: isize, cs: isize| View {
-        data,
-        off,
-        rs: rs as usize,
-        cs: cs as usize,
-    };
-    gemm(
-        m,
-        n,
-        k,
-        view(ad, lhs.offset, rsa, csa),
-        view(bd, rhs.offset, rsb, csb),
-        &mut c,
-        accumulate,
-    );
+    let ((m, n, k), va, vb) = checked_views::<i8>(lhs, rhs, tl, tr, c.len())?;
+    super::dot_i8::gemm(m, n, k, va, vb, &mut c, accumulate);
     Ok(Tensor::from_vec(vec![m, n], c))
 }
 

@@ -31,14 +31,8 @@ pub(crate) fn available() -> bool {
     })
 }
 
-/// An operand: element (r, c) of the logical matrix is `data[off + r·rs + c·cs]`.
-#[derive(Clone, Copy)]
-pub(crate) struct View<'a> {
-    pub data: &'a [bf16],
-    pub off: usize,
-    pub rs: usize,
-    pub cs: usize,
-}
+/// A bf16 operand (see [`super::dot::View`]).
+pub(crate) type View<'a> = super::dot::View<'a, bf16>;
 
 impl View<'_> {
     #[inline]

@@ -22,14 +22,8 @@ const NR: usize = 32;
 /// Bytes of a packed B panel per quad index.
 const QUAD: usize = 4 * NR;
 
-/// An operand: element (r, c) of the logical matrix is `data[off + r·rs + c·cs]`.
-#[derive(Clone, Copy)]
-pub(crate) struct View<'a> {
-    pub data: &'a [i8],
-    pub off: usize,
-    pub rs: usize,
-    pub cs: usize,
-}
+/// An i8 operand (see [`super::dot::View`]).
+pub(crate) type View<'a> = super::dot::View<'a, i8>;
 
 impl View<'_> {
     #[inline]

@@ -69,6 +69,14 @@ impl Machine<'_> {
         Ok((self.widened.widen(&l)?, self.widened.widen(&r)?))
     }
 
+    /// Factor `i` of `dot` op `op`: its widened copy when [`Machine::dot_operands`] made one.
+    fn factor<'a>(&'a self, widened: &'a Option<Tensor>, op: &Op, i: usize) -> Result<&'a Tensor> {
+        match widened {
+            Some(w) => Ok(w),
+            None => self.tensor(op.operands[i]),
+        }
+    }
+
     /// A `dot` op, as written.
     pub(super) fn dot(&mut self, op: &Op, tl: bool, tr: bool) -> Result<Tensor> {
         let (wl, wr) = self.dot_operands(op)?;
@@ -77,14 +85,7 @@ impl Machine<'_> {
             None => None,
         };
         let out = self.func.ty(op.results[0]).dtype();
-        let l = match &wl {
-            Some(w) => w,
-            None => self.tensor(op.operands[0])?,
-        };
-        let r = match &wr {
-            Some(w) => w,
-            None => self.tensor(op.operands[1])?,
-        };
+        let (l, r) = (self.factor(&wl, op, 0)?, self.factor(&wr, op, 1)?);
         dot(l, r, acc, tl, tr, out)
     }
 
@@ -170,14 +171,7 @@ impl Machine<'_> {
             Err(acc)
         };
         let (wl, wr) = self.dot_operands(op)?;
-        let l = match &wl {
-            Some(w) => w,
-            None => self.tensor(op.operands[0])?,
-        };
-        let r = match &wr {
-            Some(w) => w,
-            None => self.tensor(op.operands[1])?,
-        };
+        let (l, r) = (self.factor(&wl, op, 0)?, self.factor(&wr, op, 1)?);
         Ok(match owned {
             Ok((shape, data)) => dot_into(l, r, &shape, data, tl, tr)?,
             Err(acc) => {
