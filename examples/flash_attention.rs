@@ -305,13 +305,8 @@ fn forward(
     let [bh, seq, d] = dims(&[("q", &q), ("k", &k), ("v", &v)], block)?;
     let (bq, bk) = block;
     let scale = 1.0 / (d as f32).sqrt();
-    let rows = move |width: usize| BlockSpec::new([1, bq, width], |[b, i, _]| (b, i, 0)).squeeze(0);
-    let kv = move || {
-        BlockSpec::new([1, bk, d], move |[b, i, j]| {
-            (b, last_kv_block(i, j, causal, bq, bk), 0)
-        })
-        .squeeze(0)
-    };
+    let rows = move |width: usize| query_rows(bq, width);
+    let kv = move || key_blocks(block, d, causal);
     // One launch for both kernels (their Rust types differ, hence a macro rather than a variable).
     macro_rules! launch {
         ($kernel:expr, $($residual:expr)?) => {
@@ -392,13 +387,8 @@ pub fn flash_attention_dq(
     let [bh, seq, d] = backward_dims([&q, &k, &v, &o, &lse, &g], block)?;
     let (bq, bk) = block;
     let scale = 1.0 / (d as f32).sqrt();
-    let rows = move |width: usize| BlockSpec::new([1, bq, width], |[b, i, _]| (b, i, 0)).squeeze(0);
-    let kv = move || {
-        BlockSpec::new([1, bk, d], move |[b, i, j]| {
-            (b, last_kv_block(i, j, causal, bq, bk), 0)
-        })
-        .squeeze(0)
-    };
+    let rows = move |width: usize| query_rows(bq, width);
+    let kv = move || key_blocks(block, d, causal);
     pallas_call(flash_attention_dq_kernel.bind((causal, scale)))
         .grid([bh, q.blocks(1, bq)?, k.blocks(1, bk)?])
         .input(q, rows(d))
@@ -412,6 +402,21 @@ pub fn flash_attention_dq(
         .scratch(Vmem::new([bq, 128], F32))
         .dimension_semantics([Parallel, Parallel, Arbitrary])
         .build()
+}
+
+/// On grid `(b, i, j)` (query block `i`, key block `j`: the forward and dQ kernels), the `width` columns
+/// of query block `i`'s rows.
+fn query_rows(bq: usize, width: usize) -> BlockSpec<'static> {
+    BlockSpec::new([1, bq, width], |[b, i, _]| (b, i, 0)).squeeze(0)
+}
+
+/// On the same grid, key (or value) block `j`, clamped with `causal` to the last block query block
+/// `i` sees (see [`last_kv_block`]).
+fn key_blocks((bq, bk): (usize, usize), d: usize, causal: bool) -> BlockSpec<'static> {
+    BlockSpec::new([1, bk, d], move |[b, i, j]| {
+        (b, last_kv_block(i, j, causal, bq, bk), 0)
+    })
+    .squeeze(0)
 }
 
 /// The checked `(batch * heads, seq, head_dim)` of a backward kernel's arrays `q, k, v, o, lse, g`.
