@@ -45,29 +45,40 @@ pub(crate) trait Flag: Send + Sync {
     fn load(&self, order: Ordering) -> bool;
 }
 
-impl Count for std::sync::atomic::AtomicUsize {
-    fn new(v: usize) -> Self {
-        Self::new(v)
-    }
-    fn fetch_add(&self, v: usize, order: Ordering) -> usize {
-        self.fetch_add(v, order)
-    }
-    fn load(&self, order: Ordering) -> usize {
-        self.load(order)
-    }
+/// [`Count`] and [`Flag`] for a family of atomics (std's here, loom's in the model test): the
+/// atomics' own methods.
+macro_rules! impl_atomics {
+    ($usize:ty, $bool:ty) => {
+        impl Count for $usize {
+            fn new(v: usize) -> Self {
+                Self::new(v)
+            }
+            fn fetch_add(&self, v: usize, order: Ordering) -> usize {
+                self.fetch_add(v, order)
+            }
+            fn load(&self, order: Ordering) -> usize {
+                self.load(order)
+            }
+        }
+
+        impl Flag for $bool {
+            fn new(v: bool) -> Self {
+                Self::new(v)
+            }
+            fn store(&self, v: bool, order: Ordering) {
+                self.store(v, order)
+            }
+            fn load(&self, order: Ordering) -> bool {
+                self.load(order)
+            }
+        }
+    };
 }
 
-impl Flag for std::sync::atomic::AtomicBool {
-    fn new(v: bool) -> Self {
-        Self::new(v)
-    }
-    fn store(&self, v: bool, order: Ordering) {
-        self.store(v, order)
-    }
-    fn load(&self, order: Ordering) -> bool {
-        self.load(order)
-    }
-}
+impl_atomics!(
+    std::sync::atomic::AtomicUsize,
+    std::sync::atomic::AtomicBool
+);
 
 /// std's atomics, helpers on rayon's pool, the caller spinning briefly and then yielding.
 pub(crate) struct Rayon;
@@ -237,29 +248,7 @@ mod model {
     use loom::cell::UnsafeCell;
     use loom::sync::atomic::{AtomicBool, AtomicUsize};
 
-    impl Count for AtomicUsize {
-        fn new(v: usize) -> Self {
-            Self::new(v)
-        }
-        fn fetch_add(&self, v: usize, order: Ordering) -> usize {
-            self.fetch_add(v, order)
-        }
-        fn load(&self, order: Ordering) -> usize {
-            self.load(order)
-        }
-    }
-
-    impl Flag for AtomicBool {
-        fn new(v: bool) -> Self {
-            Self::new(v)
-        }
-        fn store(&self, v: bool, order: Ordering) {
-            self.store(v, order)
-        }
-        fn load(&self, order: Ordering) -> bool {
-            self.load(order)
-        }
-    }
+    impl_atomics!(AtomicUsize, AtomicBool);
 
     /// Helpers are loom threads (started detached, as rayon's jobs are), the caller's wait yields to them.
     struct Loom;
