@@ -260,46 +260,27 @@ fn sendable(l: &Launch) -> bool {
         && l.scratch.as_deref().is_none_or(|s| bytes(s) <= 4 << 30)
 }
 
-/// A launch and our error as JSON (written by hand: a handful of integer lists and two strings).
+/// A launch and our error as one line of JSON.
 fn launch_json(l: &Launch, e: &KernelError) -> String {
-    let list = |v: &[usize]| {
-        let items: Vec<String> = v.iter().map(|x| x.to_string()).collect();
-        format!("[{}]", items.join(", "))
+    let terms = |t: &[Term]| -> Vec<[i64; 3]> {
+        t.iter()
+            .map(|t| [t.axis as i64, t.coef as i64, t.offset])
+            .collect()
     };
-    let terms = |t: &[Term]| {
-        let items: Vec<String> = t
-            .iter()
-            .map(|t| format!("[{}, {}, {}]", t.axis, t.coef, t.offset))
-            .collect();
-        format!("[{}]", items.join(", "))
-    };
-    let text = |s: &str| {
-        let mut out = String::from("\"");
-        for c in s.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-                c => out.push(c),
-            }
-        }
-        out.push('"');
-        out
-    };
-    format!(
-        "{{\"grid\": {}, \"dtype\": {}, \"shape\": {}, \"block\": {}, \"squeeze\": {}, \"in_terms\": {}, \"out_terms\": {}, \"scratch\": {}, \"vmem_limit\": {}, \"kind\": {}, \"error\": {}}}\n",
-        list(&l.grid),
-        text(&l.dtype.to_string()),
-        list(&l.shape),
-        list(&l.block),
-        list(&l.squeeze),
-        terms(&l.in_terms),
-        terms(&l.out_terms),
-        l.scratch.as_deref().map_or("null".to_string(), list),
-        l.vmem_limit.map_or("null".to_string(), |v| v.to_string()),
-        text(&format!("{:?}", e.kind)),
-        text(&e.message),
-    )
+    let v = serde_json::json!({
+        "grid": l.grid,
+        "dtype": l.dtype.to_string(),
+        "shape": l.shape,
+        "block": l.block,
+        "squeeze": l.squeeze,
+        "in_terms": terms(&l.in_terms),
+        "out_terms": terms(&l.out_terms),
+        "scratch": l.scratch,
+        "vmem_limit": l.vmem_limit,
+        "kind": format!("{:?}", e.kind),
+        "error": e.message,
+    });
+    format!("{v}\n")
 }
 
 #[derive(Default, Debug)]
