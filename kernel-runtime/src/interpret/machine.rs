@@ -153,9 +153,7 @@ impl<'k> Machine<'k> {
                 (None, Some(r)) => self.sunk_op(op, r),
                 (None, None) => match plan.acc_in_place[i] {
                     Some(rf) => self.dot_in_place(op, rf, &plan.sub[i]),
-                    None if dots::last_use_of_acc(op, &plan.dead_after[i]) => {
-                        self.dot_owned_acc(op, &plan.sub[i])
-                    }
+                    None if plan.acc_owned[i] => self.dot_owned_acc(op, &plan.sub[i]),
                     None => self.op(op, &plan.sub[i]),
                 },
             }

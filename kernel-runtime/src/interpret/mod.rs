@@ -62,8 +62,9 @@ pub struct InterpretOptions {
     /// Run independent chunks of `parallel` grid axes on rayon's thread pool.
     pub parallel: bool,
     /// Evaluate chains of elementwise ops in one pass, write results that are only stored into an
-    /// output block straight into the output array, and run purely elementwise kernels over contiguous
-    /// row bands rather than their blocks. Results are bit-identical either way; switch off to debug
+    /// output block straight into the output array, let a `dot` accumulate into a buffer it may take
+    /// (its ref's contents, or an accumulator that dies at it), and run purely elementwise kernels over
+    /// contiguous row bands rather than their blocks. Results are bit-identical either way; switch off to debug
     /// the interpreter itself.
     pub fuse: bool,
     /// DMA timing: `None` completes every copy at its wait; `Some(seed)` completes each at a random

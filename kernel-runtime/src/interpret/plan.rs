@@ -27,6 +27,9 @@ pub(crate) struct Plan {
     /// stored whole into that same ref with no use of the ref in between: the ref (may accumulate in
     /// place into the ref's buffer).
     pub(crate) acc_in_place: Vec<Option<ValueId>>,
+    /// `dot`s whose accumulator operand dies at them (and is not one of their factors): its buffer,
+    /// when nothing else holds it, may become the result instead of being copied.
+    pub(crate) acc_owned: Vec<bool>,
     pub(crate) sub: Vec<Vec<Plan>>,
 }
 
@@ -326,6 +329,12 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: b
             }
             acc_in_place_ref(f, r, i, op, all_uses)
         })
+        .collect::<Vec<_>>();
+    let acc_owned = r
+        .ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| fuse && acc_in_place[i].is_none() && acc_dies_at(op, &dead_after[i]))
         .collect();
     let sub = r
         .ops
@@ -343,8 +352,18 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: b
         skip,
         chain,
         acc_in_place,
+        acc_owned,
         sub,
     }
+}
+
+/// Whether `op` is a `dot` whose accumulator operand dies at it (`dead` lists the values freed after
+/// the op) and is not also one of its factors.
+fn acc_dies_at(op: &Op, dead: &[ValueId]) -> bool {
+    matches!(
+        (&op.kind, &op.operands[..]),
+        (OpKind::Dot { .. }, [l, r, acc]) if l != acc && r != acc && dead.contains(acc)
+    )
 }
 
 /// The ref a `dot` (op `i`) may accumulate into in place: its accumulator is a full, single-use load of
@@ -445,6 +464,12 @@ impl Plan {
             }
             if let Some(rf) = self.acc_in_place[i] {
                 let _ = writeln!(out, "{at}: dot accumulates in place into ref %{}", rf.0);
+            }
+            if self.acc_owned[i] {
+                let _ = writeln!(
+                    out,
+                    "{at}: dot accumulates into its accumulator's buffer (its last use)"
+                );
             }
             for (k, (sub, region)) in self.sub[i].iter().zip(&op.regions).enumerate() {
                 let mut inner = String::new();

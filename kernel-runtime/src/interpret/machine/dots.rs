@@ -89,7 +89,7 @@ impl Machine<'_> {
         dot(l, r, acc, tl, tr, out)
     }
 
-    /// A `dot` whose accumulator operand dies here (see [`last_use_of_acc`]): when the accumulator
+    /// A `dot` whose accumulator operand dies here (see [`Plan`]'s `acc_owned`): when the accumulator
     /// is a row-major buffer of the result's dtype that nothing else holds (a fresh `acc * alpha`),
     /// the product accumulates into that buffer instead of a copy of it; else a plain `dot`.
     pub(super) fn dot_owned_acc(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
@@ -181,15 +181,6 @@ impl Machine<'_> {
             }
         })
     }
-}
-
-/// Whether `op` is a `dot` whose accumulator operand dies at it (`dead` lists the values freed after
-/// the op) and is not also one of its factors: then the accumulator's buffer may become the result.
-pub(super) fn last_use_of_acc(op: &Op, dead: &[ValueId]) -> bool {
-    matches!(
-        (&op.kind, &op.operands[..]),
-        (OpKind::Dot { .. }, [l, r, acc]) if l != acc && r != acc && dead.contains(acc)
-    )
 }
 
 /// A `dot` with an accumulator operand: its `(transpose_lhs, transpose_rhs)` and the accumulator.
