@@ -37,6 +37,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 use tpu_kernel::__private::export::{KernelExport, Library, Request};
 use tpu_kernel::runtime::lower;
+use tpu_kernel::runtime::mosaic::mlir;
 use tpu_kernel::{ArrayType, DType};
 
 /// A kernel at its example's inputs; sample `i` makes the first dimension of each input in `grow`
@@ -225,7 +226,7 @@ fn main() {
         });
         let m = lower::lower_module(k).expect("lower");
         time("body bytecode from the data", &mut || {
-            tpu_kernel::runtime::serialize::bytecode::body(&m, 15).expect("body");
+            tpu_kernel::runtime::mosaic::bytecode::body(&m, 15).expect("body");
         });
         time(
             "backend_config (all of the above but the launch)",
@@ -236,7 +237,8 @@ fn main() {
             },
         );
         time("(off the path) MLIR module + verify", &mut || {
-            lower::with_context(|ctx| lower::build_module(ctx, k).map(|_| ())).expect("mosaic");
+            mlir::with_context(|ctx| mlir::build(ctx, &lower::lower_module(k)?).map(|_| ()))
+                .expect("mosaic");
         });
         // The whole path on a new signature each time (what the comparison times), back to back, in
         // fresh libraries so that no signature repeats.
@@ -326,8 +328,8 @@ fn main() {
                     // Off the path, for scale: what building and verifying the same kernel's MLIR
                     // module costs (the tests do it; shipping a kernel does not).
                     let t = Instant::now();
-                    lower::with_context(|ctx| {
-                        lower::build_module(ctx, built.call.ir()).map(|_| ())
+                    mlir::with_context(|ctx| {
+                        mlir::build(ctx, &lower::lower_module(built.call.ir())?).map(|_| ())
                     })
                     .expect("mosaic");
                     t_mosaic.push(t.elapsed().as_secs_f64() * 1e6);

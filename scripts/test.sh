@@ -8,6 +8,8 @@ scripts/setup.sh --python
 
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# The same crates as a kernel crate builds them: default features, no MLIR (the cfg'd-out paths).
+cargo clippy --workspace --lib --quiet -- -D warnings
 echo "== cargo test"
 # Benches are compiled by clippy above but not run here: they are benchmarks, not tests (cargo bench).
 cargo test --workspace --lib --bins --tests --examples
@@ -24,6 +26,8 @@ if [ -d python/tests ] && ls python/tests/test_*.py >/dev/null 2>&1; then
     # the same target/), and the user-crate fixture of the error tests.
     .venv/bin/pip install -q --disable-pip-version-check .
     cargo build --quiet -p tpu-kernel-user-crate
+    echo "== a kernel crate builds and runs with no LLVM/MLIR (fresh target, empty MLIR prefix)"
+    scripts/no_mlir_build.sh
     echo "== hostile input in release (overflow checks are explicit, not debug assertions; reuses pip's release build)"
     cargo test --release --quiet --test hostile_input
     .venv/bin/python -m pytest python/tests -q

@@ -8,6 +8,7 @@
 //! the CPU against the plain-Rust reference (see `run`): in interpret mode, or with `--engine mosaic` the
 //! exact Mosaic module that ships, JIT-compiled (`kernel_runtime::mosaic_cpu`).
 
+#[cfg(feature = "mlir")]
 mod check;
 mod run;
 
@@ -132,37 +133,105 @@ fn run(
 ) -> Result<String, KernelError> {
     let call = build()?;
     Ok(match emit {
-        Emit::Mlir => call.mosaic_mlir()?.trim_end().to_string(),
-        Emit::MlirGeneric => call.mosaic_mlir_generic()?.trim_end().to_string(),
+        Emit::Mlir => mlir_text(&call, false)?,
+        Emit::MlirGeneric => mlir_text(&call, true)?,
         Emit::Ir => call.ir().to_string().trim_end().to_string(),
         Emit::StableHlo => CustomCall::new(call.ir())
             .stablehlo()?
             .trim_end()
             .to_string(),
         Emit::Config => CustomCall::new(call.ir()).backend_config()?,
-        Emit::Body => CustomCall::new(call.ir())
-            .body_text()?
-            .trim_end()
-            .to_string(),
+        Emit::Body => body_text(&call)?,
         Emit::Plan => kernel_runtime::interpret::plan_text(
             call.ir(),
             &kernel_runtime::interpret::InterpretOptions::default(),
         )?
         .trim_end()
         .to_string(),
+        #[cfg(feature = "mlir")]
         Emit::Check(generation) => check::run(&call, &generation)?,
+        #[cfg(not(feature = "mlir"))]
+        Emit::Check(_) => return Err(needs_feature("mlir", "--check")),
         Emit::Run(engine) => run::run(&call, engine)?,
-        Emit::Summary => {
-            let mlir = call.mosaic_mlir()?;
-            let ops = mlir
-                .lines()
-                .filter(|l| l.contains(" = ") || l.trim_start().starts_with("\"tpu."))
-                .count();
-            format!(
-                "{}\n  Mosaic MLIR: {} lines, {ops} ops (verified); print it with `--emit mlir`",
-                call.summary(),
-                mlir.lines().count()
-            )
-        }
+        Emit::Summary => format!("{}\n  {}", call.summary(), module_summary(&call)?),
     })
+}
+
+/// The summary's line on the Mosaic module: its size as MLIR text when the `mlir` feature is on
+/// (the module verified by MLIR), else its op count as lowered.
+#[cfg(feature = "mlir")]
+fn module_summary(call: &PallasCall) -> Result<String, KernelError> {
+    let mlir = call.mosaic_mlir()?;
+    let ops = mlir
+        .lines()
+        .filter(|l| l.contains(" = ") || l.trim_start().starts_with("\"tpu."))
+        .count();
+    Ok(format!(
+        "Mosaic MLIR: {} lines, {ops} ops (verified); print it with `--emit mlir`",
+        mlir.lines().count()
+    ))
+}
+
+#[cfg(not(feature = "mlir"))]
+fn module_summary(call: &PallasCall) -> Result<String, KernelError> {
+    fn count(b: &kernel_runtime::mosaic::MBlock) -> usize {
+        b.ops
+            .iter()
+            .map(|o| 1 + o.regions.iter().flatten().map(count).sum::<usize>())
+            .sum()
+    }
+    let m = call.mosaic_module()?;
+    let ops: usize = m.funcs.iter().map(|f| count(&f.body)).sum();
+    Ok(format!(
+        "Mosaic module: {} functions, {ops} ops (not verified: MLIR text and verification need \
+         tpu-kernel's `mlir` feature)",
+        m.funcs.len()
+    ))
+}
+
+#[cfg(feature = "mlir")]
+fn mlir_text(call: &PallasCall, generic: bool) -> Result<String, KernelError> {
+    let text = if generic {
+        call.mosaic_mlir_generic()?
+    } else {
+        call.mosaic_mlir()?
+    };
+    Ok(text.trim_end().to_string())
+}
+
+#[cfg(feature = "mlir")]
+fn body_text(call: &PallasCall) -> Result<String, KernelError> {
+    Ok(CustomCall::new(call.ir())
+        .body_text()?
+        .trim_end()
+        .to_string())
+}
+
+#[cfg(not(feature = "mlir"))]
+fn mlir_text(_: &PallasCall, generic: bool) -> Result<String, KernelError> {
+    Err(needs_feature(
+        "mlir",
+        if generic {
+            "--emit mlir-generic"
+        } else {
+            "--emit mlir"
+        },
+    ))
+}
+
+#[cfg(not(feature = "mlir"))]
+fn body_text(_: &PallasCall) -> Result<String, KernelError> {
+    Err(needs_feature("mlir", "--emit body"))
+}
+
+/// The error for a command-line option whose engine or writer this build leaves out.
+#[cfg(not(all(feature = "mlir", feature = "mosaic-cpu")))]
+pub(crate) fn needs_feature(feature: &str, what: &str) -> KernelError {
+    KernelError::new(
+        crate::ErrorKind::Unsupported,
+        format!(
+            "{what} needs tpu-kernel's `{feature}` feature (LLVM/MLIR 22 at build time): build with \
+             `--features tpu-kernel/{feature}`, or depend on tpu-kernel with `features = [\"{feature}\"]`"
+        ),
+    )
 }

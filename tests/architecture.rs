@@ -133,3 +133,104 @@ fn only_the_multiversion_macro_compiles_a_loop_twice() {
         }
     }
 }
+
+/// `cargo tree` of `package` over normal and build dependencies (what its build compiles), one
+/// package per line.
+fn normal_build_tree(package: &str) -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "tree",
+            "-e",
+            "normal,build",
+            "--prefix",
+            "none",
+            "-p",
+            package,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("running cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree -p {package} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// A kernel crate (the user crate, and tpu-kernel with default features) compiles no MLIR: LLVM/MLIR
+/// is needed only for the `mlir` and `mosaic-cpu` features (`scripts/no_mlir_build.sh` builds the user
+/// crate with the MLIR prefix pointing at an empty folder).
+#[test]
+fn a_kernel_crate_builds_no_melior_or_mlir_sys() {
+    for package in ["tpu-kernel-user-crate", "tpu-kernel-examples", "tpu-kernel"] {
+        let tree = normal_build_tree(package);
+        assert!(
+            tree.lines().any(|l| l.starts_with("kernel-runtime v")),
+            "{package}: {tree}"
+        );
+        for l in tree.lines() {
+            assert!(
+                !(l.starts_with("melior") || l.starts_with("mlir-sys") || l.starts_with("tblgen")),
+                "{package} builds `{l}` with default features:\n{tree}"
+            );
+        }
+    }
+}
+
+/// Every `.rs` file under `kernel-runtime/src/{dir}` (path relative to `src`, text).
+fn runtime_sources(dir: &str) -> Vec<(String, String)> {
+    fn walk(dir: &std::path::Path, root: &std::path::Path, out: &mut Vec<(String, String)>) {
+        for e in std::fs::read_dir(dir).expect("sources") {
+            let p = e.expect("dir entry").path();
+            if p.is_dir() {
+                walk(&p, root, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let rel = p.strip_prefix(root).expect("prefix").display().to_string();
+                out.push((rel, std::fs::read_to_string(&p).expect("read")));
+            }
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernel-runtime/src");
+    let mut out = Vec::new();
+    walk(&root.join(dir), &root, &mut out);
+    assert!(!out.is_empty(), "no sources under {dir}");
+    out
+}
+
+/// Only the MLIR writer (`mosaic/mlir/`, feature `mlir`) and the Mosaic-on-CPU engine (`mosaic_cpu/`,
+/// feature `mosaic-cpu`) name melior or mlir-sys; lowering builds the module as data and the writers
+/// depend on nothing upstream of it: `lower → mosaic ← serialize`.
+#[test]
+fn melior_stays_in_the_mlir_writer_and_dependencies_run_one_way() {
+    for (path, text) in runtime_sources("") {
+        if path.starts_with("mosaic/mlir/") || path.starts_with("mosaic_cpu/") {
+            continue;
+        }
+        for name in ["melior::", "mlir_sys::", "use melior", "use mlir_sys"] {
+            assert!(!text.contains(name), "{path} names `{name}`");
+        }
+    }
+    for (path, text) in runtime_sources("mosaic") {
+        for upstream in [
+            "crate::ir",
+            "crate::lower",
+            "crate::serialize",
+            "crate::interpret",
+        ] {
+            assert!(
+                !text.contains(upstream),
+                "{path} names `{upstream}`: the Mosaic model and its writers know nothing upstream"
+            );
+        }
+    }
+    for (path, text) in runtime_sources("lower") {
+        for writer in ["crate::serialize", "mosaic::bytecode", "mosaic::mlir"] {
+            assert!(
+                !text.contains(writer),
+                "{path} names `{writer}`: lowering builds the model, never a writer's output"
+            );
+        }
+    }
+}

@@ -17,7 +17,7 @@ use common::kernels::*;
 use tpu_kernel::prelude::*;
 use tpu_kernel::reference::{self, Tolerance};
 use tpu_kernel::runtime::interpret::{HostArray, InterpretOptions};
-use tpu_kernel::runtime::lower::mosaic::{MBlock, MModule, MOp, MType};
+use tpu_kernel::runtime::mosaic::{MBlock, MModule, MOp, MType};
 use tpu_kernel::runtime::mosaic_cpu;
 use tpu_kernel::ErrorKind;
 
@@ -1295,8 +1295,8 @@ fn run_mutated(
 ) -> Result<Vec<HostArray>, KernelError> {
     let mut m = tpu_kernel::runtime::lower::lower_module(call.ir())?;
     change(&mut m);
-    tpu_kernel::runtime::lower::with_context(|ctx| {
-        let module = tpu_kernel::runtime::lower::module_from_data(ctx, &m)?;
+    tpu_kernel::runtime::mosaic::mlir::with_context(|ctx| {
+        let module = tpu_kernel::runtime::mosaic::mlir::build(ctx, &m)?;
         mosaic_cpu::compile_module(call.ir(), &module)?.run(inputs)
     })
 }

@@ -770,19 +770,32 @@ impl PallasCall {
     pub fn unchecked_ir_mut(&mut self) -> &mut Kernel {
         &mut self.kernel
     }
-    /// The Mosaic MLIR module text (verified).
+    /// The Mosaic module as data: what lowering makes of the kernel, before any writer (no MLIR
+    /// involved; available with default features).
+    pub fn mosaic_module(&self) -> Result<crate::mosaic::MModule> {
+        crate::lower::lower_module(&self.kernel)
+    }
+    /// The Mosaic MLIR module text (verified by MLIR). Needs the `mlir` feature (LLVM/MLIR 22 at
+    /// build time); shipping a kernel does not.
+    #[cfg(feature = "mlir")]
     pub fn mosaic_mlir(&self) -> Result<String> {
-        crate::lower::to_mosaic_text(&self.kernel)
+        self.mosaic_text(crate::mosaic::mlir::Form::Custom)
     }
     /// The Mosaic MLIR module text in MLIR's generic op form: what another MLIR version (jaxlib's, a
     /// `mlir-opt` of another release) parses whatever the ops' custom syntax — use it to hand the module
     /// to other tools. [`mosaic_mlir`](Self::mosaic_mlir) is the readable form, in LLVM 22's syntax.
+    #[cfg(feature = "mlir")]
     pub fn mosaic_mlir_generic(&self) -> Result<String> {
-        crate::lower::to_mosaic_text_generic(&self.kernel)
+        self.mosaic_text(crate::mosaic::mlir::Form::Generic)
     }
     /// The Mosaic MLIR module text with each op's Rust `file:line:col` location printed.
+    #[cfg(feature = "mlir")]
     pub fn mosaic_mlir_with_locations(&self) -> Result<String> {
-        crate::lower::to_mosaic_text_with_locations(&self.kernel)
+        self.mosaic_text(crate::mosaic::mlir::Form::WithLocations)
+    }
+    #[cfg(feature = "mlir")]
+    fn mosaic_text(&self, form: crate::mosaic::mlir::Form) -> Result<String> {
+        crate::mosaic::mlir::text(&self.mosaic_module()?, form)
     }
     /// The kernel IR.
     pub fn ir(&self) -> &Kernel {

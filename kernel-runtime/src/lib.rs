@@ -1,5 +1,10 @@
 //! tpu-kernel runtime: the kernel IR, the tracing API that `#[tpu_kernel]` bodies call, the launch builder
-//! (`pallas_call`), the TPU checks, and the lowering to Mosaic MLIR through melior.
+//! (`pallas_call`), the TPU checks, the lowering to the Mosaic module and its serialized form, the CPU
+//! interpreter and the library ABI.
+//!
+//! Features: `mlir` — the Mosaic module as MLIR through melior (verify, text; needs LLVM/MLIR 22 at
+//! build time); `mosaic-cpu` — the Mosaic-on-CPU engine (the shipped module JIT-compiled by MLIR/LLVM).
+//! Neither is needed to build, lower, serialize, interpret or export a kernel.
 //!
 //! See `ARCHITECTURE.md` at the repository root for the code map and invariants.
 
@@ -18,6 +23,8 @@ pub mod interpret;
 pub mod ir;
 pub mod launch;
 pub mod lower;
+pub mod mosaic;
+#[cfg(feature = "mosaic-cpu")]
 pub mod mosaic_cpu;
 pub mod opt;
 pub mod serialize;

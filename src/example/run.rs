@@ -5,6 +5,7 @@
 use super::Engine;
 use crate::reference;
 use crate::runtime::interpret::{HostArray, InterpretOptions};
+#[cfg(feature = "mosaic-cpu")]
 use crate::runtime::mosaic_cpu;
 use crate::{ErrorKind, KernelError, PallasCall};
 use std::time::Instant;
@@ -22,6 +23,9 @@ pub fn run(call: &PallasCall, engine: Engine) -> Result<String, KernelError> {
             "interpret mode".to_string(),
             Box::new(|x| call.interpret(x)),
         ),
+        #[cfg(not(feature = "mosaic-cpu"))]
+        Engine::Mosaic => return Err(super::needs_feature("mosaic-cpu", "--engine mosaic")),
+        #[cfg(feature = "mosaic-cpu")]
         Engine::Mosaic => {
             let compiled = mosaic_cpu::compile(call.ir())?;
             let how = format!(

@@ -1,87 +1,20 @@
-//! Kernel IR → Mosaic MLIR through melior.
+//! Kernel IR → the Mosaic module as data ([`crate::mosaic::MModule`]).
 //!
 //! The module has the shape Pallas gives it (see `tests/data/pallas/`): `module @name attributes
 //! {stable_mosaic.version}`, the kernel `func.func` with arguments (grid i32s, inputs, outputs, scratch) and
 //! the Mosaic func attributes, then one `func.func @transform_k` per BlockSpec index map. Ops are lowered by
 //! small per-family rules in `rules`. Rust source locations become MLIR `FileLineColLoc`s.
 //!
-//! The rules build the module as data ([`mosaic`]); [`build_module`] makes it an MLIR module through
-//! melior and verifies it, and `serialize::bytecode` writes the same data straight to bytecode.
-//! Only this module and `serialize` touch melior.
+//! The rules build the module as data; its writers live in [`crate::mosaic`] (bytecode, and MLIR with
+//! the `mlir` feature). Architecture invariant: lowering builds no MLIR and names no writer — it
+//! depends on the model only, so every writer means the same module.
 
-mod context;
-mod mlir;
-pub mod mosaic;
 mod rules;
 
 use crate::error::{kerr, Result};
 use crate::ir::{Func, Kernel, MemSpace, OperandRole, Region, Type, ValueId};
-pub use context::with_context;
-use melior::ir::operation::OperationLike;
-use melior::ir::{Attribute, Location, Module};
-use melior::Context;
-use mosaic::{MBlock, MFunc, MModule, MType, MValue};
-
-/// The `stable_mosaic.version` written on the module (what Pallas's cross-platform lowering writes).
-pub const MOSAIC_VERSION: i64 = 15;
-
-/// Lower a kernel to verified Mosaic MLIR text.
-pub fn to_mosaic_text(k: &Kernel) -> Result<String> {
-    context::with_context(|ctx| {
-        let module = build_module(ctx, k)?;
-        Ok(module.as_operation().to_string())
-    })
-}
-
-/// Lower a kernel to verified Mosaic MLIR text with every op's Rust source location (`loc(...)`), e.g. to
-/// map a Mosaic diagnostic back to the kernel line that produced the op.
-pub fn to_mosaic_text_with_locations(k: &Kernel) -> Result<String> {
-    context::with_context(|ctx| {
-        let module = build_module(ctx, k)?;
-        let flags =
-            melior::ir::operation::OperationPrintingFlags::new().enable_debug_info(true, false);
-        module
-            .as_operation()
-            .to_string_with_flags(flags)
-            .map_err(|e| kerr!(Lowering, "printing the module: {e}"))
-    })
-}
-
-/// Lower a kernel to verified Mosaic MLIR text in MLIR's generic op form (`"vector.extract_strided_slice"(%0)
-/// <{offsets = ...}>`): every op printed the same way whatever its custom syntax, so an MLIR of another
-/// version (jaxlib's) parses it. The custom form of some ops differs between LLVM 22 and jaxlib's MLIR
-/// (e.g. `vector.extract_strided_slice`'s braces), so text meant for other tools is generic.
-pub fn to_mosaic_text_generic(k: &Kernel) -> Result<String> {
-    context::with_context(|ctx| {
-        let module = build_module(ctx, k)?;
-        let flags =
-            melior::ir::operation::OperationPrintingFlags::new().print_generic_operation_form();
-        module
-            .as_operation()
-            .to_string_with_flags(flags)
-            .map_err(|e| kerr!(Lowering, "printing the module: {e}"))
-    })
-}
-
-/// Build and verify the Mosaic module for a kernel in `ctx`.
-pub fn build_module<'c>(ctx: &'c Context, k: &Kernel) -> Result<Module<'c>> {
-    module_from_data(ctx, &lower_module(k)?)
-}
-
-/// Build and verify the MLIR module for a Mosaic module given as data (what [`build_module`] does after
-/// lowering; `mosaic_cpu`'s mutation tests feed it altered modules).
-pub fn module_from_data<'c>(ctx: &'c Context, m: &MModule) -> Result<Module<'c>> {
-    let module = mlir::module(ctx, m)?;
-    if !module.as_operation().verify() {
-        return Err(kerr!(
-            Lowering,
-            "the generated Mosaic module for `{}` does not verify (a tpu-kernel bug); module:\n{}",
-            m.name,
-            module.as_operation()
-        ));
-    }
-    Ok(module)
-}
+use crate::mosaic::serde::DEFAULT_VERSION;
+use crate::mosaic::{MBlock, MFunc, MModule, MType, MValue};
 
 /// Lower a kernel to the Mosaic module as data (no MLIR involved).
 pub fn lower_module(k: &Kernel) -> Result<MModule> {
@@ -94,7 +27,7 @@ pub fn lower_module(k: &Kernel) -> Result<MModule> {
     Ok(MModule {
         name: k.name.clone(),
         loc: k.body.loc,
-        version: MOSAIC_VERSION,
+        version: DEFAULT_VERSION,
         funcs,
     })
 }
@@ -193,22 +126,6 @@ fn lower_func(f: &Func, attrs: Vec<(&'static str, String)>) -> Result<MFunc> {
         body,
         num_values: lw.next,
     })
-}
-
-/// The attribute `text` in `ctx`, parsed once per context (see `context::memo_attr`).
-pub(crate) fn parse_attr<'c>(ctx: &'c Context, text: &str) -> Result<Attribute<'c>> {
-    context::memo_attr(ctx, text)
-        .ok_or_else(|| kerr!(Lowering, "MLIR could not parse the attribute `{text}`"))
-}
-
-/// The type `text` in `ctx`, parsed once per context.
-pub(crate) fn parse_type<'c>(ctx: &'c Context, text: &str) -> Result<melior::ir::Type<'c>> {
-    context::memo_type(ctx, text)
-        .ok_or_else(|| kerr!(Lowering, "MLIR could not parse the type `{text}`"))
-}
-
-pub(crate) fn location<'c>(ctx: &'c Context, loc: &crate::error::SourceLoc) -> Location<'c> {
-    Location::new(ctx, loc.file, loc.line as usize, loc.col as usize)
 }
 
 /// Lowers the ops of one function; `values` maps IR values to Mosaic values.

@@ -1,6 +1,5 @@
 //! One lowering rule per op family. Each appends Mosaic ops to `block` and binds the IR op's results.
 
-use super::mosaic::{MBlock, MOp, MType, MValue};
 use super::{vector_type_text, Lowerer};
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, Result};
@@ -8,6 +7,7 @@ use crate::ir::{
     BinaryOp, CmpOp, IntLowering, MemSpace, Op, OpKind, ReduceKind, Start, Type, UnaryOp, ValueId,
     Window,
 };
+use crate::mosaic::{MBlock, MOp, MType, MValue};
 
 mod dma;
 

@@ -1,4 +1,4 @@
-//! Mosaic on CPU: execute the Mosaic module we ship — the module [`crate::lower::build_module`] builds
+//! Mosaic on CPU: execute the Mosaic module we ship — the module [`crate::mosaic::mlir::build`] builds
 //! and verifies — on the CPU, so that every lowering rule is checked by running it. (Nothing else
 //! does: a `subf` lowered as `addf` verifies, serializes and compiles in libtpu.) A proof, not a speed
 //! path: [`crate::interpret`] is the fast CPU implementation.
@@ -231,8 +231,8 @@ pub fn run(kernel: &Kernel, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
 
 /// Lower `kernel` to its Mosaic module (verified) and compile that module for the CPU.
 pub fn compile(kernel: &Kernel) -> Result<Compiled> {
-    crate::lower::with_context(|ctx| {
-        let module = crate::lower::build_module(ctx, kernel)?;
+    crate::mosaic::mlir::with_context(|ctx| {
+        let module = crate::mosaic::mlir::build(ctx, &crate::lower::lower_module(kernel)?)?;
         compile_module(kernel, &module)
     })
 }

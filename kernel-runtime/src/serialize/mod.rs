@@ -2,8 +2,8 @@
 //!
 //! - [`body`]: the Mosaic module in the mosaic-serde form (`stable_mosaic.<dialect>.<op>` ops in generic
 //!   form, module attribute `stable_mosaic.version`, per-version downgrades), as MLIR bytecode, written
-//!   by [`bytecode`] straight from the lowered module as data (no MLIR module is built to ship a kernel;
-//!   `body::reference_bytecode` is the MLIR path the tests hold it to);
+//!   by [`crate::mosaic::bytecode`] straight from the lowered module as data (no MLIR module is built to
+//!   ship a kernel; `body::reference_bytecode`, feature `mlir`, is the MLIR path the tests hold it to);
 //! - [`config`]: the `tpu_custom_call` backend_config JSON (base64 body, `serialization_format`,
 //!   `needs_layout_passes`, and the optional fields — cost estimate, flags, input fusion, memory-space
 //!   colors, ... — only when set). One deliberate difference from Pallas: `scoped_memory_configs` is
@@ -12,31 +12,20 @@
 //! - [`stablehlo`]: a complete StableHLO program calling the kernel through `stablehlo.custom_call
 //!   @tpu_custom_call`.
 //!
-//! ## Which `stable_mosaic.version`
-//! [`DEFAULT_VERSION`] is **15**: what JAX's Pallas writes when it lowers for TPU without a TPU backend
-//! at hand (its forward-compatible version), the same number our Mosaic text carries, and accepted by
-//! every libtpu from before 0.0.50 on (libtpu 0.0.51 reads 14..=18; 19 is refused). Our ops are built in
-//! the newest form; [`body::downgrade_drops`] holds the rules that change the ops we emit between
-//! [`MIN_VERSION`] and [`MAX_VERSION`] (between 14 and 18 none of them does: the body at 15 and at 18
-//! differ only in the version attribute, measured with jaxlib 0.12.0.1). `CallOptions::version` picks
-//! another.
+//! The `stable_mosaic.version` written and the rules between versions are the serialized form's facts
+//! ([`crate::mosaic::serde`]); [`CallOptions::version`] picks one.
 //!
-//! Only `lower` and `serialize` touch melior.
+//! Architecture invariant: `serialize` reads the kernel IR and the Mosaic model, never MLIR: a kernel
+//! ships with default features (no LLVM/MLIR installed).
 
 pub mod body;
-pub mod bytecode;
 pub mod config;
 pub mod stablehlo;
 
 use crate::error::Result;
 use crate::ir::Kernel;
 
-/// The version written by default (see the module docs).
-pub const DEFAULT_VERSION: i64 = 15;
-/// The newest version our ops are built in (jaxlib 0.12.0.1 / libtpu 0.0.51).
-pub const MAX_VERSION: i64 = 18;
-/// The oldest version we can downgrade to (below it, rules we do not implement would apply).
-pub const MIN_VERSION: i64 = 10;
+pub use crate::mosaic::serde::{DEFAULT_VERSION, MAX_VERSION, MIN_VERSION};
 
 /// Memory-space colors in the custom call's config (jax's `MemorySpace.color`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +122,7 @@ impl<'k> CustomCall<'k> {
         body::body_bytecode(self.kernel, self.options.version)
     }
     /// The body's serialized form as generic MLIR text (for reading and debugging).
+    #[cfg(feature = "mlir")]
     pub fn body_text(&self) -> Result<String> {
         body::body_text(self.kernel, self.options.version)
     }

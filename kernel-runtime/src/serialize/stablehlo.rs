@@ -7,6 +7,7 @@ use super::{config, CallOptions, SideEffects};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::{Kernel, Operand};
+use crate::mosaic::text::{mlir_string, symbol};
 use std::fmt::Write;
 
 pub fn stablehlo(k: &Kernel, opts: &CallOptions) -> Result<String> {
@@ -149,35 +150,4 @@ fn layouts(ops: &[&Operand]) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     format!("[{each}]")
-}
-
-/// An MLIR string literal: `"` and `\` and non-printable bytes become `\XX` escapes.
-pub fn mlir_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for b in s.bytes() {
-        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
-            let _ = write!(out, "\\{b:02X}");
-        } else {
-            out.push(b as char);
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A symbol name, quoted when it is not a bare identifier.
-fn symbol(name: &str) -> String {
-    let bare = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '.'));
-    if bare {
-        name.to_string()
-    } else {
-        mlir_string(name)
-    }
 }

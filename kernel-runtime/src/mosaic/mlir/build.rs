@@ -1,10 +1,10 @@
 //! The Mosaic module as data → an MLIR module through melior (attributes and types parsed from their
 //! text, memoized per context; locations kept).
 
-use super::mosaic::{MBlock, MFunc, MModule, MOp, MType};
 use super::{location, parse_attr, parse_type};
 use crate::error::{kerr, Result};
-use crate::serialize::stablehlo::mlir_string;
+use crate::mosaic::model::{MBlock, MFunc, MModule, MOp, MType};
+use crate::mosaic::text::mlir_string;
 use melior::ir::attribute::TypeAttribute;
 use melior::ir::block::BlockLike;
 use melior::ir::operation::{OperationBuilder, OperationMutLike};

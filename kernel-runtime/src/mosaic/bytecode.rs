@@ -10,13 +10,13 @@
 //! memrefs, whose `tpu` memory space a context without the `tpu` dialect cannot parse inside a type.
 //!
 //! Invariant (tested for every example and an op-coverage suite, `tests/bytecode.rs`): MLIR reads these
-//! bytes as exactly the module `body::reference_bytecode` gets by building, verifying and rewriting the
+//! bytes as exactly the module `mlir::serde::reference_bytecode` gets by building, verifying and rewriting the
 //! module through MLIR; the Python suite checks the same against jaxlib's own serializer.
 
-use super::body::{downgrade_drops, TPU_DEFAULT_ATTRS};
+use super::model::{MBlock, MModule, MOp, MType, MValue};
+use super::serde::{downgrade_drops, mlir_default_attrs, TPU_DEFAULT_ATTRS};
+use super::text::{location_text, mlir_string};
 use crate::error::{kerr, Result, SourceLoc};
-use crate::lower::mosaic::{location_text, MBlock, MModule, MOp, MType, MValue};
-use crate::serialize::stablehlo::mlir_string;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use std::rc::Rc;
@@ -44,24 +44,6 @@ mod code {
     pub const TYPE_ATTR: u64 = 6;
     pub const FUNCTION_TYPE: u64 = 2;
     pub const MEMREF_TYPE_WITH_MEM_SPACE: u64 = 11;
-}
-
-/// Inherent attributes that MLIR's registered `arith`/`math` ops carry at their default value and
-/// therefore write into the serialized form (jaxlib's serializer copies every attribute of an op). The
-/// reference path gets them from MLIR itself; `tests/bytecode.rs` fails if this list and MLIR disagree
-/// on any op the lowering emits. ([`TPU_DEFAULT_ATTRS`] are the `tpu` ops' own, added on both paths.)
-fn mlir_default_attrs(name: &str) -> &'static [(&'static str, &'static str)] {
-    const FASTMATH: &[(&str, &str)] = &[("fastmath", "#arith.fastmath<none>")];
-    const OVERFLOW: &[(&str, &str)] = &[("overflowFlags", "#arith.overflow<none>")];
-    match name {
-        // Every float op of `math` (the integer ones excepted) and arith's float arithmetic.
-        "math.absi" => &[],
-        n if n.starts_with("math.") => FASTMATH,
-        "arith.addf" | "arith.subf" | "arith.mulf" | "arith.divf" | "arith.remf"
-        | "arith.maximumf" | "arith.minimumf" | "arith.negf" | "arith.cmpf" => FASTMATH,
-        "arith.addi" | "arith.subi" | "arith.muli" | "arith.trunci" | "arith.shli" => OVERFLOW,
-        _ => &[],
-    }
 }
 
 /// The serialized body of `m` at `stable_mosaic` version `version`.

@@ -1,10 +1,10 @@
 //! The Mosaic module as plain data: what the lowering rules produce, before any MLIR exists.
 //!
-//! Two consumers read it: [`super::build_module`] turns it into a melior module and verifies it (the text
-//! `--emit mosaic` prints, and the check the test suite runs on every kernel), and
-//! [`crate::serialize::bytecode`] writes it straight to the MLIR bytecode libtpu reads, without building
-//! an MLIR module at all (the lowering hot path). Ops, types and attributes are MLIR's textual syntax, so
-//! both consumers mean exactly the same module.
+//! Its writers read it: [`super::bytecode`] writes it straight to the MLIR bytecode libtpu reads (the
+//! shipping path, no MLIR involved), and with the `mlir` feature `super::mlir` turns it into a melior
+//! module and verifies it (the text `--emit mlir` prints, and the check the test suite runs on every
+//! kernel). Ops, types and attributes are MLIR's textual syntax, so every writer means exactly the same
+//! module.
 
 use crate::error::SourceLoc;
 use std::rc::Rc;
@@ -101,16 +101,6 @@ impl MBlock {
     pub fn num_defined(&self) -> usize {
         self.args.len() + self.ops.iter().map(|o| o.results.len()).sum::<usize>()
     }
-}
-
-/// `loc("file":line:col)`.
-pub fn location_text(loc: &SourceLoc) -> String {
-    format!(
-        "loc({}:{}:{})",
-        crate::serialize::stablehlo::mlir_string(loc.file),
-        loc.line,
-        loc.col
-    )
 }
 
 impl MFunc {
