@@ -8,7 +8,7 @@ use half::bf16;
 use std::sync::Arc;
 
 /// Typed element storage, one variant per kernel element type.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub enum HostData {
     F32(Vec<f32>),
     BF16(Vec<bf16>),
@@ -18,6 +18,29 @@ pub enum HostData {
     U32(Vec<u32>),
     Bool(Vec<bool>),
 }
+
+/// Equality compares bits: a float NaN equals a NaN with the same payload, `-0.0` differs from `0.0`
+/// — what "the same result" means for the engines' fast paths, which must give the plain path's bits.
+/// (Compare values with a tolerance, or by IEEE `==` on the elements, where that is what is meant.)
+impl PartialEq for HostData {
+    fn eq(&self, other: &Self) -> bool {
+        fn bits<T, B: PartialEq>(a: &[T], b: &[T], f: impl Fn(&T) -> B) -> bool {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| f(x) == f(y))
+        }
+        match (self, other) {
+            (HostData::F32(a), HostData::F32(b)) => bits(a, b, |x| x.to_bits()),
+            (HostData::BF16(a), HostData::BF16(b)) => bits(a, b, |x| x.to_bits()),
+            (HostData::I32(a), HostData::I32(b)) => a == b,
+            (HostData::I8(a), HostData::I8(b)) => a == b,
+            (HostData::U8(a), HostData::U8(b)) => a == b,
+            (HostData::U32(a), HostData::U32(b)) => a == b,
+            (HostData::Bool(a), HostData::Bool(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for HostData {}
 
 impl HostData {
     pub fn dtype(&self) -> DType {
@@ -180,8 +203,9 @@ host_element!(u8, U8);
 host_element!(u32, U32);
 host_element!(bool, Bool);
 
-/// A whole array on the host: row-major data of a shape.
-#[derive(Clone, Debug, PartialEq)]
+/// A whole array on the host: row-major data of a shape. Equality compares shapes and bits (see
+/// [`HostData`]'s `PartialEq`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostArray {
     shape: Vec<usize>,
     data: Arc<HostData>,
@@ -419,5 +443,32 @@ impl<'a> ArrayViewMut<'a> {
     }
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equality_compares_bits() {
+        let f = |v: Vec<f32>| HostArray::new([v.len()], HostData::F32(v)).unwrap();
+        let nan = f32::from_bits(0x7fc0_0001);
+        assert_eq!(f(vec![nan, 1.0]), f(vec![nan, 1.0]), "the same NaN payload");
+        assert_ne!(f(vec![nan]), f(vec![f32::NAN]), "another NaN payload");
+        assert_ne!(f(vec![0.0]), f(vec![-0.0]), "signed zeros differ");
+        let b = |v: f32| HostArray::new([1], HostData::BF16(vec![bf16::from_f32(v)])).unwrap();
+        assert_ne!(b(0.0), b(-0.0));
+        assert_eq!(b(f32::NAN), b(f32::NAN));
+        assert_ne!(
+            f(vec![1.0]),
+            HostArray::new([1], HostData::I32(vec![1])).unwrap(),
+            "dtypes differ"
+        );
+        assert_ne!(
+            f(vec![1.0, 2.0]),
+            HostArray::new([2, 1], HostData::F32(vec![1.0, 2.0])).unwrap(),
+            "shapes differ"
+        );
     }
 }
