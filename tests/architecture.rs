@@ -80,10 +80,10 @@ fn kernel_macros_depends_only_on_syn_quote_proc_macro2() {
     );
 }
 
-/// The interpreter's sources (path relative to `kernel-runtime/src/interpret`, text).
-fn interpreter_sources() -> Vec<(String, String)> {
+/// The sources under `kernel-runtime/src/<folder>` (path relative to that folder, text).
+fn runtime_sources(folder: &str) -> Vec<(String, String)> {
     fn walk(dir: &std::path::Path, root: &std::path::Path, out: &mut Vec<(String, String)>) {
-        for e in std::fs::read_dir(dir).expect("interpreter sources") {
+        for e in std::fs::read_dir(dir).expect("runtime sources") {
             let p = e.expect("dir entry").path();
             if p.is_dir() {
                 walk(&p, root, out);
@@ -93,23 +93,43 @@ fn interpreter_sources() -> Vec<(String, String)> {
             }
         }
     }
-    let root =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernel-runtime/src/interpret");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("kernel-runtime/src")
+        .join(folder);
     let mut out = Vec::new();
     walk(&root, &root, &mut out);
+    out
+}
+
+/// The interpreter's sources (path relative to `kernel-runtime/src/interpret`, text).
+fn interpreter_sources() -> Vec<(String, String)> {
+    let out = runtime_sources("interpret");
     assert!(out.len() > 20, "found only {} interpreter files", out.len());
     out
 }
 
-#[test]
-fn interpreter_files_stay_under_600_lines() {
-    for (path, text) in interpreter_sources() {
+/// Each of `files` (the sources under `kernel-runtime/src/<folder>`) is under 600 lines.
+fn assert_files_under_600_lines(folder: &str, files: &[(String, String)]) {
+    for (path, text) in files {
         let n = text.lines().count();
         assert!(
             n < 600,
-            "interpret/{path} has {n} lines: split it along a boundary"
+            "{folder}/{path} has {n} lines: split it along a boundary"
         );
     }
+}
+
+/// A file holds one idea: the interpreter's files, and Mosaic on CPU's, stay under 600 lines.
+#[test]
+fn interpreter_files_stay_under_600_lines() {
+    assert_files_under_600_lines("interpret", &interpreter_sources());
+    let mosaic_cpu = runtime_sources("mosaic_cpu");
+    assert!(
+        mosaic_cpu.len() > 10,
+        "found only {} mosaic_cpu files",
+        mosaic_cpu.len()
+    );
+    assert_files_under_600_lines("mosaic_cpu", &mosaic_cpu);
 }
 
 /// Loops are compiled twice only through `simd::multiversion!`; `#[target_feature]` appears only on the

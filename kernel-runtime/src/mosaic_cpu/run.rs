@@ -9,16 +9,28 @@
 //! first refs of the kernel function and of every index map. Index maps are the module's own
 //! `transform_k` functions, run through the JIT; the blocks of those that read scalar-prefetch data
 //! are checked at every step, as the interpreter checks them.
+//!
+//! This file holds `Compiled` (the launch checked against the kernel, the run) and the grid steps
+//! (`Steps`, the interpreter's `BlockEngine`: index maps, block copies, kernel calls). Beside it:
+//! `run/bytes.rs` (block buffers, host arrays as bytes, a block's rows) and `run/errors.rs` (the error
+//! a failed run-time check reports).
+//!
+//! May depend on: `program.rs` (the rewritten module and its launch), `jit.rs` (the compiled code),
+//! `rewrite`'s types and check sites, `interpret::grid` (the block schedule); nothing depends on it
+//! but `mod.rs`.
+
+mod bytes;
+mod errors;
 
 use super::jit::{reset_arena, Jit, Packed};
 use super::program::{Program, KERNEL_FN};
-use super::rewrite::{RefId, SiteKind, Space, Ty, ERR_SLOTS};
-use crate::dtype::DType;
-use crate::error::{kerr, KernelError, Result};
+use super::rewrite::{Space, Ty, ERR_SLOTS};
+use crate::error::{kerr, Result};
 use crate::interpret::grid::{check_arrays, walk_grid, BlockEngine};
-use crate::interpret::{HostArray, HostData};
+use crate::interpret::HostArray;
 use crate::ir::{Kernel, MemSpace, OperandRole, SemKind};
-use half::bf16;
+use bytes::{block_rows, elem_size, from_bytes, from_plain_bytes, to_bytes, Buffer};
+use errors::sem_label;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
@@ -49,15 +61,6 @@ impl std::fmt::Debug for Compiled {
             .field("kernel", &self.kernel.name)
             .field("compile_time", &self.compile_time)
             .finish_non_exhaustive()
-    }
-}
-
-/// Bytes of one element in host arrays and in the JIT'd code's memrefs (`i1` is a byte).
-fn elem_size(d: DType) -> usize {
-    match d {
-        DType::F32 | DType::I32 | DType::U32 => 4,
-        DType::BF16 => 2,
-        DType::I8 | DType::U8 | DType::Bool => 1,
     }
 }
 
@@ -284,136 +287,6 @@ impl Compiled {
         }
         Ok(())
     }
-
-    /// The error a failed check reports (`err` as the JIT'd code filled it).
-    fn site_error(&self, err: &[i64; ERR_SLOTS]) -> KernelError {
-        let Some(site) = usize::try_from(err[0] - 1)
-            .ok()
-            .and_then(|i| self.program.sites.get(i))
-        else {
-            return kerr!(Lowering, "mosaic_cpu: unknown failed check {}", err[0]);
-        };
-        let label = match site.ref_id {
-            Some(RefId::Operand(i)) => self.kernel.operands.get(i).map(|o| o.label()),
-            Some(RefId::Scoped(k)) => Some(format!("scoped buffer {k}")),
-            None => None,
-        };
-        let detail = &err[1..];
-        let e = match &site.kind {
-            SiteKind::Load { sizes, shape } | SiteKind::Store { sizes, shape } => {
-                let what = if matches!(site.kind, SiteKind::Load { .. }) {
-                    "load from"
-                } else {
-                    "store into"
-                };
-                let starts = &detail[..shape.len().min(detail.len())];
-                let e = kerr!(
-                    OutOfBounds,
-                    "out-of-bounds {what} {}: a window of {sizes:?} at {starts:?} in the ref shape {shape:?}",
-                    label.as_deref().unwrap_or("a ref")
-                );
-                match label {
-                    Some(l) => e.for_argument(l),
-                    None => e,
-                }
-            }
-            SiteKind::Element {
-                store,
-                shape,
-                index_map,
-            } => {
-                // The interpreter's messages (an element is a window of size 1 in every dimension).
-                let idx = &detail[..shape.len().min(detail.len())];
-                let (d, i) = idx
-                    .iter()
-                    .zip(shape)
-                    .enumerate()
-                    .find(|(_, (i, n))| **i < 0 || **i as usize >= **n)
-                    .map(|(d, (i, _))| (d, *i))
-                    .unwrap_or((0, idx.first().copied().unwrap_or(0)));
-                if *index_map {
-                    // The schedule names the operand whose index map this is.
-                    kerr!(
-                        OutOfBounds,
-                        "the index map reads element {idx:?} of scalar-prefetch operand {} (shape {shape:?}): index {i} is out of bounds along dimension {d}",
-                        match site.ref_id {
-                            Some(RefId::Operand(i)) => i,
-                            _ => 0,
-                        }
-                    )
-                } else {
-                    let what = if *store { "store into" } else { "load from" };
-                    let e = kerr!(
-                        OutOfBounds,
-                        "out-of-bounds {what} {}: window {i}..{} along dimension {d} of the ref shape {shape:?}",
-                        label.as_deref().unwrap_or("a ref"),
-                        i + 1
-                    );
-                    match label {
-                        Some(l) => e.for_argument(l),
-                        None => e,
-                    }
-                }
-            }
-            SiteKind::Slice { sizes, shape } => {
-                // The interpreter's message: the first dimension out of bounds.
-                let starts = &detail[..shape.len().min(detail.len())];
-                let (d, s, n) = starts
-                    .iter()
-                    .zip(sizes.iter().zip(shape))
-                    .enumerate()
-                    .find(|(_, (s, (z, n)))| **s < 0 || **s + **z as i64 > **n as i64)
-                    .map(|(d, (s, (z, _)))| (d, *s, *z))
-                    .unwrap_or((0, 0, 0));
-                kerr!(
-                    OutOfBounds,
-                    "out-of-bounds window of {}: {s}..{} along dimension {d} of a window of shape {shape:?}",
-                    label.as_deref().unwrap_or("a ref"),
-                    s + n as i64
-                )
-            }
-            SiteKind::DmaWait { shape } => kerr!(
-                Deadlock,
-                "waits on DMA semaphore {} but no copy signalling it is in flight: this wait would never return",
-                sem_label(label.as_deref().unwrap_or("a ref"), shape, detail[0] as usize)
-            ),
-            SiteKind::SemWait { shape } => kerr!(
-                Deadlock,
-                "waits for {} on semaphore {} which holds {}, and nothing else runs to signal it: this wait would never return",
-                detail[1],
-                sem_label(label.as_deref().unwrap_or("a ref"), shape, detail[0] as usize),
-                detail[2]
-            ),
-            SiteKind::ScopeEnd { dma, shape } => {
-                let sem = sem_label(label.as_deref().unwrap_or("a ref"), shape, detail[0] as usize);
-                if *dma {
-                    kerr!(
-                        Race,
-                        "DMA semaphore {sem} counts {} copies never waited for when its run_scoped scope ends: wait for every copy inside the scope",
-                        detail[1]
-                    )
-                } else {
-                    // The interpreter's message.
-                    kerr!(
-                        Race,
-                        "semaphore {sem} holds {} when its run_scoped scope ends: every signal must be waited for",
-                        detail[1]
-                    )
-                }
-            }
-            SiteKind::AssumeMultiple(m) => kerr!(
-                Trace,
-                "multiple_of({m}) was promised for a value that is {}",
-                detail[0]
-            ),
-            SiteKind::ForStep => kerr!(
-                OutOfBounds,
-                "a `for` loop step must be positive, got {}",
-                detail[0]
-            ),
-        };
-        e.at(site.loc)
-    }
 }
 
 /// The whole-array (block-less) operands of `role`: (operand index, its number among `role`'s).
@@ -425,135 +298,6 @@ fn whole_arrays(k: &Kernel, role: OperandRole) -> impl Iterator<Item = (usize, u
         .enumerate()
         .filter(|(_, (_, o))| o.block.is_none())
         .map(|(n, (i, _))| (i, n))
-}
-
-/// A semaphore's name in errors, as the interpreter gives it: the ref, and the element of an array.
-fn sem_label(label: &str, shape: &[usize], i: usize) -> String {
-    if shape.is_empty() {
-        label.to_string()
-    } else {
-        format!("{label}[{i}]")
-    }
-}
-
-/// A block buffer: 8-byte aligned bytes.
-struct Buffer {
-    words: Vec<u64>,
-    len: usize,
-}
-
-impl Buffer {
-    fn zeroed(len: usize) -> Buffer {
-        Buffer {
-            words: vec![0; len.div_ceil(8).max(1)],
-            len,
-        }
-    }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: `words` holds at least `len` bytes (`len.div_ceil(8)` words); u8 has no alignment
-        // requirement and every byte pattern is a valid u64, so the two views may alias freely.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.len) }
-    }
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: as in `bytes_mut`, read-only.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.len) }
-    }
-}
-
-/// Element types whose values are plain bytes: no padding, every bit pattern valid.
-trait Plain: Copy + Default {}
-impl Plain for f32 {}
-impl Plain for bf16 {}
-impl Plain for i32 {}
-impl Plain for i8 {}
-impl Plain for u8 {}
-impl Plain for u32 {}
-
-fn bytes_of<T: Plain>(v: &[T]) -> &[u8] {
-    // SAFETY: `Plain` types have no padding, so all `size_of_val(v)` bytes are initialized; u8 has no
-    // alignment requirement.
-    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
-}
-
-fn from_plain_bytes<T: Plain>(b: &[u8]) -> Vec<T> {
-    let mut v = vec![T::default(); b.len() / std::mem::size_of::<T>()];
-    let n = std::mem::size_of_val(&v[..]);
-    // SAFETY: every bit pattern is a valid `Plain` value, so writing arbitrary bytes over the `n`
-    // bytes of `v` keeps it valid; u8 has no alignment requirement.
-    let dst = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, n) };
-    dst.copy_from_slice(&b[..n]);
-    v
-}
-
-/// Host data as native-endian bytes (bool as 0/1 bytes).
-fn to_bytes(d: &HostData) -> Vec<u8> {
-    match d {
-        HostData::F32(v) => bytes_of(v).to_vec(),
-        HostData::BF16(v) => bytes_of(v).to_vec(),
-        HostData::I32(v) => bytes_of(v).to_vec(),
-        HostData::I8(v) => bytes_of(v).to_vec(),
-        HostData::U8(v) => v.clone(),
-        HostData::U32(v) => bytes_of(v).to_vec(),
-        HostData::Bool(v) => v.iter().map(|x| *x as u8).collect(),
-    }
-}
-
-fn from_bytes(dtype: DType, b: &[u8]) -> HostData {
-    match dtype {
-        DType::F32 => HostData::F32(from_plain_bytes(b)),
-        DType::BF16 => HostData::BF16(from_plain_bytes(b)),
-        DType::I32 => HostData::I32(from_plain_bytes(b)),
-        DType::I8 => HostData::I8(from_plain_bytes(b)),
-        DType::U8 => HostData::U8(b.to_vec()),
-        DType::U32 => HostData::U32(from_plain_bytes(b)),
-        DType::Bool => HostData::Bool(b.iter().map(|x| *x != 0).collect()),
-    }
-}
-
-/// Visit the rows of block `idx` (of `block` shape) inside an array of `shape`, clipped to the array:
-/// `f(array byte offset, block byte offset, bytes)`.
-fn block_rows(
-    shape: &[usize],
-    block: &[usize],
-    idx: &[i64],
-    esize: usize,
-    mut f: impl FnMut(usize, usize, usize),
-) {
-    let r = shape.len();
-    if r == 0 {
-        f(0, 0, esize);
-        return;
-    }
-    let starts: Vec<usize> = (0..r).map(|d| idx[d] as usize * block[d]).collect();
-    let clipped: Vec<usize> = (0..r)
-        .map(|d| block[d].min(shape[d].saturating_sub(starts[d])))
-        .collect();
-    if clipped.contains(&0) {
-        return;
-    }
-    let astr = super::rewrite::row_major(shape);
-    let bstr = super::rewrite::row_major(block);
-    let mut i = vec![0usize; r - 1];
-    loop {
-        let a: usize = (0..r - 1)
-            .map(|d| (starts[d] + i[d]) * astr[d])
-            .sum::<usize>()
-            + starts[r - 1];
-        let b: usize = (0..r - 1).map(|d| i[d] * bstr[d]).sum();
-        f(a * esize, b * esize, clipped[r - 1] * esize);
-        let mut d = r - 1;
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            i[d] += 1;
-            if i[d] < clipped[d] {
-                break;
-            }
-            i[d] = 0;
-        }
-    }
 }
 
 /// One run's state: the arrays as bytes and a buffer per operand.

@@ -1,0 +1,221 @@
+//! Loads and stores of a window of a ref: `vector.load` and `tpu.vector_store` (masked and strided),
+//! bounds-checked at run time, and the two checks `dma.rs` and `memref.rs` share with them —
+//! [`window_in_bounds`] and [`not_in_hbm`] (a load or store on a ref in HBM is refused: only DMA
+//! reaches it).
+//!
+//! May depend on: the shared helpers of `rules.rs` and `rewrite` (the [`Rewriter`], its types and
+//! check sites); nothing else in `rules/`.
+
+use super::{bad, mem, offset, result_buffer};
+use crate::error::{kerr, Result};
+use crate::mosaic_cpu::rewrite::{
+    i32_array, key, op_name, ref_space, row_major, Rewriter, SiteKind, Space, Val,
+};
+use melior::ir::operation::{OperationLike, OperationRef};
+
+/// `i1`: every window start of `starts` within `shape`; the window covers `sizes` (the trailing dims)
+/// with `strides` between its elements; leading dims are single indices.
+pub(in crate::mosaic_cpu) fn window_in_bounds(
+    rw: &mut Rewriter<'_>,
+    starts: &[Val],
+    shape: &[usize],
+    sizes: &[usize],
+    strides: &[usize],
+) -> String {
+    let lead = shape.len() - sizes.len();
+    let mut ok: Option<String> = None;
+    for (d, s) in starts.iter().enumerate() {
+        let extent = if d < lead {
+            1
+        } else {
+            let k = d - lead;
+            sizes[k].saturating_sub(1) * strides[k] + 1
+        };
+        let zero = rw.index(0);
+        let ge = rw.fresh();
+        rw.line(format!("{ge} = arith.cmpi sge, {}, {zero} : index", s.name));
+        let e = rw.index(extent);
+        let end = rw.fresh();
+        rw.line(format!("{end} = arith.addi {}, {e} : index", s.name));
+        let dim = rw.index(shape[d]);
+        let le = rw.fresh();
+        rw.line(format!("{le} = arith.cmpi sle, {end}, {dim} : index"));
+        for c in [ge, le] {
+            ok = Some(match ok {
+                None => c,
+                Some(prev) => {
+                    let r = rw.fresh();
+                    rw.line(format!("{r} = arith.andi {prev}, {c} : i1"));
+                    r
+                }
+            });
+        }
+    }
+    ok.unwrap_or_else(|| rw.constant("true", "i1"))
+}
+
+/// Operand `i` of a load or store must not be a ref in HBM (`any`, `hbm`): the TPU's vector and
+/// scalar units reach VMEM and SMEM only, HBM is reached by DMA (Pallas refuses such a load or
+/// store, and so does the trace). Run on the CPU it would work, hiding a wrong lowering.
+pub(in crate::mosaic_cpu) fn not_in_hbm(op: OperationRef<'_, '_>, i: usize) -> Result<()> {
+    let v = op
+        .operand(i)
+        .map_err(|_| bad(op, format!("expected an operand {i}")))?;
+    match ref_space(melior::ir::ValueLike::r#type(&v))? {
+        Some(s @ (Space::Any | Space::Hbm)) => Err(kerr!(
+            Lowering,
+            "mosaic_cpu: `{}` on a ref in {s:?}: only DMA reaches HBM",
+            op_name(op)
+        )),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn vector_load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
+    not_in_hbm(op, 0)?;
+    let operands = rw.operands(op)?;
+    let Some((base, starts)) = operands.split_first() else {
+        return Err(bad(op, "no operands"));
+    };
+    let (shape, elem) = mem(op, base, "the base")?;
+    let ref_id = op
+        .operand(0)
+        .ok()
+        .and_then(|v| rw.refs.get(&key(v)).copied());
+    let out = result_buffer(rw, op)?;
+    let (sizes, out_elem) = mem(op, &out, "the result")?;
+    if starts.len() != shape.len() || sizes.len() > shape.len() || out_elem != elem {
+        return Err(bad(op, "indices, shapes or element types do not match"));
+    }
+    let site = rw.site(
+        op,
+        SiteKind::Load {
+            sizes: sizes.clone(),
+            shape: shape.clone(),
+        },
+        ref_id,
+    );
+    let ok = window_in_bounds(rw, starts, &shape, &sizes, &vec![1; sizes.len()]);
+    let ref_strides = row_major(&shape);
+    let lead = shape.len() - sizes.len();
+    rw.if_else(
+        &ok,
+        |rw| {
+            let terms: Vec<(String, usize)> = starts
+                .iter()
+                .map(|s| s.name.clone())
+                .zip(ref_strides.iter().copied())
+                .collect();
+            let start = rw.linear(&terms, None);
+            rw.nest(&sizes, |rw, ivs| {
+                let terms: Vec<(String, usize)> = ivs
+                    .iter()
+                    .cloned()
+                    .zip(ref_strides[lead..].iter().copied())
+                    .collect();
+                let src = rw.linear(&terms, Some(start.clone()));
+                let dst = offset(rw, ivs, &sizes);
+                let x = rw.load(base, &src);
+                rw.store(&x, &out, &dst);
+                Ok(())
+            })
+        },
+        |rw| rw.record(site, starts),
+    )
+}
+
+pub(super) fn vector_store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
+    not_in_hbm(op, 1)?;
+    // Operands: value, base, indices..., [mask] — split as the op's segment sizes say.
+    let seg = i32_array(op, "operandSegmentSizes")?;
+    let operands = rw.operands(op)?;
+    let [1, 1, n_idx, n_mask] = seg[..] else {
+        return Err(bad(op, format!("operand segments {seg:?}")));
+    };
+    let (n_idx, n_mask) = (n_idx as usize, n_mask as usize);
+    if n_mask > 1 || 2 + n_idx + n_mask != operands.len() {
+        return Err(bad(op, format!("operand segments {seg:?}")));
+    }
+    let (value, base) = (&operands[0], &operands[1]);
+    let starts = &operands[2..2 + n_idx];
+    let mask = operands.get(2 + n_idx).filter(|_| n_mask == 1);
+    let (sizes, velem) = mem(op, value, "the value")?;
+    let (shape, elem) = mem(op, base, "the base")?;
+    if starts.len() != shape.len() || sizes.len() > shape.len() || velem != elem {
+        return Err(bad(op, "indices, shapes or element types do not match"));
+    }
+    if let Some(m) = mask {
+        let (mshape, melem) = mem(op, m, "the mask")?;
+        if mshape != sizes || melem != "i1" {
+            return Err(bad(op, "the mask is not an i1 vector of the value's shape"));
+        }
+    }
+    let lead = shape.len() - sizes.len();
+    // `strides` (one per ref dim, may be empty: all 1) step between stored elements.
+    let strides: Vec<usize> = match op.attribute("strides") {
+        Ok(_) => {
+            let s = i32_array(op, "strides")?;
+            if s.is_empty() {
+                vec![1; sizes.len()]
+            } else if s.len() == shape.len() && s.iter().all(|x| *x > 0) {
+                s[lead..].iter().map(|x| *x as usize).collect()
+            } else {
+                return Err(bad(op, format!("strides {s:?}")));
+            }
+        }
+        Err(_) => vec![1; sizes.len()],
+    };
+    let ref_id = op
+        .operand(1)
+        .ok()
+        .and_then(|v| rw.refs.get(&key(v)).copied());
+    let site = rw.site(
+        op,
+        SiteKind::Store {
+            sizes: sizes.clone(),
+            shape: shape.clone(),
+        },
+        ref_id,
+    );
+    let ok = window_in_bounds(rw, starts, &shape, &sizes, &strides);
+    let ref_strides = row_major(&shape);
+    rw.if_else(
+        &ok,
+        |rw| {
+            let terms: Vec<(String, usize)> = starts
+                .iter()
+                .map(|s| s.name.clone())
+                .zip(ref_strides.iter().copied())
+                .collect();
+            let start = rw.linear(&terms, None);
+            rw.nest(&sizes, |rw, ivs| {
+                let terms: Vec<(String, usize)> = ivs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, iv)| (iv.clone(), strides[k] * ref_strides[lead + k]))
+                    .collect();
+                let dst = rw.linear(&terms, Some(start.clone()));
+                let src = offset(rw, ivs, &sizes);
+                let x = rw.load(value, &src);
+                match mask {
+                    Some(m) => {
+                        let keep = rw.load(m, &src);
+                        rw.if_else(
+                            &keep,
+                            |rw| {
+                                rw.store(&x, base, &dst);
+                                Ok(())
+                            },
+                            |_| Ok(()),
+                        )
+                    }
+                    None => {
+                        rw.store(&x, base, &dst);
+                        Ok(())
+                    }
+                }
+            })
+        },
+        |rw| rw.record(site, starts),
+    )
+}
