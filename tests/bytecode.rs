@@ -56,8 +56,6 @@ fn the_op_coverage_suite_reaches_every_rule() {
     // Every Mosaic op name the lowering can emit: the op table's (per dtype class) and the literals of
     // lower/rules.rs and lower/rules/*.rs (the ops outside the table). The suite and the examples must
     // emit all of them.
-    use tpu_kernel::runtime::ir::{BinaryOp, IntLowering, UnaryOp};
-    use tpu_kernel::DType;
     let text: String = calls()
         .into_iter()
         .chain(
@@ -67,23 +65,7 @@ fn the_op_coverage_suite_reaches_every_rule() {
         )
         .map(|(_, c)| body::body_text(c.ir(), MAX_VERSION).expect("body text"))
         .collect();
-    let mut names = common::coverage::rule_op_names();
-    for u in UnaryOp::ALL {
-        names.extend(u.mosaic_float().map(str::to_string));
-        if let IntLowering::Op(n) = u.mosaic_int() {
-            names.push(n.to_string());
-        }
-    }
-    for b in BinaryOp::ALL {
-        names.extend(
-            [DType::F32, DType::I32, DType::U32]
-                .iter()
-                .filter_map(|d| b.mosaic(*d))
-                .map(str::to_string),
-        );
-    }
-    names.sort();
-    names.dedup();
+    let names = common::coverage::lowering_op_names();
     assert!(names.len() > 50, "found only {names:?}");
     let missing: Vec<_> = names
         .iter()

@@ -1,42 +1,11 @@
-//! The elementwise op table (`kernel-runtime/src/ir/ops.rs`) and what is derived from it: the
-//! `#[tpu_kernel]` macro knows every traced method, and the ops added through the table compute what
+//! The elementwise op table (`kernel-runtime/src/ir/ops.rs`) and what is derived from it: the ops
+//! added through the table compute what
 //! jax computes — in the interpreter here; through libtpu for v5e/v6e in the Python suite (the
 //! `activations` example); as Mosaic, by `tests/bytecode.rs`'s coverage of every table row.
 
 use tpu_kernel::prelude::*;
 use tpu_kernel::runtime::interpret::HostArray;
 use tpu_kernel::runtime::ir::{BinaryOp, Operands, UnaryOp};
-use tpu_kernel::runtime::trace::COMPOSITE_METHODS;
-
-/// The macro's list of methods a kernel may call (`kernel-macros-core/src/body.rs`, `KNOWN_METHODS`).
-fn macro_methods() -> Vec<String> {
-    let src = include_str!("../kernel-macros-core/src/body.rs");
-    let start = src
-        .find("KNOWN_METHODS: &[&str] = &[")
-        .expect("KNOWN_METHODS in body.rs");
-    let end = start + src[start..].find("];").expect("end of KNOWN_METHODS");
-    src[start..end]
-        .split('"')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_string)
-        .collect()
-}
-
-#[test]
-fn the_macro_knows_every_traced_method_of_the_table() {
-    let known = macro_methods();
-    assert!(known.len() > 30, "parsed {known:?}");
-    let traced = UnaryOp::ALL
-        .iter()
-        .filter_map(|u| u.method())
-        .chain(COMPOSITE_METHODS.iter().copied());
-    let missing: Vec<&str> = traced.filter(|m| !known.iter().any(|k| k == m)).collect();
-    assert!(
-        missing.is_empty(),
-        "traced methods the #[tpu_kernel] macro rejects: {missing:?}"
-    );
-}
 
 #[test]
 fn every_row_lowers_for_every_dtype_it_accepts() {

@@ -12,73 +12,6 @@ use crate::carried::is_compound_assignment;
 use crate::check::Errors;
 use crate::syntax::{is_loop_binding, item_head, range_parts, unparen, unroll_arg};
 
-/// Methods kernels may call: the traced API plus common compile-time helpers.
-/// The first entries are the ones listed in the "unknown method" hint.
-pub(crate) const KNOWN_METHODS: &[&str] = &[
-    "load",
-    "store",
-    "at",
-    "shape",
-    "cast",
-    "sum",
-    "max",
-    "min",
-    "exp",
-    "reshape",
-    "transpose",
-    // --- not part of the hint ---
-    "store_masked",
-    "dtype",
-    "rank",
-    "len",
-    "sum_keepdims",
-    "max_keepdims",
-    "min_keepdims",
-    "mean",
-    "mean_keepdims",
-    "log",
-    "tanh",
-    "rsqrt",
-    "sqrt",
-    "abs",
-    "neg",
-    "sin",
-    "cos",
-    "erf",
-    "log1p",
-    "expm1",
-    "floor",
-    "ceil",
-    "round",
-    "logistic",
-    "sigmoid",
-    "sign",
-    "clamp",
-    "isnan",
-    "t",
-    "broadcast_to",
-    "maximum",
-    "minimum",
-    "select",
-    "pow",
-    "div_ceil",
-    "clone",
-    "into",
-    "unwrap_or",
-    "step_by",
-    "iter",
-    // DMA and semaphores
-    "start",
-    "wait",
-    "signal",
-    "read",
-    "run",
-    "slice",
-];
-
-/// How many of [`KNOWN_METHODS`] the "unknown method" message lists.
-const METHOD_HINT_LEN: usize = 11;
-
 pub(crate) const MSG_CLOSURE: &str =
     "closures cannot be traced inside a kernel; write a #[kernel_fn] helper function instead";
 pub(crate) const MSG_RETURN: &str =
@@ -240,11 +173,8 @@ impl Checker<'_> {
             }
             Expr::MethodCall(call) => {
                 self.expr(&call.receiver, Position::Value);
-                let name = call.method.to_string();
-                if !KNOWN_METHODS.contains(&name.as_str()) {
-                    self.errors
-                        .error(&call.method, unknown_method_message(&name));
-                }
+                // No list of methods here: a method the API lacks is rustc's E0599 at the user's
+                // token, with rustc's own "a method with a similar name" hint.
                 self.args(&call.args);
             }
             Expr::Field(field) => self.expr(&field.base, Position::Value),
@@ -388,37 +318,4 @@ fn closure_head(closure: &ExprClosure) -> proc_macro2::TokenStream {
         ..
     } = closure;
     quote!(#asyncness #capture #or1_token #inputs #or2_token)
-}
-
-fn unknown_method_message(name: &str) -> String {
-    let hint: Vec<String> = KNOWN_METHODS[..METHOD_HINT_LEN]
-        .iter()
-        .map(|m| format!("`{m}`"))
-        .collect();
-    let suggestion = KNOWN_METHODS
-        .iter()
-        .filter(|known| edit_distance(known, name) <= 2.min(name.len() / 2))
-        .min_by_key(|known| edit_distance(known, name))
-        .map(|known| format!(" (did you mean `{known}`?)"))
-        .unwrap_or_default();
-    format!(
-        "unknown kernel method `{name}`{suggestion}: kernels can call {}, ... (or a #[kernel_fn] helper as a function); see the tpu_kernel docs",
-        hint.join(", ")
-    )
-}
-
-/// Levenshtein distance, for "did you mean" hints.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = diagonal + usize::from(ca != *cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitution.min(row[j] + 1).min(diagonal + 1);
-        }
-    }
-    row[b.len()]
 }

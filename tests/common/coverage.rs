@@ -55,6 +55,33 @@ pub fn rule_op_names() -> Vec<String> {
     names.dedup();
     names
 }
+/// Every Mosaic op name the lowering can emit: the literals of its rule sources ([`rule_op_names`]:
+/// the ops outside the op table) and the op table's, taken from the op enums (`UnaryOp::ALL`,
+/// `BinaryOp::ALL`, per dtype class) — so a row added to the table is in the list, wherever the table
+/// lives.
+#[allow(dead_code)] // not every test crate that includes `common` checks coverage
+pub fn lowering_op_names() -> Vec<String> {
+    use tpu_kernel::runtime::ir::{BinaryOp, IntLowering, UnaryOp};
+    let mut names = rule_op_names();
+    for u in UnaryOp::ALL {
+        names.extend(u.mosaic_float().map(str::to_string));
+        if let IntLowering::Op(n) = u.mosaic_int() {
+            names.push(n.to_string());
+        }
+    }
+    for b in BinaryOp::ALL {
+        names.extend(
+            [DType::F32, DType::I32, DType::U32]
+                .iter()
+                .filter_map(|d| b.mosaic(*d))
+                .map(str::to_string),
+        );
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
 // Between them, these kernels reach every lowering rule and, per rule, every dtype class that picks a
 // different Mosaic op, so every op name (and its inherent attributes) the lowering can emit is checked.
 

@@ -361,9 +361,6 @@ macro_rules! unary_methods {
 }
 crate::ir::for_each_unary!(unary_methods);
 
-/// The traced methods that compose table ops (below), for the check against the macro's method list.
-pub const COMPOSITE_METHODS: &[&str] = &["sigmoid", "sign", "clamp", "isnan", "expm1"];
-
 // Ops Pallas lowers as compositions of table ops are compositions here too, so they lower as Pallas
 // lowers them (`lax.clamp` as max then min, `x != x`), or as Pallas should (`sign` without asking the
 // chip; `expm1`, which Pallas cannot lower for TPU).

@@ -19,7 +19,7 @@ mod slice;
 mod unroll;
 
 pub use api::*;
-pub use array::{Array, Scalar, ScalarOperand, COMPOSITE_METHODS};
+pub use array::{Array, Scalar, ScalarOperand};
 pub use compound::{AddOp, CompoundOp, DivOp, MulOp, RemOp, SubOp, TraceCompoundAssign};
 pub use control::{
     for_range, for_range_step, if_else, while_loop, Bound, Carry, Cond, TraceEq, TraceLogic,
