@@ -242,3 +242,51 @@ fn melior_stays_in_the_mlir_writer_and_dependencies_run_one_way() {
         }
     }
 }
+
+/// One definition per op: a row added to the op table (`kernel-ops`; the test-only feature
+/// `__probe_new_row` adds `Tan`) is a compile error at each consumer's column until it says what the op
+/// means there — the lowering's Mosaic op and the interpreter's meaning — and nowhere else (the traced
+/// method `x.tan()` and the names are generated from the row). `cargo check` in its own target folder
+/// (the outer `cargo test` holds this one's lock).
+#[test]
+fn a_new_op_row_is_a_compile_error_at_every_consumer() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "check",
+            "--quiet",
+            "--message-format",
+            "short",
+            "-p",
+            "kernel-runtime",
+        ])
+        .args(["--features", "kernel-ops/__probe_new_row"])
+        .env("CARGO_TARGET_DIR", root.join("target/probe-new-row"))
+        .current_dir(root)
+        .output()
+        .expect("running cargo check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the probe row compiled:\n{stderr}");
+    let mut places: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(": error"))
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    places.sort();
+    places.dedup();
+    assert_eq!(
+        places,
+        [
+            "kernel-runtime/src/interpret/ops.rs",
+            "kernel-runtime/src/lower/rules/elementwise.rs",
+        ],
+        "the consumers a new row must reach:\n{stderr}"
+    );
+    for l in stderr.lines().filter(|l| l.contains(": error")) {
+        assert!(
+            l.contains("E0004") && l.contains("UnaryOp::Tan"),
+            "not a missing-arm error for the new row: {l}\n{stderr}"
+        );
+    }
+}

@@ -1,11 +1,15 @@
-//! The elementwise op table (`kernel-runtime/src/ir/ops.rs`) and what is derived from it: the ops
-//! added through the table compute what
+//! The elementwise op table (`kernel-ops`) and its consumers' columns: every row lowers for every dtype
+//! it accepts (the lowering's column, `lower/rules/elementwise.rs`), and the ops added through the table
+//! compute what
 //! jax computes — in the interpreter here; through libtpu for v5e/v6e in the Python suite (the
 //! `activations` example); as Mosaic, by `tests/bytecode.rs`'s coverage of every table row.
 
 use tpu_kernel::prelude::*;
 use tpu_kernel::runtime::interpret::HostArray;
-use tpu_kernel::runtime::ir::{BinaryOp, Operands, UnaryOp};
+use tpu_kernel::runtime::ir::{Accepts, BinaryOp, Operands, UnaryOp};
+use tpu_kernel::runtime::lower::{
+    mosaic_binary, mosaic_unary_float, mosaic_unary_int, IntLowering,
+};
 
 #[test]
 fn every_row_lowers_for_every_dtype_it_accepts() {
@@ -14,8 +18,14 @@ fn every_row_lowers_for_every_dtype_it_accepts() {
         assert!(!u.name().is_empty());
         if u.operands().accepts(F32) {
             assert!(
-                u.mosaic_float().is_some(),
+                mosaic_unary_float(*u).is_some(),
                 "{u:?} takes floats but has no float lowering"
+            );
+        }
+        if u.operands().accepts(I32) {
+            assert!(
+                mosaic_unary_int(*u) != IntLowering::None,
+                "{u:?} takes integers but has no integer lowering"
             );
         }
     }
@@ -23,7 +33,7 @@ fn every_row_lowers_for_every_dtype_it_accepts() {
         for d in [F32, BF16, I32, U32, I8, U8, BOOL] {
             if b.operands().accepts(d) {
                 assert!(
-                    b.mosaic(d).is_some(),
+                    mosaic_binary(*b, d).is_some(),
                     "{b:?} takes {d} but has no lowering for it"
                 );
             }

@@ -55,17 +55,19 @@ pub fn rule_op_names() -> Vec<String> {
     names.dedup();
     names
 }
-/// Every Mosaic op name the lowering can emit: the literals of its rule sources ([`rule_op_names`]:
-/// the ops outside the op table) and the op table's, taken from the op enums (`UnaryOp::ALL`,
-/// `BinaryOp::ALL`, per dtype class) — so a row added to the table is in the list, wherever the table
-/// lives.
+/// Every Mosaic op name the lowering can emit: the literals of its rule sources ([`rule_op_names`])
+/// and the lowering's column of the op table for every row of the op enums (`UnaryOp::ALL`,
+/// `BinaryOp::ALL`, per dtype class) — so a row added to the table is in the list.
 #[allow(dead_code)] // not every test crate that includes `common` checks coverage
 pub fn lowering_op_names() -> Vec<String> {
-    use tpu_kernel::runtime::ir::{BinaryOp, IntLowering, UnaryOp};
+    use tpu_kernel::runtime::ir::{BinaryOp, UnaryOp};
+    use tpu_kernel::runtime::lower::{
+        mosaic_binary, mosaic_unary_float, mosaic_unary_int, IntLowering,
+    };
     let mut names = rule_op_names();
     for u in UnaryOp::ALL {
-        names.extend(u.mosaic_float().map(str::to_string));
-        if let IntLowering::Op(n) = u.mosaic_int() {
+        names.extend(mosaic_unary_float(*u).map(str::to_string));
+        if let IntLowering::Op(n) = mosaic_unary_int(*u) {
             names.push(n.to_string());
         }
     }
@@ -73,7 +75,7 @@ pub fn lowering_op_names() -> Vec<String> {
         names.extend(
             [DType::F32, DType::I32, DType::U32]
                 .iter()
-                .filter_map(|d| b.mosaic(*d))
+                .filter_map(|d| mosaic_binary(*b, *d))
                 .map(str::to_string),
         );
     }

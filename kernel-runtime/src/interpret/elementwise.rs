@@ -308,7 +308,7 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor, sink: &Sink<'_>) -> Result<Tensor> 
 }
 
 fn float_unary<T: FloatElem>(op: UnaryOp, a: &Tensor, sink: &Sink<'_>) -> Result<Tensor> {
-    crate::ir::unary_f32!(
+    super::ops::unary_f32!(
         op,
         f => unary_with::<T, _>(f, a, sink),
         else Err(unsupported(format!("`{}` on {}", op.name(), T::DTYPE)))
@@ -347,7 +347,7 @@ fn float_binary<T: FloatElem>(
     b: &Tensor,
     sink: &Sink<'_>,
 ) -> Result<Tensor> {
-    crate::ir::binary_f32!(
+    super::ops::binary_f32!(
         op,
         f => binary_with::<T, _>(f, a, b, sink),
         else Err(unsupported(format!("`{}` on {}", op.name(), T::DTYPE)))
@@ -360,7 +360,7 @@ fn int_binary<T: HostElement + IntOps>(
     b: &Tensor,
     sink: &Sink<'_>,
 ) -> Result<Tensor> {
-    crate::ir::binary_int!(
+    super::ops::binary_int!(
         op, T,
         f => map2(a, b, f, sink),
         else Err(unsupported(format!("`{}` on {}", op.name(), T::DTYPE)))

@@ -56,7 +56,7 @@ fn round(v: &mut [f32], d: DType) {
 
 #[inline(always)]
 fn unary(u: UnaryOp, v: &mut [f32]) {
-    crate::ir::unary_f32!(u, f => f.run(v), else {})
+    super::ops::unary_f32!(u, f => f.run(v), else {})
 }
 
 #[inline(always)]
@@ -119,12 +119,12 @@ fn binary_from(op: BinaryOp, v: &mut [f32], a: Src<'_>, b: Src<'_>) {
             (Src::Scalar(x), Src::Scalar(y)) => v.fill(f(x, y)),
         }
     }
-    crate::ir::binary_f32!(op, f => zip2(v, a, b, f), else {})
+    super::ops::binary_f32!(op, f => zip2(v, a, b, f), else {})
 }
 
 #[inline(always)]
 fn binary(b: BinaryOp, v: &mut [f32], e: Src<'_>, lhs: bool) {
-    crate::ir::binary_f32!(b, f => zip(v, e, lhs, f), else {})
+    super::ops::binary_f32!(b, f => zip(v, e, lhs, f), else {})
 }
 
 /// The chain's leading links that one vector pass can do: a vector function of the op table, maybe
@@ -133,7 +133,7 @@ fn leading_vector(links: &[Link], exts: usize) -> Option<(Option<BinaryOp>, Unar
     fn vector<F: math::UnaryF32>(_: F) -> bool {
         F::VECTOR
     }
-    let is_vector = |u: UnaryOp| crate::ir::unary_f32!(u, f => vector(f), else false);
+    let is_vector = |u: UnaryOp| super::ops::unary_f32!(u, f => vector(f), else false);
     let simple = |b: BinaryOp| {
         matches!(
             b,
@@ -410,7 +410,7 @@ fn chain_impl(
                     }
                 };
                 if let Some(pre) = pre {
-                    crate::ir::unary_f32!(u, f => f.map_pre(pre, xs, &mut *w), else {});
+                    super::ops::unary_f32!(u, f => f.map_pre(pre, xs, &mut *w), else {});
                     (e, start) = if pre_op.is_some() { (1, 2) } else { (0, 1) };
                 }
             }

@@ -39,6 +39,7 @@ pub(crate) mod grid;
 mod host;
 mod machine;
 mod math;
+pub(crate) mod ops;
 mod plan;
 pub use plan::PlanCounts;
 mod reduce;

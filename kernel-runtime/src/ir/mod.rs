@@ -9,8 +9,10 @@ mod ops;
 mod print;
 pub use print::op_label;
 
-pub(crate) use ops::{binary_f32, binary_int, for_each_unary, int_arm, op_arm, unary_f32};
-pub use ops::{BinaryOp, Cost, IntLowering, Operands, UnaryOp};
+pub use ops::{
+    element_class, for_each_binary, for_each_unary, Accepts, BinaryOp, ElementClass, Operands,
+    UnaryOp,
+};
 
 use crate::dtype::{DType, Literal};
 use crate::error::SourceLoc;

@@ -11,6 +11,8 @@
 
 mod rules;
 
+pub use rules::elementwise::{mosaic_binary, mosaic_unary_float, mosaic_unary_int, IntLowering};
+
 use crate::error::{kerr, Result};
 use crate::ir::{Func, Kernel, MemSpace, OperandRole, Region, Type, ValueId};
 use crate::mosaic::serde::DEFAULT_VERSION;

@@ -4,16 +4,17 @@ use super::{vector_type_text, Lowerer};
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, Result};
 use crate::ir::{
-    BinaryOp, CmpOp, IntLowering, MemSpace, Op, OpKind, ReduceKind, Start, Type, UnaryOp, ValueId,
-    Window,
+    BinaryOp, CmpOp, MemSpace, Op, OpKind, ReduceKind, Start, Type, UnaryOp, ValueId, Window,
 };
 use crate::mosaic::{MBlock, MOp, MType, MValue};
 
 mod control;
 mod dma;
+pub(super) mod elementwise;
 mod memory;
 
 use control::{for_, if_, terminator, while_};
+use elementwise::{binary, unary};
 use memory::{load, store};
 
 /// Dispatch an op to its rule.
@@ -209,37 +210,6 @@ fn constant(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, l: Literal) -> 
     let v = const_value(lw, block, op, &ty, l)?;
     lw.bind(op.results[0], v);
     Ok(())
-}
-
-fn unary(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, u: UnaryOp) -> Result<()> {
-    let ty = lw.func.ty(op.results[0]).clone();
-    let d = ty.dtype();
-    let no_rule = || kerr!(Lowering, "`{}` on {d} has no Mosaic lowering", u.name());
-    if d.is_float() {
-        return simple(lw, block, op, u.mosaic_float().ok_or_else(no_rule)?, &[]);
-    }
-    let (lit, name) = match u.mosaic_int() {
-        IntLowering::Op(name) => return simple(lw, block, op, name, &[]),
-        IntLowering::None => return Err(no_rule()),
-        // -x = 0 - x; !x = x ^ all-ones.
-        IntLowering::SubFromZero => (Literal::zero(d), "arith.subi"),
-        IntLowering::XorAllOnes => (Literal::from_i64(d, -1), "arith.xori"),
-    };
-    let c = const_value(lw, block, op, &ty, lit)?;
-    let x = lw.v(op.operands[0])?;
-    let args = if name == "arith.subi" { [c, x] } else { [x, c] };
-    let mty = lw.ty(&ty)?;
-    let r = emit(lw, block, op, name, &args, &[mty], &[])?[0];
-    lw.bind(op.results[0], r);
-    Ok(())
-}
-
-fn binary(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, b: BinaryOp) -> Result<()> {
-    let d = lw.func.ty(op.results[0]).dtype();
-    let name = b
-        .mosaic(d)
-        .ok_or_else(|| kerr!(Lowering, "`{}` on {d} has no Mosaic lowering", b.name()))?;
-    simple(lw, block, op, name, &[])
 }
 
 fn compare(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, c: CmpOp) -> Result<()> {

@@ -288,7 +288,7 @@ pub mod unary {
     use crate::trace::Array;
 
     macro_rules! free_unary {
-    ($( ($V:ident, $method:tt, $ops:ident, [$($doc:literal),*]) )*) => {
+    ($( ($V:ident, $name:literal, $method:tt, $ops:ident, [$($doc:literal),*]) )*) => {
         $( free_unary!(@one $method, $ops); )*
     };
     (@one -, $ops:ident) => {};

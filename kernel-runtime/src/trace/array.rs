@@ -52,6 +52,7 @@ handle_impls!(Scalar);
 // ---------------------------------------------------------------------------------------------- emission
 
 fn check_dtype_op(name: &str, operands: crate::ir::Operands, d: DType) -> Result<()> {
+    use crate::ir::Accepts;
     if operands.accepts(d) {
         Ok(())
     } else {
@@ -332,7 +333,7 @@ pub struct FloatLit<T>(Literal, PhantomData<T>);
 // The traced unary methods: one per row of the op table that has a method (`ir::ops`), bounded by
 // its operand class.
 macro_rules! unary_methods {
-    ($( ($V:ident, $method:tt, $ops:ident, [$($doc:literal),*]) )*) => {
+    ($( ($V:ident, $name:literal, $method:tt, $ops:ident, [$($doc:literal),*]) )*) => {
         $( unary_methods!(@one $V, $method, $ops, [$($doc),*]); )*
     };
     (@one $V:ident, -, $ops:ident, [$($doc:literal),*]) => {};
