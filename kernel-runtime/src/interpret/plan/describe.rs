@@ -1,0 +1,126 @@
+//! The plan printed (`--emit plan`) and counted (`tests/plan.rs`): one line per op not run as written.
+
+use super::super::fused::Link;
+use super::Plan;
+use crate::dtype::DType;
+use crate::ir::{Func, Region};
+use std::fmt::Write as _;
+
+impl Plan {
+    /// The plan, one line per op that is not run as written (plus a summary), indented by region.
+    pub(crate) fn describe(&self, f: &Func) -> String {
+        let mut out = String::new();
+        self.describe_region(&f.body, 0, &mut out);
+        out
+    }
+
+    fn describe_region(&self, r: &Region, depth: usize, out: &mut String) {
+        let pad = "  ".repeat(depth);
+        for (i, op) in r.ops.iter().enumerate() {
+            let at = format!("{pad}op {i} ({})", crate::ir::op_label(&op.kind));
+            if self.skip[i] {
+                let _ = writeln!(out, "{at}: folded into a fused chain");
+            }
+            if let Some(ch) = &self.chain[i] {
+                let links: Vec<String> = ch.links.iter().map(link_label).collect();
+                let _ = write!(
+                    out,
+                    "{at}: fused chain from %{} [{}]",
+                    ch.first.0,
+                    links.join(" -> ")
+                );
+                if let Some((e, v, keep)) = &ch.reduce {
+                    let _ = write!(
+                        out,
+                        ", {:?} epilogue over the last axis -> %{}{}",
+                        e.kind,
+                        v.0,
+                        if *keep { "" } else { " (value not kept)" }
+                    );
+                }
+                out.push('\n');
+            }
+            if let Some(rf) = self.sink_to[i] {
+                let _ = writeln!(
+                    out,
+                    "{at}: result sunk into the output block of ref %{}",
+                    rf.0
+                );
+            }
+            if let Some(rf) = self.acc_in_place[i] {
+                let _ = writeln!(out, "{at}: dot accumulates in place into ref %{}", rf.0);
+            }
+            if self.acc_owned[i] {
+                let _ = writeln!(
+                    out,
+                    "{at}: dot accumulates into its accumulator's buffer (its last use)"
+                );
+            }
+            for (k, (sub, region)) in self.sub[i].iter().zip(&op.regions).enumerate() {
+                let mut inner = String::new();
+                sub.describe_region(region, depth + 1, &mut inner);
+                if !inner.is_empty() {
+                    let _ = writeln!(out, "{at}: region {k}");
+                    out.push_str(&inner);
+                }
+            }
+        }
+    }
+
+    /// Counts of what fires, over the whole function: (fused chains, ops folded, reduction epilogues,
+    /// sunk results, in-place dots).
+    pub(crate) fn counts(&self) -> PlanCounts {
+        let mut c = PlanCounts::default();
+        self.count(&mut c);
+        c
+    }
+
+    fn count(&self, c: &mut PlanCounts) {
+        c.chains += self.chain.iter().flatten().count();
+        c.folded += self.skip.iter().filter(|s| **s).count();
+        c.epilogues += self
+            .chain
+            .iter()
+            .flatten()
+            .filter(|ch| ch.reduce.is_some())
+            .count();
+        c.sunk += self.sink_to.iter().flatten().count();
+        c.in_place_dots += self.acc_in_place.iter().flatten().count();
+        for subs in &self.sub {
+            for s in subs {
+                s.count(c);
+            }
+        }
+    }
+}
+
+/// What a plan makes fire, summed over the function (`interpret::plan_counts`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlanCounts {
+    /// The grid runs in larger row bands than written (see `coalesce`).
+    pub row_bands: bool,
+    /// Grid axes split into chunks run in parallel.
+    pub parallel_axes: usize,
+    pub chains: usize,
+    pub folded: usize,
+    pub epilogues: usize,
+    pub sunk: usize,
+    pub in_place_dots: usize,
+}
+
+fn link_label(l: &Link) -> String {
+    match l {
+        Link::Unary(u, d) => format!("{}:{}", u.name(), dtype_label(*d)),
+        Link::Binary(b, lhs, d) => format!(
+            "{}{}:{}",
+            b.name(),
+            if *lhs { "" } else { "(rev)" },
+            dtype_label(*d)
+        ),
+        Link::Cast(d) => format!("cast:{}", dtype_label(*d)),
+    }
+}
+
+fn dtype_label(d: DType) -> String {
+    d.to_string()
+}

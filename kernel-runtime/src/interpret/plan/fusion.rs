@@ -1,0 +1,207 @@
+//! The fusion pass: elementwise chains (a value through unary/binary/cast links, each link's other
+//! operand external) that run in one pass at the op that ends them, with an optional last-axis
+//! reduction epilogue and widening casts deferred into their consumer.
+
+use super::super::fused::{self, Epilogue, Link};
+use super::Chain;
+use crate::dtype::DType;
+use crate::ir::{Func, Op, OpKind, Region, ValueId};
+use std::collections::HashMap;
+
+/// The link an op would be in a fused chain fed by `prev` (its single float-to-float operand).
+pub(super) fn as_link(f: &Func, op: &Op, prev: ValueId) -> Option<(Link, Option<ValueId>)> {
+    let [res] = op.results[..] else { return None };
+    let d = f.ty(res).dtype();
+    if !d.is_float() || op.operands.iter().any(|v| !f.ty(*v).dtype().is_float()) {
+        return None;
+    }
+    match (&op.kind, &op.operands[..]) {
+        (OpKind::Unary(u), [a]) if *a == prev && fused::supported_unary(*u) => {
+            Some((Link::Unary(*u, d), None))
+        }
+        (OpKind::Cast(to), [a]) if *a == prev => Some((Link::Cast(*to), None)),
+        (OpKind::Binary(b), [x, y])
+            if fused::supported_binary(*b) && (*x == prev) != (*y == prev) =>
+        {
+            let lhs = *x == prev;
+            Some((Link::Binary(*b, lhs, d), Some(if lhs { *y } else { *x })))
+        }
+        _ => None,
+    }
+}
+
+/// Find fused chains in a region: each member's result has exactly one use, the next member.
+/// Whether `op` can be the first link of a fused chain (a float unary/binary/cast on float operands).
+pub(super) fn can_start(f: &Func, op: &Op) -> bool {
+    let float = |v: &ValueId| f.ty(*v).dtype().is_float();
+    op.results.len() == 1
+        && float(&op.results[0])
+        && match (&op.kind, &op.operands[..]) {
+            (OpKind::Unary(u), [a]) => fused::supported_unary(*u) && float(a),
+            (OpKind::Cast(_), [a]) => float(a),
+            (OpKind::Binary(b), [x, y]) => fused::supported_binary(*b) && float(x) && float(y),
+            _ => false,
+        }
+}
+
+/// Returns which ops are folded away, the chains (at their last op), and where each op runs.
+pub(super) fn find_chains(
+    f: &Func,
+    r: &Region,
+    all_uses: &HashMap<ValueId, usize>,
+) -> (Vec<bool>, Vec<Option<Chain>>, Vec<usize>) {
+    let n = r.ops.len();
+    let mut exec_at: Vec<usize> = (0..n).collect();
+    let (mut skip, mut chain) = (vec![false; n], (0..n).map(|_| None).collect::<Vec<_>>());
+    // next[i] = the op that uses op i's result, when op i can feed a chain link there.
+    let mut next: Vec<Option<usize>> = vec![None; n];
+    let mut has_prev = vec![false; n];
+    for (i, op) in r.ops.iter().enumerate() {
+        let [v] = op.results[..] else { continue };
+        if all_uses.get(&v) != Some(&1) || !f.ty(v).dtype().is_float() {
+            continue;
+        }
+        let starts = can_start(f, op);
+        if !starts {
+            continue;
+        }
+        if let Some(j) = (i + 1..n).find(|&j| r.ops[j].operands.contains(&v)) {
+            // One predecessor per member: a second one stays a materialized external operand.
+            if !has_prev[j] && as_link(f, &r.ops[j], v).is_some() {
+                next[i] = Some(j);
+                has_prev[j] = true;
+            }
+        }
+    }
+    for start in 0..n {
+        // A chain starts at an op no link feeds; a lone op qualifies when a reduction can fold in.
+        if has_prev[start]
+            || !can_start(f, &r.ops[start])
+            || (next[start].is_none() && epilogue(f, r, start, all_uses).is_none())
+        {
+            continue;
+        }
+        let op = &r.ops[start];
+        let (first, mut links, mut exts) = match (&op.kind, &op.operands[..]) {
+            (OpKind::Binary(b), [x, y]) => (
+                *x,
+                vec![Link::Binary(*b, true, f.ty(op.results[0]).dtype())],
+                vec![*y],
+            ),
+            (OpKind::Unary(u), [a]) => (
+                *a,
+                vec![Link::Unary(*u, f.ty(op.results[0]).dtype())],
+                vec![],
+            ),
+            (OpKind::Cast(to), [a]) => (*a, vec![Link::Cast(*to)], vec![]),
+            _ => continue,
+        };
+        let mut members = vec![start];
+        let mut cur = start;
+        while let Some(j) = next[cur] {
+            let Some((link, ext)) = as_link(f, &r.ops[j], r.ops[cur].results[0]) else {
+                break;
+            };
+            links.push(link);
+            exts.extend(ext);
+            members.push(j);
+            cur = j;
+        }
+        for &m in &members {
+            skip[m] = m != cur;
+            exec_at[m] = cur;
+        }
+        let reduce = epilogue(f, r, cur, all_uses).map(|(j, epi, res, store)| {
+            skip[j] = true;
+            exec_at[j] = cur;
+            (epi, res, store)
+        });
+        chain[cur] = Some(Chain {
+            first,
+            links,
+            exts,
+            reduce,
+        });
+    }
+    (skip, chain, exec_at)
+}
+
+/// A float reduction over the last axis of op `i`'s result, later in the region: its index, the
+/// epilogue, its result, and whether op `i`'s value has other uses (and so must still be stored).
+pub(super) fn epilogue(
+    f: &Func,
+    r: &Region,
+    i: usize,
+    all_uses: &HashMap<ValueId, usize>,
+) -> Option<(usize, Epilogue, ValueId, bool)> {
+    let [v] = r.ops[i].results[..] else {
+        return None;
+    };
+    let ty = f.ty(v);
+    let rank = ty.shape().len();
+    if !ty.dtype().is_float() || rank == 0 || ty.shape()[rank - 1] < 2 {
+        return None;
+    }
+    let j = (i + 1..r.ops.len()).find(|&j| r.ops[j].operands.contains(&v))?;
+    let op = &r.ops[j];
+    match (&op.kind, &op.operands[..], &op.results[..]) {
+        (OpKind::Reduce { kind, axes, .. }, [a], [res]) if *a == v && axes[..] == [rank - 1] => {
+            let rt = f.ty(*res);
+            let epi = Epilogue {
+                kind: *kind,
+                shape: rt.shape().to_vec(),
+                dtype: rt.dtype(),
+            };
+            Some((j, epi, *res, all_uses.get(&v).copied().unwrap_or(0) > 1))
+        }
+        _ => None,
+    }
+}
+
+/// A bf16 → f32 or i32 → f32 cast whose every use is an operand read by fused chains is not
+/// materialized: the chains read the cast's operand and convert it as they go (as the cast does: bf16
+/// exactly, i32 with its one rounding, so the bits are those of the cast's result). The cast's operand
+/// then lives until the last of those chains has run.
+pub(super) fn defer_widening_casts(
+    f: &Func,
+    r: &Region,
+    all_uses: &HashMap<ValueId, usize>,
+    skip: &mut [bool],
+    chain: &mut [Option<Chain>],
+    exec_at: &mut [usize],
+) {
+    for (i, op) in r.ops.iter().enumerate() {
+        let (OpKind::Cast(DType::F32), [u], [v]) = (&op.kind, &op.operands[..], &op.results[..])
+        else {
+            continue;
+        };
+        if skip[i] || chain[i].is_some() || !matches!(f.ty(*u).dtype(), DType::BF16 | DType::I32) {
+            continue;
+        }
+        let reads =
+            |ch: &Chain| usize::from(ch.first == *v) + ch.exts.iter().filter(|e| *e == v).count();
+        let (mut n, mut last) = (0, i);
+        for (j, ch) in chain.iter().enumerate() {
+            if let Some(ch) = ch {
+                let k = reads(ch);
+                if k > 0 {
+                    n += k;
+                    last = last.max(j);
+                }
+            }
+        }
+        if n == 0 || all_uses.get(v) != Some(&n) {
+            continue;
+        }
+        for ch in chain.iter_mut().flatten() {
+            if ch.first == *v {
+                ch.first = *u;
+            }
+            for e in ch.exts.iter_mut().filter(|e| **e == *v) {
+                *e = *u;
+            }
+        }
+        skip[i] = true;
+        exec_at[i] = last;
+    }
+}

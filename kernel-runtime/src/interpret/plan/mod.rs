@@ -1,0 +1,184 @@
+//! The interpreter's execution plan of a function: what the executor (`machine.rs`) does differently
+//! from running op by op, decided once per kernel and printable (`--emit plan`), so every fast path is
+//! observable and a test can assert that it fires.
+//!
+//! Per region, per op: which values die after it (liveness), whether it is folded into a fused
+//! elementwise chain ([`super::fused`]) that runs at a later op (with an optional last-axis reduction
+//! epilogue and deferred widening casts), whether its result is sunk straight into the output block of
+//! the ref its only use stores to, and whether a `dot` accumulates in place into its ref.
+
+//!
+//! Each decision is a pass of its own, in this folder: [`fusion`] (fused chains, reduction epilogues,
+//! deferred widening casts), [`dots`] (in-place and owned-accumulator dots), the sinks and liveness
+//! here, and [`describe`] (the printed plan and its counts). `super::coalesce` decides, per kernel,
+//! whether the grid runs over row bands instead of blocks. Every pass is off with `fuse: false` (the
+//! plain path), and every fast path gives the plain path's bits (tested bit for bit).
+
+mod describe;
+mod dots;
+mod fusion;
+
+use super::fused::{Epilogue, Link};
+use crate::ir::{Func, Op, OpKind, Region, ValueId};
+pub use describe::PlanCounts;
+use dots::{acc_dies_at, acc_in_place_ref};
+use fusion::{defer_widening_casts, find_chains};
+use std::collections::{HashMap, HashSet};
+
+/// Per region: which values die after each op (uses inside nested regions count at the parent op), and
+/// which elementwise ops only feed a full store into a ref (`sink_to`: that ref), so they may write
+/// straight into the output block.
+pub(crate) struct Plan {
+    pub(crate) dead_after: Vec<Vec<ValueId>>,
+    pub(crate) sink_to: Vec<Option<ValueId>>,
+    /// Ops folded into a fused chain that runs at a later op.
+    pub(crate) skip: Vec<bool>,
+    /// Fused chains, at the op that ends them.
+    pub(crate) chain: Vec<Option<Chain>>,
+    /// `dot`s whose accumulator is a full load of a ref used only by the dot, and whose result is only
+    /// stored whole into that same ref with no use of the ref in between: the ref (may accumulate in
+    /// place into the ref's buffer).
+    pub(crate) acc_in_place: Vec<Option<ValueId>>,
+    /// `dot`s whose accumulator operand dies at them (and is not one of their factors): its buffer,
+    /// when nothing else holds it, may become the result instead of being copied.
+    pub(crate) acc_owned: Vec<bool>,
+    pub(crate) sub: Vec<Vec<Plan>>,
+}
+
+/// A fused elementwise chain (see [`super::fused`]): the input value, the links, their external operands.
+pub(crate) struct Chain {
+    pub(crate) first: ValueId,
+    pub(crate) links: Vec<Link>,
+    pub(crate) exts: Vec<ValueId>,
+    /// A last-axis reduction of the chain's value computed in the same pass: the epilogue, the
+    /// reduction's result value, and whether the value itself is still needed.
+    pub(crate) reduce: Option<(Epilogue, ValueId, bool)>,
+}
+
+pub(super) fn deep_uses(op: &Op, out: &mut Vec<ValueId>) {
+    out.extend_from_slice(&op.operands);
+    for r in &op.regions {
+        for o in &r.ops {
+            deep_uses(o, out);
+        }
+    }
+}
+
+pub(crate) fn plan(f: &Func, fuse: bool) -> Plan {
+    let mut uses: HashMap<ValueId, usize> = HashMap::new();
+    f.walk(&mut |op| {
+        for v in &op.operands {
+            *uses.entry(*v).or_insert(0) += 1;
+        }
+    });
+    plan_region(f, &f.body, &uses, fuse)
+}
+
+fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: bool) -> Plan {
+    let (skip, chain, exec_at) = if fuse {
+        let (mut skip, mut chain, mut exec_at) = find_chains(f, r, all_uses);
+        defer_widening_casts(f, r, all_uses, &mut skip, &mut chain, &mut exec_at);
+        (skip, chain, exec_at)
+    } else {
+        (
+            vec![false; r.ops.len()],
+            r.ops.iter().map(|_| None).collect(),
+            (0..r.ops.len()).collect(),
+        )
+    };
+    let mut defined: HashSet<ValueId> = r.args.iter().copied().collect();
+    for op in &r.ops {
+        defined.extend(op.results.iter().copied());
+    }
+    // Last use of each value defined here, at the position where the using op actually runs.
+    let mut last: HashMap<ValueId, usize> = HashMap::new();
+    let mut uses = Vec::new();
+    for (i, op) in r.ops.iter().enumerate() {
+        uses.clear();
+        deep_uses(op, &mut uses);
+        for v in &uses {
+            if defined.contains(v) {
+                let at = last.entry(*v).or_insert(exec_at[i]);
+                *at = (*at).max(exec_at[i]);
+            }
+        }
+    }
+    let mut dead_after = vec![Vec::new(); r.ops.len()];
+    for (v, i) in &last {
+        dead_after[*i].push(*v);
+    }
+    for (i, op) in r.ops.iter().enumerate() {
+        dead_after[exec_at[i]].extend(op.results.iter().filter(|v| !last.contains_key(v)));
+    }
+    let sink_to = sinks(f, r, all_uses, fuse);
+    let acc_in_place = r
+        .ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| {
+            if !fuse {
+                return None;
+            }
+            acc_in_place_ref(f, r, i, op, all_uses)
+        })
+        .collect::<Vec<_>>();
+    let acc_owned = r
+        .ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| fuse && acc_in_place[i].is_none() && acc_dies_at(op, &dead_after[i]))
+        .collect();
+    let sub = r
+        .ops
+        .iter()
+        .map(|op| {
+            op.regions
+                .iter()
+                .map(|reg| plan_region(f, reg, all_uses, fuse))
+                .collect()
+        })
+        .collect();
+    Plan {
+        dead_after,
+        sink_to,
+        skip,
+        chain,
+        acc_in_place,
+        acc_owned,
+        sub,
+    }
+}
+
+/// Elementwise ops whose result's only use is a full unmasked store into a ref: that ref (the result
+/// may be written straight into the output block).
+fn sinks(
+    f: &Func,
+    r: &Region,
+    all_uses: &HashMap<ValueId, usize>,
+    fuse: bool,
+) -> Vec<Option<ValueId>> {
+    let mut sink_to = vec![None; r.ops.len()];
+    for (i, op) in r.ops.iter().enumerate() {
+        let elementwise = op.kind.is_elementwise();
+        let [v] = op.results[..] else { continue };
+        if !fuse || !elementwise || all_uses.get(&v) != Some(&1) {
+            continue;
+        }
+        let store = r.ops[i + 1..].iter().find(|o| o.operands.contains(&v));
+        if let Some(Op {
+            kind:
+                OpKind::Store {
+                    window,
+                    masked: false,
+                },
+            operands,
+            ..
+        }) = store
+        {
+            if operands.get(1) == Some(&v) && window.is_full(f.ty(operands[0]).shape()) {
+                sink_to[i] = Some(operands[0]);
+            }
+        }
+    }
+    sink_to
+}
