@@ -3,79 +3,134 @@
 use half::bf16;
 use std::fmt;
 
-/// An element type as the IR sees it.
+/// Calls `$m! { (Variant, name, RustType, mlir, stablehlo, numpy, torch, xla_ffi, bits, vmem_bytes,
+/// Class) ... }` with every row. **The dtype table**: one row per element type —
+/// - `name`: what users write and messages print, and the ABI's name (`f32`);
+/// - `RustType`: the host element type (`HostData`, `HostElement`);
+/// - `mlir`: the element type inside a Mosaic kernel (signless integers: signedness lives in the ops);
+/// - `stablehlo`: the element type of an array crossing the kernel boundary (unsigned stays unsigned);
+/// - `numpy` / `torch`: the dtype names of the Python side (`bfloat16` is ml_dtypes' / torch's);
+/// - `xla_ffi`: XLA's `XLA_FFI_DataType` code (= `PrimitiveType`: PRED 1, S8 2, S32 4, U8 6, U32 8,
+///   F32 11, BF16 16);
+/// - `bits`: the element's bit width (bool: 1); `vmem_bytes`: its size as the VMEM estimate counts it
+///   (bool is stored as 32-bit masks);
+/// - `Class`: `Float`, `Signed`, `Unsigned` or `Bool`.
+#[macro_export]
+macro_rules! for_each_dtype {
+    ($m:ident) => {
+        $m! {
+            (F32, "f32", f32, "f32", "f32", "float32", "float32", 11, 32, 4, Float)
+            (BF16, "bf16", half::bf16, "bf16", "bf16", "bfloat16", "bfloat16", 16, 16, 2, Float)
+            (I32, "i32", i32, "i32", "i32", "int32", "int32", 4, 32, 4, Signed)
+            (I8, "i8", i8, "i8", "i8", "int8", "int8", 2, 8, 1, Signed)
+            (U8, "u8", u8, "i8", "ui8", "uint8", "uint8", 6, 8, 1, Unsigned)
+            (U32, "u32", u32, "i32", "ui32", "uint32", "uint32", 8, 32, 4, Unsigned)
+            (Bool, "bool", bool, "i1", "i1", "bool", "bool", 1, 1, 4, Bool)
+        }
+    };
+}
+pub use for_each_dtype;
+
+/// The class of a dtype (a column of the dtype table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DType {
-    F32,
-    BF16,
-    I32,
-    I8,
-    U8,
-    U32,
+pub enum DTypeClass {
+    Float,
+    Signed,
+    Unsigned,
     Bool,
 }
+
+macro_rules! dtype_enum {
+    ($( ($V:ident, $name:literal, $rust:ty, $mlir:literal, $shlo:literal, $numpy:literal,
+         $torch:literal, $ffi:literal, $bits:literal, $vmem:literal, $class:ident) )*) => {
+        /// An element type as the IR sees it: one row of [`for_each_dtype!`] each.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum DType { $( $V, )* }
+
+        impl DType {
+            /// Every dtype, in table order.
+            pub const ALL: &'static [DType] = &[$(DType::$V),*];
+            /// The name users write (and error messages print): `f32`, `bf16`, ...
+            pub const fn name(self) -> &'static str {
+                match self { $(DType::$V => $name,)* }
+            }
+            /// The MLIR element type inside a kernel (Mosaic uses signless integers; signedness
+            /// lives in the ops).
+            pub const fn mlir(self) -> &'static str {
+                match self { $(DType::$V => $mlir,)* }
+            }
+            /// The StableHLO element type of an array crossing the kernel boundary.
+            pub const fn stablehlo(self) -> &'static str {
+                match self { $(DType::$V => $shlo,)* }
+            }
+            /// The numpy / jax dtype name.
+            pub const fn numpy_name(self) -> &'static str {
+                match self { $(DType::$V => $numpy,)* }
+            }
+            /// The torch dtype name (`torch.<name>`).
+            pub const fn torch_name(self) -> &'static str {
+                match self { $(DType::$V => $torch,)* }
+            }
+            /// XLA's `XLA_FFI_DataType` code.
+            pub const fn xla_ffi_code(self) -> u32 {
+                match self { $(DType::$V => $ffi,)* }
+            }
+            /// The dtype of XLA's `XLA_FFI_DataType` code, if a kernel can take it.
+            pub const fn from_xla_ffi_code(code: u32) -> Option<DType> {
+                match code { $($ffi => Some(DType::$V),)* _ => None }
+            }
+            /// The element's bit width (bool: 1).
+            pub const fn bit_width(self) -> u32 {
+                match self { $(DType::$V => $bits,)* }
+            }
+            /// Size of one element in bytes, as stored in VMEM (bool is stored as 32-bit masks;
+            /// counted as 4).
+            pub const fn size_bytes(self) -> usize {
+                match self { $(DType::$V => $vmem,)* }
+            }
+            /// The dtype's class.
+            pub const fn class(self) -> DTypeClass {
+                match self { $(DType::$V => DTypeClass::$class,)* }
+            }
+        }
+    };
+}
+for_each_dtype!(dtype_enum);
 
 pub use DType::{Bool as BOOL, BF16, F32, I32, I8, U32, U8};
 
 impl DType {
-    /// Size of one element in bytes, as stored in VMEM (bool is stored as 32-bit masks; counted as 4).
-    pub fn size_bytes(self) -> usize {
-        match self {
-            DType::F32 | DType::I32 | DType::U32 | DType::Bool => 4,
-            DType::BF16 => 2,
-            DType::I8 | DType::U8 => 1,
-        }
+    pub const fn is_float(self) -> bool {
+        matches!(self.class(), DTypeClass::Float)
     }
-    pub fn bit_width(self) -> u32 {
-        match self {
-            DType::Bool => 1,
-            d => 8 * d.size_bytes() as u32,
-        }
+    pub const fn is_int(self) -> bool {
+        matches!(self.class(), DTypeClass::Signed | DTypeClass::Unsigned)
     }
-    pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::BF16)
+    pub const fn is_unsigned(self) -> bool {
+        matches!(self.class(), DTypeClass::Unsigned)
     }
-    pub fn is_int(self) -> bool {
-        matches!(self, DType::I32 | DType::I8 | DType::U8 | DType::U32)
-    }
-    pub fn is_unsigned(self) -> bool {
-        matches!(self, DType::U8 | DType::U32)
-    }
-    /// The MLIR element type (Mosaic uses signless integers; signedness lives in the ops).
-    pub fn mlir(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::BF16 => "bf16",
-            DType::I32 | DType::U32 => "i32",
-            DType::I8 | DType::U8 => "i8",
-            DType::Bool => "i1",
-        }
-    }
-    /// The dtype called `name` (the spelling of [`DType::name`]: `f32`, `bf16`, `i32`, `i8`, `u8`, `u32`, `bool`).
+    /// The dtype called `name` (the spelling of [`DType::name`]: `f32`, `bf16`, `i32`, `i8`, `u8`,
+    /// `u32`, `bool`).
     pub fn from_name(name: &str) -> Option<DType> {
-        [
-            DType::F32,
-            DType::BF16,
-            DType::I32,
-            DType::I8,
-            DType::U8,
-            DType::U32,
-            DType::Bool,
-        ]
-        .into_iter()
-        .find(|d| d.name() == name)
+        DType::ALL.iter().copied().find(|d| d.name() == name)
     }
-    /// The name users write (and error messages print).
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::BF16 => "bf16",
-            DType::I32 => "i32",
-            DType::I8 => "i8",
-            DType::U8 => "u8",
-            DType::U32 => "u32",
-            DType::Bool => "bool",
-        }
+    /// The table as JSON rows (what a kernel library publishes, so the Python side reads its dtype map
+    /// from the library instead of keeping its own).
+    pub fn table_json() -> serde_json::Value {
+        serde_json::Value::Array(
+            DType::ALL
+                .iter()
+                .map(|d| {
+                    serde_json::json!({
+                        "name": d.name(),
+                        "numpy": d.numpy_name(),
+                        "torch": d.torch_name(),
+                        "xla_ffi": d.xla_ffi_code(),
+                        "bits": d.bit_width(),
+                    })
+                })
+                .collect(),
+        )
     }
 }
 
@@ -285,5 +340,28 @@ mod tests {
         assert_eq!(Literal::from_i64(I8, -1).as_i64(), -1);
         assert_eq!(Literal::from_f64(BF16, 1.0).mlir(), "0x3F80");
         assert_eq!(2.5f32.literal().as_f64(), 2.5);
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+
+    #[test]
+    fn the_table_round_trips_its_columns() {
+        for d in DType::ALL {
+            assert_eq!(DType::from_name(d.name()), Some(*d));
+            assert_eq!(DType::from_xla_ffi_code(d.xla_ffi_code()), Some(*d));
+            assert!(d.bit_width() <= 8 * d.size_bytes() as u32);
+            assert_eq!(d.is_int(), d.mlir().starts_with('i') && *d != DType::Bool);
+        }
+        assert_eq!(
+            DType::from_xla_ffi_code(10),
+            None,
+            "f16 is not a kernel dtype (yet)"
+        );
+        let json = DType::table_json();
+        assert_eq!(json.as_array().map(Vec::len), Some(DType::ALL.len()));
+        assert_eq!(json[1]["numpy"], "bfloat16");
     }
 }

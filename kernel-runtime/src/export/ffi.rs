@@ -405,19 +405,14 @@ unsafe fn buffers<'a>(list: *mut *mut c_void, n: i64) -> Result<Vec<&'a Buffer>>
 }
 
 unsafe fn buffer_type(b: &Buffer) -> Result<ArrayType> {
-    let dtype = match b.dtype {
-        1 => DType::Bool,
-        2 => DType::I8,
-        4 => DType::I32,
-        6 => DType::U8,
-        8 => DType::U32,
-        11 => DType::F32,
-        16 => DType::BF16,
-        other => {
+    let dtype = match DType::from_xla_ffi_code(b.dtype as u32) {
+        Some(d) => d,
+        None => {
+            let other = b.dtype;
             return Err(kerr!(
                 DType,
                 "XLA buffer of element type {other} (XLA_FFI_DataType); kernels take f32, bf16, i32, i8, u8, u32 or bool"
-            ))
+            ));
         }
     };
     let rank = b.rank.max(0) as usize;

@@ -618,6 +618,8 @@ fn describe(name: &str, kernels: &[KernelExport], problems: &[String]) -> String
         "ffi_target": format!("tpu_kernel_{name}"),
         "kernels": ks,
         "problems": problems,
+        // The dtype table (`crate::dtype::for_each_dtype!`): the Python side's dtype map.
+        "dtypes": crate::dtype::DType::table_json(),
     })
     .to_string()
 }

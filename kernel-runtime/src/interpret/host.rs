@@ -7,64 +7,51 @@ use crate::error::{kerr, Result};
 use half::bf16;
 use std::sync::Arc;
 
-/// Typed element storage, one variant per kernel element type.
-#[derive(Clone, Debug)]
-pub enum HostData {
-    F32(Vec<f32>),
-    BF16(Vec<bf16>),
-    I32(Vec<i32>),
-    I8(Vec<i8>),
-    U8(Vec<u8>),
-    U32(Vec<u32>),
-    Bool(Vec<bool>),
-}
+macro_rules! host_data {
+    ($( ($V:ident, $name:literal, $rust:ty, $($rest:tt)*) )*) => {
+        /// Typed element storage, one variant per kernel element type (one row of the dtype table,
+        /// `crate::dtype::for_each_dtype!`, each).
+        #[derive(Clone, Debug)]
+        pub enum HostData { $( $V(Vec<$rust>), )* }
 
-/// Equality compares bits: a float NaN equals a NaN with the same payload, `-0.0` differs from `0.0`
-/// — what "the same result" means for the engines' fast paths, which must give the plain path's bits.
-/// (Compare values with a tolerance, or by IEEE `==` on the elements, where that is what is meant.)
-impl PartialEq for HostData {
-    fn eq(&self, other: &Self) -> bool {
-        fn bits<T, B: PartialEq>(a: &[T], b: &[T], f: impl Fn(&T) -> B) -> bool {
-            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| f(x) == f(y))
+        /// Equality compares bits: a float NaN equals a NaN with the same payload, `-0.0` differs
+        /// from `0.0` — what "the same result" means for the engines' fast paths, which must give the
+        /// plain path's bits. (Compare values with a tolerance, or by IEEE `==` on the elements, where
+        /// that is what is meant.)
+        impl PartialEq for HostData {
+            fn eq(&self, other: &Self) -> bool {
+                match (self, other) {
+                    $( (HostData::$V(a), HostData::$V(b)) => same_bits(a, b), )*
+                    _ => false,
+                }
+            }
         }
-        match (self, other) {
-            (HostData::F32(a), HostData::F32(b)) => bits(a, b, |x| x.to_bits()),
-            (HostData::BF16(a), HostData::BF16(b)) => bits(a, b, |x| x.to_bits()),
-            (HostData::I32(a), HostData::I32(b)) => a == b,
-            (HostData::I8(a), HostData::I8(b)) => a == b,
-            (HostData::U8(a), HostData::U8(b)) => a == b,
-            (HostData::U32(a), HostData::U32(b)) => a == b,
-            (HostData::Bool(a), HostData::Bool(b)) => a == b,
-            _ => false,
+
+        impl HostData {
+            pub fn dtype(&self) -> DType {
+                match self { $( HostData::$V(_) => DType::$V, )* }
+            }
+            pub fn len(&self) -> usize {
+                match self { $( HostData::$V(v) => v.len(), )* }
+            }
         }
-    }
+
+        $( host_element!($rust, $V); )*
+    };
+}
+/// Whether two element slices hold the same bytes.
+fn same_bits<T: HostElement>(a: &[T], b: &[T]) -> bool {
+    // SAFETY: every `HostElement` (f32, bf16, i32, i8, u8, u32, bool) is plain data with no padding, so
+    // its slice is `size_of_val` initialized bytes, borrowed for this call.
+    let bytes = |v: &[T]| unsafe {
+        std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v))
+    };
+    a.len() == b.len() && bytes(a) == bytes(b)
 }
 
 impl Eq for HostData {}
 
 impl HostData {
-    pub fn dtype(&self) -> DType {
-        match self {
-            HostData::F32(_) => DType::F32,
-            HostData::BF16(_) => DType::BF16,
-            HostData::I32(_) => DType::I32,
-            HostData::I8(_) => DType::I8,
-            HostData::U8(_) => DType::U8,
-            HostData::U32(_) => DType::U32,
-            HostData::Bool(_) => DType::Bool,
-        }
-    }
-    pub fn len(&self) -> usize {
-        match self {
-            HostData::F32(v) => v.len(),
-            HostData::BF16(v) => v.len(),
-            HostData::I32(v) => v.len(),
-            HostData::I8(v) => v.len(),
-            HostData::U8(v) => v.len(),
-            HostData::U32(v) => v.len(),
-            HostData::Bool(v) => v.len(),
-        }
-    }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -195,13 +182,7 @@ macro_rules! host_element {
         }
     };
 }
-host_element!(f32, F32);
-host_element!(bf16, BF16);
-host_element!(i32, I32);
-host_element!(i8, I8);
-host_element!(u8, U8);
-host_element!(u32, U32);
-host_element!(bool, Bool);
+crate::dtype::for_each_dtype!(host_data);
 
 /// A whole array on the host: row-major data of a shape. Equality compares shapes and bits (see
 /// [`HostData`]'s `PartialEq`).

@@ -118,15 +118,7 @@ pub fn stablehlo(k: &Kernel, opts: &CallOptions) -> Result<String> {
 /// The StableHLO element type of an array crossing the kernel boundary (unsigned stays unsigned here;
 /// inside the kernel Mosaic uses signless integers).
 pub fn element_type(d: DType) -> &'static str {
-    match d {
-        DType::F32 => "f32",
-        DType::BF16 => "bf16",
-        DType::I32 => "i32",
-        DType::I8 => "i8",
-        DType::U8 => "ui8",
-        DType::U32 => "ui32",
-        DType::Bool => "i1",
-    }
+    d.stablehlo()
 }
 
 fn tensor_type(o: &Operand) -> String {
