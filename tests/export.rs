@@ -60,6 +60,37 @@ fn defaults_fill_in_and_a_second_request_hits_the_cache() {
     );
 }
 
+/// Rust is the one canonicalizer: `eps=1` and `eps=1.0` (an int and a float from Python) are one
+/// kernel, and `canonical` answers the parameters a build is keyed on without building.
+#[test]
+fn two_spellings_of_a_static_parameter_are_one_kernel() {
+    let lib = library();
+    let req = |eps: serde_json::Value| {
+        request(
+            json!({"kernel": "rmsnorm", "inputs": [{"shape": [64, 256], "dtype": "bf16"}, {"shape": [1, 256], "dtype": "f32"}], "params": {"eps": eps}}),
+        )
+    };
+    let a = lib.build(&req(json!(1))).expect("build");
+    let b = lib.build(&req(json!(1.0))).expect("build");
+    assert!(
+        std::sync::Arc::ptr_eq(&a, &b),
+        "eps=1 and eps=1.0 built twice"
+    );
+    assert_eq!(a.params.to_json()["eps"], json!(1.0));
+    let answer = |eps: serde_json::Value| {
+        lib.dispatch(
+            "canonical",
+            &json!({"kernel": "rmsnorm", "params": {"eps": eps}}).to_string(),
+        )
+    };
+    assert_eq!(answer(json!(1)), answer(json!(1.0)));
+    assert_eq!(answer(json!(1))["params"], a.params.to_json());
+    assert_eq!(
+        lib.stats.builds.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
 #[test]
 fn request_mistakes_are_errors_naming_what_is_wrong() {
     let lib = library();
@@ -76,7 +107,11 @@ fn request_mistakes_are_errors_naming_what_is_wrong() {
         json!({"kernel": "matmul", "inputs": [x, x], "params": {"blok": [1, 2, 3]}}),
     );
     assert_eq!(e.argument.as_deref(), Some("blok"));
-    assert!(e.message.contains("its parameters are: block"), "{e}");
+    assert!(
+        e.message
+            .contains("its static parameters are: block: (usize, usize, usize)"),
+        "{e}"
+    );
     let e = err_of(
         &lib,
         json!({"kernel": "matmul", "inputs": [x, x], "params": {"block": [128, 128]}}),
@@ -281,7 +316,7 @@ fn the_library_description_lists_kernels_params_and_grads() {
     let lib = library();
     let d: serde_json::Value =
         serde_json::from_str(lib.description().to_str().expect("utf8")).expect("json");
-    assert_eq!(d["abi_version"], json!(1));
+    assert_eq!(d["abi_version"], json!(2));
     assert_eq!(d["ffi_target"], json!("tpu_kernel_test"));
     let mm = &d["kernels"][0];
     assert_eq!(mm["name"], json!("matmul"));

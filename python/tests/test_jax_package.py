@@ -58,7 +58,7 @@ def test_every_example_is_exported_with_its_pallas_surface():
 
 def test_library_description_follows_the_abi():
     d = ex.library.description
-    assert d["abi_version"] == tpu_kernel.ABI_VERSION == 1
+    assert d["abi_version"] == tpu_kernel.ABI_VERSION == 2
     assert d["library"] == "examples" and d["ffi_target"] == "tpu_kernel_examples"
     kernels = {k["name"]: k for k in d["kernels"]}
     for k in kernels.values():
@@ -103,14 +103,25 @@ def test_wrong_number_of_arrays_names_kernel_and_inputs():
 def test_unknown_keyword_names_it_and_lists_the_real_ones():
     with pytest.raises(tpu_kernel.KernelError) as e:
         ex.softmax(_x((8, 128)), block_row=8)
-    msg = str(e.value)
-    assert "'block_row'" in msg and "softmax()" in msg and "block_rows" in msg
-    assert e.value.argument == "block_row"
+    msg = str(e.value)  # Rust's message, at the kernel's export
+    assert "`block_row`" in msg and "`softmax`" in msg and "block_rows: usize" in msg, msg
+    assert e.value.argument == "block_row" and e.value.location == ex.softmax.spec["location"]
 
 
 def test_static_parameter_must_be_static():
     with pytest.raises(tpu_kernel.KernelError, match="block_rows.*not a static value"):
         ex.softmax(_x((8, 128)), block_rows=jnp.int32(8))
+
+
+def test_a_static_parameter_json_cannot_carry_is_named_before_rust_is_asked():
+    calls = ex.library.rust_calls
+    for bad in (float("nan"), float("inf"), np.float32("nan")):
+        with pytest.raises(tpu_kernel.KernelError, match="eps=.*cannot be sent to the library") as e:
+            ex.rmsnorm(_x((16, 256), bf16), _x((1, 256)), eps=bad)
+        assert e.value.argument == "eps"
+    with pytest.raises(tpu_kernel.KernelError, match="block=.*not a static value"):
+        ex.add(_x((256, 256)), _x((256, 256)), block=(256, object()))
+    assert ex.library.rust_calls == calls
 
 
 def test_static_parameter_passed_as_a_jit_argument_says_how_to_fix_it():
@@ -146,3 +157,4 @@ def test_numpy_inputs_work_like_jax_arrays():
     x = np.random.default_rng(0).uniform(-1, 1, (16, 128)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(ex.softmax(x)), np.asarray(jax.nn.softmax(x, axis=-1)),
                                rtol=2e-6, atol=1e-7)
+

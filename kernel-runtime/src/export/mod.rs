@@ -10,6 +10,8 @@
 pub mod abi;
 pub mod ffi;
 mod params;
+#[cfg(test)]
+mod tests;
 
 pub use params::{ParamSpec, StaticParam};
 
@@ -26,7 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// The version of the C ABI (`abi`): bumped whenever a symbol, a method or a JSON field changes
 /// meaning. The Python package refuses a library whose version differs from its own.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// How to compute a kernel's vector-Jacobian product with other exported kernels: call `kernel` with
 /// the arrays named in `args` (forward inputs by name, `out`/`outN`, `g`/`gN` for cotangents) and the
@@ -340,59 +342,80 @@ impl Library {
         self.ffi_cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Answer one C-ABI method call with a JSON value: `build` (output types, canonical params, the
-    /// FFI request), `lower` (also the `tpu_custom_call` backend_config), `stats` (cache misses),
-    /// `ffi_layout` (the FFI structs as the handler lays them out).
+    /// A kernel's static parameters in their canonical form: every parameter, from `given` or its
+    /// default, each value read as its Rust type and written back (`eps: f32` given `1` is `1.0`).
+    /// What callers key their caches on, so two spellings of one value are one kernel.
+    pub fn canonical(&self, kernel: &str, given: &Map<String, Value>) -> Result<Params> {
+        canonical_params(self.kernel(kernel)?, given)
+    }
+
+    /// Answer one C-ABI method call with a JSON value: `canonical` (a kernel's static parameters as
+    /// Rust reads them), `build` (output types, canonical params, the FFI request), `lower` (also the
+    /// `tpu_custom_call` backend_config), `stats` (cache misses), `ffi_layout` (the FFI structs as
+    /// the handler lays them out).
     pub fn dispatch(&self, method: &str, request: &str) -> Value {
+        let parse = || -> Result<Request> {
+            let v: Value = serde_json::from_str(request)
+                .map_err(|e| kerr!(Signature, "request is not JSON ({e}): {request}"))?;
+            Request::from_json(&v)
+        };
         let answer = || -> Result<Value> {
-            if method == "ffi_layout" {
-                // The handler's view of XLA's structs, for a test against the C header.
-                let layout: Map<String, Value> = ffi::layout()
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), Value::from(v)))
-                    .collect();
-                return Ok(
-                    json!({"ok": true, "layout": layout, "api_version": [ffi::API_MAJOR, ffi::API_MINOR]}),
-                );
-            }
-            if method == "stats" {
-                return Ok(json!({
+            match method {
+                "ffi_layout" => {
+                    // The handler's view of XLA's structs, for a test against the C header.
+                    let layout: Map<String, Value> = ffi::layout()
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), Value::from(v)))
+                        .collect();
+                    Ok(json!({"ok": true, "layout": layout, "api_version": [ffi::API_MAJOR, ffi::API_MINOR]}))
+                }
+                "stats" => Ok(json!({
                     "ok": true,
                     "builds": self.stats.builds.load(Ordering::Relaxed),
                     "lowerings": self.stats.lowerings.load(Ordering::Relaxed),
                     "ffi_builds": self.stats.ffi_builds.load(Ordering::Relaxed),
-                }));
-            }
-            let v: Value = serde_json::from_str(request)
-                .map_err(|e| kerr!(Signature, "request is not JSON ({e}): {request}"))?;
-            let req = Request::from_json(&v)?;
-            let built = self.build(&req)?;
-            let mut out = json!({
-                "ok": true,
-                "outputs": built.outputs.iter().map(array_json).collect::<Vec<_>>(),
-                "kernel_name": built.call.kernel.name,
-                "params": built.params.to_json(),
-                "ffi_request": built.ffi_request,
-                "input_output_aliases": built.call.kernel.aliases,
-                "cost_estimate": built.call.kernel.cost_estimate.map(|c| json!({
-                    "flops": c.flops,
-                    "transcendentals": c.transcendentals,
-                    "bytes_accessed": c.bytes_accessed,
                 })),
-            });
-            match method {
-                "build" => {}
-                "lower" => out["backend_config"] = Value::String(built.backend_config(&self.stats)?),
-                other => {
-                    return Err(kerr!(
-                        Unsupported,
-                        "unknown method `{other}` (this library speaks ABI version {ABI_VERSION}: build, lower, stats, ffi_layout)"
-                    ))
+                "canonical" => {
+                    let req = parse()?;
+                    let params = self.canonical(&req.kernel, &req.params)?;
+                    Ok(json!({"ok": true, "params": params.to_json()}))
                 }
+                "build" | "lower" => {
+                    let built = self.build(&parse()?)?;
+                    let mut out = json!({
+                        "ok": true,
+                        "outputs": built.outputs.iter().map(array_json).collect::<Vec<_>>(),
+                        "kernel_name": built.call.kernel.name,
+                        "params": built.params.to_json(),
+                        "ffi_request": built.ffi_request,
+                        "input_output_aliases": built.call.kernel.aliases,
+                        "cost_estimate": built.call.kernel.cost_estimate.map(|c| json!({
+                            "flops": c.flops,
+                            "transcendentals": c.transcendentals,
+                            "bytes_accessed": c.bytes_accessed,
+                        })),
+                    });
+                    if method == "lower" {
+                        out["backend_config"] = Value::String(built.backend_config(&self.stats)?);
+                    }
+                    Ok(out)
+                }
+                other => Err(kerr!(
+                    Unsupported,
+                    "unknown method `{other}` (this library speaks ABI version {ABI_VERSION}: canonical, build, lower, stats, ffi_layout)"
+                )),
             }
-            Ok(out)
         };
         answer().unwrap_or_else(|e| error_json(&e))
+    }
+}
+
+/// Names for a message: `a, b`, or `none`.
+fn list_or_none<S: std::borrow::Borrow<str>>(names: &[S]) -> String {
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
     }
 }
 
@@ -414,16 +437,16 @@ pub fn error_json(e: &KernelError) -> Value {
 fn canonical_params(export: &KernelExport, given: &Map<String, Value>) -> Result<Params> {
     for name in given.keys() {
         if !export.params.iter().any(|p| p.name == name) {
-            let known: Vec<&str> = export.params.iter().map(|p| p.name).collect();
+            let known: Vec<String> = export
+                .params
+                .iter()
+                .map(|p| format!("{}: {}", p.name, p.type_name))
+                .collect();
             return Err(kerr!(
                 Signature,
-                "kernel `{}` has no static parameter `{name}`; its parameters are: {}",
+                "kernel `{}` has no static parameter `{name}`; its static parameters are: {}",
                 export.name,
-                if known.is_empty() {
-                    "none".to_string()
-                } else {
-                    known.join(", ")
-                }
+                list_or_none(&known)
             )
             .for_argument(name.as_str())
             .at(export.location));
