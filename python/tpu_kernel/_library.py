@@ -1,6 +1,6 @@
 """Loading a kernel library (a Rust cdylib speaking the tpu_kernel C ABI) and calling into it.
 
-The C ABI (version 2) is five symbols:
+The C ABI (version 3) is five symbols:
 
     uint32_t       tpu_kernel_abi_version(void);
     const char*    tpu_kernel_library_json(void);          // owned by the library
@@ -11,7 +11,8 @@ The C ABI (version 2) is five symbols:
 Everything but the FFI handler speaks JSON text, so the boundary has no structs whose layout could
 drift between the Rust and the Python side; the version number guards the meaning of the JSON. The
 methods of `tpu_kernel_call`: "canonical", "build", "lower" (a kernel's static parameters, outputs and
-backend_config), "stats", "ffi_layout".
+backend_config), "host" (a host function: plain Rust the library exports beside its kernels, which a
+wrapper calls with `Library.host` instead of re-implementing it), "stats", "ffi_layout".
 
 A `Library` is loaded once per real path per process (`load()` returns the same object again) and
 registers its FFI handler with XLA once: XLA's registry is process-wide and keyed by target name.
@@ -42,7 +43,7 @@ import numpy as np
 from ._errors import AbiVersionError, KernelError, LibraryError
 
 #: The C ABI version this package speaks; a library reporting another one is refused by `load()`.
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 _SYMBOLS = ("tpu_kernel_abi_version", "tpu_kernel_library_json", "tpu_kernel_call", "tpu_kernel_free",
             "tpu_kernel_ffi")
@@ -310,6 +311,24 @@ class Library:
         with self._lock:
             self._cache[key] = answer
         return answer
+
+    def host(self, function: str, *args: Any) -> Any:
+        """Call the library's host function `function` (`export_library!(.., host = [..])`) on `args`
+        — JSON values: numbers, bools, strings, lists; numpy scalars and arrays are sent as the numbers
+        and (nested) lists they hold — and return its result as JSON data (tuples and Vecs as lists).
+        Rust checks the arguments against the function's types; a mistake is its `KernelError`."""
+        def encode(v: Any) -> Any:
+            if isinstance(v, (np.generic, np.ndarray)):
+                return v.tolist()
+            raise TypeError(f"{type(v).__name__} is not a JSON value")
+
+        try:
+            request = json.dumps({"function": function, "args": args}, separators=(",", ":"),
+                                 allow_nan=False, default=encode)
+        except (ValueError, TypeError) as e:
+            raise KernelError(f"host function {function}: arguments {args!r:.120} cannot be sent to the "
+                              f"library as JSON ({e})", kind="Argument") from None
+        return self._checked_text("host", request)["result"]
 
     def stats(self) -> dict:
         """Rust's counters of cache misses: `{"builds", "lowerings", "ffi_builds"}`."""

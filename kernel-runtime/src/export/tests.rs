@@ -122,3 +122,123 @@ fn an_unknown_method_is_refused_before_anything_is_built() {
     );
     assert_eq!(lib.stats.builds.load(Ordering::Relaxed), 0);
 }
+
+/// A host function as a library would write one: checked arguments, its own errors.
+fn split(sizes: Vec<i32>, at: usize) -> Result<(Vec<i32>, Vec<i32>)> {
+    if at > sizes.len() {
+        return Err(kerr!(Shape, "cannot split {} sizes at {at}", sizes.len()));
+    }
+    Ok((sizes[..at].to_vec(), sizes[at..].to_vec()))
+}
+
+fn with_split() -> Library {
+    Library::new("t", vec![norm()]).with_host(vec![HostExport::new("split", split)])
+}
+
+#[test]
+fn host_functions_are_called_by_name_on_json_arguments() {
+    let lib = with_split();
+    let a = ask(
+        &lib,
+        "host",
+        json!({"function": "split", "args": [[3, 0, 5], 1]}),
+    );
+    assert_eq!(a, json!({"ok": true, "result": [[3], [0, 5]]}));
+    // The library description lists them with their argument types.
+    let d: Value = serde_json::from_str(lib.description().to_str().unwrap()).unwrap();
+    assert_eq!(
+        d["host"],
+        json!([{"name": "split", "args": ["Vec<i32>", "usize"]}])
+    );
+    assert_eq!(d["problems"], json!([]));
+    assert_eq!(
+        ask(&Library::new("t", vec![norm()]), "stats", json!({}))["ok"],
+        json!(true)
+    );
+}
+
+#[test]
+fn host_call_mistakes_are_errors_naming_what_is_wrong() {
+    let lib = with_split();
+    let error = |request: Value| {
+        let a = ask(&lib, "host", request);
+        assert_eq!(a["ok"], json!(false), "{a}");
+        a["error"].clone()
+    };
+    let e = error(json!({"function": "splot", "args": []}));
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("no host function `splot`; it exports split"),
+        "{e}"
+    );
+    let e = error(json!({"function": "split", "args": [[1]]}));
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("takes 2 argument(s) (Vec<i32>, usize), got 1"),
+        "{e}"
+    );
+    let e = error(json!({"function": "split", "args": [[1, 2.5], 1]}));
+    assert_eq!(e["argument"], json!("argument 0"));
+    let m = e["message"].as_str().unwrap();
+    assert!(
+        m.contains("argument 0 of host function `split` must be Vec<i32>: element 1"),
+        "{m}"
+    );
+    let e = error(json!({"function": "split", "args": [[1], -1]}));
+    assert!(
+        e["message"].as_str().unwrap().contains("must be usize"),
+        "{e}"
+    );
+    // The function's own error, as it wrote it.
+    let e = error(json!({"function": "split", "args": [[1], 2]}));
+    assert_eq!(e["kind"], json!("Shape"));
+    assert_eq!(e["message"], json!("cannot split 1 sizes at 2"));
+    let e = error(json!({"function": "split"}));
+    assert!(
+        e["message"].as_str().unwrap().contains("a host call is"),
+        "{e}"
+    );
+    let a = ask(
+        &Library::new("t", vec![]),
+        "host",
+        json!({"function": "split", "args": []}),
+    );
+    assert!(
+        a["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("it exports none"),
+        "{a}"
+    );
+}
+
+#[test]
+fn a_panicking_host_function_is_an_error_and_duplicate_names_a_problem() {
+    fn boom(_: bool) -> Result<bool> {
+        panic!("boom")
+    }
+    let lib = Library::new("t", vec![]).with_host(vec![
+        HostExport::new("boom", boom),
+        HostExport::new("boom", |x: f32, y: (u32, bool)| {
+            Ok::<_, KernelError>((x, y.1))
+        }),
+    ]);
+    let a = ask(&lib, "host", json!({"function": "boom", "args": [true]}));
+    assert!(
+        a["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("host function `boom` panicked: boom"),
+        "{a}"
+    );
+    let d: Value = serde_json::from_str(lib.description().to_str().unwrap()).unwrap();
+    assert_eq!(
+        d["problems"],
+        json!(["two host functions are named `boom` (export_library! names each after its Rust function)"])
+    );
+    assert_eq!(lib.host[1].args, ["f32", "(u32, bool)"]);
+}
