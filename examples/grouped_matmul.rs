@@ -1,8 +1,8 @@
 //! Grouped matmul for mixture-of-experts (megablox's `gmm`): `lhs` holds the tokens sorted by expert
 //! (group), `rhs[g]` is expert `g`'s weight, and `o[r] = lhs[r] @ rhs[g(r)]` for the group `g(r)` owning
 //! row `r`. The grouping is data: a metadata table computed outside the kernel from the group sizes
-//! (`tpu_kernel::reference::group_metadata`; `group_metadata` in `python/tests/pallas_kernels.py`), three i32 arrays
-//! scalar-prefetched into SMEM:
+//! (`group_metadata` below, exported with the library as a host function: what
+//! `tpu_kernel.examples.group_metadata` calls), three i32 arrays scalar-prefetched into SMEM:
 //! - `offsets[g]`, `offsets[g + 1]`: group `g`'s rows (`offsets[0] = 0`, `offsets[G] = m`);
 //! - `group_ids[t]`, `m_tiles[t]`: which group and which `tm`-row tile of `lhs`/`o` step `t` visits.
 //!
@@ -44,7 +44,7 @@ fn grouped_matmul_kernel(
 }
 
 /// `o[r] = lhs[r] @ rhs[g]` for the rows `r` of group `g` (`offsets[g] <= r < offsets[g + 1]`), bf16
-/// `lhs [m, k]` sorted by group, bf16 `rhs [G, k, n]`, i32 metadata from `reference::group_metadata`: `offsets
+/// `lhs [m, k]` sorted by group, bf16 `rhs [G, k, n]`, i32 metadata from [`group_metadata`]: `offsets
 /// [G + 1]`, `group_ids` and `m_tiles` `[m / tm + G - 1]`; f32 accumulation, bf16 out.
 #[export]
 pub fn grouped_matmul(
@@ -117,6 +117,36 @@ pub fn grouped_matmul(
         .scratch(Vmem::new([tm, tn], F32))
         .dimension_semantics([Parallel, Arbitrary, Arbitrary])
         .build()
+}
+
+/// `(offsets, group_ids, m_tiles)`: what `grouped_matmul` takes first.
+pub type Metadata = (Vec<i32>, Vec<i32>, Vec<i32>);
+
+/// The metadata `grouped_matmul` takes first, for `m` tokens sorted by group with group sizes `sizes`
+/// (`G >= 1` of them, each `>= 0`, summing to `m`) in `tm`-row tiles (`m` a multiple of `tm`):
+/// `(offsets [G + 1], group_ids, m_tiles)`, the last two `[m / tm + G - 1]`
+/// (`tpu_kernel::reference::group_metadata`, checked). A host function of the examples library.
+#[allow(dead_code)] // the example binary does not call it; examples-lib exports it
+pub fn group_metadata(sizes: Vec<i32>, m: usize, tm: usize) -> Result<Metadata, KernelError> {
+    require(!sizes.is_empty(), "group_metadata needs at least one group")?;
+    require(
+        tm > 0 && m.is_multiple_of(tm),
+        format!("m = {m} is not a multiple of the row tile tm = {tm}"),
+    )?;
+    require(
+        m.checked_add(tm)
+            .is_some_and(|end| i32::try_from(end).is_ok()),
+        format!("m = {m} rows in tiles of tm = {tm} do not fit the i32 metadata"),
+    )?;
+    for (g, &s) in sizes.iter().enumerate() {
+        require(s >= 0, format!("group {g} has a negative size {s}"))?;
+    }
+    let total: i64 = sizes.iter().map(|&s| i64::from(s)).sum();
+    require(
+        total == m as i64,
+        format!("the group sizes sum to {total}, not m = {m}"),
+    )?;
+    Ok(tpu_kernel::reference::group_metadata(&sizes, tm))
 }
 
 /// The example's shapes: m = 512 tokens, k = n = 512, 4 experts, 128-tiles (4 row tiles + 3 boundary

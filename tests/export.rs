@@ -6,7 +6,7 @@ mod common;
 
 use common::{matmul, rmsnorm, softmax};
 use serde_json::json;
-use tpu_kernel::__private::export::{Library, Request};
+use tpu_kernel::__private::export::{HostExport, Library, Request};
 use tpu_kernel::prelude::*;
 use tpu_kernel::runtime::interpret::{
     interpret_into, ArrayView, ArrayViewMut, HostArray, HostData, InterpretOptions,
@@ -60,6 +60,37 @@ fn defaults_fill_in_and_a_second_request_hits_the_cache() {
     );
 }
 
+/// Rust is the one canonicalizer: `eps=1` and `eps=1.0` (an int and a float from Python) are one
+/// kernel, and `canonical` answers the parameters a build is keyed on without building.
+#[test]
+fn two_spellings_of_a_static_parameter_are_one_kernel() {
+    let lib = library();
+    let req = |eps: serde_json::Value| {
+        request(
+            json!({"kernel": "rmsnorm", "inputs": [{"shape": [64, 256], "dtype": "bf16"}, {"shape": [1, 256], "dtype": "f32"}], "params": {"eps": eps}}),
+        )
+    };
+    let a = lib.build(&req(json!(1))).expect("build");
+    let b = lib.build(&req(json!(1.0))).expect("build");
+    assert!(
+        std::sync::Arc::ptr_eq(&a, &b),
+        "eps=1 and eps=1.0 built twice"
+    );
+    assert_eq!(a.params.to_json()["eps"], json!(1.0));
+    let answer = |eps: serde_json::Value| {
+        lib.dispatch(
+            "canonical",
+            &json!({"kernel": "rmsnorm", "params": {"eps": eps}}).to_string(),
+        )
+    };
+    assert_eq!(answer(json!(1)), answer(json!(1.0)));
+    assert_eq!(answer(json!(1))["params"], a.params.to_json());
+    assert_eq!(
+        lib.stats.builds.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
 #[test]
 fn request_mistakes_are_errors_naming_what_is_wrong() {
     let lib = library();
@@ -76,7 +107,11 @@ fn request_mistakes_are_errors_naming_what_is_wrong() {
         json!({"kernel": "matmul", "inputs": [x, x], "params": {"blok": [1, 2, 3]}}),
     );
     assert_eq!(e.argument.as_deref(), Some("blok"));
-    assert!(e.message.contains("its parameters are: block"), "{e}");
+    assert!(
+        e.message
+            .contains("its static parameters are: block: (usize, usize, usize)"),
+        "{e}"
+    );
     let e = err_of(
         &lib,
         json!({"kernel": "matmul", "inputs": [x, x], "params": {"block": [128, 128]}}),
@@ -281,7 +316,7 @@ fn the_library_description_lists_kernels_params_and_grads() {
     let lib = library();
     let d: serde_json::Value =
         serde_json::from_str(lib.description().to_str().expect("utf8")).expect("json");
-    assert_eq!(d["abi_version"], json!(1));
+    assert_eq!(d["abi_version"], json!(3));
     assert_eq!(d["ffi_target"], json!("tpu_kernel_test"));
     let mm = &d["kernels"][0];
     assert_eq!(mm["name"], json!("matmul"));
@@ -339,4 +374,64 @@ fn gradient_rules_must_fit_the_library() {
         p.contains("examples/matmul.rs"),
         "located at the export: {p}"
     );
+}
+
+/// `grouped_matmul`'s metadata as the examples library exports it (a host function, what
+/// `tpu_kernel.examples.group_metadata` calls): the reference tables for sizes that fit the kernel,
+/// and an error naming the mistake for sizes that do not.
+#[test]
+fn group_metadata_is_a_host_function_of_the_examples() {
+    use common::grouped_matmul::group_metadata;
+    let lib = Library::new("test", vec![])
+        .with_host(vec![HostExport::new("group_metadata", group_metadata)]);
+    let call = |args: serde_json::Value| {
+        lib.dispatch(
+            "host",
+            &json!({"function": "group_metadata", "args": args}).to_string(),
+        )
+    };
+    // 4 groups over 512 rows in 128-row tiles, one empty: 4 tiles + 2 boundary revisits, padded to 7.
+    assert_eq!(
+        call(json!([[100, 0, 290, 122], 512, 128])),
+        json!({"ok": true, "result": [[0, 100, 100, 390, 512], [0, 2, 2, 2, 2, 3, 3], [0, 0, 1, 2, 3, 3, 3]]})
+    );
+    for (sizes, m, tm) in [
+        (vec![0, 0, 0], 0, 128),
+        (vec![256], 256, 128),
+        (vec![7, 0, 1, 0, 56], 64, 8),
+    ] {
+        let (o, g, t) = group_metadata(sizes.clone(), m, tm).expect("valid sizes");
+        assert_eq!((o, g, t), tpu_kernel::reference::group_metadata(&sizes, tm));
+    }
+    for (args, message) in [
+        (json!([[], 0, 128]), "at least one group"),
+        (
+            json!([[100, 28], 128, 0]),
+            "not a multiple of the row tile tm = 0",
+        ),
+        (json!([[100, 28], 100, 8]), "m = 100 is not a multiple"),
+        (
+            json!([[100, -1, 29], 128, 128]),
+            "group 1 has a negative size -1",
+        ),
+        (json!([[100, 27], 128, 128]), "sum to 127, not m = 128"),
+        (
+            json!([[2147483647, 1], 2147483648u64, 128]),
+            "do not fit the i32 metadata",
+        ),
+        (
+            json!([[1.5], 128, 128]),
+            "must be Vec<i32>: element 0: expected an integer",
+        ),
+    ] {
+        let a = call(args.clone());
+        let text = a["error"]["text"].as_str().unwrap_or_default();
+        assert!(text.contains(message), "{args}: {a}");
+    }
+    let a = call(json!([[100, -1, 29], 128, 128]));
+    let loc = a["error"]["location"]
+        .as_str()
+        .expect("located")
+        .to_string();
+    assert!(loc.contains("examples/grouped_matmul.rs"), "{loc}");
 }

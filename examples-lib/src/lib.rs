@@ -1,6 +1,7 @@
 //! The example kernels exported as a kernel library: the same `examples/*.rs` files the example
 //! binaries build, compiled into one `cdylib` whose C ABI the Python package loads as
-//! `tpu_kernel.examples` (`pip install .` builds it and ships it inside the package).
+//! `tpu_kernel.examples` (`pip install .` builds it and ships it inside the package), with the host
+//! helpers the package's wrappers call (`group_metadata`).
 
 #[allow(dead_code)]
 #[path = "../../examples/activations.rs"]
@@ -88,5 +89,7 @@ tpu_kernel::export_library!(
         rmsnorm::rmsnorm_bwd,
         softmax::softmax,
         transpose::transpose,
-    ]
+    ],
+    // plain Rust the Python package calls instead of re-implementing it
+    host = [grouped_matmul::group_metadata],
 );

@@ -3,8 +3,9 @@
 //! `#[export]` keeps the launch function as written (minus the `#[default(..)]` parameter attributes)
 //! and adds a hidden `__tpu_kernel_export_<name>()` describing it: its array parameters (those of type
 //! `ArrayType`), its static parameters with their types and defaults, its gradient rule, and a shim
-//! that calls it from (arrays, JSON parameters). `export_library!` lists the exports of a crate and
-//! generates the C ABI symbols over them (see `kernel_runtime::export::abi`).
+//! that calls it from (arrays, JSON parameters). `export_library!` lists the exports of a crate, and
+//! optionally its host functions (plain Rust functions called by name, `kernel_runtime::export::host`),
+//! and generates the C ABI symbols over them (see `kernel_runtime::export::abi`).
 //!
 //! parse → check → generate, as for `#[tpu_kernel]`; every mistake is collected and spanned.
 
@@ -485,25 +486,53 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
 
 // ------------------------------------------------------------------------------------ export_library!
 
-/// `export_library!("examples", [add::add, matmul::matmul, ..])`.
+/// `export_library!("examples", [add::add, matmul::matmul, ..], host = [grouped_matmul::group_metadata])`.
 struct LibraryArgs {
     name: LitStr,
     kernels: Vec<Path>,
+    /// Host functions, each exported under its Rust name.
+    host: Vec<Path>,
+}
+
+const LIBRARY_USAGE: &str =
+    "`export_library!(\"my_kernels\", [module::kernel_a, kernel_b], host = [module::helper])` (`host` optional)";
+
+fn paths(input: ParseStream) -> syn::Result<Vec<Path>> {
+    let content;
+    syn::bracketed!(content in input);
+    Ok(Punctuated::<Path, Token![,]>::parse_terminated(&content)?
+        .into_iter()
+        .collect())
 }
 
 impl Parse for LibraryArgs {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let name: LitStr = input.parse()?;
         input.parse::<Token![,]>()?;
-        let content;
-        syn::bracketed!(content in input);
-        let kernels = Punctuated::<Path, Token![,]>::parse_terminated(&content)?
-            .into_iter()
-            .collect();
+        let kernels = paths(input)?;
+        let mut host = Vec::new();
         if !input.is_empty() {
             input.parse::<Token![,]>()?;
         }
-        Ok(LibraryArgs { name, kernels })
+        if !input.is_empty() {
+            let key: Ident = input.parse()?;
+            if key != "host" {
+                return Err(syn::Error::new_spanned(
+                    &key,
+                    format!("unknown argument `{key}`: after the kernels, only `host = [..]` (host functions)"),
+                ));
+            }
+            input.parse::<Token![=]>()?;
+            host = paths(input)?;
+            if !input.is_empty() {
+                input.parse::<Token![,]>()?;
+            }
+        }
+        Ok(LibraryArgs {
+            name,
+            kernels,
+            host,
+        })
     }
 }
 
@@ -511,12 +540,7 @@ pub(crate) fn export_library(input: TokenStream2) -> TokenStream2 {
     let args = match parse_whole::<LibraryArgs>(input) {
         Ok(a) => a,
         Err(e) => {
-            let mut e2 = syn::Error::new(
-                e.span(),
-                format!(
-                    "{e}; usage: `export_library!(\"my_kernels\", [module::kernel_a, kernel_b])`"
-                ),
-            );
+            let mut e2 = syn::Error::new(e.span(), format!("{e}; usage: {LIBRARY_USAGE}"));
             e2.combine(e);
             return e2.into_compile_error();
         }
@@ -537,12 +561,22 @@ pub(crate) fn export_library(input: TokenStream2) -> TokenStream2 {
         }
         quote!(#path())
     });
+    let host = args.host.iter().map(|path| {
+        let name = path
+            .segments
+            .last()
+            .map(|s| s.ident.to_string())
+            .unwrap_or_default();
+        quote_spanned!(path.span()=> #p::HostExport::new(#name, #path))
+    });
     let lit = &args.name;
     quote! {
         #[doc(hidden)]
         fn __tpu_kernel_library() -> &'static #p::Library {
             static LIBRARY: ::std::sync::OnceLock<#p::Library> = ::std::sync::OnceLock::new();
-            LIBRARY.get_or_init(|| #p::Library::new(#lit, ::std::vec![#(#exports),*]))
+            LIBRARY.get_or_init(|| {
+                #p::Library::new(#lit, ::std::vec![#(#exports),*]).with_host(::std::vec![#(#host),*])
+            })
         }
 
         /// The C ABI version of this library (see `tpu_kernel::export`).

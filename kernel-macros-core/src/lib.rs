@@ -81,7 +81,8 @@ pub fn export(attr: TokenStream, item: TokenStream) -> TokenStream {
     export::export(attr, item)
 }
 
-/// `export_library!("name", [kernel_a, module::kernel_b])`: the C ABI symbols over `#[export]`s.
+/// `export_library!("name", [kernel_a, module::kernel_b], host = [helper])`: the C ABI symbols over
+/// `#[export]`s and host functions.
 pub fn export_library(input: TokenStream) -> TokenStream {
     export::export_library(input)
 }

@@ -1039,3 +1039,43 @@ fn ref_mut_parameters_become_mutable_bindings() {
         "fn k(x: Ref<f32>, #[allow(unused_mut)] mut o: RefMut<f32>, mut s: tpu_kernel::prelude::RefMut<i32, Smem>, n: usize",
     );
 }
+
+// ------------------------------------------------------------------------------------ export_library!
+
+fn library(input: TokenStream2) -> String {
+    norm(&crate::export::export_library(input).to_string())
+}
+
+#[test]
+fn export_library_lists_kernels_and_host_functions_by_their_names() {
+    let out = library(quote!(
+        "lib",
+        [m::add, mul],
+        host = [grouped::group_metadata, helper],
+    ));
+    assert_contains(
+        &out,
+        "Library::new(\"lib\", ::std::vec![m::__tpu_kernel_export_add(), __tpu_kernel_export_mul()])",
+    );
+    assert_contains(
+        &out,
+        ".with_host(::std::vec![::tpu_kernel::__private::export::HostExport::new(\"group_metadata\", grouped::group_metadata), ::tpu_kernel::__private::export::HostExport::new(\"helper\", helper)])",
+    );
+    // `host` is optional: no host functions.
+    assert_contains(&library(quote!("lib", [add])), ".with_host(::std::vec![])");
+    assert_contains(&library(quote!("lib", [add],)), ".with_host(::std::vec![])");
+}
+
+#[test]
+fn export_library_mistakes_name_the_usage() {
+    let out = library(quote!("lib", [add], hots = [f]));
+    assert!(
+        out.contains("compile_error") && out.contains("unknownargument`hots`"),
+        "{out}"
+    );
+    let out = library(quote!("lib", [add], host = f));
+    assert!(
+        out.contains("compile_error") && out.contains("host=[module::helper]"),
+        "{out}"
+    );
+}

@@ -43,7 +43,9 @@ pub fn export(attr: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// Generates the C ABI of a kernel library (a `cdylib` crate) over its `#[export]`ed launch
-/// functions: `export_library!("my_kernels", [module::kernel_a, kernel_b]);`.
+/// functions and, optionally, host functions (plain `fn(..) -> Result<_, KernelError>` a caller
+/// runs on the host, e.g. metadata for a launch):
+/// `export_library!("my_kernels", [module::kernel_a, kernel_b], host = [module::helper]);`.
 #[proc_macro]
 pub fn export_library(input: TokenStream) -> TokenStream {
     kernel_macros_core::export_library(input.into()).into()

@@ -70,10 +70,10 @@ def test_missing_static_parameter(user_crate):
     x = jnp.ones((8, 128), f32)
     with pytest.raises(tpu_kernel.KernelError) as e:
         user_crate.scale(x)
-    e = rust_error(e, kind="Argument")  # caught in Python, located at the kernel's Rust export
-    assert "scale()" in e.message and "'factor'" in e.message and "f32" in e.message
+    e = rust_error(e, kind="Signature")  # Rust's verdict on the parameters, located at the export
+    assert "`scale`" in e.message and "`factor`" in e.message and "f32" in e.message
     assert e.argument == "factor" and e.location == user_crate.kernels["scale"].spec["location"]
-    # Rust refuses it too (for callers that skip the Python check), naming the parameter
+    # a build request without it is refused too, naming the parameter
     answer = user_crate.call("build", {"kernel": "scale", "inputs": [{"shape": [8, 128], "dtype": "f32"}],
                                        "params": {}, "batch": []})
     assert answer["ok"] is False and "factor" in answer["error"]["text"], answer
@@ -112,7 +112,7 @@ def test_library_built_for_another_abi_version(tmp_path):
 
 def test_library_missing_symbols(tmp_path):
     src = tmp_path / "partial.c"
-    src.write_text("unsigned tpu_kernel_abi_version(void) { return 1; }\n")
+    src.write_text(f"unsigned tpu_kernel_abi_version(void) {{ return {tpu_kernel.ABI_VERSION}; }}\n")
     so = tmp_path / "libpartial.so"
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
     with pytest.raises(tpu_kernel.LibraryError) as e:
@@ -129,16 +129,16 @@ def test_library_whose_exports_do_not_fit_together(tmp_path):
     src.write_text(textwrap.dedent(r"""
         #include <stdint.h>
         #include <stdlib.h>
-        uint32_t tpu_kernel_abi_version(void) { return 1; }
+        uint32_t tpu_kernel_abi_version(void) { return ABI; }
         const char* tpu_kernel_library_json(void) {
-            return "{\"abi_version\": 1, \"library\": \"p\", \"ffi_target\": \"tpu_kernel_p\", "
+            return "{\"abi_version\": ABI, \"library\": \"p\", \"ffi_target\": \"tpu_kernel_p\", "
                    "\"kernels\": [], \"problems\": [\"src/lib.rs:3:8: the gradient of kernel `f` "
                    "calls `f_bwd`, which this library does not export (list it in export_library!)\"]}";
         }
         char* tpu_kernel_call(const char* m, const char* r) { abort(); }
         void tpu_kernel_free(char* s) { abort(); }
         void* tpu_kernel_ffi(void* frame) { abort(); }
-    """))
+    """).replace("ABI", str(tpu_kernel.ABI_VERSION)))
     so = tmp_path / "libproblems.so"
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
     with pytest.raises(tpu_kernel.LibraryError) as e:

@@ -1,5 +1,6 @@
 """The installed `tpu_kernel` package: where it comes from, the examples' public surface, the library
-description, and argument mistakes Python catches before Rust is asked."""
+description, argument mistakes Python catches before Rust is asked, and the examples' host helper
+`group_metadata` (Rust's, over the library ABI)."""
 import inspect
 import json
 import os
@@ -58,7 +59,7 @@ def test_every_example_is_exported_with_its_pallas_surface():
 
 def test_library_description_follows_the_abi():
     d = ex.library.description
-    assert d["abi_version"] == tpu_kernel.ABI_VERSION == 1
+    assert d["abi_version"] == tpu_kernel.ABI_VERSION == 3
     assert d["library"] == "examples" and d["ffi_target"] == "tpu_kernel_examples"
     kernels = {k["name"]: k for k in d["kernels"]}
     for k in kernels.values():
@@ -75,6 +76,7 @@ def test_library_description_follows_the_abi():
         covered = [i for e in kernels[name]["grad"] for i in e["inputs"]]
         assert sorted(covered) == sorted(kernels[name]["inputs"]), covered
     assert kernels["softmax"]["grad"] is None
+    assert d["host"] == [{"name": "group_metadata", "args": ["Vec<i32>", "usize", "usize"]}]
 
 
 def test_load_returns_one_library_per_file_and_registers_ffi_once():
@@ -103,14 +105,25 @@ def test_wrong_number_of_arrays_names_kernel_and_inputs():
 def test_unknown_keyword_names_it_and_lists_the_real_ones():
     with pytest.raises(tpu_kernel.KernelError) as e:
         ex.softmax(_x((8, 128)), block_row=8)
-    msg = str(e.value)
-    assert "'block_row'" in msg and "softmax()" in msg and "block_rows" in msg
-    assert e.value.argument == "block_row"
+    msg = str(e.value)  # Rust's message, at the kernel's export
+    assert "`block_row`" in msg and "`softmax`" in msg and "block_rows: usize" in msg, msg
+    assert e.value.argument == "block_row" and e.value.location == ex.softmax.spec["location"]
 
 
 def test_static_parameter_must_be_static():
     with pytest.raises(tpu_kernel.KernelError, match="block_rows.*not a static value"):
         ex.softmax(_x((8, 128)), block_rows=jnp.int32(8))
+
+
+def test_a_static_parameter_json_cannot_carry_is_named_before_rust_is_asked():
+    calls = ex.library.rust_calls
+    for bad in (float("nan"), float("inf"), np.float32("nan")):
+        with pytest.raises(tpu_kernel.KernelError, match="eps=.*cannot be sent to the library") as e:
+            ex.rmsnorm(_x((16, 256), bf16), _x((1, 256)), eps=bad)
+        assert e.value.argument == "eps"
+    with pytest.raises(tpu_kernel.KernelError, match="block=.*not a static value"):
+        ex.add(_x((256, 256)), _x((256, 256)), block=(256, object()))
+    assert ex.library.rust_calls == calls
 
 
 def test_static_parameter_passed_as_a_jit_argument_says_how_to_fix_it():
@@ -146,3 +159,78 @@ def test_numpy_inputs_work_like_jax_arrays():
     x = np.random.default_rng(0).uniform(-1, 1, (16, 128)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(ex.softmax(x)), np.asarray(jax.nn.softmax(x, axis=-1)),
                                rtol=2e-6, atol=1e-7)
+
+
+# -- group_metadata: the examples library's host function ------------------------------------------
+
+def group_metadata_reference(sizes, m, tm):
+    """Plain Python from the definition: each non-empty group visits the tiles its rows touch, in
+    order; `m // tm + G - 1` visits, the unused ones repeating the last."""
+    offsets = [0]
+    for s in sizes:
+        offsets.append(offsets[-1] + s)
+    group_ids, m_tiles = [], []
+    for g in range(len(sizes)):
+        start, end = offsets[g], offsets[g + 1]
+        for tile in range(start // tm, -(-end // tm)) if end > start else ():
+            group_ids.append(g)
+            m_tiles.append(tile)
+    while len(group_ids) < m // tm + len(sizes) - 1:
+        group_ids.append(group_ids[-1] if group_ids else 0)
+        m_tiles.append(m_tiles[-1] if m_tiles else 0)
+    return offsets, group_ids, m_tiles
+
+
+def random_sizes(rng, groups, m):
+    """`groups` sizes summing to `m`, cut at random rows: empty groups and boundaries inside tiles."""
+    cuts = np.sort(rng.integers(0, m + 1, groups - 1))
+    sizes = np.diff(np.concatenate([[0], cuts, [m]])).astype(np.int32)
+    if groups > 2:  # one empty group at least
+        sizes[0] += sizes[1]
+        sizes[1] = 0
+    return sizes
+
+
+def test_group_metadata_matches_a_plain_python_reference():
+    import tpu_kernel.torch.examples as tex
+    import torch
+    rng = np.random.default_rng(11)
+    cases = [(np.array([100, 0, 290, 122], np.int32), 512, 128), (np.zeros(3, np.int32), 0, 128),
+             (np.array([512], np.int32), 512, 128), (np.array([0, 0, 512, 0], np.int32), 512, 128)]
+    cases += [(random_sizes(rng, int(rng.integers(1, 9)), m), m, tm)
+              for tm in (8, 128) for m in (tm, 4 * tm, 37 * tm) for _ in range(6)]
+    jitted = jax.jit(ex.group_metadata, static_argnums=(1, 2))
+    for sizes, m, tm in cases:
+        want = [np.asarray(a, np.int32) for a in group_metadata_reference(sizes.tolist(), m, tm)]
+        for got in (ex.group_metadata(sizes, m, tm), ex.group_metadata(sizes.tolist(), m, tm),
+                    jitted(jnp.asarray(sizes), m, tm),  # traced sizes: through jax.pure_callback
+                    tex.group_metadata(torch.from_numpy(sizes), m, tm)):
+            assert len(got) == 3
+            for g, w in zip(got, want):
+                assert np.asarray(g).dtype == np.int32 and np.array_equal(np.asarray(g), w), (sizes, m, tm, got)
+        assert all(isinstance(a, torch.Tensor) for a in tex.group_metadata(sizes, m, tm))
+    # the default tile is 128 rows
+    assert [a.tolist() for a in ex.group_metadata([100, 0, 290, 122], 512)] == \
+        list(group_metadata_reference([100, 0, 290, 122], 512, 128))
+
+
+def test_group_metadata_under_vmap_is_per_example():
+    sizes = jnp.array([[100, 0, 290, 122], [0, 512, 0, 0]], jnp.int32)
+    got = jax.vmap(lambda s: ex.group_metadata(s, 512))(sizes)
+    for i in range(2):
+        want = group_metadata_reference(sizes[i].tolist(), 512, 128)
+        assert [a[i].tolist() for a in got] == list(want)
+
+
+def test_group_metadata_mistakes_are_rusts_errors():
+    for sizes, m, tm, message in [([100, 27], 128, 128, "sum to 127, not m = 128"),
+                                  ([100, -1, 29], 128, 128, "group 1 has a negative size -1"),
+                                  ([50, 50], 100, 8, "not a multiple of the row tile"),
+                                  ([], 0, 128, "at least one group"),
+                                  ([1.5, 126.5], 128, 128, "expected an integer")]:
+        with pytest.raises(tpu_kernel.KernelError, match=message) as e:
+            ex.group_metadata(sizes, m, tm)
+        assert e.value.kind in ("Shape", "Signature"), e.value.kind
+    # a traced call checks m and tm when it is traced
+    with pytest.raises(tpu_kernel.KernelError, match="not a multiple"):
+        jax.jit(ex.group_metadata, static_argnums=(1, 2))(jnp.array([50, 50], jnp.int32), 100, 8)

@@ -1,5 +1,8 @@
 """The example kernels as JAX ops under jax.jit, jax.vmap and jax.grad, on CPU (our interpreter through
-XLA FFI), against plain jnp references; and the trace-time cache (a second trace does not call Rust)."""
+XLA FFI), against plain jnp references; and the trace-time cache (a second trace does not call Rust;
+two spellings of a static parameter are one primitive, as Rust canonicalizes them)."""
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -228,6 +231,63 @@ def test_ffi_handler_builds_once_per_signature():
     jax.jit(lambda a: ex.softmax(a) * 1)(x).block_until_ready()
     assert first - before <= 1
     assert lib.stats()["ffi_builds"] == first
+
+
+def tpu_kernel_eqns(jaxpr):
+    """The `tpu_kernel` equations of a jaxpr, nested ones (custom_vjp, pjit) included."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "tpu_kernel":
+            found.append(eqn)
+        for v in eqn.params.values():
+            for sub in v if isinstance(v, (tuple, list)) else (v,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    found += tpu_kernel_eqns(inner)
+    return found
+
+
+def assert_one_signature(kernel, call, args, spellings, canonical):
+    """Every spelling of the static parameters is one primitive (equal equation parameters carrying
+    Rust's `canonical` text), one build, one cache entry and one custom_vjp function, the same lowered
+    program and the same result bits; a spelling seen before does not call into Rust again."""
+    lib = kernel.library
+    builds, entries, vjps = lib.stats()["builds"], len(lib._cache), len(kernel._vjp_cache)
+    eqns = [tpu_kernel_eqns(jax.make_jaxpr(call(s))(*args).jaxpr) for s in spellings]
+    assert all(len(e) == 1 for e in eqns), eqns
+    assert {e[0].params["params"] for e in eqns} == {canonical}
+    assert all(e[0].params == eqns[0][0].params for e in eqns)
+    assert lib.stats()["builds"] == builds + 1 and len(lib._cache) == entries + 1
+    assert canonical in kernel._vjp_cache and len(kernel._vjp_cache) <= vjps + 1  # (+0: made before)
+    texts = {call(s).lower(*args).as_text() for s in spellings}
+    assert len(texts) == 1, texts
+    assert len({np.asarray(call(s)(*args)).tobytes() for s in spellings}) == 1
+    calls = lib.rust_calls
+    for s in spellings:
+        jax.make_jaxpr(call(s))(*args)
+    assert lib.rust_calls == calls, "a static parameter spelling seen before was sent to Rust again"
+
+
+def test_an_int_and_a_float_eps_are_one_primitive():
+    """Rust is the only canonicalizer of static parameters: `eps=1` (an int), `eps=1.0` and numpy
+    scalars of either are rmsnorm's `eps: f32` = 1.0."""
+    x, w = rand((48, 256), bf16), rand((1, 256), f32)  # a signature no other test uses
+    assert_one_signature(ex.rmsnorm, lambda eps: jax.jit(lambda a, b: ex.rmsnorm(a, b, eps=eps, block_rows=8)),
+                         (x, w), [1, 1.0, np.float32(1), np.int64(1)], '{"eps":1.0,"block_rows":8}')
+
+
+def test_a_tuple_and_a_list_block_are_one_primitive():
+    x, y = rand((128, 384), bf16), rand((384, 128), bf16)  # a signature no other test uses
+    assert_one_signature(ex.matmul, lambda block: jax.jit(lambda a, b: ex.matmul(a, b, block=block)),
+                         (x, y), [(128, 128, 128), [128, 128, 128], (np.int32(128), 128, np.uint16(128))],
+                         '{"block":[128,128,128]}')
+
+
+def test_defaults_are_rusts_and_a_default_spelled_out_is_the_same_primitive():
+    assert ex.softmax.canonical_params({}) == ex.softmax.canonical_params({"block_rows": 8}) \
+        == '{"block_rows":8}'
+    # rmsnorm's default eps is 1e-6 as f32 writes it (the shortest decimal that reads back)
+    assert json.loads(ex.rmsnorm.canonical_params({}))["eps"] == 1e-6
 
 
 def test_a_user_crate_kernel_differentiates_through_its_declared_backward(user_crate):

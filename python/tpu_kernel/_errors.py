@@ -2,10 +2,10 @@
 
 A Rust `KernelError` crosses the library boundary as JSON (`{"kind", "message", "location", "argument",
 "text"}`) and becomes a `KernelError` here whose `str()` is the Rust `text`: the same words, and the
-`file.rs:line:col` of the Rust line that caused it, that a Rust user sees. Mistakes that Python can see
-before asking Rust (wrong number of arrays, an unknown or missing keyword) are `KernelError`s too, with
-kind `"Argument"`, located at the kernel's export in Rust (from the library description), so one
-`except tpu_kernel.KernelError` covers every misuse of a kernel.
+`file.rs:line:col` of the Rust line that caused it, that a Rust user sees. Mistakes that Python sees
+before asking Rust (a wrong number of arrays, a static parameter JSON cannot carry — a tracer, an
+array) are `KernelError`s too, with kind `"Argument"`, located at the kernel's export in Rust (from
+the library description), so one `except tpu_kernel.KernelError` covers every misuse of a kernel.
 """
 from __future__ import annotations
 

@@ -19,6 +19,8 @@ Forward inputs that no entry covers (e.g. integer operands) get a zero cotangent
 """
 from __future__ import annotations
 
+import json
+
 import jax
 
 from ._errors import KernelError
@@ -53,7 +55,7 @@ def make_vjp(kernel, params_json: str):
 
     def bwd(residuals, cotangents):
         arrays, outs = residuals
-        forward_params = library.request("build", kernel.name, arrays, params_json, ())["params"]
+        forward_params = json.loads(params_json)  # Rust's canonical values
         env = dict(zip(kernel.inputs, arrays))
         env.update(zip(_names("out", len(outs)), outs))
         env.update(zip(_names("g", len(cotangents)), cotangents))

@@ -1,6 +1,6 @@
 """Loading a kernel library (a Rust cdylib speaking the tpu_kernel C ABI) and calling into it.
 
-The C ABI (version 1) is five symbols:
+The C ABI (version 3) is five symbols:
 
     uint32_t       tpu_kernel_abi_version(void);
     const char*    tpu_kernel_library_json(void);          // owned by the library
@@ -9,23 +9,31 @@ The C ABI (version 1) is five symbols:
     XLA_FFI_Error* tpu_kernel_ffi(XLA_FFI_CallFrame*);     // the CPU implementation, an XLA FFI handler
 
 Everything but the FFI handler speaks JSON text, so the boundary has no structs whose layout could
-drift between the Rust and the Python side; the version number guards the meaning of the JSON.
+drift between the Rust and the Python side; the version number guards the meaning of the JSON. The
+methods of `tpu_kernel_call`: "canonical", "build", "lower" (a kernel's static parameters, outputs and
+backend_config), "host" (a host function: plain Rust the library exports beside its kernels, which a
+wrapper calls with `Library.host` instead of re-implementing it), "stats", "ffi_layout".
 
 A `Library` is loaded once per real path per process (`load()` returns the same object again) and
 registers its FFI handler with XLA once: XLA's registry is process-wide and keyed by target name.
 Each exported kernel is a `Kernel` callable (`lib.matmul(x, y, block=(128, 128, 128))`).
 
-Build and lower answers are cached in Python per (method, kernel, input shapes and dtypes, static
-parameters, vmap levels): tracing the same signature again — another `jax.jit` of a new function, a
-second lowering for another platform, the backward pass looking up forward parameters — never calls
-into Rust. Errors are not cached (they are cheap, and a retry should ask again).
+Static parameters are sent to Rust as the caller wrote them (JSON text) and Rust answers their
+canonical form ("canonical": defaults filled in, each value read as its Rust type and written back,
+so `eps=1` and `eps=1.0` are one form); Python never normalizes a value itself. That answer is the
+`params` of the primitive and of every cache key, and it is cached per kernel by the raw JSON text,
+so a repeat call does not cross the ABI.
+
+Build and lower answers are cached in Python per (method, kernel, input shapes and dtypes, canonical
+static parameters, vmap levels): tracing the same signature again — another `jax.jit` of a new
+function, a second lowering for another platform — never calls into Rust. Errors are not cached
+(they are cheap, and a retry should ask again).
 """
 from __future__ import annotations
 
 import ctypes
 import inspect
 import json
-import numbers
 import os
 import threading
 from typing import Any, Mapping, Sequence
@@ -35,7 +43,7 @@ import numpy as np
 from ._errors import AbiVersionError, KernelError, LibraryError
 
 #: The C ABI version this package speaks; a library reporting another one is refused by `load()`.
-ABI_VERSION = 1
+ABI_VERSION = 3
 
 _SYMBOLS = ("tpu_kernel_abi_version", "tpu_kernel_library_json", "tpu_kernel_call", "tpu_kernel_free",
             "tpu_kernel_ffi")
@@ -68,31 +76,42 @@ def numpy_dtype(abi_name: str) -> np.dtype:
         raise LibraryError(f"the library answered an unknown dtype name {abi_name!r}") from None
 
 
-def _static_json(value: Any, *, kernel: str, name: str) -> Any:
-    """A static parameter as JSON data: tuples become lists, numpy scalars plain numbers. Anything
-    else (an array, a tracer, an object) is refused here, with the parameter's name, because it would
-    not be static: it could not be part of a cache key or of the compiled kernel."""
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (tuple, list)):
-        return [_static_json(v, kernel=kernel, name=name) for v in value]
-    import jax
-    if isinstance(value, jax.core.Tracer):
+def _scalar_json(v: Any) -> Any:
+    """`json`'s `default` hook: a numpy scalar is the Python number it holds; nothing else is JSON."""
+    if isinstance(v, np.generic):
+        return v.item()
+    raise TypeError(f"{type(v).__name__} is not a JSON value")
+
+
+# One encoder for every call (json.dumps with options builds a new one each time).
+_PARAMS_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_scalar_json)
+
+
+def _refuse_unless_json(value: Any, *, kernel: str, name: str) -> None:
+    """Static parameters go to Rust as the JSON of the values given (Rust alone decides what they
+    mean); this names the parameter whose value JSON cannot carry, and why: a tracer or an array (not
+    static: it could not key a cache or be compiled into a kernel), a NaN or an infinity, an object."""
+    def encode(v: Any) -> Any:
+        if isinstance(v, np.generic):
+            return v.item()
+        import jax
+        if isinstance(v, jax.core.Tracer):
+            raise KernelError(
+                f"{kernel}: parameter {name} is a traced value ({v.aval}); static parameters must be "
+                f"Python values at trace time — under jax.jit, bind them with functools.partial or mark "
+                f"them static (jax.jit(f, static_argnames=...)) instead of passing them as jit arguments",
+                argument=name, kernel=kernel)
         raise KernelError(
-            f"{kernel}: parameter {name} is a traced value ({value.aval}); static parameters must be "
-            f"Python values at trace time — under jax.jit, bind them with functools.partial or mark them "
-            f"static (jax.jit(f, static_argnames=...)) instead of passing them as jit arguments",
+            f"{kernel}: parameter {name}={value!r:.80} is not a static value; static parameters are "
+            f"Python ints, floats, bools, strings and tuples of them (arrays are passed positionally)",
             argument=name, kernel=kernel)
-    raise KernelError(
-        f"{kernel}: parameter {name}={value!r:.80} is not a static value; static parameters are "
-        f"Python ints, floats, bools, strings and tuples of them (arrays are passed positionally)",
-        argument=name, kernel=kernel)
+
+    try:
+        json.dumps(value, allow_nan=False, default=encode)
+    except (ValueError, TypeError) as e:  # a NaN or an infinity (allow_nan=False), a cycle, a bad key
+        raise KernelError(f"{kernel}: parameter {name}={value!r:.80} cannot be sent to the library as "
+                          f"JSON ({e}); static parameters are finite numbers, bools, strings and tuples "
+                          f"of them", argument=name, kernel=kernel) from None
 
 
 def _display(value: Any) -> Any:
@@ -124,6 +143,7 @@ class Kernel:
                                  default=_display(p["default"]) if "default" in p else inspect.Parameter.empty)
                for p in self.params])
         self._vjp_cache: dict[str, Any] = {}
+        self._canonical: dict[str, str] = {}  # raw JSON text of the given parameters -> Rust's canonical text
 
     def __repr__(self) -> str:
         return f"<tpu_kernel {self.library.name}.{self.name}{self.__signature__}>"
@@ -145,27 +165,23 @@ class Kernel:
                 f"({', '.join(p['name'] for p in self.params) or 'none'})")
 
     def canonical_params(self, given: Mapping[str, Any]) -> str:
-        """The static parameters as the JSON text the primitive carries: every declared parameter,
-        the library's default where not given, tuples as lists, keys sorted. Unknown and missing
-        parameters are errors naming the kernel and the parameter."""
-        declared = {p["name"]: p for p in self.params}
-        unknown = [k for k in given if k not in declared]
-        if unknown:
-            known = ", ".join(f"{n}: {p.get('type', '?')}" for n, p in declared.items()) or "none"
-            raise self._argument_error(
-                f"{self.name}() got an unexpected keyword argument {unknown[0]!r}; its static parameters "
-                f"are: {known}", unknown[0])
-        out = {}
-        for name, p in declared.items():
-            if name in given:
-                out[name] = _static_json(given[name], kernel=self.name, name=name)
-            elif "default" in p:
-                out[name] = p["default"]
-            else:
-                raise self._argument_error(
-                    f"{self.name}() missing required keyword argument {name!r} "
-                    f"(a static parameter of type {p.get('type', '?')}, declared without a default)", name)
-        return json.dumps(out, sort_keys=True, separators=(",", ":"))
+        """The static parameters as the JSON text the primitive carries: Rust's canonical form of the
+        values given (every declared parameter, defaults filled in, each value as its Rust type
+        writes it). An unknown or missing parameter, or a value of the wrong type, is Rust's
+        `KernelError` naming the parameter. Asked once per spelling: the answer is cached by the raw
+        JSON text of `given`."""
+        try:
+            raw = _PARAMS_JSON.encode(given)
+        except (ValueError, TypeError):  # not JSON: say which parameter, and why
+            for k, v in given.items():
+                _refuse_unless_json(v, kernel=self.name, name=k)
+            raise
+        canonical = self._canonical.get(raw)
+        if canonical is None:
+            answer = self.library._checked_text(
+                "canonical", f'{{"kernel":{json.dumps(self.name)},"params":{raw}}}', self.name)
+            canonical = self._canonical[raw] = json.dumps(answer["params"], separators=(",", ":"))
+        return canonical
 
     # -- calling -----------------------------------------------------------------------------------
 
@@ -246,7 +262,10 @@ class Library:
     def call(self, method: str, request: dict) -> dict:
         """One `tpu_kernel_call(method, request)`: the parsed JSON answer, successful or not (no
         cache, no raising on `ok: false`): the raw protocol, for tools and tests."""
-        raw = self._cdll.tpu_kernel_call(method.encode(), json.dumps(request, separators=(",", ":")).encode())
+        return self._call_text(method, json.dumps(request, separators=(",", ":")))
+
+    def _call_text(self, method: str, request: str) -> dict:
+        raw = self._cdll.tpu_kernel_call(method.encode(), request.encode())
         if not raw:
             raise LibraryError(f"{self.path}: tpu_kernel_call({method!r}) returned NULL", path=self.path)
         self.rust_calls += 1
@@ -261,7 +280,10 @@ class Library:
                                f"({e}): {text[:200]!r}", path=self.path) from None
 
     def _checked(self, method: str, request: dict, kernel: str | None = None) -> dict:
-        answer = self.call(method, request)
+        return self._checked_text(method, json.dumps(request, separators=(",", ":")), kernel)
+
+    def _checked_text(self, method: str, request: str, kernel: str | None = None) -> dict:
+        answer = self._call_text(method, request)
         if not answer.get("ok"):
             error = answer.get("error")
             if not isinstance(error, dict):
@@ -289,6 +311,24 @@ class Library:
         with self._lock:
             self._cache[key] = answer
         return answer
+
+    def host(self, function: str, *args: Any) -> Any:
+        """Call the library's host function `function` (`export_library!(.., host = [..])`) on `args`
+        — JSON values: numbers, bools, strings, lists; numpy scalars and arrays are sent as the numbers
+        and (nested) lists they hold — and return its result as JSON data (tuples and Vecs as lists).
+        Rust checks the arguments against the function's types; a mistake is its `KernelError`."""
+        def encode(v: Any) -> Any:
+            if isinstance(v, (np.generic, np.ndarray)):
+                return v.tolist()
+            raise TypeError(f"{type(v).__name__} is not a JSON value")
+
+        try:
+            request = json.dumps({"function": function, "args": args}, separators=(",", ":"),
+                                 allow_nan=False, default=encode)
+        except (ValueError, TypeError) as e:
+            raise KernelError(f"host function {function}: arguments {args!r:.120} cannot be sent to the "
+                              f"library as JSON ({e})", kind="Argument") from None
+        return self._checked_text("host", request)["result"]
 
     def stats(self) -> dict:
         """Rust's counters of cache misses: `{"builds", "lowerings", "ffi_builds"}`."""

@@ -3,7 +3,8 @@
 Parameters (all hashable, so jaxprs and jax's caches can key on them):
     library  the `Library` object (identity-hashed; one per loaded file);
     kernel   the exported kernel's name;
-    params   the static parameters as canonical JSON text (see `Kernel.canonical_params`);
+    params   the static parameters as JSON text in Rust's canonical form (see `Kernel.canonical_params`):
+             one primitive per meaning, however the caller spelled the values;
     batch    vmap levels, outermost first: ((size, (is input i batched, ...)), ...).
 
 Rules:

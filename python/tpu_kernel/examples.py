@@ -21,7 +21,9 @@ import glob
 import importlib.machinery
 import os
 
-from ._errors import LibraryError
+import numpy as np
+
+from ._errors import KernelError, LibraryError
 from ._library import load
 
 #: Environment variable naming the examples library file to load instead of the bundled one.
@@ -61,17 +63,31 @@ def group_metadata(sizes, m: int, tm: int = 128):
     jit-able (`sizes` may be traced; `m`, `tm` are static):
 
         y = tpu_kernel.examples.grouped_matmul(*group_metadata(sizes, lhs.shape[0]), lhs, rhs)
+
+    Computed by the Rust function beside the kernel (`group_metadata` in examples/grouped_matmul.rs, a
+    host function of the examples library); a traced `sizes` reaches it through `jax.pure_callback`.
+    Sizes that do not fit the kernel (negative, not summing to `m`, `m` not a multiple of `tm`) are
+    Rust's `KernelError`.
     """
+    import jax
     import jax.numpy as jnp
-    i32 = jnp.int32
-    sizes = jnp.asarray(sizes, i32)
-    offsets = jnp.concatenate([jnp.zeros((1,), i32), jnp.cumsum(sizes, dtype=i32)])
-    first, stop = offsets[:-1] // tm, (offsets[1:] + tm - 1) // tm
-    count = jnp.where(sizes > 0, stop - first, 0)
-    ends = jnp.cumsum(count)
-    t = jnp.minimum(jnp.arange(m // tm + sizes.shape[0] - 1, dtype=i32), ends[-1] - 1)
-    gid = jnp.searchsorted(ends, t, side="right").astype(i32)
-    return offsets, gid, first[gid] + t - (ends - count)[gid]
+    if isinstance(sizes, jax.core.Tracer):
+        if sizes.ndim != 1:
+            raise KernelError(f"group_metadata: sizes must be one size per group, got shape {sizes.shape}",
+                              argument="sizes")
+        groups = sizes.shape[0]
+        # The shapes depend on (G, m, tm) alone: ask Rust with every row in group 0 (which also checks
+        # m and tm now, at trace time).
+        shapes = tuple(jax.ShapeDtypeStruct(a.shape, jnp.int32)
+                       for a in _group_metadata([m] + [0] * (groups - 1) if groups else [], m, tm))
+        return jax.pure_callback(lambda s: _group_metadata(s, m, tm), shapes, sizes, vmap_method="sequential")
+    return tuple(jnp.asarray(a) for a in _group_metadata(sizes, m, tm))
+
+
+def _group_metadata(sizes, m: int, tm: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`group_metadata` as numpy i32 arrays, from the library's host function."""
+    result = library.host("group_metadata", np.asarray(sizes), m, tm)
+    return tuple(np.asarray(a, np.int32) for a in result)
 
 
 #: The loaded examples `Library`.

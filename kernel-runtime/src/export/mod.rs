@@ -1,6 +1,7 @@
 //! Kernels as a library other languages call: the registry a user crate's `export_library!` builds
-//! from its `#[export]`ed launch functions, the versioned C ABI over it (`abi`), and the XLA FFI handler
-//! that runs a kernel on XLA's CPU buffers (`ffi`).
+//! from its `#[export]`ed launch functions and its host functions (`host`: plain Rust a caller runs
+//! around a launch), the versioned C ABI over it (`abi`), and the XLA FFI handler that runs a kernel
+//! on XLA's CPU buffers (`ffi`).
 //!
 //! A request names a kernel, its input array types, its static parameters (JSON) and any batch levels
 //! (`jax.vmap`); the answer is the built kernel's output types, and on demand the `tpu_custom_call`
@@ -9,8 +10,12 @@
 
 pub mod abi;
 pub mod ffi;
+mod host;
 mod params;
+#[cfg(test)]
+mod tests;
 
+pub use host::{HostExport, HostFn};
 pub use params::{ParamSpec, StaticParam};
 
 use crate::dtype::DType;
@@ -26,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// The version of the C ABI (`abi`): bumped whenever a symbol, a method or a JSON field changes
 /// meaning. The Python package refuses a library whose version differs from its own.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 3;
 
 /// How to compute a kernel's vector-Jacobian product with other exported kernels: call `kernel` with
 /// the arrays named in `args` (forward inputs by name, `out`/`outN`, `g`/`gN` for cotangents) and the
@@ -234,6 +239,7 @@ fn array_json(a: &ArrayType) -> Value {
 pub struct Library {
     pub name: &'static str,
     pub kernels: Vec<KernelExport>,
+    pub host: Vec<HostExport>,
     description: CString,
     cache: Mutex<HashMap<String, Arc<Built>>>,
     /// The FFI handler's own index: (request attribute, buffer types) → built kernel, so a call
@@ -244,15 +250,52 @@ pub struct Library {
 
 impl Library {
     pub fn new(name: &'static str, kernels: Vec<KernelExport>) -> Library {
-        let description = describe(name, &kernels, &problems(&kernels));
+        let description = describe(name, &kernels, &[], &problems(&kernels));
         Library {
             name,
             kernels,
+            host: Vec::new(),
             description: CString::new(description).unwrap_or_default(),
             cache: Mutex::new(HashMap::new()),
             ffi_cache: Mutex::new(HashMap::new()),
             stats: Stats::default(),
         }
+    }
+
+    /// The library with these host functions (`export_library!(.., host = [..])`); two of one name
+    /// are a problem of the library, refused when it is loaded.
+    pub fn with_host(mut self, host: Vec<HostExport>) -> Library {
+        let mut problems = problems(&self.kernels);
+        for (i, f) in host.iter().enumerate() {
+            if host[..i].iter().any(|g| g.name == f.name) {
+                problems.push(format!(
+                    "two host functions are named `{}` (export_library! names each after its Rust function)",
+                    f.name
+                ));
+            }
+        }
+        let description = describe(self.name, &self.kernels, &host, &problems);
+        self.description = CString::new(description).unwrap_or_default();
+        self.host = host;
+        self
+    }
+
+    /// Call the host function `function` on JSON arguments.
+    pub fn call_host(&self, function: &str, args: &[Value]) -> Result<Value> {
+        let f = self
+            .host
+            .iter()
+            .find(|f| f.name == function)
+            .ok_or_else(|| {
+                let names: Vec<&str> = self.host.iter().map(|f| f.name).collect();
+                kerr!(
+                    Signature,
+                    "library `{}` has no host function `{function}`; it exports {}",
+                    self.name,
+                    list_or_none(&names)
+                )
+            })?;
+        f.call(args)
     }
 
     /// The XLA FFI target name the library's handler is registered under.
@@ -261,7 +304,7 @@ impl Library {
     }
 
     /// The library description (JSON): ABI version, FFI target, every kernel's inputs, static
-    /// parameters with types and defaults, and gradient rules.
+    /// parameters with types and defaults, and gradient rules; every host function's argument types.
     pub fn description(&self) -> &CString {
         &self.description
     }
@@ -340,59 +383,94 @@ impl Library {
         self.ffi_cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Answer one C-ABI method call with a JSON value: `build` (output types, canonical params, the
-    /// FFI request), `lower` (also the `tpu_custom_call` backend_config), `stats` (cache misses),
+    /// A kernel's static parameters in their canonical form: every parameter, from `given` or its
+    /// default, each value read as its Rust type and written back (`eps: f32` given `1` is `1.0`).
+    /// What callers key their caches on, so two spellings of one value are one kernel.
+    pub fn canonical(&self, kernel: &str, given: &Map<String, Value>) -> Result<Params> {
+        canonical_params(self.kernel(kernel)?, given)
+    }
+
+    /// Answer one C-ABI method call with a JSON value: `canonical` (a kernel's static parameters as
+    /// Rust reads them), `build` (output types, canonical params, the FFI request), `lower` (also the
+    /// `tpu_custom_call` backend_config), `host` (a host function's `result`), `stats` (cache misses),
     /// `ffi_layout` (the FFI structs as the handler lays them out).
     pub fn dispatch(&self, method: &str, request: &str) -> Value {
+        let json = || -> Result<Value> {
+            serde_json::from_str(request)
+                .map_err(|e| kerr!(Signature, "request is not JSON ({e}): {request}"))
+        };
+        let parse = || Request::from_json(&json()?);
         let answer = || -> Result<Value> {
-            if method == "ffi_layout" {
-                // The handler's view of XLA's structs, for a test against the C header.
-                let layout: Map<String, Value> = ffi::layout()
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), Value::from(v)))
-                    .collect();
-                return Ok(
-                    json!({"ok": true, "layout": layout, "api_version": [ffi::API_MAJOR, ffi::API_MINOR]}),
-                );
-            }
-            if method == "stats" {
-                return Ok(json!({
+            match method {
+                "ffi_layout" => {
+                    // The handler's view of XLA's structs, for a test against the C header.
+                    let layout: Map<String, Value> = ffi::layout()
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), Value::from(v)))
+                        .collect();
+                    Ok(json!({"ok": true, "layout": layout, "api_version": [ffi::API_MAJOR, ffi::API_MINOR]}))
+                }
+                "stats" => Ok(json!({
                     "ok": true,
                     "builds": self.stats.builds.load(Ordering::Relaxed),
                     "lowerings": self.stats.lowerings.load(Ordering::Relaxed),
                     "ffi_builds": self.stats.ffi_builds.load(Ordering::Relaxed),
-                }));
-            }
-            let v: Value = serde_json::from_str(request)
-                .map_err(|e| kerr!(Signature, "request is not JSON ({e}): {request}"))?;
-            let req = Request::from_json(&v)?;
-            let built = self.build(&req)?;
-            let mut out = json!({
-                "ok": true,
-                "outputs": built.outputs.iter().map(array_json).collect::<Vec<_>>(),
-                "kernel_name": built.call.kernel.name,
-                "params": built.params.to_json(),
-                "ffi_request": built.ffi_request,
-                "input_output_aliases": built.call.kernel.aliases,
-                "cost_estimate": built.call.kernel.cost_estimate.map(|c| json!({
-                    "flops": c.flops,
-                    "transcendentals": c.transcendentals,
-                    "bytes_accessed": c.bytes_accessed,
                 })),
-            });
-            match method {
-                "build" => {}
-                "lower" => out["backend_config"] = Value::String(built.backend_config(&self.stats)?),
-                other => {
-                    return Err(kerr!(
-                        Unsupported,
-                        "unknown method `{other}` (this library speaks ABI version {ABI_VERSION}: build, lower, stats, ffi_layout)"
-                    ))
+                "host" => {
+                    // `{"function": name, "args": [..]}`
+                    let v = json()?;
+                    let (Some(function), Some(args)) = (
+                        v.get("function").and_then(Value::as_str),
+                        v.get("args").and_then(Value::as_array),
+                    ) else {
+                        return Err(kerr!(
+                            Signature,
+                            "a host call is {{\"function\": name, \"args\": [..]}}, got {v}"
+                        ));
+                    };
+                    Ok(json!({"ok": true, "result": self.call_host(function, args)?}))
                 }
+                "canonical" => {
+                    let req = parse()?;
+                    let params = self.canonical(&req.kernel, &req.params)?;
+                    Ok(json!({"ok": true, "params": params.to_json()}))
+                }
+                "build" | "lower" => {
+                    let built = self.build(&parse()?)?;
+                    let mut out = json!({
+                        "ok": true,
+                        "outputs": built.outputs.iter().map(array_json).collect::<Vec<_>>(),
+                        "kernel_name": built.call.kernel.name,
+                        "params": built.params.to_json(),
+                        "ffi_request": built.ffi_request,
+                        "input_output_aliases": built.call.kernel.aliases,
+                        "cost_estimate": built.call.kernel.cost_estimate.map(|c| json!({
+                            "flops": c.flops,
+                            "transcendentals": c.transcendentals,
+                            "bytes_accessed": c.bytes_accessed,
+                        })),
+                    });
+                    if method == "lower" {
+                        out["backend_config"] = Value::String(built.backend_config(&self.stats)?);
+                    }
+                    Ok(out)
+                }
+                other => Err(kerr!(
+                    Unsupported,
+                    "unknown method `{other}` (this library speaks ABI version {ABI_VERSION}: canonical, build, lower, host, stats, ffi_layout)"
+                )),
             }
-            Ok(out)
         };
         answer().unwrap_or_else(|e| error_json(&e))
+    }
+}
+
+/// Names for a message: `a, b`, or `none`.
+fn list_or_none<S: std::borrow::Borrow<str>>(names: &[S]) -> String {
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
     }
 }
 
@@ -414,16 +492,16 @@ pub fn error_json(e: &KernelError) -> Value {
 fn canonical_params(export: &KernelExport, given: &Map<String, Value>) -> Result<Params> {
     for name in given.keys() {
         if !export.params.iter().any(|p| p.name == name) {
-            let known: Vec<&str> = export.params.iter().map(|p| p.name).collect();
+            let known: Vec<String> = export
+                .params
+                .iter()
+                .map(|p| format!("{}: {}", p.name, p.type_name))
+                .collect();
             return Err(kerr!(
                 Signature,
-                "kernel `{}` has no static parameter `{name}`; its parameters are: {}",
+                "kernel `{}` has no static parameter `{name}`; its static parameters are: {}",
                 export.name,
-                if known.is_empty() {
-                    "none".to_string()
-                } else {
-                    known.join(", ")
-                }
+                list_or_none(&known)
             )
             .for_argument(name.as_str())
             .at(export.location));
@@ -574,7 +652,12 @@ pub fn problems(kernels: &[KernelExport]) -> Vec<String> {
     out
 }
 
-fn describe(name: &str, kernels: &[KernelExport], problems: &[String]) -> String {
+fn describe(
+    name: &str,
+    kernels: &[KernelExport],
+    host: &[HostExport],
+    problems: &[String],
+) -> String {
     let ks: Vec<Value> = kernels
         .iter()
         .map(|k| {
@@ -617,6 +700,7 @@ fn describe(name: &str, kernels: &[KernelExport], problems: &[String]) -> String
         "library": name,
         "ffi_target": format!("tpu_kernel_{name}"),
         "kernels": ks,
+        "host": host.iter().map(|f| json!({"name": f.name, "args": f.args})).collect::<Vec<_>>(),
         "problems": problems,
         // The dtype table (`crate::dtype::for_each_dtype!`): the Python side's dtype map.
         "dtypes": crate::dtype::DType::table_json(),

@@ -5,8 +5,8 @@
 
 use serde_json::Value;
 
-/// A value a kernel export takes as a static parameter: ints, floats, bools, strings, and tuples or
-/// arrays of them.
+/// A value a kernel export takes as a static parameter: ints, floats, bools, strings, and tuples,
+/// arrays or `Vec`s of them (also what a host function takes and returns, `host`).
 pub trait StaticParam: Sized {
     /// The Rust spelling of the type, shown in messages and in the library description.
     fn type_name() -> String;
@@ -135,6 +135,26 @@ impl<T: StaticParam, const N: usize> StaticParam for [T; N] {
     }
 }
 
+/// A sequence of any length (a host function's group sizes; JSON's arrays, Python's lists and tuples).
+impl<T: StaticParam> StaticParam for Vec<T> {
+    fn type_name() -> String {
+        format!("Vec<{}>", T::type_name())
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let items = v
+            .as_array()
+            .ok_or_else(|| format!("expected a sequence, got {}", describe(v)))?;
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| T::from_json(x).map_err(|e| format!("element {i}: {e}")))
+            .collect()
+    }
+    fn to_json(&self) -> Value {
+        Value::Array(self.iter().map(T::to_json).collect())
+    }
+}
+
 macro_rules! tuple_param {
     ($n:literal; $($t:ident $i:tt),*) => {
         impl<$($t: StaticParam),*> StaticParam for ($($t,)*) {
@@ -212,6 +232,20 @@ mod tests {
         assert_eq!(<[i32; 2]>::from_json(&json!([1, -2])).unwrap(), [1, -2]);
         let e = <[i32; 2]>::from_json(&json!([1, "a"])).unwrap_err();
         assert!(e.starts_with("element 1"), "{e}");
+        assert_eq!(
+            Vec::<i32>::from_json(&json!([])).unwrap(),
+            Vec::<i32>::new()
+        );
+        assert_eq!(
+            Vec::<i32>::from_json(&json!([3, 0, -1])).unwrap(),
+            [3, 0, -1]
+        );
+        assert_eq!(vec![1u32, 2].to_json(), json!([1, 2]));
+        assert_eq!(Vec::<i32>::type_name(), "Vec<i32>");
+        let e = Vec::<i32>::from_json(&json!([1, 2.5])).unwrap_err();
+        assert!(e.starts_with("element 1: expected an integer"), "{e}");
+        let e = Vec::<i32>::from_json(&json!(3)).unwrap_err();
+        assert!(e.contains("expected a sequence"), "{e}");
     }
 
     /// Found by the Python suite's generated bad calls: a long value whose 57th byte falls inside a

@@ -108,7 +108,7 @@ def op(kernel: Kernel) -> Callable:
 
     def call(*tensors: torch.Tensor, **params: Any):
         kernel._check_arity(tensors)
-        kernel.canonical_params(params)  # unknown / missing static parameters fail here, in Python
+        kernel.canonical_params(params)  # unknown / missing / mistyped static parameters fail here (Rust's verdict)
         kinds = {_is_torchax(t) for t in tensors if isinstance(t, torch.Tensor)}
         if len(kinds) > 1:
             raise KernelError(f"{kernel.name}(): mixes torchax tensors and plain CPU tensors; move them all "

@@ -19,11 +19,10 @@ def group_metadata(sizes, m: int, tm: int = 128):
 
         y = tpu_kernel.torch.examples.grouped_matmul(*group_metadata(sizes, lhs.shape[0]), lhs, rhs)
     """
-    import numpy as np
     import torch
     if isinstance(sizes, torch.Tensor):
         sizes = sizes.detach().cpu().numpy()
-    return tuple(torch.from_numpy(np.array(a)) for a in _jax_examples.group_metadata(sizes, m, tm))
+    return tuple(torch.from_numpy(a) for a in _jax_examples._group_metadata(sizes, m, tm))
 
 
 globals().update({name: _op(k) for name, k in library.kernels.items()})
