@@ -59,8 +59,11 @@ def test_every_example_is_exported_with_its_pallas_surface():
 
 def test_library_description_follows_the_abi():
     d = ex.library.description
-    assert d["abi_version"] == tpu_kernel.ABI_VERSION == 3
+    assert d["abi_version"] == tpu_kernel.ABI_VERSION == 4
     assert d["library"] == "examples" and d["ffi_target"] == "tpu_kernel_examples"
+    # The dtype map is the library's (Rust's dtype table), not the package's.
+    assert {r["name"]: r["numpy"] for r in d["dtypes"]}["bf16"] == "bfloat16"
+    assert ex.library.dtypes.to_abi == {r["numpy"]: r["name"] for r in d["dtypes"]}
     kernels = {k["name"]: k for k in d["kernels"]}
     for k in kernels.values():
         assert isinstance(k["inputs"], list) and k["inputs"], k

@@ -43,37 +43,40 @@ import numpy as np
 from ._errors import AbiVersionError, KernelError, LibraryError
 
 #: The C ABI version this package speaks; a library reporting another one is refused by `load()`.
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 _SYMBOLS = ("tpu_kernel_abi_version", "tpu_kernel_library_json", "tpu_kernel_call", "tpu_kernel_free",
             "tpu_kernel_ffi")
 
-# numpy dtype name -> the ABI's dtype name (and back). bfloat16 is ml_dtypes' (what jax uses).
-_DTYPE_TO_ABI = {"float32": "f32", "bfloat16": "bf16", "int32": "i32", "int8": "i8", "uint8": "u8",
-                 "uint32": "u32", "bool": "bool"}
-_ABI_TO_DTYPE = {v: k for k, v in _DTYPE_TO_ABI.items()}
+class DTypes:
+    """The dtype map of one library: numpy/jax dtype names <-> the ABI's dtype names, read from the
+    library's own dtype table (`"dtypes"` in its description: Rust's `for_each_dtype!`), so the package
+    keeps no dtype list of its own. bfloat16 is ml_dtypes' (what jax uses)."""
 
+    def __init__(self, rows: Sequence[Mapping[str, Any]]):
+        import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
+        self.to_abi: dict[str, str] = {r["numpy"]: r["name"] for r in rows}
+        self.to_numpy: dict[str, np.dtype] = {r["name"]: np.dtype(r["numpy"]) for r in rows}
+        self.torch: dict[str, str] = {r["name"]: r["torch"] for r in rows}
 
-def abi_dtype(dtype: Any, *, kernel: str, argument: str) -> str:
-    """The ABI name of a numpy/jax dtype; a dtype the ABI has no name for is a KernelError naming the
-    operand (Rust never sees it, so Python must say it)."""
-    name = np.dtype(dtype).name
-    try:
-        return _DTYPE_TO_ABI[name]
-    except KeyError:
-        raise KernelError(
-            f"{kernel}: {argument} has dtype {name}, which tpu_kernel kernels cannot take "
-            f"(supported: {', '.join(_DTYPE_TO_ABI)})", kind="DType", argument=argument,
-            kernel=kernel) from None
+    def abi(self, dtype: Any, *, kernel: str, argument: str) -> str:
+        """The ABI name of a numpy/jax dtype; a dtype the library has no row for is a KernelError naming
+        the operand (Rust never sees it, so Python must say it)."""
+        name = np.dtype(dtype).name
+        try:
+            return self.to_abi[name]
+        except KeyError:
+            raise KernelError(
+                f"{kernel}: {argument} has dtype {name}, which tpu_kernel kernels cannot take "
+                f"(supported: {', '.join(self.to_abi)})", kind="DType", argument=argument,
+                kernel=kernel) from None
 
-
-def numpy_dtype(abi_name: str) -> np.dtype:
-    """The numpy dtype of an ABI dtype name (`"bf16"` -> ml_dtypes' bfloat16)."""
-    import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
-    try:
-        return np.dtype(_ABI_TO_DTYPE[abi_name])
-    except KeyError:
-        raise LibraryError(f"the library answered an unknown dtype name {abi_name!r}") from None
+    def numpy(self, abi_name: str) -> np.dtype:
+        """The numpy dtype of an ABI dtype name (`"bf16"` -> ml_dtypes' bfloat16)."""
+        try:
+            return self.to_numpy[abi_name]
+        except KeyError:
+            raise LibraryError(f"the library answered an unknown dtype {abi_name!r}") from None
 
 
 def _scalar_json(v: Any) -> Any:
@@ -231,6 +234,7 @@ class Library:
         self.description = description
         self.name: str = description["library"]
         self.ffi_target: str = description["ffi_target"]
+        self.dtypes = DTypes(description["dtypes"])
         self.abi_version: int = description.get("abi_version", ABI_VERSION)
         self._lock = threading.Lock()
         self._cache: dict[tuple, dict] = {}
@@ -297,7 +301,8 @@ class Library:
         """The cached "build"/"lower" answer for a kernel signature. `arrays` may be arrays, tracers,
         avals or ShapeDtypeStructs: only `.shape` and `.dtype` are read."""
         shapes = tuple(tuple(int(d) for d in a.shape) for a in arrays)
-        dtypes = tuple(abi_dtype(a.dtype, kernel=kernel, argument=f"input {i}") for i, a in enumerate(arrays))
+        dtypes = tuple(self.dtypes.abi(a.dtype, kernel=kernel, argument=f"input {i}")
+                       for i, a in enumerate(arrays))
         key = (method, kernel, shapes, dtypes, params_json, batch)
         with self._lock:
             hit = self._cache.get(key)
@@ -422,6 +427,10 @@ def load(path: str | os.PathLike) -> Library:
         if description.get("problems"):
             raise LibraryError(f"{path}: the library's exports do not fit together:\n  "
                                + "\n  ".join(description["problems"]), path=path)
+        rows = description.get("dtypes")
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and {"name", "numpy", "torch"} <= set(r)
+                                                 for r in rows):
+            raise LibraryError(f"{path}: the library description has no dtype table (\"dtypes\")", path=path)
         lib = Library(path, cdll, description)
         _register_ffi(lib)
         _LOADED[path] = lib

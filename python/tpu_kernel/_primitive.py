@@ -37,7 +37,6 @@ from jax._src.interpreters import mlir as _mlir
 from jaxlib.mlir import ir
 
 from ._errors import KernelError
-from ._library import numpy_dtype
 
 tpu_kernel_p = Primitive("tpu_kernel")
 tpu_kernel_p.multiple_results = True
@@ -50,7 +49,7 @@ def bind(library, kernel: str, params: str, arrays, batch: tuple = ()):
 
 def _abstract_eval(*avals, library, kernel, params, batch):
     answer = library.request("build", kernel, avals, params, batch)
-    return [jax.core.ShapedArray(tuple(o["shape"]), numpy_dtype(o["dtype"])) for o in answer["outputs"]]
+    return [jax.core.ShapedArray(tuple(o["shape"]), library.dtypes.numpy(o["dtype"])) for o in answer["outputs"]]
 
 
 tpu_kernel_p.def_abstract_eval(_abstract_eval)

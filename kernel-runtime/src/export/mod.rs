@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// The version of the C ABI (`abi`): bumped whenever a symbol, a method or a JSON field changes
 /// meaning. The Python package refuses a library whose version differs from its own.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// How to compute a kernel's vector-Jacobian product with other exported kernels: call `kernel` with
 /// the arrays named in `args` (forward inputs by name, `out`/`outN`, `g`/`gN` for cotangents) and the
