@@ -109,7 +109,7 @@ macro_rules! unary_table {
         macro_rules! unary_f32 {
             ($d op:expr, $d f:ident => $d body:expr, else $d other:expr) => {{
                 #[allow(unused_imports)]
-                use $crate::interpret::math::*;
+                use $crate::math::*;
                 match $d op {
                     $( $crate::ir::UnaryOp::$V => $crate::ir::op_arm!($f, $d f, $d body, $d other), )*
                 }
@@ -340,7 +340,7 @@ macro_rules! binary_table {
         macro_rules! binary_f32 {
             ($d op:expr, $d f:ident => $d body:expr, else $d other:expr) => {{
                 #[allow(unused_imports)]
-                use $crate::interpret::math::*;
+                use $crate::math::*;
                 match $d op {
                     $( $crate::ir::BinaryOp::$V => $crate::ir::op_arm!($f, $d f, $d body, $d other), )*
                 }
@@ -353,7 +353,7 @@ macro_rules! binary_table {
         macro_rules! binary_int {
             ($d op:expr, $d T:ty, $d f:ident => $d body:expr, else $d other:expr) => {{
                 #[allow(unused_imports)]
-                use $crate::interpret::math::IntOps;
+                use $crate::math::IntOps;
                 match $d op {
                     $( $crate::ir::BinaryOp::$V => $crate::ir::int_arm!($i, $d T, $d f, $d body, $d other), )*
                 }

@@ -1,0 +1,123 @@
+//! The element semantics that are not transcendental, as XLA defines them: NaN-propagating float
+//! max/min (`-0 < +0`), and the integer ops — wrapping arithmetic, division by zero giving -1 (all
+//! ones) and remainder by zero the dividend, `MIN / -1` wrapping, shifts by the bit width or more
+//! giving 0 or the sign fill. Written branch-free where it matters, so the loops over them vectorize.
+
+/// NaN-propagating maximum with `max(-0, +0) = +0` (`arith.maximumf`, `jnp.maximum`).
+#[inline(always)]
+pub fn max_f32(a: f32, b: f32) -> f32 {
+    let m = if a > b {
+        a
+    } else if b > a {
+        b
+    } else {
+        f32::from_bits(a.to_bits() & b.to_bits())
+    };
+    if a.is_nan() || b.is_nan() {
+        a + b
+    } else {
+        m
+    }
+}
+
+/// NaN-propagating minimum with `min(-0, +0) = -0` (`arith.minimumf`, `jnp.minimum`).
+#[inline(always)]
+pub fn min_f32(a: f32, b: f32) -> f32 {
+    let m = if a < b {
+        a
+    } else if b < a {
+        b
+    } else {
+        f32::from_bits(a.to_bits() | b.to_bits())
+    };
+    if a.is_nan() || b.is_nan() {
+        a + b
+    } else {
+        m
+    }
+}
+
+/// Integer element semantics (wrapping, XLA division rules).
+pub trait IntOps: Copy + PartialOrd + Eq {
+    const MIN: Self;
+    const MAX: Self;
+    const ZERO: Self;
+    fn wadd(self, o: Self) -> Self;
+    fn wsub(self, o: Self) -> Self;
+    fn wmul(self, o: Self) -> Self;
+    fn xdiv(self, o: Self) -> Self;
+    fn xrem(self, o: Self) -> Self;
+    fn and(self, o: Self) -> Self;
+    fn or(self, o: Self) -> Self;
+    fn xor(self, o: Self) -> Self;
+    fn not(self) -> Self;
+    fn wneg(self) -> Self;
+    fn wabs(self) -> Self;
+    fn imax(self, o: Self) -> Self;
+    fn imin(self, o: Self) -> Self;
+    /// `self << o`; 0 when `o` is the bit width or more (or negative), as XLA.
+    fn shl(self, o: Self) -> Self;
+    /// `self >> o`, arithmetic for signed and logical for unsigned types; a shift by the bit width
+    /// or more (or negative) fills with the sign (signed) or 0 (unsigned), as XLA.
+    fn shr(self, o: Self) -> Self;
+}
+
+macro_rules! int_ops {
+    ($($t:ty),*) => {$(
+        impl IntOps for $t {
+            const MIN: Self = <$t>::MIN;
+            const MAX: Self = <$t>::MAX;
+            const ZERO: Self = 0;
+            #[inline(always)] fn wadd(self, o: Self) -> Self { self.wrapping_add(o) }
+            #[inline(always)] fn wsub(self, o: Self) -> Self { self.wrapping_sub(o) }
+            #[inline(always)] fn wmul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            #[inline(always)] fn xdiv(self, o: Self) -> Self { if o == 0 { !0 } else { self.wrapping_div(o) } }
+            #[inline(always)] fn xrem(self, o: Self) -> Self { if o == 0 { self } else { self.wrapping_rem(o) } }
+            #[inline(always)] fn and(self, o: Self) -> Self { self & o }
+            #[inline(always)] fn or(self, o: Self) -> Self { self | o }
+            #[inline(always)] fn xor(self, o: Self) -> Self { self ^ o }
+            #[inline(always)] fn not(self) -> Self { !self }
+            #[inline(always)] fn wneg(self) -> Self { (0 as $t).wrapping_sub(self) }
+            #[inline(always)] fn wabs(self) -> Self { if self < (0 as $t) { self.wneg() } else { self } }
+            #[inline(always)] fn imax(self, o: Self) -> Self { if self > o { self } else { o } }
+            #[inline(always)] fn imin(self, o: Self) -> Self { if self < o { self } else { o } }
+            #[inline(always)] fn shl(self, o: Self) -> Self {
+                let bits = <$t>::BITS as i64;
+                let n = o as i64;
+                if (0..bits).contains(&n) { self.wrapping_shl(n as u32) } else { 0 }
+            }
+            #[inline(always)] fn shr(self, o: Self) -> Self {
+                let bits = <$t>::BITS as i64;
+                let n = o as i64;
+                // For signed types `>>` is arithmetic; a full-width shift keeps only the sign fill.
+                if (0..bits).contains(&n) { self.wrapping_shr(n as u32) } else { self.wrapping_shr(bits as u32 - 1).wrapping_shr(1) }
+            }
+        }
+    )*};
+}
+int_ops!(i32, u32, i8, u8);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_min_propagate_nan_and_order_zeros() {
+        assert!(max_f32(f32::NAN, 1.0).is_nan());
+        assert!(min_f32(1.0, f32::NAN).is_nan());
+        assert!(max_f32(-0.0, 0.0).is_sign_positive());
+        assert!(min_f32(0.0, -0.0).is_sign_negative());
+        assert_eq!(max_f32(2.0, -3.0), 2.0);
+    }
+
+    #[test]
+    fn integer_division_follows_xla() {
+        assert_eq!(7i32.xdiv(0), -1);
+        assert_eq!(7u32.xdiv(0), u32::MAX);
+        assert_eq!(7i32.xrem(0), 7);
+        assert_eq!(i32::MIN.xdiv(-1), i32::MIN);
+        assert_eq!(i32::MIN.xrem(-1), 0);
+        assert_eq!((-7i32).xdiv(2), -3);
+        assert_eq!(3i32.pow(4), 81);
+    }
+}
