@@ -37,6 +37,61 @@ pub fn min_f32(a: f32, b: f32) -> f32 {
     }
 }
 
+/// `x` rounded toward -inf (`math.floor`); a NaN comes back quieted, its sign and payload kept
+/// (`x + x`, as every function here). Spelled out because `f32::floor` is a libm call or an instruction
+/// depending on the CPU and the code around it, which disagree on a signaling NaN (one keeps it
+/// signaling, `roundss` quiets it); on every other input they are exact and agree.
+#[inline(always)]
+pub fn floor_f32(x: f32) -> f32 {
+    if x.is_nan() {
+        x + x
+    } else {
+        x.floor()
+    }
+}
+
+/// `x` rounded toward +inf (`math.ceil`); NaN as [`floor_f32`].
+#[inline(always)]
+pub fn ceil_f32(x: f32) -> f32 {
+    if x.is_nan() {
+        x + x
+    } else {
+        x.ceil()
+    }
+}
+
+/// `x` rounded to the nearest integer, ties to even (`math.roundeven`, `jnp.round`); NaN as
+/// [`floor_f32`].
+#[inline(always)]
+pub fn round_even_f32(x: f32) -> f32 {
+    if x.is_nan() {
+        x + x
+    } else {
+        x.round_ties_even()
+    }
+}
+
+/// The bits of `x` rounded to bf16: to nearest, ties to even (overflowing to ±inf); a NaN keeps its
+/// sign and leading payload bits, quieted. How a bf16 result is rounded from the f32 it is computed
+/// in, by every engine. Written with integer operations so loops over it vectorize.
+#[inline(always)]
+pub fn bf16_bits(x: f32) -> u16 {
+    let b = x.to_bits();
+    let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
+    let nan = ((b >> 16) | 0x40) as u16;
+    if x.is_nan() {
+        nan
+    } else {
+        rounded
+    }
+}
+
+/// The f32 value of bf16 bits `b` (exact).
+#[inline(always)]
+pub fn f32_of_bf16_bits(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
 /// Integer element semantics (wrapping, XLA division rules).
 pub trait IntOps: Copy + PartialOrd + Eq {
     const MIN: Self;
@@ -108,6 +163,27 @@ mod tests {
         assert!(max_f32(-0.0, 0.0).is_sign_positive());
         assert!(min_f32(0.0, -0.0).is_sign_negative());
         assert_eq!(max_f32(2.0, -3.0), 2.0);
+    }
+
+    #[test]
+    fn rounding_quiets_nans_and_rounds_to_even() {
+        let snan = f32::from_bits(0xFF80_0001);
+        for f in [floor_f32, ceil_f32, round_even_f32] {
+            assert_eq!(f(snan).to_bits(), 0xFFC0_0001);
+            assert_eq!(f(-0.0).to_bits(), (-0.0f32).to_bits());
+        }
+        assert_eq!(
+            (floor_f32(-1.5), ceil_f32(-1.5), round_even_f32(-1.5)),
+            (-2.0, -1.0, -2.0)
+        );
+        assert_eq!((round_even_f32(2.5), round_even_f32(0.5)), (2.0, 0.0));
+        // bf16: ties to even, overflow to inf, NaNs keep sign and leading payload, quieted.
+        assert_eq!(bf16_bits(f32::from_bits(0x3F80_8000)), 0x3F80);
+        assert_eq!(bf16_bits(f32::from_bits(0x3F81_8000)), 0x3F82);
+        assert_eq!(bf16_bits(f32::MAX), 0x7F80);
+        assert_eq!(bf16_bits(f32::from_bits(0xFF80_0001)), 0xFFC0);
+        assert_eq!(bf16_bits(f32::from_bits(0x7FA5_0000)), 0x7FE5);
+        assert_eq!(f32_of_bf16_bits(0xC040), -3.0);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The vector math of tpu-kernel: every float function of the elementwise op table that IEEE
 //! arithmetic does not define by itself — `exp`, `log`, `log1p`, `tanh`, `logistic`, `erf`, `sin`,
 //! `cos`, `rsqrt`, `pow`, `rem` — and the element semantics XLA gives the rest (NaN-propagating
-//! max/min, integer division by zero, shifts), defined once, in f32.
+//! max/min, floor/ceil/round with one NaN rule, rounding to bf16, integer division by zero, shifts),
+//! defined once, in f32.
 //!
 //! **One definition, two engines.** Both CPU engines of a kernel compute these ops by calling this
 //! crate: the interpreter through the op table's `f32:` column (`kernel-runtime/src/ir/ops.rs`, whose
@@ -18,9 +19,10 @@
 //! hand-written vector forms (`exp.rs`, with a fused exp-and-sum), held to [`exp_f32`] the same way.
 //! The accuracy of each function against f64 is documented on it and measured by the same tests.
 //!
-//! What is not here: the loops over blocks, fusion and row bands (the interpreter's), bf16 (an op on
-//! bf16 is its f32 op on the widened values, rounded once — by each engine), and IEEE-exact ops
-//! (`+`, `sqrt`, `floor`, ...), which every engine computes alike.
+//! bf16 is not a type here: an op on bf16 is its f32 op on the widened values, its result rounded
+//! once by [`bf16_bits`] — in both engines. What is not here: the loops over blocks, fusion and row
+//! bands (the interpreter's), and the IEEE operations (`+`, `*`, `/`, `sqrt`, negation, `abs`), which
+//! the hardware computes alike for every engine (floor, ceil and round are here for their NaN rule).
 //!
 //! No dependencies: plain Rust and `std::arch`.
 
@@ -43,7 +45,9 @@ mod pow;
 pub mod scalar;
 mod trig;
 
-pub use element::{max_f32, min_f32, IntOps};
+pub use element::{
+    bf16_bits, ceil_f32, f32_of_bf16_bits, floor_f32, max_f32, min_f32, round_even_f32, IntOps,
+};
 pub use elementfn::{
     BinaryF32, Cos, Erf, Exp, Log, Log1p, Logistic, Operand, Pow, Pre, Rem, Rsqrt, Sin, Tanh,
     UnaryF32,

@@ -1,6 +1,7 @@
-//! Each function of the crate on one f32: the definition of its op, the one-lane instantiation that
-//! the vector loops reproduce bit for bit. What Mosaic on CPU calls for the emitted `math.*` ops (the
-//! interpreter reaches the same instantiations through the items' `scalar` and their loops).
+//! Each transcendental of the crate on one f32: the definition of its op, the one-lane instantiation
+//! that the vector loops reproduce bit for bit. What Mosaic on CPU calls for the emitted `math.*` ops
+//! (the interpreter reaches the same instantiations through the items' `scalar` and their loops); the
+//! element functions it calls too (`max_f32`, `floor_f32`, `bf16_bits`, ...) are the crate root's.
 
 /// `e^x` (≤ 2 ulp on the normal range; `math.exp`).
 pub fn exp(x: f32) -> f32 {

@@ -298,13 +298,13 @@ unary_table! { $
                f32: Logistic, cost: Transcendental }
     /// Elementwise floor.
     Floor { method: floor, operands: Float, float: Some("math.floor"), int: IntLowering::None,
-            f32: (f32::floor), cost: Simple }
+            f32: floor_f32, cost: Simple }
     /// Elementwise ceiling.
     Ceil { method: ceil, operands: Float, float: Some("math.ceil"), int: IntLowering::None,
-           f32: (f32::ceil), cost: Simple }
+           f32: ceil_f32, cost: Simple }
     /// Elementwise rounding, half to even (`jnp.round`, `lax.round(.., TO_NEAREST_EVEN)`).
     Round { method: round, operands: Float, float: Some("math.roundeven"),
-            int: IntLowering::None, f32: (f32::round_ties_even), cost: Simple }
+            int: IntLowering::None, f32: round_even_f32, cost: Simple }
 }
 
 macro_rules! binary_table {
