@@ -37,38 +37,37 @@ pub fn min_f32(a: f32, b: f32) -> f32 {
     }
 }
 
-/// `x` rounded toward -inf (`math.floor`); a NaN comes back quieted, its sign and payload kept
-/// (`x + x`, as every function here). Spelled out because `f32::floor` is a libm call or an instruction
-/// depending on the CPU and the code around it, which disagree on a signaling NaN (one keeps it
-/// signaling, `roundss` quiets it); on every other input they are exact and agree.
+/// `f(x)`, or for a NaN `x + x`: quieted, its sign and payload kept — the NaN rule of every function
+/// here.
+#[inline(always)]
+fn nan_rule(x: f32, f: impl Fn(f32) -> f32) -> f32 {
+    if x.is_nan() {
+        x + x
+    } else {
+        f(x)
+    }
+}
+
+/// `x` rounded toward -inf (`math.floor`), NaNs by [`nan_rule`]. Spelled out because `f32::floor` is a
+/// libm call or an instruction depending on the CPU and the code around it, which disagree on a
+/// signaling NaN (one keeps it signaling, `roundss` quiets it); on every other input they are exact
+/// and agree.
 #[inline(always)]
 pub fn floor_f32(x: f32) -> f32 {
-    if x.is_nan() {
-        x + x
-    } else {
-        x.floor()
-    }
+    nan_rule(x, f32::floor)
 }
 
-/// `x` rounded toward +inf (`math.ceil`); NaN as [`floor_f32`].
+/// `x` rounded toward +inf (`math.ceil`), NaNs as [`floor_f32`].
 #[inline(always)]
 pub fn ceil_f32(x: f32) -> f32 {
-    if x.is_nan() {
-        x + x
-    } else {
-        x.ceil()
-    }
+    nan_rule(x, f32::ceil)
 }
 
-/// `x` rounded to the nearest integer, ties to even (`math.roundeven`, `jnp.round`); NaN as
+/// `x` rounded to the nearest integer, ties to even (`math.roundeven`, `jnp.round`), NaNs as
 /// [`floor_f32`].
 #[inline(always)]
 pub fn round_even_f32(x: f32) -> f32 {
-    if x.is_nan() {
-        x + x
-    } else {
-        x.round_ties_even()
-    }
+    nan_rule(x, f32::round_ties_even)
 }
 
 /// The bits of `x` rounded to bf16: to nearest, ties to even (overflowing to ±inf); a NaN keeps its
