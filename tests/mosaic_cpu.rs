@@ -499,6 +499,12 @@ fn saturating_cast_kernel(x: Ref<f32>, i: RefMut<i32>, u: RefMut<u8>, b: RefMut<
     b.store(v.cast::<bf16>());
 }
 
+#[tpu_kernel]
+fn int_to_bf16_kernel(x: Ref<i32>, y: Ref<u32>, a: RefMut<bf16>, b: RefMut<bf16>) {
+    a.store(x.load().cast::<bf16>());
+    b.store(y.load().cast::<bf16>());
+}
+
 #[test]
 fn dtype_semantics_agree_bit_for_bit_where_they_are_exact() {
     let one = || BlockSpec::new([8, 128], |[_]| (0, 0));
@@ -595,6 +601,56 @@ fn dtype_semantics_agree_bit_for_bit_where_they_are_exact() {
             .unwrap_or((i as f32 - 500.0) * 0.37)
     });
     exact(&casts, &[x]);
+
+    // int → bf16 rounds once from the integer (through f32 it would round twice above 2^24:
+    // 2^24 + 2^16 + 1 is past a bf16 tie, its f32 on it).
+    let to_bf16 = pallas_call(int_to_bf16_kernel)
+        .grid([1])
+        .input(at(shape, I32), one())
+        .input(at(shape, U32), one())
+        .output(at(shape, BF16), one())
+        .output(at(shape, BF16), one())
+        .build()
+        .expect("build");
+    let mut rng = common::rng::Rng(11);
+    let near_ties = |i: usize, r: u64| {
+        let base = [
+            16_842_753i64,
+            33_685_505,
+            25_165_824 + 65_537,
+            1 << 30,
+            7,
+            0,
+        ][i % 6];
+        base + (r % 5) as i64 - 2
+    };
+    let xs = HostArray::from_vec(
+        shape,
+        (0..shape[0] * shape[1])
+            .map(|i| {
+                let v = near_ties(i, rng.next());
+                match i % 4 {
+                    0 => -v as i32,
+                    1 => v as i32,
+                    2 => rng.next() as i32,
+                    _ => [i32::MIN, i32::MAX, -1, 1][i / 4 % 4],
+                }
+            })
+            .collect::<Vec<i32>>(),
+    )
+    .expect("array");
+    let ys = HostArray::from_vec(
+        shape,
+        (0..shape[0] * shape[1])
+            .map(|i| match i % 3 {
+                0 => near_ties(i, rng.next()) as u32,
+                1 => rng.next() as u32,
+                _ => [u32::MAX, 0, 1 << 31, 4_278_190_081][i / 3 % 4],
+            })
+            .collect::<Vec<u32>>(),
+    )
+    .expect("array");
+    exact(&to_bf16, &[xs, ys]);
 }
 
 // ---------------------------------------------------------------------------------------------- grid semantics (interpret.rs)

@@ -85,6 +85,25 @@ pub fn bf16_bits(x: f32) -> u16 {
     }
 }
 
+/// The bits of the integer `v` rounded once (to nearest, ties to even) to bf16's 8 significant bits —
+/// a cast to bf16; going through f32 would round twice for integers above 2^24.
+pub fn bf16_bits_of_i64(v: i64) -> u16 {
+    let mut a = v.unsigned_abs();
+    let bits = 64 - a.leading_zeros();
+    if bits > 8 {
+        let shift = bits - 8;
+        let rem = a & ((1u64 << shift) - 1);
+        let half = 1u64 << (shift - 1);
+        a >>= shift;
+        if rem > half || (rem == half && a & 1 == 1) {
+            a += 1;
+        }
+        a <<= shift;
+    }
+    let f = a as f32; // exact: at most 9 significant bits
+    bf16_bits(if v < 0 { -f } else { f })
+}
+
 /// The f32 value of bf16 bits `b` (exact).
 #[inline(always)]
 pub fn f32_of_bf16_bits(b: u16) -> f32 {
@@ -183,6 +202,11 @@ mod tests {
         assert_eq!(bf16_bits(f32::from_bits(0xFF80_0001)), 0xFFC0);
         assert_eq!(bf16_bits(f32::from_bits(0x7FA5_0000)), 0x7FE5);
         assert_eq!(f32_of_bf16_bits(0xC040), -3.0);
+        // Integers round once: 2^24 + 2^16 + 1 is above the tie, though its f32 (2^24 + 2^16) is on it.
+        assert_eq!(bf16_bits_of_i64(16_842_753), 0x4B81);
+        assert_eq!(bf16_bits_of_i64(-16_842_753), 0xCB81);
+        assert_eq!(bf16_bits_of_i64(i64::MIN), 0xDF00);
+        assert_eq!(bf16_bits_of_i64(7), 0x40E0);
     }
 
     #[test]

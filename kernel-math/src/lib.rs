@@ -20,7 +20,7 @@
 //! The accuracy of each function against f64 is documented on it and measured by the same tests.
 //!
 //! bf16 is not a type here: an op on bf16 is its f32 op on the widened values, its result rounded
-//! once by [`bf16_bits`] — in both engines. What is not here: the loops over blocks, fusion and row
+//! once by [`bf16_bits`] (an integer cast to bf16 by [`bf16_bits_of_i64`]) — in both engines. What is not here: the loops over blocks, fusion and row
 //! bands (the interpreter's), and the IEEE operations (`+`, `*`, `/`, `sqrt`, negation, `abs`), which
 //! the hardware computes alike for every engine (floor, ceil and round are here for their NaN rule).
 //!
@@ -46,7 +46,8 @@ pub mod scalar;
 mod trig;
 
 pub use element::{
-    bf16_bits, ceil_f32, f32_of_bf16_bits, floor_f32, max_f32, min_f32, round_even_f32, IntOps,
+    bf16_bits, bf16_bits_of_i64, ceil_f32, f32_of_bf16_bits, floor_f32, max_f32, min_f32,
+    round_even_f32, IntOps,
 };
 pub use elementfn::{
     BinaryF32, Cos, Erf, Exp, Log, Log1p, Logistic, Operand, Pow, Pre, Rem, Rsqrt, Sin, Tanh,

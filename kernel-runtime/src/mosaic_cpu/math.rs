@@ -6,7 +6,8 @@
 //! The table holds the transcendentals and the element functions whose last bits LLVM would choose
 //! otherwise: `arith.maximumf`/`minimumf` (MLIR's expansion orders neither `-0 < +0` nor NaNs as
 //! XLA does), `math.floor`/`ceil`/`roundeven` (signaling NaNs). The rounding of an f32 result to bf16
-//! is the crate's too ([`ROUND_BF16`], used by `scalar.rs`): MLIR's makes every NaN `0x7fc0`.
+//! is the crate's too ([`ROUND_BF16`], used by `scalar.rs`): MLIR's makes every NaN `0x7fc0`; and so
+//! is an integer's cast to bf16 ([`INT_TO_BF16`]: rounded once, where MLIR's goes through f32).
 //!
 //! A call is `func.call @tpu_kernel_math_<fn>(...) : (f32, ...) -> f32` to a `func.func private`
 //! declaration the module gains; `jit.rs` binds each symbol to the `extern "C"` shim below
@@ -100,12 +101,22 @@ extern "C" fn round_bf16(x: f32) -> u16 {
     kernel_math::bf16_bits(x)
 }
 
+/// The symbol of an integer's cast to bf16 (`kernel_math::bf16_bits_of_i64`: `(i64) -> i16`).
+pub(super) const INT_TO_BF16: &str = "tpu_kernel_math_bf16_bits_of_i64";
+
+extern "C" fn int_to_bf16_shim(v: i64) -> u16 {
+    kernel_math::bf16_bits_of_i64(v)
+}
+
 /// Every symbol the rewritten module may call, and the address of its shim.
 pub(super) fn symbols() -> impl Iterator<Item = (&'static str, *mut c_void)> {
     FUNCTIONS
         .iter()
         .map(|f| (f.symbol, f.shim.address()))
-        .chain([(ROUND_BF16, round_bf16 as *mut c_void)])
+        .chain([
+            (ROUND_BF16, round_bf16 as *mut c_void),
+            (INT_TO_BF16, int_to_bf16_shim as *mut c_void),
+        ])
 }
 
 /// The vector math's function for op `name`, if it defines one.
@@ -147,6 +158,25 @@ pub(super) fn round_to_bf16(rw: &mut Rewriter<'_>, x: &str) -> String {
     let (bits, r) = (rw.fresh(), rw.fresh());
     rw.line(format!(
         "{bits} = func.call @{ROUND_BF16}({x}) : (f32) -> i16"
+    ));
+    rw.line(format!("{r} = arith.bitcast {bits} : i16 to bf16"));
+    r
+}
+
+/// The integer `x` of type `ty` (`iN`, `signed` or not) cast to bf16 by the vector math's rounding;
+/// returns the bf16 value.
+pub(super) fn int_to_bf16(rw: &mut Rewriter<'_>, x: &str, ty: &str, signed: bool) -> String {
+    let wide = if ty == "i64" {
+        x.to_string()
+    } else {
+        let (w, ext) = (rw.fresh(), if signed { "extsi" } else { "extui" });
+        rw.line(format!("{w} = arith.{ext} {x} : {ty} to i64"));
+        w
+    };
+    rw.declare(format!("func.func private @{INT_TO_BF16}(i64) -> i16"));
+    let (bits, r) = (rw.fresh(), rw.fresh());
+    rw.line(format!(
+        "{bits} = func.call @{INT_TO_BF16}({wide}) : (i64) -> i16"
     ));
     rw.line(format!("{r} = arith.bitcast {bits} : i16 to bf16"));
     r

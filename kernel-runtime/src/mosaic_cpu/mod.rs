@@ -72,8 +72,9 @@
 //! -1`, `x % 0 = x`, `MIN / -1 = MIN`; float→int casts saturate with NaN → 0; shifts by the bit width
 //! or more give 0 (the sign for arithmetic shifts). bf16 arithmetic and math run in f32 and are rounded
 //! back after every op by the interpreter's rounding (the vector math's `bf16_bits`: to nearest even,
-//! a NaN keeps its sign and leading payload — MLIR's own truncation makes every NaN `0x7fc0`); bf16
-//! sums (`multi_reduction` add/mul, `tpu.matmul`) accumulate in f32 and round once. The grid runs in order on one core, with
+//! a NaN keeps its sign and leading payload — MLIR's own truncation makes every NaN `0x7fc0`), and an
+//! integer cast to bf16 rounds once from the integer (not twice, through f32); bf16 sums
+//! (`multi_reduction` add/mul, `tpu.matmul`) accumulate in f32 and round once. The grid runs in order on one core, with
 //! one scratch for the whole grid (a TensorCore), through the interpreter's block schedule
 //! (`interpret::grid`): blocks picked by the module's index maps, input blocks copied in when
 //! their index changes (zero-padded past the array's edge), output blocks written back clipped when it

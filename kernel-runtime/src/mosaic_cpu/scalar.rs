@@ -63,7 +63,8 @@ const BF16_EXACT: &[&str] = &[
 
 /// An op with a bf16 operand or result, as the interpreter computes it: on the bf16 operands widened
 /// to f32, a bf16 result computed in f32 and rounded once ([`round_to_bf16`]; `arith.truncf` to bf16
-/// is that rounding). `None` for the ops without bf16 and those of [`BF16_EXACT`].
+/// is that rounding; an integer's cast rounds once from the integer). `None` for the ops without bf16
+/// and those of [`BF16_EXACT`].
 fn through_f32(
     rw: &mut Rewriter<'_>,
     name: &str,
@@ -90,6 +91,15 @@ fn through_f32(
         return scalar_op(rw, name, &args, result, attrs).map(Some);
     }
     let r = match (name, &args[..]) {
+        ("arith.sitofp" | "arith.uitofp", [x]) => {
+            let signed = name == "arith.sitofp";
+            return Ok(Some(super::math::int_to_bf16(
+                rw,
+                &x.name,
+                x.ty.elem(),
+                signed,
+            )));
+        }
         ("arith.truncf", [x]) if x.ty.elem() == "f32" => x.name.clone(),
         ("arith.truncf", _) => {
             return Err(kerr!(
