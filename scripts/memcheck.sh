@@ -5,10 +5,11 @@
 # definitely lost block fails the run.
 #
 #   scripts/memcheck.sh          the focused set CI runs (tests/memcheck.rs at small shapes and the unit
-#                                tests of the raw-destination, worker, row-order, vector and i8 GEMM
-#                                loops): ~3 minutes
+#                                tests of the raw-destination, worker, row-order and i8 GEMM loops, and
+#                                of the vector math's loops in kernel-math): ~3 minutes
 #   scripts/memcheck.sh --full   also the whole interpreter suite at its real shapes (tests/interpret.rs,
-#                                tests/export.rs, every kernel-runtime unit test but loom's): hours
+#                                tests/export.rs, every kernel-runtime unit test but loom's, every
+#                                kernel-math unit test): hours
 #
 # Valgrind emulates AVX2 and FMA but not AVX-512, so the AVX2 paths are the ones checked here; the
 # AVX-512 paths (F, BF16, VNNI: exp/unary loops, the bf16 and i8 GEMM tiles) are not reached under
@@ -35,8 +36,9 @@ executable() { # <target name> <cargo test args...>: the path of that target's t
         | sed 's/"executable":"\(.*\)"/\1/'
 }
 runtime=$(executable kernel_runtime --lib)
+math=$(executable kernel_math --lib)
 focused=$(executable memcheck --test memcheck)
-[ -x "$runtime" ] && [ -x "$focused" ] || { echo "memcheck: FAILED: could not build the test binaries" >&2; exit 1; }
+[ -x "$runtime" ] && [ -x "$math" ] && [ -x "$focused" ] || { echo "memcheck: FAILED: could not build the test binaries" >&2; exit 1; }
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -56,14 +58,16 @@ check() { # <binary> <label> <test args...>
     fi
 }
 
-check "$runtime" "kernel-runtime unit tests (raw destinations, workers, row order, vector loops, i8 GEMM)" \
+check "$runtime" "kernel-runtime unit tests (raw destinations, workers, row order, exp-and-sum, i8 GEMM)" \
     interpret::elementwise interpret::workers::tests interpret::row_order interpret::coalesce \
-    interpret::math::tests interpret::dot::tests interpret::dot_bf16 \
-    interpret::math::accuracy::vector_loops_stay interpret::math::accuracy::specials_follow_jnp
+    interpret::dot::tests interpret::dot_bf16
+check "$math" "kernel-math unit tests (the vector math's loops: exp, every unary and binary width)" \
+    exp::tests element::tests accuracy::vector_loops_stay accuracy::specials_follow_jnp
 check "$focused" "tests/memcheck.rs (every example in every mode, borrowed buffers, FFI frames)"
 
 if [ $full = 1 ]; then
     check "$runtime" "kernel-runtime unit tests (all but loom's model)" --skip interpret::workers::model
+    check "$math" "kernel-math unit tests"
     check "$(executable interpret --test interpret)" "tests/interpret.rs"
     check "$(executable export --test export)" "tests/export.rs"
 fi

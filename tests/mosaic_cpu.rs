@@ -3,9 +3,12 @@
 //! interpreter and DSL suites exercise, and for random launches — and a module with a wrong lowering
 //! (mutated ops and attributes) must not.
 //!
-//! Tolerances (see `kernel_runtime::mosaic_cpu`'s docs for the ulp budget behind them): integers and
-//! bools exact; f32 `atol 1e-5 + rtol 1e-5` (summation order, exp/rsqrt ulps); bf16 one rounding step
-//! (`atol 1e-2 + rtol 2^-7`: a 1-ulp f32 difference can flip a bf16 rounding).
+//! Tolerances: integers and bools exact. Every elementwise op gives the same bits in both engines
+//! (`every_float_op_gives_the_same_bits_in_both_engines`: both compute the transcendentals with the
+//! vector math, `kernel-math`); what remains is summation order — the interpreter sums rows in 16
+//! lanes and a pairwise tree, the engine in order —, so f32 `atol 1e-5 + rtol 1e-5`, and bf16 one
+//! rounding step (`atol 1e-2 + rtol 2^-7`: an f32 sum that differs in its last bit can round to the
+//! neighbouring bf16).
 //!
 //! The kernels of `dsl.rs` and `interpret.rs` are declared again here (same bodies and launches) so that
 //! this suite adds no code to those files.
@@ -14,9 +17,11 @@ mod common;
 
 use common::kernels::*;
 
+use tpu_kernel::dtype::{Float, Signed};
 use tpu_kernel::prelude::*;
 use tpu_kernel::reference::{self, Tolerance};
-use tpu_kernel::runtime::interpret::{HostArray, InterpretOptions};
+use tpu_kernel::runtime::interpret::{HostArray, HostElement, InterpretOptions};
+use tpu_kernel::runtime::ir::{Accepts, BinaryOp, UnaryOp};
 use tpu_kernel::runtime::mosaic::{MBlock, MModule, MOp, MType};
 use tpu_kernel::runtime::mosaic_cpu;
 use tpu_kernel::ErrorKind;
@@ -114,93 +119,310 @@ fn every_example_agrees_with_the_interpreter() {
 
 // ---------------------------------------------------------------------------------------------- math
 
-// One output per function: as many parameters as outputs.
-#[allow(clippy::too_many_arguments)]
-#[tpu_kernel]
-fn transcendental_kernel(
-    x: Ref<f32>,
-    y: Ref<f32>,
-    e: RefMut<f32>,
-    t: RefMut<f32>,
-    r: RefMut<f32>,
-    l: RefMut<f32>,
-    s: RefMut<f32>,
-    sn: RefMut<f32>,
-    c: RefMut<f32>,
-    p: RefMut<f32>,
-) {
-    let (x, y) = (x.load(), y.load());
-    e.store(exp(x));
-    t.store(tanh(x));
-    r.store(rsqrt(y));
-    l.store(log(y));
-    s.store(sqrt(y));
-    sn.store(sin(x));
-    c.store(cos(x));
-    p.store(pow(y, x * 0.25f32));
+// Both engines compute every float op of the op table with the same functions (the vector math,
+// `kernel-math`: the interpreter through the table, the engine by calling it from the JIT'd code, or
+// IEEE arithmetic itself), so they must give the same bits on every input.
+
+/// `op` on `x` as a kernel traces it, `None` for an op without a float meaning. An exhaustive match:
+/// a new row of the op table does not compile here until this test covers it.
+fn unary_op<T: Float + Signed>(op: UnaryOp, x: Array<T>) -> Option<Array<T>> {
+    Some(match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Not => return None,
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.log(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Rsqrt => x.rsqrt(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Erf => x.erf(),
+        UnaryOp::Log1p => x.log1p(),
+        UnaryOp::Logistic => x.logistic(),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round(),
+    })
 }
 
-/// Distance in units in the last place (NaN = NaN).
-fn ulps(a: f32, b: f32) -> u64 {
-    if a.is_nan() && b.is_nan() {
-        return 0;
-    }
-    let ord = |v: f32| {
-        let b = v.to_bits() as i32;
-        if b < 0 {
-            -((b & 0x7fff_ffff) as i64)
-        } else {
-            b as i64
+/// `op` on `x` and `y` as a kernel traces it (as [`unary_op`]).
+fn binary_op<T: Float>(op: BinaryOp, x: Array<T>, y: Array<T>) -> Option<Array<T>> {
+    Some(match op {
+        BinaryOp::Add => x + y,
+        BinaryOp::Sub => x - y,
+        BinaryOp::Mul => x * y,
+        BinaryOp::Div => x / y,
+        BinaryOp::Rem => x % y,
+        BinaryOp::Max => maximum(x, y),
+        BinaryOp::Min => minimum(x, y),
+        BinaryOp::Pow => pow(x, y),
+        BinaryOp::And | BinaryOp::Or | BinaryOp::Xor | BinaryOp::Shl | BinaryOp::Shr => {
+            return None
         }
-    };
-    (ord(a) - ord(b)).unsigned_abs()
+    })
+}
+
+/// The special inputs: signed zeros and infinities, NaNs (quiet, negative, with a payload, signaling),
+/// subnormals, the extremes, and the edges of the functions' ranges and reductions.
+fn special_f32s() -> Vec<f32> {
+    let bits = f32::from_bits;
+    vec![
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        bits(0xFFC0_0000),
+        bits(0x7FC0_1234),
+        bits(0x7F80_0001),
+        bits(1),
+        bits(0x8000_0001),
+        bits(0x007F_FFFF),
+        bits(0x8040_0000),
+        f32::MIN_POSITIVE,
+        -f32::MIN_POSITIVE,
+        f32::MAX,
+        f32::MIN,
+        f32::EPSILON,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        2.0,
+        -2.0,
+        3.0,
+        -3.0,
+        0.999_999_94,
+        1.000_000_1,
+        -0.999_999_94,
+        -1.000_000_1,
+        1e-30,
+        -1e-38,
+        1e30,
+        -3e38,
+        88.72,
+        89.0,
+        -87.34,
+        -103.9,
+        -104.0,
+        9.02,
+        -10.0,
+        3.99,
+        0.625,
+        std::f32::consts::FRAC_PI_2,
+        std::f32::consts::PI,
+        -std::f32::consts::PI,
+        131_072.0,
+        131_073.0,
+        1e20,
+        12_345_679.0,
+        16_777_216.0,
+        -16_777_217.0,
+        0.333_333_34,
+        2.5,
+        -40.5,
+        150.0,
+        -150.0,
+        7.25,
+    ]
+}
+
+/// `n` inputs of each kind from `rng`: any bit pattern (every exponent, NaN payloads), moderate values
+/// where the functions bend (|x| < 12), and magnitudes over many decades.
+fn random_f32s(rng: &mut common::rng::Rng, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let r = rng.next();
+            match i % 3 {
+                0 => f32::from_bits(r as u32),
+                1 => (r >> 40) as f32 / (1u64 << 24) as f32 * 24.0 - 12.0,
+                _ => {
+                    let sign = if r & 1 == 0 { 1.0 } else { -1.0 };
+                    sign * 10f32.powf((r >> 40) as f32 / (1u64 << 24) as f32 * 60.0 - 30.0)
+                }
+            }
+        })
+        .collect()
+}
+
+/// An element type of the test: f32 or bf16.
+trait Elem: Float + Signed + HostElement + Copy {
+    fn of(x: f32) -> Self;
+    /// Half the bits of a random `u32` (all of them for f32).
+    fn of_bits(r: u32) -> Self;
+    fn bits(self) -> u32;
+    fn value(self) -> f32;
+}
+
+impl Elem for f32 {
+    fn of(x: f32) -> f32 {
+        x
+    }
+    fn of_bits(r: u32) -> f32 {
+        f32::from_bits(r)
+    }
+    fn bits(self) -> u32 {
+        self.to_bits()
+    }
+    fn value(self) -> f32 {
+        self
+    }
+}
+
+impl Elem for bf16 {
+    fn of(x: f32) -> bf16 {
+        bf16::from_f32(x)
+    }
+    fn of_bits(r: u32) -> bf16 {
+        bf16::from_bits((r >> 16) as u16)
+    }
+    fn bits(self) -> u32 {
+        self.to_bits().into()
+    }
+    fn value(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// Every output element of `call` whose bits differ between the engines, described (its inputs and
+/// both results, values and bits).
+fn disagreements<T: Elem>(call: &PallasCall, inputs: &[HostArray]) -> Vec<String> {
+    let want = interpret(call, inputs);
+    let got = mosaic_cpu::run(call.ir(), inputs)
+        .unwrap_or_else(|e| panic!("{}: mosaic_cpu: {e}", call.name()));
+    let slice = |a: &HostArray| a.as_slice::<T>().expect("dtype").to_vec();
+    let (g, w) = (slice(&got[0]), slice(&want[0]));
+    let args: Vec<Vec<T>> = inputs.iter().map(slice).collect();
+    let show = |v: T| format!("{:e} ({:#x})", v.value(), v.bits());
+    (0..w.len())
+        .filter(|&i| g[i].bits() != w[i].bits())
+        .map(|i| {
+            let at: Vec<String> = args.iter().map(|a| show(a[i])).collect();
+            format!(
+                "{}({}): engine {}, interpreter {}",
+                call.name(),
+                at.join(", "),
+                show(g[i]),
+                show(w[i])
+            )
+        })
+        .collect()
+}
+
+/// Every float op of the table on `T`: unary ops on the specials and `random` random inputs, binary
+/// ops on every pair of specials and `random` random pairs. Returns the ops and inputs run, and every
+/// disagreement.
+fn every_float_op<T: Elem>(random: usize) -> (Vec<String>, usize, Vec<String>) {
+    let dtype = <T as HostElement>::DTYPE;
+    let mut rng = common::rng::Rng(0x5EED_0000 + dtype.size_bytes() as u64);
+    let specials: Vec<T> = special_f32s().into_iter().map(T::of).collect();
+    let (mut ran, mut inputs, mut bad) = (Vec::new(), 0, Vec::new());
+    let array = |v: &[T]| HostArray::from_vec([1, v.len()], v.to_vec()).expect("array");
+    let spec = |n: usize| BlockSpec::new([1, n], |[_]| (0, 0));
+    for &op in UnaryOp::ALL {
+        if !op.operands().accepts(dtype) {
+            continue;
+        }
+        let mut xs = specials.clone();
+        xs.extend(random_f32s(&mut rng, random).into_iter().map(T::of));
+        xs.extend((0..random).map(|_| T::of_bits(rng.next() as u32)));
+        let n = xs.len();
+        let call = pallas_call(move |x: Ref<T>, o: RefMut<T>| {
+            o.store(unary_op(op, x.load()).expect("a float op"));
+        })
+        .name(format!("{}_{}", op.name(), dtype))
+        .grid([1])
+        .input(at([1, n], dtype), spec(n))
+        .output(at([1, n], dtype), spec(n))
+        .build()
+        .unwrap_or_else(|e| panic!("{op:?} on {}: {e}", dtype));
+        bad.extend(disagreements::<T>(&call, &[array(&xs)]));
+        ran.push(call.name().to_string());
+        inputs += n;
+    }
+    for &op in BinaryOp::ALL {
+        if !op.operands().accepts(dtype) {
+            continue;
+        }
+        let (mut xs, mut ys) = (Vec::new(), Vec::new());
+        for &x in &specials {
+            for &y in &specials {
+                xs.push(x);
+                ys.push(y);
+            }
+        }
+        for (x, y) in random_f32s(&mut rng, random)
+            .into_iter()
+            .zip(random_f32s(&mut rng, random))
+        {
+            xs.push(T::of(x));
+            ys.push(T::of(y));
+        }
+        for _ in 0..random {
+            xs.push(T::of_bits(rng.next() as u32));
+            ys.push(T::of_bits(rng.next() as u32));
+        }
+        let n = xs.len();
+        let call = pallas_call(move |x: Ref<T>, y: Ref<T>, o: RefMut<T>| {
+            o.store(binary_op(op, x.load(), y.load()).expect("a float op"));
+        })
+        .name(format!("{}_{}", op.name(), dtype))
+        .grid([1])
+        .input(at([1, n], dtype), spec(n))
+        .input(at([1, n], dtype), spec(n))
+        .output(at([1, n], dtype), spec(n))
+        .build()
+        .unwrap_or_else(|e| panic!("{op:?} on {}: {e}", dtype));
+        bad.extend(disagreements::<T>(&call, &[array(&xs), array(&ys)]));
+        ran.push(call.name().to_string());
+        inputs += n;
+    }
+    (ran, inputs, bad)
 }
 
 #[test]
-fn transcendentals_agree_within_their_ulp_budget() {
-    // The budget documented in mosaic_cpu's docs: the interpreter's own polynomials (exp, tanh, log, sin,
-    // cos, pow) against libm's, rsqrt ≤ 1 (the interpreter rounds once through f64, the engine's 1/sqrt
-    // twice), sqrt exact.
-    const BUDGET: [(&str, u64); 8] = [
-        ("exp", 2),
-        ("tanh", 3),
-        ("rsqrt", 1),
-        ("log", 1),
-        ("sqrt", 0),
-        ("sin", 2),
-        ("cos", 2),
-        ("pow", 1),
-    ];
-    let shape = [64, 1024];
-    let n = shape[0] * shape[1];
-    let spec = || BlockSpec::new(shape, |[_]| (0, 0));
-    let mut b = pallas_call(transcendental_kernel)
-        .grid([1])
-        .input(at(shape, F32), spec())
-        .input(at(shape, F32), spec());
-    for _ in BUDGET {
-        b = b.output(at(shape, F32), spec());
-    }
-    let call = b.build().expect("build");
-    // exp over its whole range (subnormal results and overflow included), roots and logs over decades.
-    let x = f32s(shape, |i| -104.0 + 194.0 * i as f32 / n as f32);
-    let y = f32s(shape, |i| {
-        1e-3 * 1.0005f32.powi((i % 30000) as i32) + i as f32 * 1e-3
-    });
-    let inputs = [x, y];
-    let want = interpret(&call, &inputs);
-    let got = mosaic_cpu::run(call.ir(), &inputs).expect("mosaic_cpu");
-    for ((name, budget), (g, w)) in BUDGET.iter().zip(got.iter().zip(&want)) {
-        let (g, w) = (g.as_slice::<f32>().unwrap(), w.as_slice::<f32>().unwrap());
-        let worst = g
+fn every_float_op_gives_the_same_bits_in_both_engines() {
+    let (mut ran, mut inputs, mut bad) = every_float_op::<f32>(4096);
+    let (r, i, b) = every_float_op::<bf16>(4096);
+    ran.extend(r);
+    inputs += i;
+    bad.extend(b);
+    println!("{} kernels, {inputs} inputs: {}", ran.len(), ran.join(" "));
+    // Every float op of the table, on both dtypes.
+    let float_ops = UnaryOp::ALL
+        .iter()
+        .filter(|u| u.operands().has_float())
+        .count()
+        + BinaryOp::ALL
             .iter()
-            .zip(w)
-            .map(|(a, b)| ulps(*a, *b))
-            .max()
-            .unwrap_or(0);
-        println!("{name:<6} worst {worst} ulp (budget {budget})");
-        assert!(worst <= *budget, "{name}: {worst} ulp > budget {budget}");
+            .filter(|b| b.operands().has_float())
+            .count();
+    assert_eq!(ran.len(), 2 * float_ops, "ran {ran:?}");
+    // Per kernel: how many elements differ, and the first three.
+    let mut per_kernel: Vec<(&str, usize)> = Vec::new();
+    let mut first = Vec::new();
+    for b in &bad {
+        let name = b.split('(').next().unwrap_or_default();
+        match per_kernel.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, c)) => {
+                *c += 1;
+                if *c <= 3 {
+                    first.push(b.as_str());
+                }
+            }
+            None => {
+                per_kernel.push((name, 1));
+                first.push(b.as_str());
+            }
+        }
     }
+    assert!(
+        bad.is_empty(),
+        "{} elements differ ({per_kernel:?}); the first of each:\n  {}",
+        bad.len(),
+        first.join("\n  ")
+    );
 }
 
 // ---------------------------------------------------------------------------------------------- the DSL's constructs (dsl.rs)
@@ -275,6 +497,12 @@ fn saturating_cast_kernel(x: Ref<f32>, i: RefMut<i32>, u: RefMut<u8>, b: RefMut<
     i.store(v.cast::<i32>());
     u.store(v.cast::<u8>());
     b.store(v.cast::<bf16>());
+}
+
+#[tpu_kernel]
+fn int_to_bf16_kernel(x: Ref<i32>, y: Ref<u32>, a: RefMut<bf16>, b: RefMut<bf16>) {
+    a.store(x.load().cast::<bf16>());
+    b.store(y.load().cast::<bf16>());
 }
 
 #[test]
@@ -373,6 +601,56 @@ fn dtype_semantics_agree_bit_for_bit_where_they_are_exact() {
             .unwrap_or((i as f32 - 500.0) * 0.37)
     });
     exact(&casts, &[x]);
+
+    // int → bf16 rounds once from the integer (through f32 it would round twice above 2^24:
+    // 2^24 + 2^16 + 1 is past a bf16 tie, its f32 on it).
+    let to_bf16 = pallas_call(int_to_bf16_kernel)
+        .grid([1])
+        .input(at(shape, I32), one())
+        .input(at(shape, U32), one())
+        .output(at(shape, BF16), one())
+        .output(at(shape, BF16), one())
+        .build()
+        .expect("build");
+    let mut rng = common::rng::Rng(11);
+    let near_ties = |i: usize, r: u64| {
+        let base = [
+            16_842_753i64,
+            33_685_505,
+            25_165_824 + 65_537,
+            1 << 30,
+            7,
+            0,
+        ][i % 6];
+        base + (r % 5) as i64 - 2
+    };
+    let xs = HostArray::from_vec(
+        shape,
+        (0..shape[0] * shape[1])
+            .map(|i| {
+                let v = near_ties(i, rng.next());
+                match i % 4 {
+                    0 => -v as i32,
+                    1 => v as i32,
+                    2 => rng.next() as i32,
+                    _ => [i32::MIN, i32::MAX, -1, 1][i / 4 % 4],
+                }
+            })
+            .collect::<Vec<i32>>(),
+    )
+    .expect("array");
+    let ys = HostArray::from_vec(
+        shape,
+        (0..shape[0] * shape[1])
+            .map(|i| match i % 3 {
+                0 => near_ties(i, rng.next()) as u32,
+                1 => rng.next() as u32,
+                _ => [u32::MAX, 0, 1 << 31, 4_278_190_081][i / 3 % 4],
+            })
+            .collect::<Vec<u32>>(),
+    )
+    .expect("array");
+    exact(&to_bf16, &[xs, ys]);
 }
 
 // ---------------------------------------------------------------------------------------------- grid semantics (interpret.rs)
@@ -1084,35 +1362,6 @@ fn every_lowering_rule_is_checked_by_execution() {
         missing.is_empty(),
         "lowering rules no kernel of this suite runs through mosaic_cpu: {missing:?}"
     );
-}
-
-#[tpu_kernel]
-fn tanh_kernel(x: Ref<f32>, o: RefMut<f32>) {
-    o.store(tanh(x.load()));
-}
-
-#[test]
-fn tpu_logistic_runs_as_one_over_one_plus_exp_minus_x() {
-    // The lowering here does not emit `tpu.logistic` yet (main's op table does): write it into a
-    // module as data, in place of the `math.tanh` of the same type.
-    let spec = || BlockSpec::new([8, 128], |[_]| (0, 0));
-    let call = pallas_call(tanh_kernel)
-        .grid([1])
-        .input(at([8, 128], F32), spec())
-        .output(at([8, 128], F32), spec())
-        .build()
-        .expect("build");
-    let x = f32s([8, 128], |i| (i as f32 - 512.0) / 16.0);
-    let got = run_mutated(&call, std::slice::from_ref(&x), |m| {
-        mutate(m, "math.tanh", |op| op.name = "tpu.logistic")
-    })
-    .expect("run");
-    let want = f32s([8, 128], |i| {
-        let v = (i as f64 - 512.0) / 16.0;
-        (1.0 / (1.0 + (-v).exp())) as f32
-    });
-    let c = reference::compare(&got[0], &want, tolerance(DType::F32));
-    assert!(c.ok, "max error {}", c.max_abs_error);
 }
 
 #[tpu_kernel]

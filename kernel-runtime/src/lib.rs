@@ -23,6 +23,9 @@ pub mod interpret;
 pub mod ir;
 pub mod launch;
 pub mod lower;
+/// The vector math (`tpu-kernel-math`): what each float op computes on an element, defined once for
+/// the interpreter and Mosaic on CPU.
+pub use kernel_math as math;
 pub mod mosaic;
 #[cfg(feature = "mosaic-cpu")]
 pub mod mosaic_cpu;

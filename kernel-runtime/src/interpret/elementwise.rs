@@ -6,12 +6,12 @@ mod out;
 mod rows;
 
 use super::host::HostElement;
-use super::math::IntOps;
 use super::simd::multiversion;
 use super::tensor::{bf16_from_f32, bf16_to_f32, internal, Rows, Tensor};
 use crate::dtype::DType;
 use crate::error::{kerr, Result};
 use crate::ir::{BinaryOp, CmpOp, UnaryOp};
+use crate::math::IntOps;
 pub(crate) use elem::FloatElem;
 use elem::{binary_with, unary_with, Convert};
 use half::bf16;

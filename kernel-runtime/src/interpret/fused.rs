@@ -6,12 +6,12 @@
 mod rows;
 
 use super::elementwise::RawDest;
-use super::math::{self, Pre};
 use super::simd::multiversion;
 use super::tensor::{bf16_from_f32, bf16_to_f32, internal, take_vec, Buf, Tensor};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::{BinaryOp, ReduceKind, UnaryOp};
+use crate::math::{self, Pre};
 use half::bf16;
 
 /// One link of a chain, applied to the running value `v`.
@@ -43,7 +43,7 @@ thread_local! {
 }
 
 // An operand chunk: a contiguous f32 slice (maybe a gathered copy) or a broadcast scalar.
-use super::math::Operand as Src;
+use crate::math::Operand as Src;
 
 #[inline(always)]
 fn round(v: &mut [f32], d: DType) {
@@ -51,6 +51,17 @@ fn round(v: &mut [f32], d: DType) {
         for x in v {
             *x = bf16_to_f32(bf16_from_f32(*x));
         }
+    }
+}
+
+/// `x op y`, applied on the way into a leading unary function, for the ops a [`Pre`] covers.
+fn pre_of(op: BinaryOp, y: f32) -> Option<Pre> {
+    match op {
+        BinaryOp::Add => Some(Pre::Add(y)),
+        BinaryOp::Sub => Some(Pre::Sub(y)),
+        BinaryOp::Mul => Some(Pre::Mul(y)),
+        BinaryOp::Div => Some(Pre::Div(y)),
+        _ => None,
     }
 }
 
@@ -386,12 +397,13 @@ fn chain_impl(
                     (first_src, source(&ext_d[0], row[1] + c0 * s1, s1, c, tmp2))
                 {
                     let sum = (links.len() == 2 && epi.map(|e| e.kind) == Some(ReduceKind::Sum))
-                        .then_some(&mut acc);
+                        .then_some(math::LaneSum {
+                            lanes: &mut acc.lanes,
+                            rest: &mut acc.rest,
+                        });
                     folded = sum.is_some();
                     // SAFETY: `sub_exp` implies the CPU has AVX2 and FMA (checked at run time).
-                    unsafe {
-                        super::simd::exp_run(&mut *w, super::simd::ExpIn::SubScalar(xs, m), sum)
-                    };
+                    unsafe { math::exp_run(&mut *w, math::ExpIn::SubScalar(xs, m), sum) };
                     (e, start) = (1, 2);
                 }
             }
@@ -404,7 +416,7 @@ fn chain_impl(
                     Some(b) => {
                         let s1 = inner_strides[1];
                         match source(&ext_d[0], row[1] + c0 * s1, s1, c, tmp2) {
-                            Src::Scalar(y) => Pre::of(b, y),
+                            Src::Scalar(y) => pre_of(b, y),
                             Src::Slice(_) => None,
                         }
                     }

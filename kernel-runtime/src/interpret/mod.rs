@@ -13,10 +13,11 @@
 //!   and which results may be written straight into the output array (their only use is a full store).
 //! - `tensor`: the value type, a strided view of a shared buffer (broadcasts, splats, iota, windows and
 //!   transposes are views, not copies), the row iterator every loop uses, and a per-thread buffer pool.
-//! - `elementwise`, `fused`, `reduce`, `dot`, `math`, `simd`: the numeric rules — bf16 rounded on every
-//!   op (fused or not), f32 accumulation (reductions, `dot` through `gemm`), wrapping integers
-//!   with XLA's division rules, NaN-propagating max/min, a vectorized polynomial `exp`; hot loops are
-//!   compiled for AVX2+FMA and picked at run time, with bit-identical results.
+//! - `elementwise`, `fused`, `reduce`, `dot`, `simd`: the numeric rules — bf16 rounded on every op
+//!   (fused or not), f32 accumulation (reductions, `dot` through `gemm`); what each op computes on an
+//!   element (transcendentals, NaN-propagating max/min, wrapping integers with XLA's division rules)
+//!   is [`crate::math`]'s, the vector math Mosaic on CPU calls too. Hot loops are compiled for
+//!   AVX2+FMA and picked at run time, with bit-identical results.
 //!
 //! Deliberate differences from the hardware: f32 `dot` is exact f32 (the MXU may use bf16 passes);
 //! bf16 `dot` sums exact products in f32 — on CPUs with AVX-512 BF16 pairwise in hardware, with bf16
@@ -38,7 +39,6 @@ mod fused;
 pub(crate) mod grid;
 mod host;
 mod machine;
-mod math;
 pub(crate) mod ops;
 mod plan;
 pub use plan::PlanCounts;

@@ -131,9 +131,9 @@ pub(crate) const fn int_fn(b: BinaryOp) -> Option<IntFn> {
 /// `$body` with `$f` bound to the f32 meaning of unary op `$op`, or `$other`.
 macro_rules! unary_f32 {
     ($op:expr, $f:ident => $body:expr, else $other:expr) => {{
-        #[allow(unused_imports)]
-        use $crate::interpret::math::*;
         use $crate::interpret::ops::UnaryFn as F;
+        #[allow(unused_imports)]
+        use $crate::math::*;
         macro_rules! with {
             ($fun:expr) => {{
                 let $f = $fun;
@@ -153,9 +153,9 @@ macro_rules! unary_f32 {
             Some(F::Erf) => with!(Erf),
             Some(F::Log1p) => with!(Log1p),
             Some(F::Logistic) => with!(Logistic),
-            Some(F::Floor) => with!(f32::floor),
-            Some(F::Ceil) => with!(f32::ceil),
-            Some(F::RoundEven) => with!(f32::round_ties_even),
+            Some(F::Floor) => with!(floor_f32),
+            Some(F::Ceil) => with!(ceil_f32),
+            Some(F::RoundEven) => with!(round_even_f32),
             None => $other,
         }
     }};
@@ -165,9 +165,9 @@ pub(crate) use unary_f32;
 /// `$body` with `$f` bound to the f32 meaning of binary op `$op`, or `$other`.
 macro_rules! binary_f32 {
     ($op:expr, $f:ident => $body:expr, else $other:expr) => {{
-        #[allow(unused_imports)]
-        use $crate::interpret::math::*;
         use $crate::interpret::ops::BinaryFn as F;
+        #[allow(unused_imports)]
+        use $crate::math::*;
         macro_rules! with {
             ($fun:expr) => {{
                 let $f = $fun;
@@ -193,9 +193,9 @@ pub(crate) use binary_f32;
 /// `IntOps` type), or `$other` for a float-only op.
 macro_rules! binary_int {
     ($op:expr, $T:ty, $f:ident => $body:expr, else $other:expr) => {{
-        #[allow(unused_imports)]
-        use $crate::interpret::math::IntOps;
         use $crate::interpret::ops::IntFn as F;
+        #[allow(unused_imports)]
+        use $crate::math::IntOps;
         macro_rules! with {
             ($m:ident) => {{
                 let $f = |x: $T, y: $T| -> $T { x.$m(y) };

@@ -4,12 +4,12 @@
 
 use super::elementwise::FloatElem;
 use super::host::HostElement;
-use super::math::IntOps;
 use super::simd::multiversion;
 use super::tensor::{internal, row_major_strides, Rows, Tensor};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::ReduceKind;
+use crate::math::IntOps;
 use half::bf16;
 
 /// How a reduction combines two accumulator values, with its identity.

@@ -12,7 +12,7 @@
 //! (two AVX2 registers, or one AVX-512 register); the summation order differs from a sequential loop, as
 //! it does on the TPU.
 
-use super::math;
+use crate::math;
 
 /// Lanes of a row reduction.
 pub(crate) const LANES: usize = 16;
@@ -226,5 +226,31 @@ mod tests {
         row[500] = f32::from_bits(0x7fc0_1234);
         all(&row);
         assert!(row_f32::<MAX>(&row).is_nan() && row_f32::<MIN>(&row).is_nan());
+    }
+
+    /// The vector math's exp-and-sum (a fused softmax's pass) adds into a [`RowAcc`]'s lanes and
+    /// `rest` exactly as folding its results would.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn exp_and_sum_folds_in_the_row_order() {
+        if !crate::interpret::simd::avx2() {
+            eprintln!("skipped: this CPU has no AVX2+FMA, so no exp-and-sum is used here");
+            return;
+        }
+        let row: Vec<f32> = (0..1003).map(|i| (i as f32) * 0.01 - 5.0).collect();
+        let mut start = RowAcc::new(0.5f32);
+        start.rest = 0.25;
+        let (mut got, mut exps) = (start, vec![0f32; row.len()]);
+        let sum = math::LaneSum {
+            lanes: &mut got.lanes,
+            rest: &mut got.rest,
+        };
+        // SAFETY: AVX2 and FMA checked above.
+        unsafe { math::exp_run(&mut exps, math::ExpIn::SubScalar(&row, 1.5), Some(sum)) };
+        let mut want = start;
+        want.fold_f32::<SUM>(&exps);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got.lanes), bits(&want.lanes));
+        assert_eq!(got.rest.to_bits(), want.rest.to_bits());
     }
 }

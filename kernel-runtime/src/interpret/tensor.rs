@@ -466,18 +466,16 @@ pub(crate) fn for_each_row<const N: usize>(
     }
 }
 
-/// bf16 ↔ f32 as bit operations (round to nearest even, NaN kept quiet), written so loops vectorize.
+/// bf16 ↔ f32 as bit operations (round to nearest even, NaN kept quiet: the vector math's rounding,
+/// which Mosaic on CPU calls too), written so loops vectorize.
 #[inline(always)]
 pub(crate) fn bf16_from_f32(x: f32) -> bf16 {
-    let b = x.to_bits();
-    let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
-    let nan = ((b >> 16) | 0x40) as u16;
-    bf16::from_bits(if x.is_nan() { nan } else { rounded })
+    bf16::from_bits(crate::math::bf16_bits(x))
 }
 
 #[inline(always)]
 pub(crate) fn bf16_to_f32(x: bf16) -> f32 {
-    f32::from_bits((x.to_bits() as u32) << 16)
+    crate::math::f32_of_bf16_bits(x.to_bits())
 }
 
 // ---------------------------------------------------------------------------------------------- buffer pool

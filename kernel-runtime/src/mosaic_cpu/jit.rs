@@ -6,6 +6,7 @@
 //! (`use-generic-functions`), which is bound to a per-thread bump arena that the driver resets after
 //! every grid step — values never outlive a step (refs are the driver's own buffers; a `run_scoped`
 //! scope's buffers are allocated at the kernel function's entry, so they live for one step too).
+//! The vector math's functions the module calls (`math.rs`) are bound to their shims the same way.
 
 use crate::error::{kerr, Result};
 use melior::dialect::DialectHandle;
@@ -18,17 +19,17 @@ use std::ffi::c_void;
 use std::rc::Rc;
 use std::sync::Once;
 
-/// The lowering pipeline: bf16 arithmetic and math through f32 (rounded back after every op, as the
-/// interpreter does), bf16 conversions expanded to integer code (no compiler-rt calls), then the
-/// standard conversions to the LLVM dialect. Math functions without an LLVM intrinsic become libm calls.
+/// The lowering pipeline: the rewritten module computes nothing in bf16 (`scalar.rs` runs every bf16
+/// op in f32 and rounds with the vector math, as the interpreter does), so only its exact widenings
+/// `bf16 → f32` remain, expanded to integer code (no compiler-rt calls); then the standard
+/// conversions to the LLVM dialect. No `math` op becomes a libm call: the ones the vector math
+/// defines are its calls already (`math.rs`), the rest (`sqrt`, `absf`) are exact LLVM intrinsics, and
+/// a `math` op that is neither, or any bf16 arithmetic left, fails to lower, naming it.
 const PIPELINE: &str = "builtin.module(\
     canonicalize,\
-    func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32},\
-              math-extend-to-supported-types{target-type=f32},\
-              arith-expand{include-bf16=true}),\
+    func.func(arith-expand{include-bf16=true}),\
     convert-scf-to-cf,\
     convert-math-to-llvm,\
-    convert-math-to-libm,\
     convert-arith-to-llvm,\
     finalize-memref-to-llvm{use-generic-functions=true},\
     convert-func-to-llvm{use-bare-ptr-memref-call-conv=true},\
@@ -74,12 +75,9 @@ fn register_passes() {
     // registry, and `Once` keeps them from racing.
     ONCE.call_once(|| unsafe {
         mlir_sys::mlirRegisterTransformsCanonicalizer();
-        mlir_sys::mlirRegisterArithArithEmulateUnsupportedFloats();
-        mlir_sys::mlirRegisterMathMathExtendToSupportedTypes();
         mlir_sys::mlirRegisterArithArithExpandOpsPass();
         mlir_sys::mlirRegisterConversionSCFToControlFlowPass();
         mlir_sys::mlirRegisterConversionConvertMathToLLVMPass();
-        mlir_sys::mlirRegisterConversionConvertMathToLibmPass();
         mlir_sys::mlirRegisterConversionArithToLLVMConversionPass();
         mlir_sys::mlirRegisterConversionFinalizeMemRefToLLVMConversionPass();
         mlir_sys::mlirRegisterConversionConvertFuncToLLVMPass();
@@ -172,18 +170,35 @@ impl Jit {
             let jit = Jit { raw };
             // SAFETY: `arena_alloc` has the signature the memref conversion declares for
             // `_mlir_memref_to_llvm_alloc` (`ptr (i64)`), lives for the whole process, and never unwinds.
-            unsafe {
-                mlir_sys::mlirExecutionEngineRegisterSymbol(
-                    jit.raw,
-                    mlir_sys::MlirStringRef {
-                        data: c"_mlir_memref_to_llvm_alloc".as_ptr(),
-                        length: "_mlir_memref_to_llvm_alloc".len(),
-                    },
-                    arena_alloc as *mut c_void,
-                );
+            unsafe { jit.register("_mlir_memref_to_llvm_alloc", arena_alloc as *mut c_void) };
+            for (symbol, shim) in super::math::symbols() {
+                // SAFETY: each shim has the C signature `math.rs` declares for its symbol (`f32`
+                // operands; an `f32` result, `i16` for the bf16 rounding), lives for the whole
+                // process, and never unwinds.
+                unsafe { jit.register(symbol, shim) };
             }
             Ok(jit)
         })
+    }
+
+    /// Bind the external symbol `name` the module calls to `address`.
+    ///
+    /// # Safety
+    /// `address` must be a function with the signature the module declares for `name`, alive as long
+    /// as the engine.
+    unsafe fn register(&self, name: &str, address: *mut c_void) {
+        // SAFETY: `raw` is a live engine; the name is passed with its length (no terminator needed);
+        // the address by the caller.
+        unsafe {
+            mlir_sys::mlirExecutionEngineRegisterSymbol(
+                self.raw,
+                mlir_sys::MlirStringRef {
+                    data: name.as_ptr() as *const _,
+                    length: name.len(),
+                },
+                address,
+            )
+        }
     }
 
     /// The packed entry point of function `name` (compiles it on first lookup).

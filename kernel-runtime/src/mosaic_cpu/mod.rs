@@ -8,9 +8,9 @@
 //!                     │ program + rewrite: walk its ops through melior; the rules table
 //!                     ▼
 //!                   upstream MLIR: func, arith, math, memref, scf (text, parsed in a JIT context)
-//!                     │ jit: bf16 through f32, scf→cf, math→llvm/libm, arith/memref/func/cf→llvm
+//!                     │ jit: scf→cf, math→llvm, arith/memref/func/cf→llvm; calls of the vector math
 //!                     ▼
-//!                   LLVM ──ExecutionEngine──▶ machine code
+//!                   LLVM ──ExecutionEngine──▶ machine code (+ kernel_math: exp, tanh, ..., bf16 rounding)
 //!                     │ run: interpret::grid::walk_grid (the interpreter's block schedule)
 //!                     ▼
 //!                   outputs, compared with interpret() by tests/mosaic_cpu.rs
@@ -28,7 +28,7 @@
 //!
 //! | emitted op | becomes | read from the op |
 //! |---|---|---|
-//! | `arith.*`, `math.*` (any) | the same op on scalars; on vectors, the same op per element in a loop | name, attributes (`predicate`, `fastmath`, ...) |
+//! | `arith.*`, `math.*` (any) | the same op on scalars; on vectors, the same op per element in a loop — except where the vector math defines the op (`math.exp`, `log`, `log1p`, `tanh`, `erf`, `sin`, `cos`, `rsqrt`, `powf`, `floor`, `ceil`, `roundeven`, `arith.remf`, `maximumf`, `minimumf`): a call of its function (`math.rs`); on bf16, the op in f32 and its result rounded once by the vector math's rounding (`scalar.rs`) | name, attributes (`predicate`, `fastmath`, ...) |
 //! | `arith.constant` | scalar: kept; vector: the splat value stored into a buffer | `value` (splats only) |
 //! | `vector.load` | bounds check, loop nest copying the window (vector dims = trailing ref dims) | indices, ref and result types (a ref in HBM — `any`/`hbm` — is refused) |
 //! | `tpu.vector_store` | bounds check, loop nest storing the window, `scf.if` per element when masked | `operandSegmentSizes` (value, base, indices, mask), `strides`; the ref type (HBM refused) |
@@ -40,7 +40,7 @@
 //! | `tpu.iota` | loop nest storing the index along one dim | `dimensions` |
 //! | `tpu.transpose` | loop nest reading through the permutation | `permutation` |
 //! | `tpu.assume_multiple` | the operand, after checking the promise at run time | `multiple` |
-//! | `tpu.logistic` | `1 / (1 + e^-x)` per element, in f32, rounded once | — |
+//! | `tpu.logistic` | the vector math's logistic per element (as `math.*` ops; on bf16 through f32, rounded once) | — |
 //! | `tpu.trace_start`, `tpu.trace_stop` (named trace regions) | nothing: profiler markers | — |
 //! | `tpu.memref_slice` | a view: the base's offset + Σ start·stride, the starts bounds-checked (out of bounds: an error, and the view placed at the base's origin) | `operandSegmentSizes` (base, i32 starts; dynamic sizes unsupported), the result type (sizes) |
 //! | `tpu.memref_squeeze` | the same view without size-1 dims | types |
@@ -55,7 +55,9 @@
 //!
 //! Any op not in the table is an `Unsupported` error naming it and its Rust line; upstream `arith` and
 //! `math` ops need no entry (they are all element-wise), so an op added to the lowering later runs here
-//! as soon as MLIR lowers it to LLVM (`math` ops without an LLVM intrinsic become libm calls).
+//! as soon as MLIR lowers it to LLVM — exactly, for IEEE operations; a function the interpreter
+//! computes with the vector math needs a row in `math.rs`, or the two engines' bits part (the same-bits
+//! test, which runs every float op of the op table, says so). No `math` op becomes a libm call.
 //!
 //! The kernel function is found by its `iteration_bounds`; its launch is read from the module —
 //! `iteration_bounds`, `scalar_prefetch` (that many SMEM refs follow the grid indices, in the kernel
@@ -69,9 +71,10 @@
 //! rewrite guards those ops (`scalar.rs`) to XLA's results, so the engine never traps: integer `x / 0 =
 //! -1`, `x % 0 = x`, `MIN / -1 = MIN`; float→int casts saturate with NaN → 0; shifts by the bit width
 //! or more give 0 (the sign for arithmetic shifts). bf16 arithmetic and math run in f32 and are rounded
-//! back after every op (MLIR's `arith-emulate-unsupported-floats` / `math-extend-to-supported-types`,
-//! bf16 conversions expanded to integer code), as the interpreter rounds; bf16 sums (`multi_reduction`
-//! add/mul, `tpu.matmul`) accumulate in f32 and round once. The grid runs in order on one core, with
+//! back after every op by the interpreter's rounding (the vector math's `bf16_bits`: to nearest even,
+//! a NaN keeps its sign and leading payload — MLIR's own truncation makes every NaN `0x7fc0`), and an
+//! integer cast to bf16 rounds once from the integer (not twice, through f32); bf16 sums
+//! (`multi_reduction` add/mul, `tpu.matmul`) accumulate in f32 and round once. The grid runs in order on one core, with
 //! one scratch for the whole grid (a TensorCore), through the interpreter's block schedule
 //! (`interpret::grid`): blocks picked by the module's index maps, input blocks copied in when
 //! their index changes (zero-padded past the array's edge), output blocks written back clipped when it
@@ -132,8 +135,13 @@
 //! op name in `lower/rules.rs`, every file under `lower/rules/` and `ir/ops.rs`, which the test
 //! asserts), the DSL constructs of `dsl.rs`, the grid and
 //! dtype semantics kernels of `interpret.rs` and random launches agree with the interpreter — integers
-//! and bools exactly, f32 within `1e-5 + 1e-5·|x|`, bf16 within one rounding step (`1e-2 + 2^-7·|x|`);
-//! the bf16 rounding chain, integer division and saturating casts bit for bit. Mutated modules (as
+//! and bools exactly, f32 within `1e-5 + 1e-5·|x|`, bf16 within one rounding step (`1e-2 + 2^-7·|x|`):
+//! the two engines sum in different orders (the interpreter in 16 lanes and a tree, the engine in
+//! order), and nothing else differs; the bf16 rounding chain, integer division and saturating casts
+//! bit for bit. Every float op of the op table, on f32 and bf16, gives the same bits in both engines
+//! over special values (signed zeros, infinities, NaNs with payloads, signaling NaNs, subnormals, the
+//! extremes, the functions' range edges, every pair of them for binary ops) and random inputs (any bit
+//! pattern, moderate values, magnitudes over 60 decades). Mutated modules (as
 //! data, rebuilt and verified) must run and disagree: `addf`↔`subf`, `tpu.matmul`'s contracting dims
 //! swapped, a store's mask dropped, `tpu.iota`'s dimension, `tpu.transpose`'s permutation, a
 //! reduction's kind, an output index map, an index map's table read (`idx[i]` → `idx[0]`); a module
@@ -166,23 +174,6 @@
 //! windows, deadlocked waits, semaphores left at kernel or scope end, a broken `multiple_of` promise, a `for`
 //! step ≤ 0.
 //!
-//! # The ulp budget
-//! Measured by `transcendentals_agree_within_their_ulp_budget` over exp's whole range (subnormal
-//! results and overflow included) and roots and logs over eight decades, engine vs interpreter, f32:
-//!
-//! | op | budget | why |
-//! |---|---|---|
-//! | `exp` | ≤ 2 ulp (measured 1) | the interpreter's vectorized Cephes polynomial is within 2 ulp of libm; the engine calls libm `expf` |
-//! | `rsqrt` | ≤ 1 ulp (measured 1) | the interpreter rounds `1/sqrt` once, through f64; the engine's `1/sqrt(x)` in f32 rounds twice |
-//! | `tanh` | ≤ 3 ulp (measured 2) | the interpreter's vectorized tanh (≤ 2 ulp from exact, `interpret/math/`); the engine calls libm |
-//! | `sin`, `cos` | ≤ 2 ulp (measured 1) | the interpreter's vectorized polynomials (≤ 1.6 ulp from exact); the engine calls libm |
-//! | `log`, `pow` | ≤ 1 ulp (measured 1) | the interpreter's vectorized `log` (≤ 0.9 ulp) and f64 `pow` (≤ 0.5 ulp); the engine calls libm |
-//! | `sqrt` | 0 | correctly rounded in both |
-//!
-//! Through a bf16 result a 1-ulp f32 difference can flip one bf16 rounding (1 bf16 ulp); f32 sums also
-//! differ by summation order (the interpreter sums in 16 lanes, the engine in order), hence the f32
-//! tolerance above. (The TPU's own `exp`/`rsqrt` are approximations with larger errors than either.)
-//!
 //! # Limits
 //! Supported: what the lowering emits today, scalar prefetch, SMEM refs, DMA and semaphores,
 //! `run_scoped` scopes, HBM (`pl.ANY`) inputs and outputs, `input_output_aliases` and nested
@@ -207,6 +198,7 @@
 
 mod dma;
 mod jit;
+mod math;
 mod memref;
 mod program;
 mod rewrite;

@@ -31,7 +31,7 @@ use melior::ir::block::BlockLike;
 use melior::ir::operation::{OperationLike, OperationRef};
 use melior::ir::r#type::{FunctionType, TypeLike};
 use melior::ir::{BlockRef, RegionLike, ValueLike};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 /// Writes one upstream module.
 pub(super) struct Rewriter<'f> {
@@ -53,6 +53,8 @@ pub(super) struct Rewriter<'f> {
     pub scopes: Vec<super::scope::Scope>,
     /// Lines written at the entry of the function being written, before its body (see [`Self::hoist_alloc`]).
     hoisted: Vec<String>,
+    /// Declarations of the external functions the module calls (the vector math's, `math.rs`).
+    decls: BTreeSet<String>,
     pub files: &'f Files,
 }
 
@@ -74,12 +76,20 @@ impl<'f> Rewriter<'f> {
             index_map: false,
             scopes: Vec::new(),
             hoisted: Vec::new(),
+            decls: BTreeSet::new(),
             files,
         }
     }
 
+    /// The module's body (its external declarations, then the functions written) and check sites.
     pub fn finish(self) -> (String, Vec<Site>) {
-        (self.out, self.sites)
+        let decls: String = self.decls.iter().map(|d| format!("  {d}\n")).collect();
+        (decls + &self.out, self.sites)
+    }
+
+    /// Declare an external function the module calls (once, however often it is called).
+    pub fn declare(&mut self, decl: String) {
+        self.decls.insert(decl);
     }
 
     // ---- text ----

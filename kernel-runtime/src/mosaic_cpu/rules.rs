@@ -11,7 +11,7 @@
 //!
 //! May depend on: `rewrite` (the walk calls [`rule`]; the rules write through its [`Rewriter`]) and
 //! the rule files the table names. The files under `rules/` may depend on this file's helpers,
-//! `rewrite` and `scalar.rs`, not on each other (except `tpu.rs` on [`elementwise::per_element`]).
+//! `rewrite` and `scalar.rs`, not on each other.
 
 mod elementwise;
 mod load_store;
@@ -34,7 +34,8 @@ const TABLE: &[(&str, Rule)] = &[
     ("tpu.iota", tpu::iota),
     ("tpu.transpose", tpu::transpose),
     ("tpu.assume_multiple", tpu::assume_multiple),
-    ("tpu.logistic", tpu::logistic),
+    // A function of the vector math, per element like `arith`/`math` ops (`scalar.rs`, `math.rs`).
+    ("tpu.logistic", elementwise::elementwise),
     ("tpu.trace_start", tpu::profiler_marker),
     ("tpu.trace_stop", tpu::profiler_marker),
     // Ref windows, DMA and semaphores (`dma.rs`): windows are views of a kernel ref's buffer, copies
@@ -150,6 +151,10 @@ fn widen(rw: &mut Rewriter<'_>, x: &str, from: &str, to: &str) -> String {
 fn narrow(rw: &mut Rewriter<'_>, x: &str, from: &str, to: &str) -> String {
     if from == to {
         return x.to_string();
+    }
+    if (from, to) == ("f32", "bf16") {
+        // The interpreter's rounding (`scalar.rs`), NaNs included.
+        return super::scalar::round_to_bf16(rw, x);
     }
     let op = if is_float(from) { "truncf" } else { "trunci" };
     let r = rw.fresh();

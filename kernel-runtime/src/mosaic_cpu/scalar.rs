@@ -2,9 +2,14 @@
 //! a few leave some inputs undefined (LLVM `poison` or a trap) where XLA — and so the interpreter and
 //! the TPU — define the result. Those are guarded: the inputs MLIR leaves undefined are replaced by
 //! safe ones and the defined result selected, so the engine never traps and agrees with the interpreter.
+//! The ops the vector math defines (`exp`, `tanh`, `powf`, ..., `math.rs`) are calls of its functions,
+//! and an op on bf16 runs in f32, its result rounded once by the vector math's rounding — what the
+//! interpreter computes (MLIR's own bf16 emulation would round the same but make every NaN `0x7fc0`).
 
 use super::rewrite::{Rewriter, Ty, Val};
 use crate::error::{kerr, Result};
+
+pub(super) use super::math::round_to_bf16;
 
 type Guard = fn(&mut Rewriter<'_>, &str, &[Val], &str, &str) -> Result<String>;
 
@@ -24,7 +29,8 @@ const GUARDS: &[(&str, Guard)] = &[
     ("arith.shrsi", shift),
 ];
 
-/// `name(operands) {attrs} -> result` on scalars, guarded if `name` is in [`GUARDS`].
+/// `name(operands) {attrs} -> result` on scalars: a call of the vector math if it defines `name`,
+/// guarded if `name` is in [`GUARDS`].
 pub(super) fn scalar_op(
     rw: &mut Rewriter<'_>,
     name: &str,
@@ -32,6 +38,12 @@ pub(super) fn scalar_op(
     result: &str,
     attrs: &str,
 ) -> Result<String> {
+    if let Some(r) = through_f32(rw, name, operands, result, attrs)? {
+        return Ok(r);
+    }
+    if let Some(f) = super::math::function(name) {
+        return super::math::call(rw, f, operands, result);
+    }
     match GUARDS.iter().find(|(n, _)| *n == name) {
         Some((_, guard)) => guard(rw, name, operands, result, attrs),
         None => {
@@ -39,6 +51,65 @@ pub(super) fn scalar_op(
             Ok(rw.op1(name, &refs, result, attrs))
         }
     }
+}
+
+/// Ops that compute nothing on bf16 values (they pass or widen bits exactly): written as they are.
+const BF16_EXACT: &[&str] = &[
+    "arith.extf",
+    "arith.select",
+    "arith.bitcast",
+    "arith.constant",
+];
+
+/// An op with a bf16 operand or result, as the interpreter computes it: on the bf16 operands widened
+/// to f32, a bf16 result computed in f32 and rounded once ([`round_to_bf16`]; `arith.truncf` to bf16
+/// is that rounding; an integer's cast rounds once from the integer). `None` for the ops without bf16
+/// and those of [`BF16_EXACT`].
+fn through_f32(
+    rw: &mut Rewriter<'_>,
+    name: &str,
+    operands: &[Val],
+    result: &str,
+    attrs: &str,
+) -> Result<Option<String>> {
+    let bf16 = |v: &Val| v.ty.elem() == "bf16";
+    if !(operands.iter().any(bf16) || result == "bf16") || BF16_EXACT.contains(&name) {
+        return Ok(None);
+    }
+    let args: Vec<Val> = operands
+        .iter()
+        .map(|v| {
+            if !bf16(v) {
+                return v.clone();
+            }
+            let w = rw.fresh();
+            rw.line(format!("{w} = arith.extf {} : bf16 to f32", v.name));
+            scalar(w, "f32")
+        })
+        .collect();
+    if result != "bf16" {
+        return scalar_op(rw, name, &args, result, attrs).map(Some);
+    }
+    let r = match (name, &args[..]) {
+        ("arith.sitofp" | "arith.uitofp", [x]) => {
+            let signed = name == "arith.sitofp";
+            return Ok(Some(super::math::int_to_bf16(
+                rw,
+                &x.name,
+                x.ty.elem(),
+                signed,
+            )));
+        }
+        ("arith.truncf", [x]) if x.ty.elem() == "f32" => x.name.clone(),
+        ("arith.truncf", _) => {
+            return Err(kerr!(
+                Unsupported,
+                "mosaic_cpu: `arith.truncf` to bf16 from anything but f32"
+            ))
+        }
+        _ => scalar_op(rw, name, &args, "f32", attrs)?,
+    };
+    Ok(Some(round_to_bf16(rw, &r)))
 }
 
 /// Bits of an integer type (`index` is 64 bits).

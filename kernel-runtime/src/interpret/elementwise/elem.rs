@@ -4,8 +4,8 @@
 use super::{map1, map1_rows, map2, map2_rows, RowArg, Sink};
 use crate::error::Result;
 use crate::interpret::host::HostElement;
-use crate::interpret::math::{BinaryF32, Operand, UnaryF32};
 use crate::interpret::tensor::{bf16_from_f32, bf16_to_f32, Tensor};
+use crate::math::{BinaryF32, Operand, UnaryF32};
 use half::bf16;
 use std::mem::MaybeUninit;
 
@@ -162,7 +162,7 @@ impl Convert for bf16 {
         bf16_from_f32(x as f32)
     }
     fn from_i64(x: i64) -> Self {
-        i64_to_bf16(x)
+        bf16::from_bits(crate::math::bf16_bits_of_i64(x))
     }
 }
 impl Convert for bool {
@@ -182,25 +182,6 @@ impl Convert for bool {
     fn from_i64(x: i64) -> Self {
         x != 0
     }
-}
-
-/// An integer rounded once (to nearest, ties to even) to bf16's 8 significant bits; going through f32
-/// would round twice for integers above 2^24.
-fn i64_to_bf16(v: i64) -> bf16 {
-    let mut a = v.unsigned_abs();
-    let bits = 64 - a.leading_zeros();
-    if bits > 8 {
-        let shift = bits - 8;
-        let rem = a & ((1u64 << shift) - 1);
-        let half = 1u64 << (shift - 1);
-        a >>= shift;
-        if rem > half || (rem == half && a & 1 == 1) {
-            a += 1;
-        }
-        a <<= shift;
-    }
-    let f = a as f32; // exact: at most 9 significant bits
-    bf16_from_f32(if v < 0 { -f } else { f })
 }
 
 /// The op table's f32 function `f` over `a`: rows through its vector loops when it has them.

@@ -1,6 +1,7 @@
-//! `arith` and `math` ops — every op of those dialects, table entry or not — kept on scalars and
-//! applied per element on vectors ([`per_element`], which `tpu.logistic` uses too), and
-//! `arith.constant` (scalars kept, vector splats as filled buffers).
+//! `arith` and `math` ops — every op of those dialects, table entry or not — and `tpu.logistic` kept
+//! on scalars and applied per element on vectors ([`per_element`]; the ops the vector math defines
+//! become calls of it, `scalar.rs`), and `arith.constant` (scalars kept, vector splats as filled
+//! buffers).
 //!
 //! May depend on: the shared helpers of `rules.rs`, `rewrite` (the [`Rewriter`] and its types) and
 //! `scalar.rs` (the guarded scalar ops); nothing else in `rules/`.
@@ -25,7 +26,7 @@ type Scalar<'a, 'f> = dyn FnMut(&mut Rewriter<'f>, &[Val], &str) -> Result<Strin
 
 /// An element-wise op: `f` on scalars, or `f` per element of same-shaped vector operands (scalar
 /// operands, like `arith.select`'s condition, are used as they are).
-pub(super) fn per_element<'f>(
+fn per_element<'f>(
     rw: &mut Rewriter<'f>,
     op: OperationRef<'_, '_>,
     f: &mut Scalar<'_, 'f>,

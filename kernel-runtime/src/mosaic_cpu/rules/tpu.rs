@@ -1,13 +1,13 @@
 //! The `tpu` dialect's compute ops (not upstream) as loop nests or scalar code: `tpu.matmul` (with
-//! [`DotDims`], its dimension numbers), `tpu.iota`, `tpu.transpose`, `tpu.logistic`,
-//! `tpu.assume_multiple` (its promise checked at run time) and the profiler markers
-//! `tpu.trace_start`/`tpu.trace_stop`. Its memory ops live elsewhere: `tpu.vector_store` in
-//! `load_store.rs`, windows, DMA and semaphores in `dma.rs`, `tpu.region` in `scope.rs`.
+//! [`DotDims`], its dimension numbers), `tpu.iota`, `tpu.transpose`, `tpu.assume_multiple` (its
+//! promise checked at run time) and the profiler markers `tpu.trace_start`/`tpu.trace_stop`. Its
+//! memory ops live elsewhere: `tpu.vector_store` in `load_store.rs`, windows, DMA and semaphores in
+//! `dma.rs`, `tpu.region` in `scope.rs`; `tpu.logistic`, a function of the vector math, is an
+//! element-wise op (`elementwise.rs`, `math.rs`).
 //!
-//! May depend on: the shared helpers of `rules.rs`, [`super::elementwise::per_element`], `rewrite`
-//! (the [`Rewriter`], its types and check sites) and `scalar.rs`.
+//! May depend on: the shared helpers of `rules.rs`, `rewrite` (the [`Rewriter`], its types and check
+//! sites) and `scalar.rs`.
 
-use super::elementwise::per_element;
 use super::{accumulator, bad, mem, narrow, offset, result_buffer, scalar, widen};
 use crate::error::{kerr, Result};
 use crate::mosaic_cpu::rewrite::{
@@ -86,30 +86,6 @@ pub(super) fn transpose(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Resu
         let x = rw.load(src, &from);
         rw.store(&x, &out, &to);
         Ok(())
-    })
-}
-
-/// `tpu.logistic`: `1 / (1 + e^-x)`, one op on the TPU — computed in f32 and rounded once.
-pub(super) fn logistic(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
-    per_element(rw, op, &mut |rw, args, ty| {
-        let [x] = args else {
-            return Err(kerr!(
-                Lowering,
-                "mosaic_cpu: tpu.logistic takes one operand"
-            ));
-        };
-        if !is_float(ty) {
-            return Err(kerr!(Lowering, "mosaic_cpu: tpu.logistic on {ty}"));
-        }
-        let f = accumulator(ty).to_string();
-        let x = widen(rw, &x.name, ty, &f);
-        let one = rw.constant(&format!("1.0 : {f}"), &f);
-        let v = |name: &str| scalar(name.to_string(), &f);
-        let minus = scalar_op(rw, "arith.negf", &[v(&x)], &f, "")?;
-        let e = scalar_op(rw, "math.exp", &[v(&minus)], &f, "")?;
-        let d = scalar_op(rw, "arith.addf", &[v(&one), v(&e)], &f, "")?;
-        let r = scalar_op(rw, "arith.divf", &[v(&one), v(&d)], &f, "")?;
-        Ok(narrow(rw, &r, &f, ty))
     })
 }
 

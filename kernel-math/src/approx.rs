@@ -7,10 +7,10 @@
 //! Chebyshev grid, `minimax.py`) against mpmath values, on the reduced ranges stated per function, then
 //! rounded to f32. The accuracies quoted are the worst errors over every f32 input against f64, in
 //! units of the f32 spacing at the exact value (`accuracy.rs`: a dense sweep in every test run, all
-//! 2^32 inputs with `cargo test --release -p kernel-runtime -- --ignored exhaustive`).
+//! 2^32 inputs with `cargo test --release -p tpu-kernel-math -- --ignored exhaustive`).
 
-use super::exp_consts;
 use super::lanes::{IntLanes, Lanes};
+use crate::exp::exp_consts;
 
 /// `c[0]·x^(n-1) + … + c[n-1]` by Horner's rule with fused multiply-adds.
 #[inline(always)]
@@ -29,10 +29,10 @@ fn with_sign_of<V: Lanes>(x: V, s: V) -> V {
     V::from_bits(x.bits().or(sign))
 }
 
-/// [`super::exp_f32`] for every lane width, op for op: the same clamp, reduction, polynomial, scaling
+/// [`crate::exp_f32`] for every lane width, op for op: the same clamp, reduction, polynomial, scaling
 /// (one factor when `2^n` is a normal f32 in every lane, which gives the same bits as two) and NaN rule.
 /// The tests hold it to `exp_f32`, which vouches for [`exp_core`] under logistic (the op `exp` itself
-/// runs `simd::exp_run`, with the fused softmax forms).
+/// runs `exp_run`, with the fused softmax forms).
 #[cfg(test)]
 #[inline(always)]
 pub(crate) fn exp<V: Lanes>(x: V) -> V {

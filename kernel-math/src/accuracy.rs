@@ -1,6 +1,6 @@
 //! The vectorized transcendentals: every lane width gives the scalar reference's bits (a dense sweep of
 //! f32 bit patterns plus the edges), the reference is within its documented ulps of f64, and the
-//! specials are jnp's. `cargo test --release -p kernel-runtime -- --ignored exhaustive` measures the
+//! specials are jnp's. `cargo test --release -p tpu-kernel-math -- --ignored exhaustive` measures the
 //! ulp bounds over all 2^32 inputs.
 
 use super::elementfn::{
@@ -423,7 +423,7 @@ fn specials_follow_jnp() {
 
 /// All 2^32 inputs of each unary function against f64: the bounds documented on the functions.
 #[test]
-#[ignore = "minutes in release mode: cargo test --release -p kernel-runtime -- --ignored exhaustive"]
+#[ignore = "minutes in release mode: cargo test --release -p tpu-kernel-math -- --ignored exhaustive"]
 fn exhaustive_ulp_bounds() {
     use rayon::prelude::*;
     // `EXHAUSTIVE_OPS=tanh,erf` limits the run to those functions.

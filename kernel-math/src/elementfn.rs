@@ -7,7 +7,7 @@ use super::lanes::Lanes;
 use std::mem::MaybeUninit;
 
 /// A unary f32 function (the op table's `f32:` entry).
-pub(crate) trait UnaryF32: Copy {
+pub trait UnaryF32: Copy {
     /// Whether [`UnaryF32::run`] has vector forms (else callers loop over `scalar`).
     const VECTOR: bool = false;
     fn scalar(self, x: f32) -> f32;
@@ -37,7 +37,7 @@ pub(crate) trait UnaryF32: Copy {
 /// A binary op with a broadcast value, applied to each element on its way into a unary function (a
 /// fused chain's `x * c` before `tanh`): the op's own IEEE operation, with its operands in its order.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Pre {
+pub enum Pre {
     Id,
     /// `x + c`.
     Add(f32),
@@ -47,17 +47,6 @@ pub(crate) enum Pre {
 }
 
 impl Pre {
-    /// `x op y` for the ops a [`Pre`] covers.
-    pub(crate) fn of(op: crate::ir::BinaryOp, y: f32) -> Option<Pre> {
-        use crate::ir::BinaryOp;
-        match op {
-            BinaryOp::Add => Some(Pre::Add(y)),
-            BinaryOp::Sub => Some(Pre::Sub(y)),
-            BinaryOp::Mul => Some(Pre::Mul(y)),
-            BinaryOp::Div => Some(Pre::Div(y)),
-            _ => None,
-        }
-    }
     #[inline(always)]
     pub(crate) fn apply<V: Lanes>(self, x: V) -> V {
         match self {
@@ -79,13 +68,13 @@ impl<F: Fn(f32) -> f32 + Copy> UnaryF32 for F {
 
 /// An operand of a binary function over a run of elements.
 #[derive(Clone, Copy)]
-pub(crate) enum Operand<'a> {
+pub enum Operand<'a> {
     Slice(&'a [f32]),
     Scalar(f32),
 }
 
 /// A binary f32 function (the op table's `f32:` entry).
-pub(crate) trait BinaryF32: Copy {
+pub trait BinaryF32: Copy {
     /// Whether the `zip` methods have vector forms (else callers loop over `scalar`).
     const VECTOR: bool = false;
     fn scalar(self, x: f32, y: f32) -> f32;
@@ -139,7 +128,7 @@ macro_rules! unary_items {
     ($($(#[doc = $doc:literal])* $T:ident = $f:path;)*) => {$(
         $(#[doc = $doc])*
         #[derive(Clone, Copy, Debug)]
-        pub(crate) struct $T;
+        pub struct $T;
         impl Kernel1 for $T {
             #[inline(always)]
             fn apply<V: Lanes>(x: V) -> V {
@@ -234,17 +223,17 @@ macro_rules! binary_item {
 
 /// `x^y` (≤ 1 ulp; C99 `powf` special cases).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Pow;
+pub struct Pow;
 binary_item!(Pow, super::pow::pow);
 
 /// `x % y` (exact; C `fmodf`).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Rem;
+pub struct Rem;
 binary_item!(Rem, super::pow::rem);
 
-/// `e^x`: [`super::exp_f32`], whose vector loops (with the fused softmax forms) are `simd::exp_run`.
+/// `e^x`: [`crate::exp_f32`], whose vector loops (with the fused softmax forms) are [`crate::exp_run`].
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Exp;
+pub struct Exp;
 impl UnaryF32 for Exp {
     const VECTOR: bool = true;
     #[inline(always)]
@@ -253,11 +242,9 @@ impl UnaryF32 for Exp {
     }
     fn run(self, v: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if crate::interpret::simd::avx2() {
+        if crate::cpu::avx2() {
             // SAFETY: the CPU has AVX2 and FMA (checked at run time); same bits as `exp_f32`.
-            unsafe {
-                crate::interpret::simd::exp_run(v, crate::interpret::simd::ExpIn::InPlace, None)
-            };
+            unsafe { crate::exp_run(v, crate::ExpIn::InPlace, None) };
             return;
         }
         for x in v {
@@ -287,11 +274,11 @@ impl UnaryF32 for Exp {
 pub(crate) mod drive {
     use super::{Kernel1, Kernel2, Operand, Pre};
     #[cfg(target_arch = "x86_64")]
-    use crate::interpret::math::lanes256::V8;
+    use crate::cpu::{avx2, avx512};
     #[cfg(target_arch = "x86_64")]
-    use crate::interpret::math::lanes512::V16;
+    use crate::lanes256::V8;
     #[cfg(target_arch = "x86_64")]
-    use crate::interpret::simd::{avx2, avx512};
+    use crate::lanes512::V16;
 
     /// A binary operand: `n` elements from a pointer, or one value for all.
     #[derive(Clone, Copy)]
