@@ -316,8 +316,16 @@ fn the_library_description_lists_kernels_params_and_grads() {
     let lib = library();
     let d: serde_json::Value =
         serde_json::from_str(lib.description().to_str().expect("utf8")).expect("json");
-    assert_eq!(d["abi_version"], json!(3));
+    assert_eq!(d["abi_version"], json!(4));
     assert_eq!(d["ffi_target"], json!("tpu_kernel_test"));
+    // The dtype table, one row per DType (Python's dtype map).
+    let names: Vec<&str> = d["dtypes"]
+        .as_array()
+        .expect("dtypes")
+        .iter()
+        .map(|r| r["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["f32", "bf16", "i32", "i8", "u8", "u32", "bool"]);
     let mm = &d["kernels"][0];
     assert_eq!(mm["name"], json!("matmul"));
     assert_eq!(mm["inputs"], json!(["x", "y"]));
