@@ -48,7 +48,7 @@ fn nan_rule(x: f32, f: impl Fn(f32) -> f32) -> f32 {
     }
 }
 
-/// `x` rounded toward -inf (`math.floor`), NaNs by [`nan_rule`]. Spelled out because `f32::floor` is a
+/// `x` rounded toward -inf (`math.floor`), NaNs by `nan_rule`. Spelled out because `f32::floor` is a
 /// libm call or an instruction depending on the CPU and the code around it, which disagree on a
 /// signaling NaN (one keeps it signaling, `roundss` quiets it); on every other input they are exact
 /// and agree.

@@ -1,7 +1,7 @@
 //! A kernel's body as libtpu reads it: the kernel lowered to the Mosaic module as data
 //! ([`crate::lower`]), written in the mosaic-serde form as MLIR bytecode ([`crate::mosaic::bytecode`];
 //! no MLIR module is built to ship a kernel). With the `mlir` feature, the same body the long way
-//! through MLIR ([`reference_bytecode`], what the tests hold the direct writer to) and read back as text.
+//! through MLIR (`reference_bytecode`, what the tests hold the direct writer to) and read back as text.
 
 use crate::error::Result;
 use crate::ir::Kernel;
