@@ -14,31 +14,26 @@ use std::fmt;
 ///   F32 11, BF16 16);
 /// - `bits`: the element's bit width (bool: 1); `vmem_bytes`: its size as the VMEM estimate counts it
 ///   (bool is stored as 32-bit masks);
-/// - `Class`: `Float`, `Signed`, `Unsigned` or `Bool`.
+/// - `Class`: `Float`, `SignedInt`, `UnsignedInt` or `Bool`.
 #[macro_export]
 macro_rules! for_each_dtype {
     ($m:ident) => {
         $m! {
             (F32, "f32", f32, "f32", "f32", "float32", "float32", 11, 32, 4, Float)
             (BF16, "bf16", half::bf16, "bf16", "bf16", "bfloat16", "bfloat16", 16, 16, 2, Float)
-            (I32, "i32", i32, "i32", "i32", "int32", "int32", 4, 32, 4, Signed)
-            (I8, "i8", i8, "i8", "i8", "int8", "int8", 2, 8, 1, Signed)
-            (U8, "u8", u8, "i8", "ui8", "uint8", "uint8", 6, 8, 1, Unsigned)
-            (U32, "u32", u32, "i32", "ui32", "uint32", "uint32", 8, 32, 4, Unsigned)
+            (I32, "i32", i32, "i32", "i32", "int32", "int32", 4, 32, 4, SignedInt)
+            (I8, "i8", i8, "i8", "i8", "int8", "int8", 2, 8, 1, SignedInt)
+            (U8, "u8", u8, "i8", "ui8", "uint8", "uint8", 6, 8, 1, UnsignedInt)
+            (U32, "u32", u32, "i32", "ui32", "uint32", "uint32", 8, 32, 4, UnsignedInt)
             (Bool, "bool", bool, "i1", "i1", "bool", "bool", 1, 1, 4, Bool)
         }
     };
 }
 pub use for_each_dtype;
 
-/// The class of a dtype (a column of the dtype table).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DTypeClass {
-    Float,
-    Signed,
-    Unsigned,
-    Bool,
-}
+/// The class of a dtype (a column of the dtype table): the op definitions' element classes, so an
+/// op's operand check reads it directly.
+pub use kernel_ops::ElementClass as DTypeClass;
 
 macro_rules! dtype_enum {
     ($( ($V:ident, $name:literal, $rust:ty, $mlir:literal, $shlo:literal, $numpy:literal,
@@ -104,10 +99,13 @@ impl DType {
         matches!(self.class(), DTypeClass::Float)
     }
     pub const fn is_int(self) -> bool {
-        matches!(self.class(), DTypeClass::Signed | DTypeClass::Unsigned)
+        matches!(
+            self.class(),
+            DTypeClass::SignedInt | DTypeClass::UnsignedInt
+        )
     }
     pub const fn is_unsigned(self) -> bool {
-        matches!(self.class(), DTypeClass::Unsigned)
+        matches!(self.class(), DTypeClass::UnsignedInt)
     }
     /// The dtype called `name` (the spelling of [`DType::name`]: `f32`, `bf16`, `i32`, `i8`, `u8`,
     /// `u32`, `bool`).

@@ -10,8 +10,7 @@ mod print;
 pub use print::op_label;
 
 pub use ops::{
-    element_class, for_each_binary, for_each_unary, Accepts, BinaryOp, ElementClass, Operands,
-    UnaryOp,
+    for_each_binary, for_each_unary, Accepts, BinaryOp, ElementClass, Operands, UnaryOp,
 };
 
 use crate::dtype::{DType, Literal};

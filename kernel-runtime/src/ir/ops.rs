@@ -8,19 +8,6 @@
 use crate::dtype::DType;
 pub use kernel_ops::{for_each_binary, for_each_unary, BinaryOp, ElementClass, Operands, UnaryOp};
 
-/// The class of `d` in the op definitions' terms.
-pub fn element_class(d: DType) -> ElementClass {
-    if d.is_float() {
-        ElementClass::Float
-    } else if d == DType::Bool {
-        ElementClass::Bool
-    } else if d.is_unsigned() {
-        ElementClass::UnsignedInt
-    } else {
-        ElementClass::SignedInt
-    }
-}
-
 /// Whether an operand class takes dtype `d`.
 pub trait Accepts {
     fn accepts(self, d: DType) -> bool;
@@ -28,6 +15,6 @@ pub trait Accepts {
 
 impl Accepts for Operands {
     fn accepts(self, d: DType) -> bool {
-        self.accepts_class(element_class(d))
+        self.accepts_class(d.class())
     }
 }
