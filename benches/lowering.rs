@@ -181,6 +181,7 @@ impl Case {
             inputs: self.arrays(i),
             params: Default::default(),
             batch: Vec::new(),
+            target: Default::default(),
         }
     }
 }

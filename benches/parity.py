@@ -3,8 +3,9 @@ final LLO op count and the total scheduled VLIW bundles of ours (our StableHLO t
 those of the Pallas version of the same kernel, their ratios, and, for reference, the XLA-fused jnp
 baseline's `estimated_cycles` (sum over the compiled module).
 
-usage: .venv/bin/python benches/parity.py [--generations v5e,v6e] [--kernels add,matmul] [--markdown]
-(or scripts/parity.sh). No TPU needed: libtpu compiles for the topology `<generation>:1x1`.
+usage: .venv/bin/python benches/parity.py [--generations v5e,v6e,tpu7x] [--kernels add,matmul] [--markdown]
+(or scripts/parity.sh). No TPU needed: libtpu compiles for the generation's topology
+(`tpu_toolchain.GENERATION_TOPOLOGIES`); ours is built for the generation (`--target`), Pallas's traced for it.
 LLO ops are a static proxy for the work of one grid step (ops in loop bodies counted once); bundles
 (libtpu's final schedule of the tpu_custom_call program, a loop body counted once) are the closer
 proxy for its cycles: ops that pack into bundles that exist anyway cost nothing. Lower is better;
@@ -28,9 +29,10 @@ def examples():
     return sorted(f[:-3] for f in os.listdir(ex) if f.endswith(".rs"))
 
 
-def emit(name, kind):
+def emit(name, kind, generation):
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
-    p = subprocess.run([os.path.join(target, "debug", "examples", name), "--emit", kind], capture_output=True, text=True)
+    p = subprocess.run([os.path.join(target, "debug", "examples", name), "--emit", kind, "--target", generation],
+                       capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"{name} --emit {kind}: {p.stderr}")
     return p.stdout
@@ -38,7 +40,7 @@ def emit(name, kind):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--generations", default="v5e,v6e")
+    ap.add_argument("--generations", default="v5e,v6e,tpu7x")
     ap.add_argument("--kernels", default=None)
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     a = ap.parse_args()
@@ -52,8 +54,8 @@ def main():
     rows, worst = [], 0.0
     for name in names:
         twin = pallas_kernels.KERNELS.get(name)
-        hlo = emit(name, "stablehlo")
         for gen in gens:
+            hlo = emit(name, "stablehlo", gen)
             ours = tc.compile_stablehlo(hlo, gen)
             pallas = tc.compile_jax(*twin, gen) if twin else None
             ref = pallas_kernels.REFERENCES.get(name)

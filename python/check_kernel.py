@@ -3,7 +3,8 @@
 usage: check_kernel.py --generation v5e --name NAME --mosaic FILE --stablehlo FILE
                        [--vmem-estimate BYTES] [--vmem-limit BYTES]
 
-Prints the jaxlib verify result, libtpu's verdict for the topology `<generation>:1x1`, our VMEM estimate
+Prints the jaxlib verify result, libtpu's verdict for the generation's topology (`tpu_toolchain.
+GENERATION_TOPOLOGIES`, or the topology given, `v5e:2x2`), our VMEM estimate
 beside the VMEM libtpu reports using (`used_scoped_memory_configs`), the final LLO op count and the
 total scheduled bundles of the kernel's program (libtpu's final VLIW schedule); on a failure, the error with the Rust source lines it points at. Exit status: 0 accepted, 1 rejected,
 2 the toolchain could not run.
@@ -39,7 +40,7 @@ def main():
         return 2
     mosaic = open(a.mosaic).read()
     hlo = open(a.stablehlo).read()
-    topo = a.generation if ":" in a.generation else f"{a.generation}:1x1"
+    topo, _ = tc.topology(a.generation)
     print(f"kernel `{a.name}` on {topo} (jax {tc.VERSIONS['jax']}, jaxlib {tc.VERSIONS['jaxlib']}, "
           f"libtpu {tc.VERSIONS['libtpu']})")
     rejected = False

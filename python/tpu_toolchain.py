@@ -195,11 +195,18 @@ class Compiled:
 
 _TOPOLOGIES: dict = {}
 
+# Each generation's smallest topology libtpu 0.0.51 compiles for (kernel_runtime::target's `topology`
+# column; the library description's `targets` — test_jax_targets.py holds the two equal). v4 and v5p
+# have no 1x1; tpu7x:1x1x1 is one chip of two TensorCores, each its own device.
+GENERATION_TOPOLOGIES = {"v4": "v4:2x2x1", "v5e": "v5e:1x1", "v5p": "v5p:2x2x1", "v6e": "v6e:1x1",
+                         "tpu7x": "tpu7x:1x1x1"}
+
 
 def topology(name: str):
-    """`v5e` or `v5e:1x1` → jax topology description (cached)."""
+    """`v5e` (a generation: its topology above) or a topology `v5e:2x2` → (name, jax topology
+    description), cached."""
     if ":" not in name:
-        name = f"{name}:1x1"
+        name = GENERATION_TOPOLOGIES.get(name, f"{name}:1x1")
     if name not in _TOPOLOGIES:
         from jax.experimental import topologies
         _TOPOLOGIES[name] = topologies.get_topology_desc(name, "tpu")
@@ -315,16 +322,20 @@ def oom_bytes(error: str | None) -> int | None:
 
 
 def compile_jax(fn, args, topo: str) -> Compiled:
-    """Compile `jax.jit(fn)` on `args` (ShapeDtypeStructs) with libtpu for `topo`."""
+    """Compile `jax.jit(fn)` on `args` (ShapeDtypeStructs) with libtpu for `topo`: traced and lowered
+    for that generation (inside the topology's abstract mesh, where Pallas's `get_tpu_info()` and our
+    JAX op read the device kind), on one of its devices."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     name, desc = topology(topo)
-    rep = NamedSharding(Mesh(np.array(desc.devices[:1]), ("x",)), P())
+    mesh = Mesh(np.array(desc.devices[:1]), ("x",))
+    rep = NamedSharding(mesh, P())
     sds = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep) for a in args]
     before = _snapshot()
     res = Compiled(topology=name, ok=False)
     t = time.perf_counter()
     try:
-        compiled = jax.jit(fn).trace(*sds).lower().compile()
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            compiled = jax.jit(fn).trace(*sds).lower().compile()
         res.ok = True
         hlo = compiled.as_text()
     except Exception as e:
@@ -334,9 +345,15 @@ def compile_jax(fn, args, topo: str) -> Compiled:
     return _finish(res, before, hlo)
 
 
-def lower_jax_for_tpu(fn, args) -> str:
-    """StableHLO text of `jax.jit(fn)` cross-lowered for TPU (no compile)."""
-    return jax.jit(fn).trace(*args).lower(lowering_platforms=("tpu",)).as_text()
+def lower_jax_for_tpu(fn, args, generation: str | None = None) -> str:
+    """StableHLO text of `jax.jit(fn)` cross-lowered for TPU (no compile); with a `generation`, traced
+    and lowered for it (inside its topology's abstract mesh, as `compile_jax`)."""
+    if generation is None:
+        return jax.jit(fn).trace(*args).lower(lowering_platforms=("tpu",)).as_text()
+    from jax.sharding import Mesh
+    _, desc = topology(generation)
+    with jax.sharding.use_abstract_mesh(Mesh(np.array(desc.devices[:1]), ("x",)).abstract_mesh):
+        return jax.jit(fn).trace(*args).lower(lowering_platforms=("tpu",)).as_text()
 
 
 # ----------------------------------------------------------------------------------------- errors

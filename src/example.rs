@@ -7,16 +7,20 @@
 //! through the real toolchain (jaxlib verify + libtpu compile, see `check`), and `--run` to execute it on
 //! the CPU against the plain-Rust reference (see `run`): in interpret mode, or with `--engine mosaic` the
 //! exact Mosaic module that ships, JIT-compiled (`kernel_runtime::mosaic_cpu`).
+//!
+//! `--target <v4|v5e|v5p|v6e|tpu7x>` builds the kernel for that TPU generation (its launch runs in
+//! `Target::scope`); `--check <generation>` builds for the generation it compiles for. Without either,
+//! the default target (v5e).
 
 #[cfg(feature = "mlir")]
 mod check;
 mod run;
 
-use crate::{KernelError, PallasCall};
+use crate::{KernelError, PallasCall, Target};
 use kernel_runtime::serialize::CustomCall;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: <example> [--emit mlir|mlir-generic|ir|stablehlo|config|body|plan] [--check v5e|v6e|v5p|v4] [--run [--engine interpret|mosaic]]";
+const USAGE: &str = "usage: <example> [--target v4|v5e|v5p|v6e|tpu7x] [--emit mlir|mlir-generic|ir|stablehlo|config|body|plan] [--check v4|v5e|v5p|v6e|tpu7x] [--run [--engine interpret|mosaic]]";
 
 /// What to print.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,9 +33,10 @@ pub enum Emit {
     StableHlo,
     Config,
     Body,
-    /// Check through jaxlib and libtpu for a TPU generation (`v5e`, `v6e`, ...).
     /// The CPU interpreter's execution plan.
     Plan,
+    /// Check through jaxlib and libtpu for a TPU generation (`v5e`, `v6e`, ...; or a topology of one,
+    /// `v5e:2x2`).
     Check(String),
     /// Run on the CPU with random inputs, check against the reference, time it.
     Run(Engine),
@@ -47,7 +52,47 @@ pub enum Engine {
     Mosaic,
 }
 
+/// What the command line asks for: what to print, and for which target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Command {
+    pub emit: Emit,
+    /// `--target`, else the generation `--check` compiles for, else none (the default target).
+    pub target: Option<Target>,
+}
+
 /// Parse the example command line.
+pub fn parse_command(args: &[String]) -> Result<Command, String> {
+    let mut target = None;
+    let mut rest = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--target" {
+            let name = it
+                .next()
+                .ok_or_else(|| format!("--target needs a TPU generation; {USAGE}"))?;
+            target = Some(Target::parse(name).map_err(|e| format!("{}; {USAGE}", e.message))?);
+        } else {
+            rest.push(a.clone());
+        }
+    }
+    let emit = parse_args(&rest)?;
+    if let Emit::Check(generation) = &emit {
+        let checked = generation.split(':').next().unwrap_or_default();
+        let checked =
+            Target::parse(checked).map_err(|e| format!("--check: {}; {USAGE}", e.message))?;
+        match target {
+            Some(t) if t != checked => {
+                return Err(format!(
+                    "--target {t} but --check {generation}: a kernel is checked for the generation it is built for"
+                ))
+            }
+            _ => target = Some(checked),
+        }
+    }
+    Ok(Command { emit, target })
+}
+
+/// Parse the example command line's output choice (everything but `--target`).
 pub fn parse_args(args: &[String]) -> Result<Emit, String> {
     let mut emit = Emit::Summary;
     let mut engine = None;
@@ -73,7 +118,7 @@ pub fn parse_args(args: &[String]) -> Result<Emit, String> {
                 }
                 _ => {
                     return Err(format!(
-                        "--check needs a TPU generation (v5e, v6e, v5p, v4); {USAGE}"
+                        "--check needs a TPU generation (v4, v5e, v5p, v6e, tpu7x); {USAGE}"
                     ))
                 }
             },
@@ -100,14 +145,18 @@ pub fn parse_args(args: &[String]) -> Result<Emit, String> {
 /// Run an example: build the kernel, then print what the command line asks for.
 pub fn main(build: impl FnOnce() -> Result<PallasCall, KernelError>) -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let emit = match parse_args(&args) {
-        Ok(e) => e,
+    let command = match parse_command(&args) {
+        Ok(c) => c,
         Err(msg) => {
             eprintln!("{msg}");
             return ExitCode::from(2);
         }
     };
-    match run(build, emit) {
+    let result = match command.target {
+        Some(t) => t.scope(|| run(build, command.emit)),
+        None => run(build, command.emit),
+    };
+    match result {
         Ok(out) => {
             // Not `println!`: a reader that stops early (`| head`) closes the pipe, which is not an
             // error of the example's and must not panic it.

@@ -36,10 +36,10 @@ pub use kernel_macros::{export, export_library, kernel_fn, tpu_kernel};
 #[doc(hidden)]
 pub use kernel_runtime as runtime;
 pub use kernel_runtime::serialize::{CallOptions, CustomCall};
-pub use kernel_runtime::{check, dtype, error, ir, launch, trace};
+pub use kernel_runtime::{check, dtype, error, ir, launch, target, trace};
 pub use kernel_runtime::{
     pallas_call, require, Any, ArrayType, BlockSpec, DType, ErrorKind, KernelError, PallasCall,
-    Smem, SourceLoc, Vmem,
+    Smem, SourceLoc, Target, Vmem,
 };
 
 pub mod example;
@@ -62,7 +62,8 @@ pub mod prelude {
     };
     pub use kernel_runtime::Bind;
     pub use kernel_runtime::{
-        pallas_call, require, Any, ArrayType, BlockSpec, DType, KernelError, PallasCall, Smem, Vmem,
+        pallas_call, require, Any, ArrayType, BlockSpec, DType, KernelError, PallasCall, Smem,
+        Target, Vmem,
     };
 }
 

@@ -316,7 +316,7 @@ fn the_library_description_lists_kernels_params_and_grads() {
     let lib = library();
     let d: serde_json::Value =
         serde_json::from_str(lib.description().to_str().expect("utf8")).expect("json");
-    assert_eq!(d["abi_version"], json!(4));
+    assert_eq!(d["abi_version"], json!(5));
     assert_eq!(d["ffi_target"], json!("tpu_kernel_test"));
     // The dtype table, one row per DType (Python's dtype map).
     let names: Vec<&str> = d["dtypes"]

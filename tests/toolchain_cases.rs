@@ -765,20 +765,26 @@ fn json_string(s: &str) -> String {
 }
 
 #[test]
-#[ignore = "exports the cases for python/tests/test_agreement.py (needs TPU_KERNEL_CASES_OUT)"]
+#[ignore = "exports the cases for python/tests/test_agreement.py (needs TPU_KERNEL_CASES_OUT; TPU_KERNEL_CASES_TARGET picks the generation, v5e by default)"]
 fn export_cases() {
     let dir = std::path::PathBuf::from(
         std::env::var("TPU_KERNEL_CASES_OUT").expect("set TPU_KERNEL_CASES_OUT"),
     );
+    // Every case and probe built for the generation libtpu judges them on: our verdict is the one
+    // for that target (its VMEM limits), the probe carries its scoped VMEM limit.
+    let target = std::env::var("TPU_KERNEL_CASES_TARGET")
+        .map(|t| Target::parse(&t).expect("TPU_KERNEL_CASES_TARGET"))
+        .unwrap_or_default();
     std::fs::create_dir_all(&dir).expect("create the output directory");
     let mut rows = Vec::new();
     for c in CASES {
-        let verdict = (c.ours)();
-        let probe = match c.probe {
-            Some(p) => p(),
-            None => (c.ours)(),
-        }
-        .unwrap_or_else(|e| panic!("case `{}`: no probe kernel: {e}", c.name));
+        let verdict = target.scope(c.ours);
+        let probe = target
+            .scope(|| match c.probe {
+                Some(p) => p(),
+                None => (c.ours)(),
+            })
+            .unwrap_or_else(|e| panic!("case `{}`: no probe kernel: {e}", c.name));
         let hlo = CustomCall::new(probe.ir())
             .stablehlo()
             .expect("StableHLO of the probe");

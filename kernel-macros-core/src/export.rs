@@ -3,7 +3,9 @@
 //! `#[export]` keeps the launch function as written (minus the `#[default(..)]` parameter attributes)
 //! and adds a hidden `__tpu_kernel_export_<name>()` describing it: its array parameters (those of type
 //! `ArrayType`), its static parameters with their types and defaults, its gradient rule, and a shim
-//! that calls it from (arrays, JSON parameters). `export_library!` lists the exports of a crate, and
+//! that calls it from (arrays, JSON parameters). A parameter of type `Target` is neither: the shim
+//! passes the target the kernel is built for (the request's), so the launch function can pick block
+//! sizes or a formulation per TPU generation. `export_library!` lists the exports of a crate, and
 //! optionally its host functions (plain Rust functions called by name, `kernel_runtime::export::host`),
 //! and generates the C ABI symbols over them (see `kernel_runtime::export::abi`).
 //!
@@ -125,13 +127,37 @@ impl Parse for ExportArgs {
     }
 }
 
+/// What a launch-function parameter is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ParamKind {
+    /// An `ArrayType`: one array of the call.
+    Array,
+    /// A `Target`: the generation the request builds for.
+    Target,
+    /// Anything else: a static parameter (JSON), by keyword in Python.
+    Static,
+}
+
 /// One parameter of the launch function.
 struct Param {
     name: Ident,
     ty: Type,
-    array: bool,
+    kind: ParamKind,
     default: Option<Expr>,
 }
+
+impl Param {
+    fn is_array(&self) -> bool {
+        self.kind == ParamKind::Array
+    }
+    fn is_static(&self) -> bool {
+        self.kind == ParamKind::Static
+    }
+}
+
+/// The Python keyword that picks the TPU generation of a call (`lib.k(x, target="v6e")`): no static
+/// parameter may take the name.
+const TARGET_KEYWORD: &str = "target";
 
 const MSG_NOT_A_LAUNCH_FN: &str = "#[export] goes on a launch function: `fn name(x: ArrayType, .., block: (usize, usize)) -> Result<PallasCall, KernelError>`";
 
@@ -208,12 +234,16 @@ fn with_body(func: ItemFn, body: Group) -> TokenStream2 {
     trees.into_iter().collect()
 }
 
+fn is_named(ty: &Type, name: &str) -> bool {
+    matches!(ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == name))
+}
+
 fn is_array_type(ty: &Type) -> bool {
     let ty = match ty {
         Type::Reference(r) => &*r.elem,
         t => t,
     };
-    matches!(ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "ArrayType"))
+    is_named(ty, "ArrayType")
 }
 
 /// The parameters, with `#[default(..)]` taken off (they are not Rust attributes).
@@ -250,19 +280,47 @@ fn collect_params(func: &mut ItemFn, errors: &mut Errors) -> Vec<Param> {
                 continue;
             }
         };
-        let array = is_array_type(&pt.ty);
-        if array {
-            if let Some(d) = &default {
+        let kind = if is_array_type(&pt.ty) {
+            ParamKind::Array
+        } else if is_named(&pt.ty, "Target") {
+            ParamKind::Target
+        } else {
+            ParamKind::Static
+        };
+        match (kind, &default) {
+            (ParamKind::Array, Some(d)) => errors.error(
+                d,
+                "array parameters have no default; `#[default(..)]` is for static parameters",
+            ),
+            (ParamKind::Target, Some(d)) => errors.error(
+                d,
+                "the target has no default: it is the one the kernel is built for (the request's, \
+                 from the JAX op's device or `target=`; `Target::DEFAULT` when none is named)",
+            ),
+            _ => {}
+        }
+        if kind == ParamKind::Target && params.iter().any(|p: &Param| p.kind == ParamKind::Target) {
+            errors.error(&pt.ty, "a launch function takes the target once");
+        }
+        if let Type::Reference(r) = &*pt.ty {
+            if is_named(&r.elem, "Target") {
                 errors.error(
-                    d,
-                    "array parameters have no default; `#[default(..)]` is for static parameters",
+                    &pt.ty,
+                    "take the target by value (`target: Target`; it is `Copy`)",
                 );
             }
+        }
+        if kind == ParamKind::Static && name == TARGET_KEYWORD {
+            errors.error(
+                &name,
+                "`target` is the JAX op's keyword for the TPU generation (`lib.kernel(x, target=\"v6e\")`): \
+                 name this static parameter otherwise, or give it the type `Target` to receive the generation",
+            );
         }
         params.push(Param {
             name,
             ty: (*pt.ty).clone(),
-            array,
+            kind,
             default,
         });
     }
@@ -296,12 +354,12 @@ fn check_grad(
 ) {
     let arrays: Vec<String> = params
         .iter()
-        .filter(|p| p.array)
+        .filter(|p| p.is_array())
         .map(|p| p.name.to_string())
         .collect();
     let statics: Vec<String> = params
         .iter()
-        .filter(|p| !p.array)
+        .filter(|p| p.is_static())
         .map(|p| p.name.to_string())
         .collect();
     let mut covered: Vec<String> = Vec::new();
@@ -398,7 +456,7 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
     let doc = doc_of(&func.attrs);
     let inputs: Vec<String> = params
         .iter()
-        .filter(|x| x.array)
+        .filter(|x| x.is_array())
         .map(|x| x.name.to_string())
         .collect();
     let mut array_no = 0usize;
@@ -406,13 +464,19 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
     let mut reads = Vec::new();
     for x in params {
         let n = &x.name;
-        if x.array {
+        if x.is_array() {
             let i = array_no;
             array_no += 1;
             call_args.push(match &x.ty {
                 Type::Reference(_) => quote!(&__tpu_kernel_arrays[#i]),
                 _ => quote!(::core::clone::Clone::clone(&__tpu_kernel_arrays[#i])),
             });
+        } else if x.kind == ParamKind::Target {
+            // The library builds inside the request's `Target::scope`: the target in scope is the
+            // request's.
+            let ty = &x.ty;
+            reads.push(quote_spanned!(ty.span()=> let #n: #ty = ::tpu_kernel::Target::current();));
+            call_args.push(quote!(#n));
         } else {
             let ty = &x.ty;
             let key = n.to_string();
@@ -422,7 +486,7 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
             call_args.push(quote!(#n));
         }
     }
-    let specs = params.iter().filter(|x| !x.array).map(|x| {
+    let specs = params.iter().filter(|x| x.is_static()).map(|x| {
         let ty = &x.ty;
         let key = x.name.to_string();
         match &x.default {

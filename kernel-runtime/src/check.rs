@@ -1,5 +1,5 @@
 //! Trace-time checks against Mosaic's rules: grid, block shapes (tiling), index maps (rank, bounds,
-//! coverage), kernel parameters, and the VMEM budget. Each returns a [`KernelError`](crate::error::KernelError) the caller locates.
+//! coverage), kernel parameters, and the VMEM budget of the kernel's target. Each returns a [`KernelError`](crate::error::KernelError) the caller locates.
 
 use crate::dtype::DType;
 use crate::error::{kerr, Result};
@@ -10,9 +10,6 @@ use crate::trace::ParamKind;
 /// (or equal to the whole array's dims).
 pub const LANES: usize = 128;
 pub const SUBLANES: usize = 8;
-
-/// Scoped VMEM limit used when the launch sets none (the smallest default among v4/v5e/v6e).
-pub const DEFAULT_VMEM_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// Grid points beyond which coverage is checked on a sample only (keeps `build()` fast).
 const MAX_GRID_POINTS_CHECKED: usize = 1 << 16;
@@ -435,24 +432,73 @@ pub fn aliases(pairs: &[(usize, usize)], operands: &[Operand]) -> Result<()> {
     Ok(())
 }
 
-/// Checks that need the traced body.
+/// Checks that need the traced body: the VMEM budget of the kernel's target — the estimate within
+/// the scoped limit (the launch's `vmem_limit_bytes`, else the target's default) and within what a
+/// TensorCore of that generation has (libtpu takes a limit above it, but no more VMEM).
 pub fn kernel(k: &Kernel) -> Result<()> {
+    target_ops(k)?;
     let used = vmem_estimate(k);
     let limit = vmem_limit(k);
-    if used > limit {
+    let t = k.target.info();
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let needs = format!(
+        "kernel `{}` needs an estimated {:.2} MiB of VMEM (blocks double-buffered + scratch)",
+        k.name,
+        mib(used)
+    );
+    if used > t.vmem_usable_bytes {
         return Err(kerr!(
             Vmem,
-            "kernel `{}` needs an estimated {:.2} MiB of VMEM (blocks double-buffered + scratch) but the limit is {:.2} MiB; use smaller blocks or raise `.vmem_limit_bytes(..)`",
-            k.name,
-            used as f64 / (1 << 20) as f64,
-            limit as f64 / (1 << 20) as f64
+            "{needs} but a {} TensorCore has {:.2} MiB for a kernel ({:.0} MiB of VMEM); use smaller blocks",
+            t.name,
+            mib(t.vmem_usable_bytes),
+            mib(t.vmem_capacity_bytes)
+        ));
+    }
+    if used > limit {
+        let whose = match k.vmem_limit_bytes {
+            Some(_) => "the launch's `.vmem_limit_bytes(..)`".to_string(),
+            None => format!("libtpu's default on {}", t.name),
+        };
+        return Err(kerr!(
+            Vmem,
+            "{needs} but the scoped VMEM limit is {:.2} MiB ({whose}); use smaller blocks or raise `.vmem_limit_bytes(..)` (up to {:.2} MiB on {})",
+            mib(limit),
+            mib(t.vmem_usable_bytes),
+            t.name
         ));
     }
     Ok(())
 }
 
+/// Ops the kernel's target does not compile, at the op's line: a `dot` of a dtype libtpu refuses
+/// there (i8 on v4).
+fn target_ops(k: &Kernel) -> Result<()> {
+    let t = k.target.info();
+    let mut found = None;
+    k.body.walk(&mut |op| {
+        if let (OpKind::Dot { .. }, None) = (&op.kind, &found) {
+            let d = k.body.ty(op.operands[0]).dtype();
+            if !t.matmul_dtypes.contains(&d) {
+                found = Some(
+                    kerr!(
+                        DType,
+                        "{} does not multiply {d} blocks (libtpu refuses an {d} matmul there: \"unsupported matmul RHS type\"); cast them to bf16 (`.cast::<bf16>()`) or build for another target",
+                        t.name
+                    )
+                    .at(op.loc),
+                );
+            }
+        }
+    });
+    found.map_or(Ok(()), Err)
+}
+
+/// The scoped VMEM limit the kernel is checked against and the backend_config carries: the launch's
+/// `vmem_limit_bytes`, else its target's default (libtpu's: 16 MiB on v5e, 32 MiB on v6e and tpu7x).
 pub fn vmem_limit(k: &Kernel) -> u64 {
-    k.vmem_limit_bytes.unwrap_or(DEFAULT_VMEM_LIMIT)
+    k.vmem_limit_bytes
+        .unwrap_or(k.target.info().default_scoped_vmem_bytes)
 }
 
 /// Bytes of VMEM a buffer occupies once padded as libtpu lays it out: the last dim to a multiple of 128

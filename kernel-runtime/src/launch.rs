@@ -9,6 +9,7 @@ use crate::ir::{
     self, BlockIr, CostEstimate, DimensionSemantics, Kernel, MemSpace, Operand, OperandRole, Type,
 };
 use crate::opt;
+use crate::target::Target;
 use crate::trace::{self, KernelParam, ParamKind, Ref, Scalar, Val};
 
 /// A whole array's shape and element type (an input or an output of the kernel).
@@ -368,6 +369,7 @@ pub fn pallas_call<'a, Args, K: KernelFn<Args> + 'a>(kernel: K) -> PallasCallBui
         vmem_limit_bytes: None,
         cost_estimate: None,
         aliases: None,
+        target: None,
         loc: SourceLoc::caller(),
         _args: std::marker::PhantomData,
     }
@@ -394,6 +396,7 @@ pub struct PallasCallBuilder<'a, K, Args> {
     vmem_limit_bytes: Option<u64>,
     cost_estimate: Option<CostEstimate>,
     aliases: Option<(Vec<(usize, usize)>, SourceLoc)>,
+    target: Option<Target>,
     loc: SourceLoc,
     _args: std::marker::PhantomData<fn(Args)>,
 }
@@ -487,7 +490,18 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
         self.semantics = Some((s.as_ref().to_vec(), SourceLoc::caller()));
         self
     }
-    /// The scoped VMEM limit for this kernel (`vmem_limit_bytes`).
+    /// The TPU generation to build for: the VMEM check uses its limits, the backend_config carries
+    /// its scoped VMEM limit, lowering rules that differ per generation follow it. Without it the
+    /// launch builds for the target in scope ([`Target::scope`]: an exported kernel's request, the
+    /// example command line's `--target`), else for [`Target::DEFAULT`] (v5e). A launch function
+    /// reading its target (`#[export] fn f(x: ArrayType, target: Target)`) can pick block sizes from
+    /// `target.info()` (VMEM, MXU size).
+    pub fn target(mut self, target: Target) -> Self {
+        self.target = Some(target);
+        self
+    }
+    /// The scoped VMEM limit for this kernel (`vmem_limit_bytes`); without it, the target's default
+    /// (`Target::info().default_scoped_vmem_bytes`: libtpu's own, 16 MiB on v5e, 32 MiB on v6e).
     pub fn vmem_limit_bytes(mut self, bytes: u64) -> Self {
         self.vmem_limit_bytes = Some(bytes);
         self
@@ -657,6 +671,7 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
             body,
             vmem_limit_bytes: self.vmem_limit_bytes,
             cost_estimate: self.cost_estimate,
+            target: self.target.unwrap_or_else(Target::current),
         };
         check::kernel(&kernel).map_err(|e| e.at(loc))?;
         opt::run(&mut kernel);
@@ -804,6 +819,10 @@ impl PallasCall {
     pub fn name(&self) -> &str {
         &self.kernel.name
     }
+    /// The TPU generation the kernel is built for (`.target(..)`, else the target in scope).
+    pub fn target(&self) -> Target {
+        self.kernel.target
+    }
     /// Estimated VMEM use in bytes (blocks double-buffered, plus scratch).
     pub fn vmem_estimate(&self) -> u64 {
         check::vmem_estimate(&self.kernel)
@@ -830,9 +849,10 @@ impl PallasCall {
         let mut n_ops = 0;
         k.body.walk(&mut |_| n_ops += 1);
         s += &format!(
-            "  body: {n_ops} IR ops; VMEM estimate {:.1} KiB (limit {:.1} KiB)",
+            "  body: {n_ops} IR ops; VMEM estimate {:.1} KiB (limit {:.1} KiB on {})",
             self.vmem_estimate() as f64 / 1024.0,
-            check::vmem_limit(k) as f64 / 1024.0
+            check::vmem_limit(k) as f64 / 1024.0,
+            k.target
         );
         s
     }

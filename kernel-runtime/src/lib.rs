@@ -32,6 +32,7 @@ pub mod mosaic_cpu;
 pub mod opt;
 pub mod serialize;
 pub mod size;
+pub mod target;
 pub mod trace;
 
 pub use bind::{Bind, BoundKernel};
@@ -40,3 +41,4 @@ pub use error::{ErrorKind, KernelError, SourceLoc};
 pub use launch::{
     pallas_call, require, Any, ArrayType, BlockSpec, PallasCall, PallasCallBuilder, Smem, Vmem,
 };
+pub use target::Target;

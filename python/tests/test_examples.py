@@ -3,8 +3,10 @@
 a. our Mosaic text parses and verifies under jaxlib's registered tpu dialect, unregistered dialects off;
 b. our serialized body, deserialized by jaxlib's `mosaic-serde{serialize=false}`, is our module; and it
    is exactly what jaxlib's own serializer writes for our text;
-c. our StableHLO program (our backend_config inside) compiles with libtpu for v5e and v6e;
-d. the final LLO op count of ours is <= that of the Pallas version of the same kernel;
+c. our StableHLO program (our backend_config inside), built for each generation (`--target`), compiles
+   with libtpu for v5e, v6e and tpu7x;
+d. the final LLO op count of ours is <= that of the Pallas version of the same kernel traced for the
+   same generation;
 e. so is the number of VLIW bundles libtpu schedules for our tpu_custom_call program (the closer proxy
    for time: fewer ops that pack into existing bundles gain nothing), and the bundle counter reads the
    figures recorded for the reference Pallas kernels.
@@ -15,7 +17,7 @@ import pytest
 
 import pallas_kernels
 import tpu_toolchain as tc
-from conftest import compiled
+from conftest import GENERATIONS, compiled
 
 SERIALIZED_VERSION = 15  # kernel_runtime::serialize::DEFAULT_VERSION
 
@@ -67,9 +69,49 @@ def test_stablehlo_custom_call(example):
     assert json.loads(example.config) == cfg
 
 
+# -- per generation: what differs in the custom call
+DEFAULT_SCOPED_VMEM = {"v5e": 16 << 20, "v6e": 32 << 20, "tpu7x": 32 << 20}  # kernel_runtime::target
+
+
+def _config_parts(config: dict):
+    """A backend_config as (custom_call_config without body and debug locations, the rest)."""
+    cc = {k: v for k, v in config["custom_call_config"].items() if k not in ("body", "debug_locations")}
+    return cc, {k: v for k, v in config.items() if k != "custom_call_config"}
+
+
+def test_pallas_emits_one_custom_call_for_every_generation(example):
+    """The evidence that a generation needs nothing else in the module or the backend_config: Pallas,
+    tracing the twin for v5e, v6e and tpu7x (inside each topology's abstract mesh), writes the same
+    Mosaic module and the same backend_config (its scoped VMEM limit is left to libtpu's per-generation
+    default, which ours writes out: see the next test)."""
+    fn, args = _pallas_twin(example.name)
+    seen = {}
+    for g in GENERATIONS:
+        call = tc.tpu_custom_calls(tc.lower_jax_for_tpu(fn, args, g))[0]
+        seen[g] = (tc.deserialize_body(tc.b64_body(call["config"])), _config_parts(call["config"]), call["attrs"])
+        assert "scoped_memory_configs" not in call["config"] or example.name in HAS_VMEM_LIMIT
+    for g in GENERATIONS[1:]:
+        assert seen[g] == seen[GENERATIONS[0]], f"Pallas's {example.name} differs on {g}"
+
+
+HAS_VMEM_LIMIT = set()  # examples whose launch sets vmem_limit_bytes (none today)
+
+
+def test_ours_differ_per_generation_in_the_scoped_vmem_limit_only(example):
+    """Built for each generation, our kernel keeps its body and custom_call_config, and carries the
+    generation's default scoped VMEM limit (libtpu's own, which Pallas leaves implicit)."""
+    calls = {g: tc.tpu_custom_calls(example.stablehlo_for(g))[0] for g in GENERATIONS}
+    base = calls[GENERATIONS[0]]
+    for g, call in calls.items():
+        assert call["config"]["custom_call_config"] == base["config"]["custom_call_config"], g
+        assert call["attrs"] == base["attrs"], g
+        [scoped] = call["config"]["scoped_memory_configs"]
+        assert scoped == {"memory_space": 1, "offset": 0, "size": DEFAULT_SCOPED_VMEM[g]}, (g, scoped)
+
+
 # -- c
 def test_compiles_for_tpu(example, generation):
-    r = compiled("ours", example.name, generation, lambda: tc.compile_stablehlo(example.stablehlo, generation))
+    r = compiled("ours", example.name, generation, lambda: tc.compile_stablehlo(example.stablehlo_for(generation), generation))
     assert r.ok, f"libtpu rejected {example.name} for {generation}:\n{r.error}"
     assert r.n_custom_calls == 1
     assert r.llo_total, f"no post-finalize-llo dump for {example.name} ({generation})"
@@ -83,11 +125,11 @@ def test_llo_not_above_pallas(example, generation):
     # Same kernel, same shapes: the Pallas custom call has our operand and result types.
     pallas_call = tc.tpu_custom_calls(tc.lower_jax_for_tpu(fn, args))
     assert len(pallas_call) == 1
-    ours_call = our_custom_call(example)
+    ours_call = tc.tpu_custom_calls(example.stablehlo_for(generation))[0]
     assert (ours_call["operand_types"], ours_call["result_types"]) == \
         (pallas_call[0]["operand_types"], pallas_call[0]["result_types"]), "the Pallas twin has other shapes"
 
-    ours = compiled("ours", example.name, generation, lambda: tc.compile_stablehlo(example.stablehlo, generation))
+    ours = compiled("ours", example.name, generation, lambda: tc.compile_stablehlo(example.stablehlo_for(generation), generation))
     pallas = compiled("pallas", example.name, generation, lambda: tc.compile_jax(fn, args, generation))
     assert ours.ok, ours.error
     assert pallas.ok, pallas.error
@@ -108,7 +150,7 @@ def test_bundles_not_above_pallas(example, generation):
     """Total scheduled bundles of the tpu_custom_call program (its final VLIW schedule; a loop body
     counts once): ours <= the Pallas twin's (same operand and result types, checked by the LLO test)."""
     fn, args = _pallas_twin(example.name)
-    ours = compiled("ours", example.name, generation, lambda: tc.compile_stablehlo(example.stablehlo, generation))
+    ours = compiled("ours", example.name, generation, lambda: tc.compile_stablehlo(example.stablehlo_for(generation), generation))
     pallas = compiled("pallas", example.name, generation, lambda: tc.compile_jax(fn, args, generation))
     assert ours.ok, ours.error
     assert pallas.ok, pallas.error
@@ -121,7 +163,8 @@ def test_bundles_not_above_pallas(example, generation):
 
 
 # libtpu 0.0.51's "total scheduled bundles" recorded for the reference Pallas kernels
-# (../shared/pallas-reference/<kernel>/bundles.json), whose shapes the twins share: (v5e, v6e).
+# (../shared/pallas-reference/<kernel>/bundles.json), whose shapes the twins share: (v5e, v6e; no
+# tpu7x recording exists).
 RECORDED_PALLAS_BUNDLES = {
     "add": (141, 150), "matmul": (212, 215), "softmax": (110, 118), "rmsnorm": (124, 130),
     "causal_mask": (87, 102), "fori_rowsum": (73, 90), "transpose": (118, 132), "colsum": (103, 120),
@@ -133,6 +176,7 @@ RECORDED_PALLAS_BUNDLES = {
 RECORDED_WITH_XLA_PROGRAMS = {"inplace_scale"}
 
 
+@pytest.mark.parametrize("generation", ["v5e", "v6e"])
 @pytest.mark.parametrize("name", sorted(RECORDED_PALLAS_BUNDLES))
 def test_bundle_counter_reads_recorded_figures(name, generation):
     """The Pallas twin's bundles as recorded for the reference kernel: a parser or file-selection
@@ -165,12 +209,14 @@ def test_total_bundles_parser():
 
 
 def test_check_command_end_to_end():
-    """`cargo run --example add -- --check v5e`: the Rust CLI hands the kernel to python/check_kernel.py."""
+    """`cargo run --example add -- --check tpu7x`: the Rust CLI builds the kernel for tpu7x and hands
+    it to python/check_kernel.py, which compiles it for the generation's topology."""
     import subprocess
     from conftest import TARGET_DIR, cargo_build_examples
     cargo_build_examples()
-    p = subprocess.run([str(TARGET_DIR / "debug" / "examples" / "add"), "--check", "v5e"], capture_output=True, text=True)
+    p = subprocess.run([str(TARGET_DIR / "debug" / "examples" / "add"), "--check", "tpu7x"], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert "kernel `add_kernel` on tpu7x:1x1x1" in p.stdout, p.stdout
     for line in ("jaxlib verify (registered tpu dialect, strict): ok", "libtpu compile: ok", "VMEM: estimated",
                  "LLO ops (post-finalize-llo): ", "scheduled bundles (final schedule of the custom call): "):
         assert line in p.stdout, p.stdout

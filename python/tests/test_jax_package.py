@@ -43,7 +43,10 @@ def test_every_example_is_exported_with_its_pallas_surface():
 
     def surface(kernel):
         sig = inspect.signature(kernel)
-        return [(p.name, p.kind, p.default) for p in sig.parameters.values()]
+        params = [(p.name, p.kind, p.default) for p in sig.parameters.values()]
+        # every kernel ends with the TPU generation to build for (None: the device's, see _primitive)
+        assert params[-1] == ("target", inspect.Parameter.KEYWORD_ONLY, None), params
+        return params[:-1]
 
     P, K = inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.KEYWORD_ONLY
     assert surface(ex.matmul) == [("x", P, inspect.Parameter.empty), ("y", P, inspect.Parameter.empty),
@@ -59,7 +62,7 @@ def test_every_example_is_exported_with_its_pallas_surface():
 
 def test_library_description_follows_the_abi():
     d = ex.library.description
-    assert d["abi_version"] == tpu_kernel.ABI_VERSION == 4
+    assert d["abi_version"] == tpu_kernel.ABI_VERSION == 5
     assert d["library"] == "examples" and d["ffi_target"] == "tpu_kernel_examples"
     # The dtype map is the library's (Rust's dtype table), not the package's.
     assert {r["name"]: r["numpy"] for r in d["dtypes"]}["bf16"] == "bfloat16"

@@ -12,9 +12,10 @@ forward (same arrays, same static parameters) and returns the forward's outputs 
 for the backward kernels — `outN` past the forward's own outputs (flash attention saves its softmax
 statistics so). Evaluated without differentiation, the plain forward runs and nothing extra is written.
 
-The forward is wrapped in `jax.custom_vjp` once per (kernel, static parameters), the static parameters
-closed over (never differentiated). The backward kernels are ordinary `Kernel` calls, so they are
-primitives too: they batch under vmap, lower for CPU and TPU, and are cached like any kernel.
+The forward is wrapped in `jax.custom_vjp` once per (kernel, static parameters, target), the static
+parameters closed over (never differentiated); the backward kernels build for the forward's target.
+The backward kernels are ordinary `Kernel` calls, so they are primitives too: they batch under vmap,
+lower for CPU and TPU, and are cached like any kernel.
 Forward inputs that no entry covers (e.g. integer operands) get a zero cotangent.
 """
 from __future__ import annotations
@@ -30,14 +31,14 @@ def _names(prefix: str, n: int) -> list[str]:
     return [prefix] if n == 1 else [f"{prefix}{i}" for i in range(n)]
 
 
-def make_vjp(kernel, params_json: str):
-    """The `jax.custom_vjp` function of `kernel` at `params_json`: takes the tuple of arrays, returns
-    the tuple of outputs."""
+def make_vjp(kernel, params_json: str, target: str | None = None):
+    """The `jax.custom_vjp` function of `kernel` at `params_json` and `target`: takes the tuple of
+    arrays, returns the tuple of outputs."""
     from . import _primitive
     library = kernel.library
 
     def forward(arrays):
-        return tuple(_primitive.bind(library, kernel.name, params_json, arrays))
+        return tuple(_primitive.bind(library, kernel.name, params_json, arrays, target=target))
 
     f = jax.custom_vjp(forward)
 
@@ -45,7 +46,7 @@ def make_vjp(kernel, params_json: str):
         if not kernel.fwd:
             outs = forward(arrays)
             return outs, (arrays, outs)
-        saved = tuple(_primitive.bind(library, kernel.fwd, params_json, arrays))
+        saved = tuple(_primitive.bind(library, kernel.fwd, params_json, arrays, target=target))
         n = len(jax.eval_shape(forward, arrays))
         if len(saved) <= n:
             raise KernelError(f"{kernel.name}: its differentiation forward {kernel.fwd!r} returns {len(saved)} "
@@ -72,7 +73,7 @@ def make_vjp(kernel, params_json: str):
                 raise KernelError(f"{kernel.name}: backward entry {entry!r} names {e.args[0]!r}, which is "
                                   f"neither an input, an output, a cotangent nor a forward parameter",
                                   kind="Grad", kernel=kernel.name) from None
-            result = back(*args, **params)
+            result = back(*args, target=target, **params)
             result = result if isinstance(result, tuple) else (result,)
             if len(result) != len(entry["inputs"]):
                 raise KernelError(f"{kernel.name}: backward kernel {back.name!r} returns {len(result)} "

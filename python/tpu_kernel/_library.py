@@ -1,6 +1,6 @@
 """Loading a kernel library (a Rust cdylib speaking the tpu_kernel C ABI) and calling into it.
 
-The C ABI (version 3) is five symbols:
+The C ABI (version 5) is five symbols:
 
     uint32_t       tpu_kernel_abi_version(void);
     const char*    tpu_kernel_library_json(void);          // owned by the library
@@ -25,9 +25,9 @@ so `eps=1` and `eps=1.0` are one form); Python never normalizes a value itself. 
 so a repeat call does not cross the ABI.
 
 Build and lower answers are cached in Python per (method, kernel, input shapes and dtypes, canonical
-static parameters, vmap levels): tracing the same signature again — another `jax.jit` of a new
-function, a second lowering for another platform — never calls into Rust. Errors are not cached
-(they are cheap, and a retry should ask again).
+static parameters, vmap levels, TPU target): tracing the same signature again — another `jax.jit` of
+a new function, a second lowering for another platform — never calls into Rust. Errors are not
+cached (they are cheap, and a retry should ask again).
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ import numpy as np
 from ._errors import AbiVersionError, KernelError, LibraryError
 
 #: The C ABI version this package speaks; a library reporting another one is refused by `load()`.
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 _SYMBOLS = ("tpu_kernel_abi_version", "tpu_kernel_library_json", "tpu_kernel_call", "tpu_kernel_free",
             "tpu_kernel_ffi")
@@ -144,7 +144,8 @@ class Kernel:
             [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in self.inputs]
             + [inspect.Parameter(p["name"], inspect.Parameter.KEYWORD_ONLY,
                                  default=_display(p["default"]) if "default" in p else inspect.Parameter.empty)
-               for p in self.params])
+               for p in self.params]
+            + [inspect.Parameter("target", inspect.Parameter.KEYWORD_ONLY, default=None)])
         self._vjp_cache: dict[str, Any] = {}
         self._canonical: dict[str, str] = {}  # raw JSON text of the given parameters -> Rust's canonical text
 
@@ -188,23 +189,26 @@ class Kernel:
 
     # -- calling -----------------------------------------------------------------------------------
 
-    def __call__(self, *arrays: Any, **params: Any):
+    def __call__(self, *arrays: Any, target: str | None = None, **params: Any):
+        """`target` (a TPU generation, `"v6e"`, or a jax device kind) builds the kernel for it; by
+        default the TPU lowering takes the generation of the devices it lowers for (see `_primitive`)."""
         from . import _primitive
         self._check_arity(arrays)
         params_json = self.canonical_params(params)
         if self.grad:
-            outs = self._differentiable(params_json)(tuple(arrays))
+            outs = self._differentiable(params_json, target)(tuple(arrays))
         else:
-            outs = _primitive.bind(self.library, self.name, params_json, arrays)
+            outs = _primitive.bind(self.library, self.name, params_json, arrays, target=target)
         outs = tuple(outs)
         return outs[0] if len(outs) == 1 else outs
 
-    def _differentiable(self, params_json: str):
-        """The `jax.custom_vjp` function of this kernel at these static parameters (made once)."""
-        f = self._vjp_cache.get(params_json)
+    def _differentiable(self, params_json: str, target: str | None = None):
+        """The `jax.custom_vjp` function of this kernel at these static parameters and target (made
+        once)."""
+        f = self._vjp_cache.get((params_json, target))
         if f is None:
             from . import _grad
-            f = self._vjp_cache[params_json] = _grad.make_vjp(self, params_json)
+            f = self._vjp_cache[(params_json, target)] = _grad.make_vjp(self, params_json, target)
         return f
 
     def _avals(self, arrays: Sequence[Any]) -> list:
@@ -214,14 +218,17 @@ class Kernel:
         self._check_arity(arrays)
         return [a if hasattr(a, "shape") and hasattr(a, "dtype") else jax.typeof(a) for a in arrays]
 
-    def build(self, *arrays: Any, **params: Any) -> dict:
+    def build(self, *arrays: Any, target: str | None = None, **params: Any) -> dict:
         """Rust's "build" answer for these arguments (arrays or `jax.ShapeDtypeStruct`s): output
-        shapes/dtypes, `kernel_name`, canonical `params`, `ffi_request`, `cost_estimate`. Cached."""
-        return self.library.request("build", self.name, self._avals(arrays), self.canonical_params(params), ())
+        shapes/dtypes, `kernel_name`, canonical `params`, `target`, `ffi_request`, `cost_estimate`.
+        Cached."""
+        return self.library.request("build", self.name, self._avals(arrays), self.canonical_params(params), (),
+                                    target)
 
-    def lower(self, *arrays: Any, **params: Any) -> dict:
+    def lower(self, *arrays: Any, target: str | None = None, **params: Any) -> dict:
         """Rust's "lower" answer: the build answer plus the `tpu_custom_call` `backend_config`. Cached."""
-        return self.library.request("lower", self.name, self._avals(arrays), self.canonical_params(params), ())
+        return self.library.request("lower", self.name, self._avals(arrays), self.canonical_params(params), (),
+                                    target)
 
 
 class Library:
@@ -235,6 +242,10 @@ class Library:
         self.name: str = description["library"]
         self.ffi_target: str = description["ffi_target"]
         self.dtypes = DTypes(description["dtypes"])
+        #: The TPU generations the library builds for (name, libtpu topology, jax device kinds), and
+        #: the one it builds for when none is named.
+        self.targets: list[dict] = list(description.get("targets") or [])
+        self.default_target: str | None = description.get("default_target")
         self.abi_version: int = description.get("abi_version", ABI_VERSION)
         self._lock = threading.Lock()
         self._cache: dict[tuple, dict] = {}
@@ -297,13 +308,14 @@ class Library:
         return answer
 
     def request(self, method: str, kernel: str, arrays: Sequence[Any], params_json: str,
-                batch: tuple) -> dict:
+                batch: tuple, target: str | None = None) -> dict:
         """The cached "build"/"lower" answer for a kernel signature. `arrays` may be arrays, tracers,
-        avals or ShapeDtypeStructs: only `.shape` and `.dtype` are read."""
+        avals or ShapeDtypeStructs: only `.shape` and `.dtype` are read. `target` (a generation's name
+        or a jax device kind; None: the library's default) is what the kernel is built for."""
         shapes = tuple(tuple(int(d) for d in a.shape) for a in arrays)
         dtypes = tuple(self.dtypes.abi(a.dtype, kernel=kernel, argument=f"input {i}")
                        for i, a in enumerate(arrays))
-        key = (method, kernel, shapes, dtypes, params_json, batch)
+        key = (method, kernel, shapes, dtypes, params_json, batch, target)
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None:
@@ -312,6 +324,8 @@ class Library:
                "inputs": [{"shape": list(s), "dtype": d} for s, d in zip(shapes, dtypes)],
                "params": json.loads(params_json),
                "batch": [[size, list(flags)] for size, flags in batch]}
+        if target is not None:
+            req["target"] = target
         answer = self._checked(method, req, kernel)
         with self._lock:
             self._cache[key] = answer

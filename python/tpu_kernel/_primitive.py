@@ -5,17 +5,26 @@ Parameters (all hashable, so jaxprs and jax's caches can key on them):
     kernel   the exported kernel's name;
     params   the static parameters as JSON text in Rust's canonical form (see `Kernel.canonical_params`):
              one primitive per meaning, however the caller spelled the values;
-    batch    vmap levels, outermost first: ((size, (is input i batched, ...)), ...).
+    batch    vmap levels, outermost first: ((size, (is input i batched, ...)), ...);
+    target   the TPU generation the call names (`target="v6e"`, or a jax device kind), or None.
+
+The target (what Rust builds the kernel for: its VMEM limits, the block sizes a launch function picks
+for it) is the call's when it names one; else, as Pallas finds the generation, the device kind of the
+abstract mesh in scope (`jax.sharding.use_abstract_mesh`), then — when lowering — of the devices the
+program is lowered for (a cross-lowering through `jax.experimental.topologies`, a shard_map's mesh),
+then of the default device when it is a TPU; else the library's default (v5e).
 
 Rules:
 - abstract eval: the output shapes/dtypes of Rust's "build" answer (so every shape, dtype, tiling and
-  parameter check is Rust's, and its KernelError surfaces at trace time with the Rust source line);
+  parameter check is Rust's, and its KernelError surfaces at trace time with the Rust source line),
+  for the target known at trace time;
 - impl: compile-and-run the single primitive with jit (eager calls behave like jitted ones);
 - CPU lowering: an XLA FFI custom call to the library's handler, whose one attribute `request` is the
   build answer's `ffi_request`: the handler rebuilds (cached) from it plus the buffer shapes, so an
   exported program runs wherever the library is loaded;
 - TPU lowering: `stablehlo.custom_call @tpu_custom_call` with the "lower" answer's backend_config and
-  `kernel_name`, exactly as jax lowers a Pallas kernel (api_version 1, row-major layouts, pure);
+  `kernel_name` for the generation lowered for, exactly as jax lowers a Pallas kernel (api_version 1,
+  row-major layouts, pure);
 - batching: Pallas's rule — each vmap level becomes a new leading grid axis, and a squeezed leading
   block dimension on every batched input and every output (Rust does the rewriting from `batch`);
 - JVP: none; differentiable kernels are wrapped in `jax.custom_vjp` (see `_grad`), and
@@ -33,6 +42,7 @@ from jax.interpreters import ad, batching, mlir
 # Private jax modules: the same ones jax's own tpu_custom_call lowering uses (jax is pinned).
 from jax._src import dispatch as _dispatch
 from jax._src import sharding_impls as _sharding_impls
+from jax._src.interpreters import pxla as _pxla
 from jax._src.interpreters import mlir as _mlir
 from jaxlib.mlir import ir
 
@@ -42,13 +52,66 @@ tpu_kernel_p = Primitive("tpu_kernel")
 tpu_kernel_p.multiple_results = True
 
 
-def bind(library, kernel: str, params: str, arrays, batch: tuple = ()):
+def bind(library, kernel: str, params: str, arrays, batch: tuple = (), target: str | None = None):
     """Bind the primitive (the list of outputs)."""
-    return tpu_kernel_p.bind(*arrays, library=library, kernel=kernel, params=params, batch=batch)
+    return tpu_kernel_p.bind(*arrays, library=library, kernel=kernel, params=params, batch=batch,
+                             target=target)
 
 
-def _abstract_eval(*avals, library, kernel, params, batch):
-    answer = library.request("build", kernel, avals, params, batch)
+# -- the target -------------------------------------------------------------------------------------
+
+def _tpu_kind(device) -> str | None:
+    """A device's (or abstract device's) kind when it is a TPU."""
+    if device is None or getattr(device, "platform", None) != "tpu":
+        return None
+    return getattr(device, "device_kind", None)
+
+
+def _abstract_mesh_kind() -> str | None:
+    mesh = jax.sharding.get_abstract_mesh()
+    return _tpu_kind(getattr(mesh, "abstract_device", None)) if mesh is not None else None
+
+
+def _default_device_kind() -> str | None:
+    """The default device's kind when it is a TPU (Pallas's fallback, `pxla.get_default_device()`)."""
+    try:
+        return _tpu_kind(_pxla.get_default_device())
+    except RuntimeError:  # no backend at all
+        return None
+
+
+def _lowering_devices_kind(ctx) -> str | None:
+    """The kind of the devices a program is lowered for: a shard_map's mesh, the jit's device
+    assignment, else the devices of the client it is lowered with (a cross-lowering for a
+    `jax.experimental.topologies` topology lowers with that topology's compile-only client)."""
+    axis_context = ctx.module_context.axis_context
+    kind = None
+    if isinstance(axis_context, _sharding_impls.SPMDAxisContext):
+        kind = _tpu_kind(next(iter(axis_context.mesh.devices.flat), None))
+    elif isinstance(axis_context, _sharding_impls.ShardingContext):
+        mesh = axis_context.abstract_mesh
+        kind = (_tpu_kind(mesh.abstract_device) if mesh is not None else None) or \
+            _tpu_kind((axis_context.device_assignment or (None,))[0])
+    backend = ctx.module_context.backend  # the attribute: get_backend() would start a TPU client
+    if kind is None and backend is not None and getattr(backend, "platform", None) == "tpu":
+        kind = _tpu_kind(next(iter(backend.devices()), None))
+    return kind
+
+
+def trace_target(target: str | None) -> str | None:
+    """The target as known while tracing: the call's, the abstract mesh's, a TPU default device's, or
+    None (the library's default)."""
+    return target or _abstract_mesh_kind() or _default_device_kind()
+
+
+def _lowering_target(ctx, target: str | None) -> str | None:
+    """The target of a TPU lowering: as `trace_target`, with the devices lowered for before the
+    default device."""
+    return target or _abstract_mesh_kind() or _lowering_devices_kind(ctx) or _default_device_kind()
+
+
+def _abstract_eval(*avals, library, kernel, params, batch, target):
+    answer = library.request("build", kernel, avals, params, batch, trace_target(target))
     return [jax.core.ShapedArray(tuple(o["shape"]), library.dtypes.numpy(o["dtype"])) for o in answer["outputs"]]
 
 
@@ -79,8 +142,9 @@ def _aliases(answer) -> dict[int, int] | None:
     return {int(i): int(o) for i, o in pairs} or None
 
 
-def _cpu_lowering(ctx, *operands, library, kernel, params, batch):
-    answer = library.request("build", kernel, ctx.avals_in, params, batch)
+def _cpu_lowering(ctx, *operands, library, kernel, params, batch, target):
+    # The interpreter runs the kernel as built for the named target (else the default): no TPU here.
+    answer = library.request("build", kernel, ctx.avals_in, params, batch, target)
     rule = jax.ffi.ffi_lowering(library.ffi_target, operand_output_aliases=_aliases(answer))
     with _kernel_location(ctx, answer["kernel_name"]):
         return rule(ctx, *operands, request=answer["ffi_request"])
@@ -110,9 +174,9 @@ def _check_not_auto_partitioned(kernel: str, ctx) -> None:
                           f"{axis_context.num_devices} devices; call it inside jax.shard_map", kernel=kernel)
 
 
-def _tpu_lowering(ctx, *operands, library, kernel, params, batch):
+def _tpu_lowering(ctx, *operands, library, kernel, params, batch, target):
     _check_not_auto_partitioned(kernel, ctx)
-    answer = library.request("lower", kernel, ctx.avals_in, params, batch)
+    answer = library.request("lower", kernel, ctx.avals_in, params, batch, _lowering_target(ctx, target))
     result_types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
     with _kernel_location(ctx, answer["kernel_name"]):
         call = _custom_call(operands, result_types, ctx, answer)
@@ -141,15 +205,17 @@ mlir.register_lowering(tpu_kernel_p, _tpu_lowering, platform="tpu")
 
 _NOT_MAPPED = None  # how jax marks an operand without a batch axis (jax._src.interpreters.batching.not_mapped)
 
-def _batching_rule(axis_data, args, dims, *, library, kernel, params, batch):
+def _batching_rule(axis_data, args, dims, *, library, kernel, params, batch, target):
     if all(d is _NOT_MAPPED for d in dims):
-        outs = tpu_kernel_p.bind(*args, library=library, kernel=kernel, params=params, batch=batch)
+        outs = tpu_kernel_p.bind(*args, library=library, kernel=kernel, params=params, batch=batch,
+                                 target=target)
         return outs, [_NOT_MAPPED] * len(outs)
     # The batch axis of every batched operand goes first (that is where the new grid axis reads it);
     # unbatched operands stay as they are and are marked so in this level.
     moved = [a if d is _NOT_MAPPED else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
     level = (int(axis_data.size), tuple(d is not _NOT_MAPPED for d in dims))
-    outs = tpu_kernel_p.bind(*moved, library=library, kernel=kernel, params=params, batch=(level,) + batch)
+    outs = tpu_kernel_p.bind(*moved, library=library, kernel=kernel, params=params, batch=(level,) + batch,
+                             target=target)
     return outs, [0] * len(outs)
 
 
@@ -158,7 +224,7 @@ batching.fancy_primitive_batchers[tpu_kernel_p] = _batching_rule
 
 # -- autodiff --------------------------------------------------------------------------------------
 
-def _no_jvp(primals, tangents, *, library, kernel, params, batch):
+def _no_jvp(primals, tangents, *, library, kernel, params, batch, target):
     spec = library.kernels.get(kernel)
     why = ("it declares no backward kernels (grad: null in the library description)"
            if spec is None or not spec.grad else

@@ -37,9 +37,15 @@ fn io_error(what: &str, e: std::io::Error) -> KernelError {
     KernelError::new(ErrorKind::Unsupported, format!("--check: {what}: {e}"))
 }
 
-/// Check `call` for `generation` (`v5e`, `v6e`, `v5p`, `v4`); the report, or the report as an error when
-/// a stage rejects the kernel.
+/// Check `call` for `generation` (`v4`, `v5e`, `v5p`, `v6e`, `tpu7x`: the topology of its target row,
+/// or a topology such as `v5e:2x2`); the report, or the report as an error when a stage rejects the
+/// kernel. The kernel is built for that generation (`Command::target`).
 pub fn run(call: &PallasCall, generation: &str) -> Result<String, KernelError> {
+    let topology = if generation.contains(':') {
+        generation.to_string()
+    } else {
+        call.target().info().topology.to_string()
+    };
     let mosaic = call.mosaic_mlir_generic()?;
     let hlo = CustomCall::new(call.ir()).stablehlo()?;
     let dir = std::env::temp_dir().join(format!(
@@ -55,7 +61,7 @@ pub fn run(call: &PallasCall, generation: &str) -> Result<String, KernelError> {
     let script = PathBuf::from(REPO).join("python/check_kernel.py");
     let output = Command::new(python()?)
         .arg(&script)
-        .args(["--generation", generation, "--name", call.name()])
+        .args(["--generation", &topology, "--name", call.name()])
         .arg("--mosaic")
         .arg(&mosaic_path)
         .arg("--stablehlo")

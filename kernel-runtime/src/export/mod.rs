@@ -22,6 +22,7 @@ use crate::dtype::DType;
 use crate::error::{kerr, panic_message, KernelError, Result, SourceLoc};
 use crate::launch::{ArrayType, PallasCall};
 use crate::serialize::CustomCall;
+use crate::target::Target;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -30,8 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// The version of the C ABI (`abi`): bumped whenever a symbol, a method or a JSON field changes
-/// meaning. The Python package refuses a library whose version differs from its own.
-pub const ABI_VERSION: u32 = 4;
+/// meaning. The Python package refuses a library whose version differs from its own. (5: requests
+/// and answers carry the TPU target; a library of 4 would ignore a request's target.)
+pub const ABI_VERSION: u32 = 5;
 
 /// How to compute a kernel's vector-Jacobian product with other exported kernels: call `kernel` with
 /// the arrays named in `args` (forward inputs by name, `out`/`outN`, `g`/`gN` for cotangents) and the
@@ -144,11 +146,15 @@ pub struct Request {
     pub inputs: Vec<ArrayType>,
     pub params: Map<String, Value>,
     pub batch: Vec<BatchLevel>,
+    /// The TPU generation to build for (`"target"`: a name or a jax device kind; absent: the default).
+    /// A launch function that names none builds for it, and one that reads it (`target: Target`)
+    /// receives it.
+    pub target: Target,
 }
 
 impl Request {
-    /// Read `{"kernel", "inputs": [{"shape", "dtype"}], "params": {..}, "batch": [[size, [bool..]]..]}`;
-    /// `inputs` may be absent (the FFI handler takes them from the buffers).
+    /// Read `{"kernel", "inputs": [{"shape", "dtype"}], "params": {..}, "batch": [[size, [bool..]]..],
+    /// "target"}`; `inputs` may be absent (the FFI handler takes them from the buffers).
     pub fn from_json(v: &Value) -> Result<Request> {
         let kernel = v
             .get("kernel")
@@ -197,11 +203,22 @@ impl Request {
                 _ => return Err(kerr!(Signature, "bad batch level {level}")),
             }
         }
+        let target = match v.get("target") {
+            None | Some(Value::Null) => Target::DEFAULT,
+            Some(Value::String(t)) => Target::parse(t)?,
+            Some(other) => {
+                return Err(kerr!(
+                    Signature,
+                    "the target must be a name such as \"v6e\", got {other}"
+                ))
+            }
+        };
         Ok(Request {
             kernel,
             inputs,
             params,
             batch,
+            target,
         })
     }
 }
@@ -335,6 +352,7 @@ impl Library {
             "kernel": export.name,
             "params": params.to_json(),
             "batch": batch,
+            "target": req.target.name(),
         })
         .to_string();
         let key = format!(
@@ -345,16 +363,26 @@ impl Library {
             return Ok(Arc::clone(b));
         }
         self.stats.builds.fetch_add(1, Ordering::Relaxed);
-        let call = catch_unwind(AssertUnwindSafe(|| (export.launch)(&base, &params)))
-            .unwrap_or_else(|p| {
-                Err(kerr!(
-                    Trace,
-                    "the launch function of kernel `{}` panicked: {}",
-                    export.name,
-                    panic_message(&*p)
-                )
-                .at(export.location))
-            })?;
+        let launch = || req.target.scope(|| (export.launch)(&base, &params));
+        let call = catch_unwind(AssertUnwindSafe(launch)).unwrap_or_else(|p| {
+            Err(kerr!(
+                Trace,
+                "the launch function of kernel `{}` panicked: {}",
+                export.name,
+                panic_message(&*p)
+            )
+            .at(export.location))
+        })?;
+        if call.target() != req.target {
+            return Err(kerr!(
+                Signature,
+                "the launch function of kernel `{}` builds for {} (`.target(..)`) but the request is for {}; take the target as a parameter (`target: Target`) and pass it on",
+                export.name,
+                call.target(),
+                req.target
+            )
+            .at(export.location));
+        }
         let mut call = call;
         for level in req.batch.iter().rev() {
             call = call.batched(level.size, &level.inputs)?;
@@ -442,6 +470,7 @@ impl Library {
                         "outputs": built.outputs.iter().map(array_json).collect::<Vec<_>>(),
                         "kernel_name": built.call.kernel.name,
                         "params": built.params.to_json(),
+                        "target": built.call.target().name(),
                         "ffi_request": built.ffi_request,
                         "input_output_aliases": built.call.kernel.aliases,
                         "cost_estimate": built.call.kernel.cost_estimate.map(|c| json!({
@@ -704,6 +733,8 @@ fn describe(
         "problems": problems,
         // The dtype table (`crate::dtype::for_each_dtype!`): the Python side's dtype map.
         "dtypes": crate::dtype::DType::table_json(),
+        "targets": targets_json(),
+        "default_target": Target::DEFAULT.name(),
     })
     .to_string()
 }
@@ -715,4 +746,16 @@ pub fn arity_error(kernel: &str, want: usize, got: usize) -> KernelError {
         Signature,
         "kernel `{kernel}` takes {want} arrays, got {got}"
     )
+}
+
+/// The target table as the library description carries it (for tools: the name, the topology
+/// libtpu compiles it for, the jax device kinds that select it).
+fn targets_json() -> Value {
+    Target::ALL
+        .iter()
+        .map(|t| {
+            let i = t.info();
+            json!({"name": i.name, "topology": i.topology, "device_kinds": i.device_kinds})
+        })
+        .collect()
 }

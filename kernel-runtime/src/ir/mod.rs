@@ -420,6 +420,9 @@ pub struct Kernel {
     pub body: Func,
     pub vmem_limit_bytes: Option<u64>,
     pub cost_estimate: Option<CostEstimate>,
+    /// The TPU generation it is built for: the VMEM check's limits, the scoped VMEM limit the
+    /// backend_config carries, and any lowering rule that differs per generation read it.
+    pub target: crate::target::Target,
 }
 
 impl Kernel {

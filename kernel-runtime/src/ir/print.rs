@@ -152,8 +152,8 @@ impl Display for Kernel {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "kernel {} grid={:?} semantics={:?}",
-            self.name, self.grid, self.dimension_semantics
+            "kernel {} grid={:?} semantics={:?} target={}",
+            self.name, self.grid, self.dimension_semantics, self.target
         )?;
         for o in &self.operands {
             write!(

@@ -5,6 +5,10 @@
 //! the Mosaic func attributes, then one `func.func @transform_k` per BlockSpec index map. Ops are lowered by
 //! small per-family rules in `rules`. Rust source locations become MLIR `FileLineColLoc`s.
 //!
+//! The kernel's TPU generation is `Kernel::target`: a rule whose Mosaic differs per generation matches
+//! on it there (keyed by the target, as Pallas registers per-platform rules). None does today: traced
+//! for v5e, v6e and tpu7x, Pallas emits the same module for every example (`python/tests/test_examples.py`).
+//!
 //! The rules build the module as data; its writers live in [`crate::mosaic`] (bytecode, and MLIR with
 //! the `mlir` feature). Architecture invariant: lowering builds no MLIR and names no writer — it
 //! depends on the model only, so every writer means the same module.

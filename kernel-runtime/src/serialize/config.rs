@@ -79,10 +79,12 @@ pub fn backend_config(k: &Kernel, opts: &CallOptions) -> Result<String> {
 
     let mut top = Map::new();
     top.insert("custom_call_config".into(), Value::Object(cc));
-    // Always the limit our checks used (`check::vmem_limit`: the launch's, else 16 MiB): libtpu's own
-    // default differs by generation (16 MiB on v5e, 32 MiB on v6e, measured), so leaving it out would let
-    // the same kernel pass on one and fail on another, and our trace-time VMEM verdict would not be
-    // libtpu's. Pallas writes the key only when `vmem_limit_bytes` is set.
+    // Always the limit our checks used (`check::vmem_limit`: the launch's, else the kernel's target's
+    // default, which is libtpu's own default for that generation — 16 MiB on v5e, 32 MiB on v6e and
+    // tpu7x, measured). Written out, libtpu enforces exactly the budget `build()` checked, even when
+    // the program is compiled for another generation than the kernel was built for. Pallas writes the
+    // key only when `vmem_limit_bytes` is set (and otherwise emits the same config on every
+    // generation).
     top.insert(
         "scoped_memory_configs".into(),
         json!([{"memory_space": MemoryColor::Vmem as u8, "offset": 0, "size": crate::check::vmem_limit(k)}]),

@@ -7,8 +7,10 @@
 //! - [`config`]: the `tpu_custom_call` backend_config JSON (base64 body, `serialization_format`,
 //!   `needs_layout_passes`, and the optional fields — cost estimate, flags, input fusion, memory-space
 //!   colors, ... — only when set). One deliberate difference from Pallas: `scoped_memory_configs` is
-//!   always written, with the VMEM limit our checks used, so that libtpu enforces exactly the budget
-//!   `build()` checked on every generation (libtpu's defaults: 16 MiB on v5e, 32 MiB on v6e);
+//!   always written, with the VMEM limit our checks used (the launch's, else the target's default —
+//!   libtpu's own: 16 MiB on v5e, 32 MiB on v6e and tpu7x), so that libtpu enforces exactly the budget
+//!   `build()` checked. Nothing else differs per generation: Pallas emits the same module and
+//!   backend_config for every generation for our kernels (`python/tests/test_examples.py`);
 //! - [`stablehlo`]: a complete StableHLO program calling the kernel through `stablehlo.custom_call
 //!   @tpu_custom_call`.
 //!

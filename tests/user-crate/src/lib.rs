@@ -1,6 +1,7 @@
 //! A crate outside the examples that exports kernels to Python, as a user's would: the README's
-//! example (`scale`, differentiable through itself) and kernels the Python suite uses for error paths
-//! (`bad_rows` reads out of bounds at run time).
+//! example (`scale`, differentiable through itself), kernels the Python suite uses for error paths
+//! (`bad_rows` reads out of bounds at run time), and `by_target`, whose blocks follow the TPU
+//! generation it is built for.
 
 use tpu_kernel::prelude::*;
 
@@ -40,4 +41,24 @@ pub fn bad_rows(x: ArrayType) -> Result<PallasCall, KernelError> {
         .build()
 }
 
-tpu_kernel::export_library!("user_crate", [scale, bad_rows]);
+#[tpu_kernel]
+fn copy_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load());
+}
+
+/// `x` copied in blocks of the MXU's size in rows (128 on v4/v5e/v5p, 256 on v6e/tpu7x), the kernel
+/// named after the generation it is built for (`copy_v6e`): how a launch function reads its target.
+#[export]
+pub fn by_target(x: ArrayType, target: Target) -> Result<PallasCall, KernelError> {
+    let [m, n] = x.dims()?;
+    let rows = target.info().mxu_size.min(m);
+    let spec = || BlockSpec::new([rows, n], |[i]| (i, 0));
+    pallas_call(copy_kernel)
+        .name(format!("copy_{target}"))
+        .grid([x.blocks(0, rows)?])
+        .input(x, spec())
+        .output(ArrayType::new([m, n], F32), spec())
+        .build()
+}
+
+tpu_kernel::export_library!("user_crate", [scale, bad_rows, by_target]);
