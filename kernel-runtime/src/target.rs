@@ -8,7 +8,7 @@
 //! generation matches on it (none does today: Pallas emits the same module and backend_config for
 //! every generation for our kernels), and the backend_config carries its scoped VMEM limit.
 //!
-//! Adding a generation is one row of [`targets!`] (and its facts measured, not guessed: every figure
+//! Adding a generation is one row of `targets!` (and its facts measured, not guessed: every figure
 //! below names its source). Sources:
 //! - jax 0.12 `jax/_src/tpu_info.py`: `chip_version_from_device_kind` (device kinds),
 //!   `_get_tpu_info_impl` (VMEM/SMEM capacity per core, MXU column size and count, TensorCores per
