@@ -30,6 +30,7 @@ pub mod mosaic;
 #[cfg(feature = "mosaic-cpu")]
 pub mod mosaic_cpu;
 pub mod opt;
+pub mod semantics;
 pub mod serialize;
 pub mod size;
 pub mod target;

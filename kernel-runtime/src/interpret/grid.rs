@@ -9,7 +9,6 @@
 //! (checked by evaluating the index maps).
 
 use super::elementwise::RawDest;
-use super::host::{take_output, ArrayView, ArrayViewMut, HostArray, HostData, HostElement};
 use super::machine::{fill_literal, Machine, RefState, WidenCache};
 use super::plan::{plan, Plan};
 use super::tensor::{internal, recycle, row_major_strides, Buf, Foreign, Tensor};
@@ -18,14 +17,17 @@ use crate::dtype::DType;
 use crate::error::{kerr, KernelError, Result};
 use crate::index_map::IndexMap;
 use crate::ir::{BlockIr, DimensionSemantics, Func, Kernel, OpKind, OperandRole};
+use crate::semantics::host::{
+    take_output, ArrayView, ArrayViewMut, HostArray, HostData, HostElement,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-mod schedule;
 mod steps;
-use schedule::{chunk_key, for_each_point};
-pub(crate) use schedule::{walk_grid, BlockEngine};
-use steps::{check_block, Runner};
+use crate::semantics::schedule::{
+    check_arrays, check_data_block, chunk_key, for_each_point, walk_grid, BlockEngine,
+};
+use steps::Runner;
 
 /// A raw view of one output array, shared by the chunks.
 struct Sink {
@@ -452,40 +454,6 @@ fn block_index(o: &crate::ir::Operand, mut b: usize) -> Vec<i64> {
         b /= n[d];
     }
     idx
-}
-
-/// The caller's arrays for the kernel's operands of `role` (inputs, or outputs to write): as many, and
-/// each of its operand's shape and dtype.
-pub(crate) fn check_arrays<'s>(
-    k: &Kernel,
-    role: OperandRole,
-    arrays: impl ExactSizeIterator<Item = (&'s [usize], DType)>,
-) -> Result<()> {
-    let ops: Vec<&crate::ir::Operand> = k.operands.iter().filter(|o| o.role == role).collect();
-    let (n, what) = (ops.len(), role.name());
-    if arrays.len() != n {
-        return Err(kerr!(
-            Signature,
-            "kernel `{}` takes {n} {what}s, got {} {what} arrays",
-            k.name,
-            arrays.len()
-        ));
-    }
-    for (op, (shape, dtype)) in ops.into_iter().zip(arrays) {
-        if shape != op.shape.as_slice() || dtype != op.dtype {
-            return Err(kerr!(
-                Shape,
-                "expected a {:?} {} {what} array, got {:?} {}",
-                op.shape,
-                op.dtype,
-                shape,
-                dtype
-            )
-            .for_argument(op.label())
-            .at(op.loc));
-        }
-    }
-    Ok(())
 }
 
 /// The parallel axes to split the grid on, or none when two chunks would write the same output block.

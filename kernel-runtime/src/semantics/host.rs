@@ -363,7 +363,7 @@ impl SplitMix {
 }
 
 /// A borrowed, read-only input array in foreign memory (an XLA buffer): row-major elements of `dtype`
-/// (bool as one byte 0/1), as [`interpret_into`](super::interpret_into) reads them.
+/// (bool as one byte 0/1), as [`interpret_into`](crate::interpret::interpret_into) reads them.
 #[derive(Clone, Copy, Debug)]
 pub struct ArrayView<'a> {
     pub shape: &'a [usize],
@@ -372,7 +372,7 @@ pub struct ArrayView<'a> {
     _life: std::marker::PhantomData<&'a [u8]>,
 }
 
-/// A borrowed output array in foreign memory, written whole by [`interpret_into`](super::interpret_into).
+/// A borrowed output array in foreign memory, written whole by [`interpret_into`](crate::interpret::interpret_into).
 #[derive(Debug)]
 pub struct ArrayViewMut<'a> {
     pub shape: &'a [usize],
