@@ -17,6 +17,7 @@ mod call;
 pub mod check;
 pub mod dtype;
 pub mod error;
+pub mod expand;
 pub mod export;
 mod index_map;
 pub mod interpret;

@@ -258,6 +258,10 @@ impl<'k> Machine<'k> {
         match &op.kind {
             OpKind::Const(l) => one(Tensor::splat(*l, &self.result_shape(op)?)),
             OpKind::Unary(u) => one(elementwise::unary(*u, self.tensor(op.operands[0])?, sink)?),
+            OpKind::Composite(c) => Err(internal(&format!(
+                "composite `{}` reached the interpreter: `build()` expands composites",
+                c.name()
+            ))),
             OpKind::Binary(b) => one(elementwise::binary(
                 *b,
                 self.tensor(op.operands[0])?,
