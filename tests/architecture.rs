@@ -264,6 +264,60 @@ fn melior_stays_in_the_mlir_writer_and_dependencies_run_one_way() {
     }
 }
 
+/// One Pallas-semantics core under both CPU engines: `semantics/` (host arrays, the block schedule,
+/// the DMA model and the error vocabulary) names neither engine, and neither engine names the other —
+/// a fault both can see has one message, built in `semantics/`.
+#[test]
+fn both_engines_share_the_semantics_core_and_not_each_other() {
+    let core = runtime_sources("semantics");
+    assert!(core.len() >= 5, "found only {} semantics files", core.len());
+    assert_files_under_600_lines("semantics", &core);
+    let named = |text: &str, module: &str| {
+        text.contains(&format!("crate::{module}")) || text.contains(&format!("super::{module}"))
+    };
+    // Code, not docs: a doc comment may point a reader at the other engine.
+    let code = |text: &str| -> String {
+        text.lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for (path, text) in &core {
+        for engine in ["interpret", "mosaic_cpu"] {
+            assert!(
+                !named(&code(text), engine),
+                "semantics/{path} names `{engine}`: the core belongs to neither engine"
+            );
+        }
+    }
+    for (from, to) in [("interpret", "mosaic_cpu"), ("mosaic_cpu", "interpret")] {
+        let files = runtime_sources(from);
+        assert!(files.len() > 10, "found only {} {from} files", files.len());
+        for (path, text) in files {
+            assert!(
+                !named(&code(&text), to),
+                "{from}/{path} names `{to}`: the engines share `semantics/`, not each other"
+            );
+        }
+    }
+    // Each engine does use the core: the schedule and the DMA vocabulary.
+    for (engine, item) in [
+        ("interpret", "semantics::schedule"),
+        ("interpret", "semantics::dma"),
+        ("mosaic_cpu", "semantics::schedule"),
+        ("mosaic_cpu", "semantics::dma"),
+        ("mosaic_cpu", "semantics::refs"),
+        ("interpret", "semantics::refs"),
+    ] {
+        assert!(
+            runtime_sources(engine)
+                .iter()
+                .any(|(_, t)| t.contains(item)),
+            "{engine} does not use `{item}`"
+        );
+    }
+}
+
 /// One definition per op: a row added to the op table (`kernel-ops`; the test-only feature
 /// `__probe_new_row` adds `Tan`) is a compile error at each consumer's column until it says what the op
 /// means there — the lowering's Mosaic op and the interpreter's meaning — and nowhere else (the traced

@@ -263,3 +263,83 @@ fn shifts_follow_xla_at_and_past_the_bit_width() {
     assert_eq!(l, [0, 0, 0, 0, 1]);
     assert_eq!(r, [0x0F00_0000, 1, 0, 0, 1]);
 }
+
+// ------------------------------------------------------------------------ composites
+
+/// `expm1` written out by hand as its recipe gives it (Kahan's formulation), on a bf16 array.
+#[tpu_kernel]
+fn expm1_by_hand(x: Ref<bf16>, o: RefMut<bf16>) {
+    let x = x.load();
+    let u = x.exp();
+    let um1 = u - 1.0;
+    let general = um1 * (x / u.log());
+    let inf = bf16::INFINITY;
+    let (is_one, is_neg, is_inf) = (u == 1.0, um1 == -1.0, u == inf);
+    let at_inf = select(is_inf, u, general);
+    let at_neg = select(is_neg, -1.0, at_inf);
+    o.store(select(is_one, x, at_neg));
+}
+
+#[tpu_kernel]
+fn expm1_composite(x: Ref<bf16>, o: RefMut<bf16>) {
+    o.store(x.load().expm1());
+}
+
+/// `sign` written out by hand, between other ops (so the values after it are renumbered too).
+#[tpu_kernel]
+fn sign_by_hand(x: Ref<i32>, o: RefMut<i32>) {
+    let x = x.load() * 3;
+    let (pos, neg) = (x > 0, x < 0);
+    let s = select(pos, 1, select(neg, -1, x));
+    o.store(s + x);
+}
+
+#[tpu_kernel]
+fn sign_composite(x: Ref<i32>, o: RefMut<i32>) {
+    let x = x.load() * 3;
+    o.store(x.sign() + x);
+}
+
+/// The kernel body's ops (kind, operands, results; not their Rust lines: the kernels sit on different
+/// lines) and value types.
+fn ir_without_lines<A>(
+    kernel: impl tpu_kernel::runtime::launch::KernelFn<A>,
+    dtype: DType,
+) -> String {
+    let spec = || BlockSpec::new([8, 128], |[i]| (i, 0));
+    let call = pallas_call(kernel)
+        .name("k")
+        .grid([1])
+        .input(ArrayType::new([8, 128], dtype), spec())
+        .output(ArrayType::new([8, 128], dtype), spec())
+        .build()
+        .expect("builds");
+    let f = &call.ir().body;
+    let mut ops = Vec::new();
+    f.walk(&mut |op| {
+        ops.push(format!(
+            "{:?} {:?} -> {:?}",
+            op.kind, op.operands, op.results
+        ))
+    });
+    assert!(ops.len() > 8, "{ops:?}");
+    format!("{}\n{:?}", ops.join("\n"), f.values)
+}
+
+/// A composite op is traced as one op and expanded by `build()` for the launch's target into exactly
+/// the ops (and value numbering) of its composition written by hand — so it lowers, runs and counts
+/// bundles as the hand-written kernel does.
+#[test]
+fn composites_expand_to_their_hand_written_composition() {
+    assert_eq!(
+        ir_without_lines(expm1_composite, BF16),
+        ir_without_lines(expm1_by_hand, BF16)
+    );
+    assert_eq!(
+        ir_without_lines(sign_composite, I32),
+        ir_without_lines(sign_by_hand, I32)
+    );
+    for c in tpu_kernel::runtime::ir::CompositeOp::ALL {
+        assert!(!c.name().is_empty());
+    }
+}

@@ -11,8 +11,10 @@
 //! compile error (E0004) at every consumer until it says what the op means there
 //! (`tests/architecture.rs` adds a row behind the `__probe_new_row` feature and checks exactly that).
 //!
-//! An op Pallas lowers as a composition of others (`sign`, `clamp`, `isnan`, `sigmoid`, `expm1`) has no
-//! row: it is a composition at trace time, so it lowers as Pallas lowers it.
+//! An op that is a composition of table ops on TPU (`expm1`, `sign`) is a row of [`for_each_composite!`]:
+//! traced as one op, expanded for the launch's target before either engine sees it (its one column, the
+//! recipes in `kernel-runtime/src/expand.rs`). Sugar that is one table op or a fixed pair (`sigmoid` is
+//! `logistic`, `clamp` is `max` then `min`, `isnan` is `x != x`) stays sugar in `trace/`.
 
 #![no_std]
 
@@ -121,6 +123,24 @@ macro_rules! for_each_binary {
     };
 }
 
+/// Calls `$m! { (Variant, "name", method, Operands, [docs]) ... }` with every composite row: a unary op
+/// with a traced method whose meaning on TPU is a composition of table ops, chosen per target when the
+/// kernel is built (`kernel-runtime`'s `expand`). **The composite op table.**
+#[macro_export]
+macro_rules! for_each_composite {
+    ($m:ident) => {
+        $m! {
+            (Expm1, "expm1", expm1, Float, [
+                " `e^x - 1`, accurate near 0 (`jnp.expm1`). libtpu cannot legalize `math.expm1` (and",
+                " Pallas has no TPU lowering for it): Kahan's formulation on `exp` and `log`."
+            ])
+            (Sign, "sign", sign, Signed, [
+                " `-1`, `0` or `1` by the sign of `x` (`jnp.sign`); `±0` and NaN give themselves."
+            ])
+        }
+    };
+}
+
 /// The rows as given, or with the probe row (`Tan`) appended under the test-only `__probe_new_row`
 /// feature.
 #[doc(hidden)]
@@ -194,8 +214,30 @@ macro_rules! binary_enum {
     };
 }
 
+macro_rules! composite_enum {
+    ($( ($V:ident, $name:literal, $method:ident, $ops:ident, [$($doc:literal),*]) )*) => {
+        /// A composite op: one row of [`for_each_composite!`] each.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum CompositeOp { $( $(#[doc = $doc])* $V, )* }
+
+        impl CompositeOp {
+            /// Every composite op, in table order.
+            pub const ALL: &'static [CompositeOp] = &[$(CompositeOp::$V),*];
+            /// The printed name and traced method (`expm1`).
+            pub const fn name(self) -> &'static str {
+                match self { $(CompositeOp::$V => $name,)* }
+            }
+            /// The dtypes the op takes.
+            pub const fn operands(self) -> Operands {
+                match self { $(CompositeOp::$V => Operands::$ops,)* }
+            }
+        }
+    };
+}
+
 for_each_unary!(unary_enum);
 for_each_binary!(binary_enum);
+for_each_composite!(composite_enum);
 
 #[cfg(test)]
 mod tests {

@@ -673,6 +673,7 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
             cost_estimate: self.cost_estimate,
             target: self.target.unwrap_or_else(Target::current),
         };
+        crate::expand::run(&mut kernel);
         check::kernel(&kernel).map_err(|e| e.at(loc))?;
         opt::run(&mut kernel);
         Ok(PallasCall { kernel })

@@ -17,6 +17,7 @@ mod call;
 pub mod check;
 pub mod dtype;
 pub mod error;
+pub mod expand;
 pub mod export;
 mod index_map;
 pub mod interpret;
@@ -30,6 +31,7 @@ pub mod mosaic;
 #[cfg(feature = "mosaic-cpu")]
 pub mod mosaic_cpu;
 pub mod opt;
+pub mod semantics;
 pub mod serialize;
 pub mod size;
 pub mod target;

@@ -13,10 +13,10 @@
 //! ~2× the f32 path): every path calls [`mul`], so on one machine all give the same bits.
 
 use super::elementwise::cast;
-use super::host::HostData;
 use super::tensor::{internal, recycle, take_vec, Tensor};
 use crate::dtype::DType;
 use crate::error::{kerr, Result};
+use crate::semantics::host::HostData;
 
 /// A 2-D operand as (rows, cols, row stride, col stride) after the optional transpose.
 fn matrix(t: &Tensor, transpose: bool) -> Result<(usize, usize, isize, isize)> {
@@ -153,7 +153,7 @@ type CheckedViews<'a, T> = ((usize, usize, usize), View<'a, T>, View<'a, T>);
 /// The operands of `lhs · rhs` (each transposed as asked) as views checked to lie inside their
 /// buffers, with `(m, n, k)`; `c_len`, the result's length, must be `m · n`.
 #[cfg(target_arch = "x86_64")]
-fn checked_views<'a, T: super::host::HostElement>(
+fn checked_views<'a, T: crate::semantics::host::HostElement>(
     lhs: &'a Tensor,
     rhs: &'a Tensor,
     tl: bool,

@@ -5,13 +5,13 @@ mod elem;
 mod out;
 mod rows;
 
-use super::host::HostElement;
 use super::simd::multiversion;
 use super::tensor::{bf16_from_f32, bf16_to_f32, internal, Rows, Tensor};
 use crate::dtype::DType;
 use crate::error::{kerr, Result};
 use crate::ir::{BinaryOp, CmpOp, UnaryOp};
 use crate::math::IntOps;
+use crate::semantics::host::HostElement;
 pub(crate) use elem::FloatElem;
 use elem::{binary_with, unary_with, Convert};
 use half::bf16;

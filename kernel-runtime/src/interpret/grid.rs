@@ -9,7 +9,6 @@
 //! (checked by evaluating the index maps).
 
 use super::elementwise::RawDest;
-use super::host::{take_output, ArrayView, ArrayViewMut, HostArray, HostData, HostElement};
 use super::machine::{fill_literal, Machine, RefState, WidenCache};
 use super::plan::{plan, Plan};
 use super::tensor::{internal, recycle, row_major_strides, Buf, Foreign, Tensor};
@@ -18,14 +17,17 @@ use crate::dtype::DType;
 use crate::error::{kerr, KernelError, Result};
 use crate::index_map::IndexMap;
 use crate::ir::{BlockIr, DimensionSemantics, Func, Kernel, OpKind, OperandRole};
+use crate::semantics::host::{
+    take_output, ArrayView, ArrayViewMut, HostArray, HostData, HostElement,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-mod schedule;
 mod steps;
-use schedule::{chunk_key, for_each_point};
-pub(crate) use schedule::{walk_grid, BlockEngine};
-use steps::{check_block, Runner};
+use crate::semantics::schedule::{
+    check_arrays, check_data_block, chunk_key, for_each_point, walk_grid, BlockEngine,
+};
+use steps::Runner;
 
 /// A raw view of one output array, shared by the chunks.
 struct Sink {
@@ -39,35 +41,6 @@ struct Sink {
 unsafe impl Send for Sink {}
 // SAFETY: as for `Send`: concurrent chunks never write the same block.
 unsafe impl Sync for Sink {}
-
-/// Where an output goes: `len` elements of `dtype` at `ptr`, written whole by the run.
-#[derive(Clone, Copy)]
-struct Target {
-    ptr: *mut u8,
-    len: usize,
-    dtype: DType,
-}
-
-/// A target over the whole capacity of an (uninitialized) output buffer.
-fn target_of(data: &mut HostData) -> Target {
-    fn raw<T>(v: &mut Vec<T>, dtype: DType) -> Target {
-        Target {
-            ptr: v.as_mut_ptr() as *mut u8,
-            len: v.capacity(),
-            dtype,
-        }
-    }
-    let d = data.dtype();
-    match data {
-        HostData::F32(v) => raw(v, d),
-        HostData::BF16(v) => raw(v, d),
-        HostData::I32(v) => raw(v, d),
-        HostData::I8(v) => raw(v, d),
-        HostData::U8(v) => raw(v, d),
-        HostData::U32(v) => raw(v, d),
-        HostData::Bool(v) => raw(v, d),
-    }
-}
 
 /// One input array as the grid runner reads it.
 #[derive(Clone)]
@@ -121,8 +94,15 @@ pub(crate) fn run(
             .map_err(|e| refuse(format!("the system refused the allocation ({e})")))?;
         outputs.push((o.shape.clone(), data));
     }
-    let targets: Vec<Target> = outputs.iter_mut().map(|(_, d)| target_of(d)).collect();
+    let targets: Vec<ArrayViewMut<'_>> = outputs
+        .iter_mut()
+        .map(|(shape, d)| {
+            d.spare_view(shape)
+                .ok_or_else(|| internal("output capacity"))
+        })
+        .collect::<Result<_>>()?;
     execute(k, &inputs, &targets, opts)?;
+    drop(targets);
     Ok(outputs
         .into_iter()
         .map(|(shape, mut data)| {
@@ -187,50 +167,47 @@ pub(crate) fn run_into(
             }
         })
         .collect();
-    let targets: Vec<Target> = outputs
-        .iter_mut()
-        .map(|a| Target {
-            ptr: a.ptr(),
-            len: a.len(),
-            dtype: a.dtype,
-        })
-        .collect();
-    if let Some(t) = targets
+    if let Some(t) = outputs
         .iter()
-        .find(|t| t.len > 0 && !(t.ptr as usize).is_multiple_of(host_size(t.dtype)))
+        .find(|t| !t.is_empty() && !(t.ptr() as usize).is_multiple_of(host_size(t.dtype)))
     {
         return Err(internal(&format!(
             "misaligned {} output buffer at {:p}",
-            t.dtype, t.ptr
+            t.dtype,
+            t.ptr()
         )));
     }
-    execute(k, &inputs, &targets, opts)
+    execute(k, &inputs, outputs, opts)
 }
 
 /// `input_output_aliases`: copy each aliased input into its output (which the kernel then updates in
 /// place) and return the inputs to read. An input is read as it was before the call: when it is the
 /// output's own buffer (XLA aliased them), a private copy is read instead.
-fn start_aliased_outputs(k: &Kernel, inputs: &[Input], targets: &[Target]) -> Result<Vec<Input>> {
+fn start_aliased_outputs(
+    k: &Kernel,
+    inputs: &[Input],
+    targets: &[ArrayViewMut<'_>],
+) -> Result<Vec<Input>> {
     let mut owned = inputs.to_vec();
     for &(i, o) in &k.aliases {
         let (Some(inp), Some(t)) = (owned.get_mut(i), targets.get(o)) else {
             return Err(internal("input_output_aliases out of range"));
         };
         let n: usize = inp.shape.iter().product();
-        if inp.dtype != t.dtype || n > t.len {
+        if inp.dtype != t.dtype || n > t.len() {
             return Err(internal("aliased input and output differ"));
         }
         super::elementwise::with_dtype!(inp.dtype, T => {
             let src = inp.buf.slice::<T>().ok_or_else(|| internal("aliased input buffer"))?;
             let src = &src[..n];
-            if std::ptr::eq(src.as_ptr().cast::<u8>(), t.ptr.cast_const()) {
+            if std::ptr::eq(src.as_ptr().cast::<u8>(), t.ptr().cast_const()) {
                 // One buffer for both: read a snapshot, write the buffer.
                 inp.buf = Buf::host(T::wrap(src.to_vec()));
             } else {
-                // SAFETY: `t` addresses `t.len >= n` elements of `T` owned by this run's output,
+                // SAFETY: `t` addresses `t.len() >= n` elements of `T` owned by this run's output,
                 // which does not overlap the input (distinct allocations, or the same start
                 // handled above: XLA aliases whole buffers).
-                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), t.ptr as *mut T, n) };
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), t.ptr() as *mut T, n) };
             }
         });
     }
@@ -292,7 +269,7 @@ pub(crate) fn describe(k: &Kernel, opts: &InterpretOptions) -> Result<(String, s
 fn execute(
     k: &Kernel,
     inputs: &[Input],
-    targets: &[Target],
+    targets: &[ArrayViewMut<'_>],
     opts: &InterpretOptions,
 ) -> Result<()> {
     // Kernels that never mix rows run over larger row bands (same bits, see `coalesce`).
@@ -316,8 +293,8 @@ fn execute(
         .iter()
         .zip(&blocks)
         .map(|(t, b)| Sink {
-            ptr: t.ptr,
-            len: t.len,
+            ptr: t.ptr(),
+            len: t.len(),
             dtype: t.dtype,
             written: (0..*b).map(|_| AtomicBool::new(false)).collect(),
         })
@@ -452,40 +429,6 @@ fn block_index(o: &crate::ir::Operand, mut b: usize) -> Vec<i64> {
         b /= n[d];
     }
     idx
-}
-
-/// The caller's arrays for the kernel's operands of `role` (inputs, or outputs to write): as many, and
-/// each of its operand's shape and dtype.
-pub(crate) fn check_arrays<'s>(
-    k: &Kernel,
-    role: OperandRole,
-    arrays: impl ExactSizeIterator<Item = (&'s [usize], DType)>,
-) -> Result<()> {
-    let ops: Vec<&crate::ir::Operand> = k.operands.iter().filter(|o| o.role == role).collect();
-    let (n, what) = (ops.len(), role.name());
-    if arrays.len() != n {
-        return Err(kerr!(
-            Signature,
-            "kernel `{}` takes {n} {what}s, got {} {what} arrays",
-            k.name,
-            arrays.len()
-        ));
-    }
-    for (op, (shape, dtype)) in ops.into_iter().zip(arrays) {
-        if shape != op.shape.as_slice() || dtype != op.dtype {
-            return Err(kerr!(
-                Shape,
-                "expected a {:?} {} {what} array, got {:?} {}",
-                op.shape,
-                op.dtype,
-                shape,
-                dtype
-            )
-            .for_argument(op.label())
-            .at(op.loc));
-        }
-    }
-    Ok(())
 }
 
 /// The parallel axes to split the grid on, or none when two chunks would write the same output block.

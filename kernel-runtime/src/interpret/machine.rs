@@ -4,19 +4,18 @@
 
 use super::elementwise::{self, with_dtype, RawDest, Sink};
 use super::fused;
-use super::host::{HostData, HostElement};
 use super::plan::{Chain, Plan};
 use super::reduce::reduce;
 use super::tensor::{for_each_row, internal, recycle, row_major_strides, Buf, Dims, Tensor};
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, Result};
 use crate::ir::{Func, Op, OpKind, Region, Start, ValueId, Window};
-use std::collections::HashMap;
+use crate::semantics::host::{HostData, HostElement};
 
 mod dma;
 mod dots;
 mod refs;
-pub(crate) use dma::{DmaState, RefView};
+pub(crate) use dma::{DmaModel, RefView};
 pub(crate) use dots::WidenCache;
 use refs::read_dest;
 pub(crate) use refs::{write_view, write_view_raw};
@@ -71,7 +70,7 @@ pub(crate) struct Machine<'k> {
     /// [`WidenCache`]).
     widened: WidenCache,
     /// Copies in flight and semaphore counts.
-    pub dma: DmaState,
+    pub dma: DmaModel,
 }
 
 impl<'k> Machine<'k> {
@@ -84,7 +83,7 @@ impl<'k> Machine<'k> {
             refs,
             dests,
             widened,
-            dma: DmaState::default(),
+            dma: DmaModel::default(),
         }
     }
 
@@ -259,6 +258,10 @@ impl<'k> Machine<'k> {
         match &op.kind {
             OpKind::Const(l) => one(Tensor::splat(*l, &self.result_shape(op)?)),
             OpKind::Unary(u) => one(elementwise::unary(*u, self.tensor(op.operands[0])?, sink)?),
+            OpKind::Composite(c) => Err(internal(&format!(
+                "composite `{}` reached the interpreter: `build()` expands composites",
+                c.name()
+            ))),
             OpKind::Binary(b) => one(elementwise::binary(
                 *b,
                 self.tensor(op.operands[0])?,

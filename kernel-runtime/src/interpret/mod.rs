@@ -2,14 +2,17 @@
 //! one IR (after the checks, the Mosaic lowering and the optimizer), so it cannot drift from what runs
 //! on the TPU. Entry points: [`interpret`], `PallasCall::interpret` / `interpret_with`.
 //!
-//! - `grid`: the grid loop (Pallas order, last axis fastest; input blocks re-read when their block
-//!   index changes; output blocks written back when it changes and at the end, so an output revisited on
-//!   consecutive steps keeps its contents; scratch persisting), chunked over `parallel` axes when the
+//! What it shares with Mosaic-on-CPU — host arrays, the block schedule, the DMA model and the error
+//! messages of faults — is [`crate::semantics`]'s; this module holds how the interpreter runs.
+//!
+//! - `grid`: the grid loop over the shared block schedule (Pallas order, last axis fastest; input
+//!   blocks re-read when their block index changes; output blocks written back when it changes and at
+//!   the end; scratch persisting), chunked over `parallel` axes when the
 //!   index maps show no output block is shared between chunks; `workers` runs the chunks on the calling
 //!   thread and rayon's workers. `coalesce`: kernels whose blocks are independent slices of rows
 //!   (elementwise, or row-wise like softmax) run over larger row bands instead.
 //! - `machine`: one grid step — an environment of values freed after their last use, the refs, and one
-//!   rule per op family; a plan per region says which values die where, which elementwise chains fuse,
+//!   rule per op family (DMA and semaphores over [`crate::semantics`]'s model); a plan per region says which values die where, which elementwise chains fuse,
 //!   and which results may be written straight into the output array (their only use is a full store).
 //! - `tensor`: the value type, a strided view of a shared buffer (broadcasts, splats, iota, windows and
 //!   transposes are views, not copies), the row iterator every loop uses, and a per-thread buffer pool.
@@ -36,8 +39,8 @@ mod dot_bf16;
 mod dot_i8;
 mod elementwise;
 mod fused;
-pub(crate) mod grid;
-mod host;
+mod grid;
+
 mod machine;
 pub(crate) mod ops;
 mod plan;
@@ -48,7 +51,7 @@ mod simd;
 mod tensor;
 mod workers;
 
-pub use host::{ArrayView, ArrayViewMut, HostArray, HostData, HostElement};
+pub use crate::semantics::host::{ArrayView, ArrayViewMut, HostArray, HostData, HostElement};
 
 use crate::error::Result;
 use crate::ir::Kernel;

@@ -3,13 +3,13 @@
 //! vectorizes; other axes combine whole rows elementwise.
 
 use super::elementwise::FloatElem;
-use super::host::HostElement;
 use super::simd::multiversion;
 use super::tensor::{internal, row_major_strides, Rows, Tensor};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::ReduceKind;
 use crate::math::IntOps;
+use crate::semantics::host::HostElement;
 use half::bf16;
 
 /// How a reduction combines two accumulator values, with its identity.

@@ -2,9 +2,9 @@
 //! transposes, windows of refs and input blocks are all views (no copy); ops write fresh contiguous
 //! buffers. Scalars are rank-0 tensors, so one code path serves both.
 
-use super::host::{HostData, HostElement};
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, Result};
+use crate::semantics::host::{HostData, HostElement};
 use half::bf16;
 use std::sync::Arc;
 
@@ -484,7 +484,7 @@ pub(crate) fn bf16_to_f32(x: bf16) -> f32 {
 /// temporary is a fresh `mmap` whose pages fault in on first touch (measured: half the time of a 1024²
 /// add). Small buffers are left to malloc; the pool is bounded.
 mod pool {
-    use super::super::host::{HostData, HostElement};
+    use crate::semantics::host::{HostData, HostElement};
     use std::cell::RefCell;
 
     const MIN_ELEMS: usize = 4096;

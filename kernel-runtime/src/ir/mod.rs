@@ -10,7 +10,8 @@ mod print;
 pub use print::op_label;
 
 pub use ops::{
-    for_each_binary, for_each_unary, Accepts, BinaryOp, ElementClass, Operands, UnaryOp,
+    for_each_binary, for_each_composite, for_each_unary, Accepts, BinaryOp, CompositeOp,
+    ElementClass, Operands, UnaryOp,
 };
 
 use crate::dtype::{DType, Literal};
@@ -154,6 +155,9 @@ pub enum OpKind {
     /// A scalar constant, or a vector splat of one value.
     Const(Literal),
     Unary(UnaryOp),
+    /// A composition of table ops (`expm1`, `sign`), as traced; `build()` expands it for the launch's
+    /// target (`crate::expand`), so neither engine meets one.
+    Composite(CompositeOp),
     Binary(BinaryOp),
     Compare(CmpOp),
     /// `select(cond, on_true, on_false)`.

@@ -3,10 +3,14 @@
 //!
 //! The consumers' columns live with the consumers, each an exhaustive `match`: the Mosaic op in
 //! `lower/rules/elementwise.rs`, the CPU meaning in `interpret/ops.rs`; the traced methods and free
-//! functions are generated from the rows in `trace/`.
+//! functions are generated from the rows in `trace/`. Composite ops (`expm1`, `sign`) have one column,
+//! their expansion into table ops for a target (`crate::expand`), run before either engine.
 
 use crate::dtype::DType;
-pub use kernel_ops::{for_each_binary, for_each_unary, BinaryOp, ElementClass, Operands, UnaryOp};
+pub use kernel_ops::{
+    for_each_binary, for_each_composite, for_each_unary, BinaryOp, CompositeOp, ElementClass,
+    Operands, UnaryOp,
+};
 
 /// Whether an operand class takes dtype `d`.
 pub trait Accepts {

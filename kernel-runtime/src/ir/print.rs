@@ -28,6 +28,7 @@ fn op_name(kind: &OpKind) -> String {
     match kind {
         OpKind::Const(l) => format!("const {l}"),
         OpKind::Unary(u) => u.name().into(),
+        OpKind::Composite(c) => c.name().into(),
         OpKind::Binary(b) => b.name().into(),
         OpKind::Compare(c) => format!("cmp.{c:?}").to_lowercase(),
         OpKind::Select => "select".into(),

@@ -22,6 +22,11 @@ pub(crate) fn lower_op(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> R
     match &op.kind {
         OpKind::Const(l) => constant(lw, block, op, *l),
         OpKind::Unary(u) => unary(lw, block, op, *u),
+        OpKind::Composite(c) => Err(kerr!(
+            Lowering,
+            "composite `{}` reached lowering: `build()` expands composites for the target",
+            c.name()
+        )),
         OpKind::Binary(b) => binary(lw, block, op, *b),
         OpKind::Compare(c) => compare(lw, block, op, *c),
         OpKind::Select => simple(lw, block, op, "arith.select", &[]),

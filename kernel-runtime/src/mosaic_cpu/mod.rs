@@ -11,7 +11,7 @@
 //!                     │ jit: scf→cf, math→llvm, arith/memref/func/cf→llvm; calls of the vector math
 //!                     ▼
 //!                   LLVM ──ExecutionEngine──▶ machine code (+ kernel_math: exp, tanh, ..., bf16 rounding)
-//!                     │ run: interpret::grid::walk_grid (the interpreter's block schedule)
+//!                     │ run: semantics::schedule::walk_grid (the Pallas block schedule)
 //!                     ▼
 //!                   outputs, compared with interpret() by tests/mosaic_cpu.rs
 //! ```
@@ -75,8 +75,8 @@
 //! a NaN keeps its sign and leading payload — MLIR's own truncation makes every NaN `0x7fc0`), and an
 //! integer cast to bf16 rounds once from the integer (not twice, through f32); bf16 sums
 //! (`multi_reduction` add/mul, `tpu.matmul`) accumulate in f32 and round once. The grid runs in order on one core, with
-//! one scratch for the whole grid (a TensorCore), through the interpreter's block schedule
-//! (`interpret::grid`): blocks picked by the module's index maps, input blocks copied in when
+//! one scratch for the whole grid (a TensorCore), through the Pallas block schedule
+//! (`semantics::schedule`): blocks picked by the module's index maps, input blocks copied in when
 //! their index changes (zero-padded past the array's edge), output blocks written back clipped when it
 //! changes and at the end, fresh output blocks and scratch zeroed (the interpreter's unpoisoned fill).
 //! Whole-array (`pl.ANY`) inputs are copied once, before the grid, into buffers that only DMA reads.
@@ -210,8 +210,8 @@ mod scope;
 pub use run::Compiled;
 
 use crate::error::Result;
-use crate::interpret::HostArray;
 use crate::ir::Kernel;
+use crate::semantics::host::HostArray;
 use melior::ir::Module;
 use std::time::Instant;
 

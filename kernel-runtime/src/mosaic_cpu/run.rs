@@ -1,5 +1,5 @@
-//! Driving the compiled module over the grid with the interpreter's block schedule
-//! (`interpret::grid::walk_grid`): each operand has one block buffer, the kernel function's ref
+//! Driving the compiled module over the grid with the Pallas block schedule
+//! (`semantics::schedule::walk_grid`): each operand has one block buffer, the kernel function's ref
 //! argument; input blocks are copied in (edge blocks padded with zeros), output blocks start zeroed and
 //! are copied back clipped to the array, scratch (VMEM, SMEM and semaphores) persists across steps, and
 //! every semaphore must be back at zero when the grid ends. Every output array starts as zeros or,
@@ -11,12 +11,12 @@
 //! are checked at every step, as the interpreter checks them.
 //!
 //! This file holds `Compiled` (the launch checked against the kernel, the run) and the grid steps
-//! (`Steps`, the interpreter's `BlockEngine`: index maps, block copies, kernel calls). Beside it:
+//! (`Steps`, the schedule's `BlockEngine`: index maps, block copies, kernel calls). Beside it:
 //! `run/bytes.rs` (block buffers, host arrays as bytes, a block's rows) and `run/errors.rs` (the error
 //! a failed run-time check reports).
 //!
 //! May depend on: `program.rs` (the rewritten module and its launch), `jit.rs` (the compiled code),
-//! `rewrite`'s types and check sites, `interpret::grid` (the block schedule); nothing depends on it
+//! `rewrite`'s types and check sites, `semantics` (the block schedule, the error vocabulary); nothing depends on it
 //! but `mod.rs`.
 
 mod bytes;
@@ -26,9 +26,10 @@ use super::jit::{reset_arena, Jit, Packed};
 use super::program::{Program, KERNEL_FN};
 use super::rewrite::{Space, Ty, ERR_SLOTS};
 use crate::error::{kerr, Result};
-use crate::interpret::grid::{check_arrays, walk_grid, BlockEngine};
-use crate::interpret::HostArray;
 use crate::ir::{Kernel, MemSpace, OperandRole, SemKind};
+use crate::semantics::dma::{dma_copies_left, semaphore_left, Release};
+use crate::semantics::host::HostArray;
+use crate::semantics::schedule::{check_arrays, check_data_block, walk_grid, BlockEngine};
 use bytes::{block_rows, elem_size, from_bytes, from_plain_bytes, to_bytes, Buffer};
 use errors::sem_label;
 use std::ffi::c_void;
@@ -274,15 +275,10 @@ impl Compiled {
                 continue;
             };
             let label = sem_label(&o.label(), &o.shape, i);
+            let v = i64::from(*v);
             return Err(match kind {
-                SemKind::Regular => kerr!(
-                    Race,
-                    "semaphore {label} holds {v} when the kernel ends: every signal must be waited for"
-                ),
-                SemKind::Dma => kerr!(
-                    Race,
-                    "DMA semaphore {label} counts {v} copies never waited for when the kernel ends: wait for every copy"
-                ),
+                SemKind::Regular => semaphore_left(&label, v, Release::Kernel),
+                SemKind::Dma => dma_copies_left(&label, v, Release::Kernel),
             });
         }
         Ok(())
@@ -311,24 +307,6 @@ struct Steps<'c> {
 impl Steps<'_> {
     /// A block picked by scalar-prefetch data must exist (`build()` checked every other index map):
     /// the interpreter's check and message.
-    fn check_data_block(&self, i: usize, point: &[i64], idx: &[i64]) -> Result<()> {
-        let o = &self.c.kernel.operands[i];
-        let block = self.block_shape(i)?;
-        for (d, (&b, (&n, &bs))) in idx.iter().zip(o.shape.iter().zip(block)).enumerate() {
-            if b < 0 || b as usize >= n.div_ceil(bs) {
-                return Err(kerr!(
-                    OutOfBounds,
-                    "at grid point {point:?} the index map of {} returns block {idx:?} (from scalar-prefetch data), but dimension {d} has only {} blocks of {bs} (array {:?})",
-                    o.label(),
-                    n.div_ceil(bs),
-                    o.shape
-                )
-                .at(o.loc));
-            }
-        }
-        Ok(())
-    }
-
     fn block_shape(&self, i: usize) -> Result<&[usize]> {
         self.c.kernel.operands[i]
             .block
@@ -379,7 +357,7 @@ impl BlockEngine for Steps<'_> {
         idx.clear();
         idx.extend(out[..n].iter().map(|x| *x as i64));
         if t.reads_data {
-            self.check_data_block(i, point, idx)?;
+            check_data_block(&self.c.kernel.operands[i], point, idx)?;
         }
         Ok(())
     }

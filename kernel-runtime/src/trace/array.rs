@@ -4,7 +4,7 @@
 use super::{emit, join_types, Arg, Tracer, Val};
 use crate::dtype::{DType, Element, Float, Integer, Literal, Numeric, Signed};
 use crate::error::{kerr, Result, SourceLoc};
-use crate::ir::{BinaryOp, CmpOp, OpKind, ReduceKind, Type, UnaryOp};
+use crate::ir::{BinaryOp, CmpOp, CompositeOp, OpKind, ReduceKind, Type, UnaryOp};
 use half::bf16;
 use std::marker::PhantomData;
 use std::ops;
@@ -110,6 +110,15 @@ pub(crate) fn unary(op: UnaryOp, a: Val, loc: SourceLoc) -> Val {
         let id = t.check(a)?;
         check_dtype_op(op.name(), op.operands(), ty.dtype())?;
         Ok(t.push1(OpKind::Unary(op), vec![id], ty, loc))
+    })
+}
+
+pub(crate) fn composite(op: CompositeOp, a: Val, loc: SourceLoc) -> Val {
+    emit(loc, |t| {
+        let ty = t.ty(a)?.clone();
+        let id = t.check(a)?;
+        check_dtype_op(op.name(), op.operands(), ty.dtype())?;
+        Ok(t.push1(OpKind::Composite(op), vec![id], ty, loc))
     })
 }
 
@@ -362,9 +371,25 @@ macro_rules! unary_methods {
 }
 crate::ir::for_each_unary!(unary_methods);
 
-// Ops Pallas lowers as compositions of table ops are compositions here too, so they lower as Pallas
-// lowers them (`lax.clamp` as max then min, `x != x`), or as Pallas should (`sign` without asking the
-// chip; `expm1`, which Pallas cannot lower for TPU).
+// The traced composite methods: one per row of the composite table, bounded by its operand class; the
+// op is expanded for the launch's target in `build()` (`crate::expand`).
+macro_rules! composite_methods {
+    ($( ($V:ident, $name:literal, $method:ident, $ops:ident, [$($doc:literal),*]) )*) => {
+        $(
+            impl<T: Element> Array<T> {
+                $(#[doc = $doc])*
+                #[track_caller]
+                pub fn $method(self) -> Array<T> where T: $ops {
+                    Array::from_val(composite(CompositeOp::$V, self.v, SourceLoc::caller()))
+                }
+            }
+        )*
+    };
+}
+crate::ir::for_each_composite!(composite_methods);
+
+// Sugar: ops that are one table op or a fixed pair of them, as Pallas lowers them (`lax.clamp` as max
+// then min, `x != x`).
 impl<T: Element> Array<T> {
     /// Same as [`Array::logistic`].
     #[track_caller]
@@ -373,25 +398,6 @@ impl<T: Element> Array<T> {
         T: Float,
     {
         self.logistic()
-    }
-    /// `-1`, `0` or `1` by the sign of `x` (`jnp.sign`): `select(x > 0, 1, select(x < 0, -1, x))`, so
-    /// `±0` and NaN give themselves.
-    #[track_caller]
-    pub fn sign(self) -> Array<T>
-    where
-        T: Signed,
-    {
-        let loc = SourceLoc::caller();
-        let lit = |v: i64| Arg::Lit(Literal::from_i64(T::DTYPE, v));
-        let pos = compare(CmpOp::Gt, self.v.into(), lit(0), loc);
-        let neg = compare(CmpOp::Lt, self.v.into(), lit(0), loc);
-        let inner = crate::trace::api::select_args::<T>(neg, lit(-1), self.v.into(), loc);
-        Array::from_val(crate::trace::api::select_args::<T>(
-            pos,
-            lit(1),
-            inner.into(),
-            loc,
-        ))
     }
     /// `min(max(x, lo), hi)` (`jnp.clip`, `lax.clamp`).
     #[track_caller]
@@ -402,37 +408,6 @@ impl<T: Element> Array<T> {
         let loc = SourceLoc::caller();
         let low = binary(BinaryOp::Max, self.v.into(), lo.into_arg(), loc);
         Array::from_val(binary(BinaryOp::Min, low.into(), hi.into_arg(), loc))
-    }
-    /// `e^x - 1`, accurate near 0 (`jnp.expm1`). libtpu cannot legalize `math.expm1` (and Pallas has no
-    /// TPU lowering for it), so this is Kahan's formulation on `exp` and `log`: with `u = e^x`,
-    /// `u == 1 ? x : u - 1 == -1 ? -1 : u == inf ? inf : (u - 1) * x / ln(u)`.
-    #[track_caller]
-    pub fn expm1(self) -> Array<T>
-    where
-        T: Float,
-    {
-        let loc = SourceLoc::caller();
-        let lit = |v: f64| Arg::Lit(Literal::from_f64(T::DTYPE, v));
-        let sel = crate::trace::api::select_args::<T>;
-        let u = unary(UnaryOp::Exp, self.v, loc);
-        let um1 = binary(BinaryOp::Sub, u.into(), lit(1.0), loc);
-        let ratio = binary(
-            BinaryOp::Div,
-            self.v.into(),
-            unary(UnaryOp::Log, u, loc).into(),
-            loc,
-        );
-        let general = binary(BinaryOp::Mul, um1.into(), ratio.into(), loc);
-        // The compares first, outermost first, then the selects innermost first: the order in which
-        // jnp evaluates `where(u == 1, x, where(u - 1 == -1, -1, where(u == inf, u, general)))`, as the
-        // Pallas twin writes it. libtpu schedules about in the order given: the selects each right
-        // after its compare cost one bundle more on v4 and v5p (activations: 305 vs 304 on v5p).
-        let is_one = compare(CmpOp::Eq, u.into(), lit(1.0), loc);
-        let is_neg = compare(CmpOp::Eq, um1.into(), lit(-1.0), loc);
-        let is_inf = compare(CmpOp::Eq, u.into(), lit(f64::INFINITY), loc);
-        let at_inf = sel(is_inf, u.into(), general.into(), loc);
-        let at_neg = sel(is_neg, lit(-1.0), at_inf.into(), loc);
-        Array::from_val(sel(is_one, self.v.into(), at_neg.into(), loc))
     }
     /// Whether each element is NaN (`jnp.isnan`): `x != x`.
     #[track_caller]

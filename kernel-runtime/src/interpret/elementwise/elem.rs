@@ -3,9 +3,9 @@
 
 use super::{map1, map1_rows, map2, map2_rows, RowArg, Sink};
 use crate::error::Result;
-use crate::interpret::host::HostElement;
 use crate::interpret::tensor::{bf16_from_f32, bf16_to_f32, Tensor};
 use crate::math::{BinaryF32, Operand, UnaryF32};
+use crate::semantics::host::HostElement;
 use half::bf16;
 use std::mem::MaybeUninit;
 

@@ -1,8 +1,8 @@
 //! Where an elementwise loop writes: a fresh buffer, or an output block offered by the executor.
 
-use super::super::host::HostElement;
 use super::super::tensor::{take_vec, Dims, Tensor};
 use crate::dtype::DType;
+use crate::semantics::host::HostElement;
 
 /// Where an elementwise result may be written directly: an output block inside the output array
 /// (so the store that follows needs no block buffer and write-back needs no copy).

@@ -20,20 +20,7 @@ impl BlockEngine for Chunk<'_, '_> {
         map.eval(point, &mut self.env, idx)?;
         // Blocks chosen by scalar-prefetch data are checked here (`build()` checked the others).
         if map.reads_data() {
-            let o = &self.runner.k.operands[i];
-            let block = o.block.as_ref().map(|b| &b.block_shape[..]).unwrap_or(&[]);
-            for (d, (&b, (&n, &bs))) in idx.iter().zip(o.shape.iter().zip(block)).enumerate() {
-                if b < 0 || b as usize >= n.div_ceil(bs) {
-                    return Err(kerr!(
-                        OutOfBounds,
-                        "at grid point {point:?} the index map of {} returns block {idx:?} (from scalar-prefetch data), but dimension {d} has only {} blocks of {bs} (array {:?})",
-                        o.label(),
-                        n.div_ceil(bs),
-                        o.shape
-                    )
-                    .at(o.loc));
-                }
-            }
+            check_data_block(&self.runner.k.operands[i], point, idx)?;
         }
         Ok(())
     }
@@ -131,7 +118,7 @@ impl<'a> Runner<'a> {
             }
             out_no += 1;
         }
-        m.dma = crate::interpret::machine::DmaState::new(self.dma_seed);
+        m.dma = crate::interpret::machine::DmaModel::new(self.dma_seed);
         let mut chunk = Chunk {
             runner: self,
             m,
@@ -320,33 +307,6 @@ fn whole(a: &Input) -> Tensor {
         offset: 0,
         buf: a.buf.clone(),
     }
-}
-
-pub(super) fn check_block(
-    block: &BlockIr,
-    shape: &[usize],
-    idx: &[i64],
-    point: &[i64],
-) -> Result<()> {
-    if idx.len() != shape.len() {
-        return Err(kerr!(
-            Grid,
-            "the index map returns {} block indices for an array of rank {}",
-            idx.len(),
-            shape.len()
-        ));
-    }
-    for d in 0..shape.len() {
-        let nblocks = shape[d].div_ceil(block.block_shape[d]);
-        if idx[d] < 0 || idx[d] as usize >= nblocks {
-            return Err(kerr!(
-                OutOfBounds,
-                "at grid point {point:?} the index map returns block {idx:?}, but dimension {d} has only {nblocks} blocks of {} (array {shape:?})",
-                block.block_shape[d]
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The input block at `idx`: a view of the caller's array, or a padded copy for an edge block that

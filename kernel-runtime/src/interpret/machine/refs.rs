@@ -3,6 +3,7 @@
 
 use super::dma::Flags;
 use super::*;
+use crate::semantics::refs::{access_out_of_bounds, Access};
 
 impl<'k> Machine<'k> {
     /// Window starts with dynamic ones read from the op's operands, bounds-checked against the ref.
@@ -36,18 +37,17 @@ impl<'k> Machine<'k> {
             };
             let size = w.sizes[d];
             if start < 0 || start as u64 + size as u64 > shape[d] as u64 {
-                let what = if matches!(op.kind, OpKind::Load(_)) {
-                    "load from"
+                let access = if matches!(op.kind, OpKind::Load(_)) {
+                    Access::Load
                 } else {
-                    "store into"
+                    Access::Store
                 };
-                return Err(kerr!(
-                    OutOfBounds,
-                    "out-of-bounds {what} {}: window {start}..{} along dimension {d} of the ref shape {shape:?}",
-                    self.refs[r].label,
-                    start + size as i64
-                )
-                .for_argument(self.refs[r].label.clone()));
+                return Err(access_out_of_bounds(
+                    access,
+                    &self.refs[r].label,
+                    (d, start, size),
+                    shape,
+                ));
             }
             out.push(start as usize);
         }

@@ -2,11 +2,11 @@
 //! native-endian bytes, and the rows of a block inside its array (clipped at the array's edge), which
 //! the block copies in and out walk.
 //!
-//! May depend on: `crate::interpret`'s host data, `crate::dtype`, `rewrite::row_major`; nothing else.
+//! May depend on: `crate::semantics::host`'s data, `crate::dtype`, `rewrite::row_major`; nothing else.
 
 use crate::dtype::DType;
-use crate::interpret::HostData;
 use crate::mosaic_cpu::rewrite::row_major;
+use crate::semantics::host::HostData;
 use half::bf16;
 
 /// Bytes of one element in host arrays and in the JIT'd code's memrefs (`i1` is a byte).

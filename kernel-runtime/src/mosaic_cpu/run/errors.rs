@@ -1,13 +1,19 @@
 //! The error a failed run-time check reports: the check site's kind, ref and Rust line, and the details
 //! the JIT'd code wrote into the error buffer, as a `KernelError` with the interpreter's message and
-//! kind (`OutOfBounds`, `Deadlock`, `Race`, ...); and how a semaphore is named in errors.
+//! kind (`OutOfBounds`, `Deadlock`, `Race`, ...); DMA and semaphore faults in
+//! `crate::semantics::dma`'s words.
 //!
 //! May depend on: `Compiled` (its kernel and check sites), the check sites of `rewrite`,
-//! `crate::error`; nothing else.
+//! `crate::error`, `crate::semantics::dma`'s messages; nothing else.
 
 use super::Compiled;
 use crate::error::{kerr, KernelError};
 use crate::mosaic_cpu::rewrite::{RefId, SiteKind, ERR_SLOTS};
+pub(super) use crate::semantics::dma::sem_label;
+use crate::semantics::dma::{
+    deadlock_dma_wait, deadlock_sem_wait, dma_copies_left, semaphore_left, Release,
+};
+use crate::semantics::refs::{access_out_of_bounds, first_outside, window_out_of_bounds, Access};
 
 impl Compiled {
     /// The error a failed check reports (`err` as the JIT'd code filled it).
@@ -26,36 +32,25 @@ impl Compiled {
         let detail = &err[1..];
         let e = match &site.kind {
             SiteKind::Load { sizes, shape } | SiteKind::Store { sizes, shape } => {
-                let what = if matches!(site.kind, SiteKind::Load { .. }) {
-                    "load from"
+                let access = if matches!(site.kind, SiteKind::Load { .. }) {
+                    Access::Load
                 } else {
-                    "store into"
+                    Access::Store
                 };
                 let starts = &detail[..shape.len().min(detail.len())];
-                let e = kerr!(
-                    OutOfBounds,
-                    "out-of-bounds {what} {}: a window of {sizes:?} at {starts:?} in the ref shape {shape:?}",
-                    label.as_deref().unwrap_or("a ref")
-                );
-                match label {
-                    Some(l) => e.for_argument(l),
-                    None => e,
-                }
+                ref_error(label.as_deref(), |l| {
+                    access_out_of_bounds(access, l, first_outside(starts, sizes, shape), shape)
+                })
             }
             SiteKind::Element {
                 store,
                 shape,
                 index_map,
             } => {
-                // The interpreter's messages (an element is a window of size 1 in every dimension).
+                // An element is a window of size 1 in every dimension.
                 let idx = &detail[..shape.len().min(detail.len())];
-                let (d, i) = idx
-                    .iter()
-                    .zip(shape)
-                    .enumerate()
-                    .find(|(_, (i, n))| **i < 0 || **i as usize >= **n)
-                    .map(|(d, (i, _))| (d, *i))
-                    .unwrap_or((0, idx.first().copied().unwrap_or(0)));
+                let ones = vec![1; shape.len()];
+                let (d, i, _) = first_outside(idx, &ones, shape);
                 if *index_map {
                     // The schedule names the operand whose index map this is.
                     kerr!(
@@ -67,63 +62,44 @@ impl Compiled {
                         }
                     )
                 } else {
-                    let what = if *store { "store into" } else { "load from" };
-                    let e = kerr!(
-                        OutOfBounds,
-                        "out-of-bounds {what} {}: window {i}..{} along dimension {d} of the ref shape {shape:?}",
-                        label.as_deref().unwrap_or("a ref"),
-                        i + 1
-                    );
-                    match label {
-                        Some(l) => e.for_argument(l),
-                        None => e,
-                    }
+                    let access = if *store { Access::Store } else { Access::Load };
+                    ref_error(label.as_deref(), |l| {
+                        access_out_of_bounds(access, l, (d, i, 1), shape)
+                    })
                 }
             }
             SiteKind::Slice { sizes, shape } => {
-                // The interpreter's message: the first dimension out of bounds.
                 let starts = &detail[..shape.len().min(detail.len())];
-                let (d, s, n) = starts
-                    .iter()
-                    .zip(sizes.iter().zip(shape))
-                    .enumerate()
-                    .find(|(_, (s, (z, n)))| **s < 0 || **s + **z as i64 > **n as i64)
-                    .map(|(d, (s, (z, _)))| (d, *s, *z))
-                    .unwrap_or((0, 0, 0));
-                kerr!(
-                    OutOfBounds,
-                    "out-of-bounds window of {}: {s}..{} along dimension {d} of a window of shape {shape:?}",
+                window_out_of_bounds(
                     label.as_deref().unwrap_or("a ref"),
-                    s + n as i64
+                    first_outside(starts, sizes, shape),
+                    shape,
                 )
             }
-            SiteKind::DmaWait { shape } => kerr!(
-                Deadlock,
-                "waits on DMA semaphore {} but no copy signalling it is in flight: this wait would never return",
-                sem_label(label.as_deref().unwrap_or("a ref"), shape, detail[0] as usize)
-            ),
-            SiteKind::SemWait { shape } => kerr!(
-                Deadlock,
-                "waits for {} on semaphore {} which holds {}, and nothing else runs to signal it: this wait would never return",
+            SiteKind::DmaWait { shape } => deadlock_dma_wait(&sem_label(
+                label.as_deref().unwrap_or("a ref"),
+                shape,
+                detail[0] as usize,
+            )),
+            SiteKind::SemWait { shape } => deadlock_sem_wait(
                 detail[1],
-                sem_label(label.as_deref().unwrap_or("a ref"), shape, detail[0] as usize),
-                detail[2]
+                &sem_label(
+                    label.as_deref().unwrap_or("a ref"),
+                    shape,
+                    detail[0] as usize,
+                ),
+                detail[2],
             ),
             SiteKind::ScopeEnd { dma, shape } => {
-                let sem = sem_label(label.as_deref().unwrap_or("a ref"), shape, detail[0] as usize);
+                let sem = sem_label(
+                    label.as_deref().unwrap_or("a ref"),
+                    shape,
+                    detail[0] as usize,
+                );
                 if *dma {
-                    kerr!(
-                        Race,
-                        "DMA semaphore {sem} counts {} copies never waited for when its run_scoped scope ends: wait for every copy inside the scope",
-                        detail[1]
-                    )
+                    dma_copies_left(&sem, detail[1], Release::Scope)
                 } else {
-                    // The interpreter's message.
-                    kerr!(
-                        Race,
-                        "semaphore {sem} holds {} when its run_scoped scope ends: every signal must be waited for",
-                        detail[1]
-                    )
+                    semaphore_left(&sem, detail[1], Release::Scope)
                 }
             }
             SiteKind::AssumeMultiple(m) => kerr!(
@@ -141,11 +117,15 @@ impl Compiled {
     }
 }
 
-/// A semaphore's name in errors, as the interpreter gives it: the ref, and the element of an array.
-pub(super) fn sem_label(label: &str, shape: &[usize], i: usize) -> String {
-    if shape.is_empty() {
-        label.to_string()
-    } else {
-        format!("{label}[{i}]")
+/// The error about a ref named `label` (the argument it names), or about "a ref" when the check site
+/// knows none (then no argument is named).
+fn ref_error(label: Option<&str>, e: impl FnOnce(&str) -> KernelError) -> KernelError {
+    match label {
+        Some(l) => e(l),
+        None => {
+            let mut e = e("a ref");
+            e.argument = None;
+            e
+        }
     }
 }

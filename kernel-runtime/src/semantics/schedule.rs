@@ -1,10 +1,13 @@
 //! The Pallas block schedule around the grid steps: grid points in Pallas order, chunks of parallel
-//! axes, and when blocks move (shared by the interpreter and `mosaic_cpu`).
+//! axes, when blocks move, and the checks on the arrays and blocks of a launch — the same for both
+//! engines (the interpreter's `grid` and `mosaic_cpu`'s `run` implement [`BlockEngine`]).
 
-use super::*;
+use crate::dtype::DType;
+use crate::error::{kerr, Result};
+use crate::ir::{BlockIr, Kernel, Operand, OperandRole};
 
 /// Visit every grid point in Pallas order until `f` returns false.
-pub(super) fn for_each_point(
+pub(crate) fn for_each_point(
     grid: &[usize],
     mut f: impl FnMut(&[i64]) -> Result<bool>,
 ) -> Result<()> {
@@ -29,7 +32,7 @@ pub(super) fn for_each_point(
 }
 
 /// The parallel-axis coordinates of chunk number `c` (row-major over `sizes`; empty for no axes).
-pub(super) fn chunk_key(sizes: &[usize], mut c: usize) -> Vec<i64> {
+pub(crate) fn chunk_key(sizes: &[usize], mut c: usize) -> Vec<i64> {
     let mut key = vec![0i64; sizes.len()];
     for d in (0..sizes.len()).rev() {
         key[d] = (c % sizes[d]) as i64;
@@ -137,6 +140,88 @@ fn enter(
             }
         }
         last[i] = Some(idx);
+    }
+    Ok(())
+}
+
+/// The caller's arrays for the kernel's operands of `role` (inputs, or outputs to write): as many, and
+/// each of its operand's shape and dtype.
+pub(crate) fn check_arrays<'s>(
+    k: &Kernel,
+    role: OperandRole,
+    arrays: impl ExactSizeIterator<Item = (&'s [usize], DType)>,
+) -> Result<()> {
+    let ops: Vec<&Operand> = k.operands.iter().filter(|o| o.role == role).collect();
+    let (n, what) = (ops.len(), role.name());
+    if arrays.len() != n {
+        return Err(kerr!(
+            Signature,
+            "kernel `{}` takes {n} {what}s, got {} {what} arrays",
+            k.name,
+            arrays.len()
+        ));
+    }
+    for (op, (shape, dtype)) in ops.into_iter().zip(arrays) {
+        if shape != op.shape.as_slice() || dtype != op.dtype {
+            return Err(kerr!(
+                Shape,
+                "expected a {:?} {} {what} array, got {:?} {}",
+                op.shape,
+                op.dtype,
+                shape,
+                dtype
+            )
+            .for_argument(op.label())
+            .at(op.loc));
+        }
+    }
+    Ok(())
+}
+
+/// A block index `build()` could not check (it came from scalar-prefetch data, or the grid is walked
+/// for the first time): one index per dimension, each naming a block of the array.
+pub(crate) fn check_block(
+    block: &BlockIr,
+    shape: &[usize],
+    idx: &[i64],
+    point: &[i64],
+) -> Result<()> {
+    if idx.len() != shape.len() {
+        return Err(kerr!(
+            Grid,
+            "the index map returns {} block indices for an array of rank {}",
+            idx.len(),
+            shape.len()
+        ));
+    }
+    for d in 0..shape.len() {
+        let nblocks = shape[d].div_ceil(block.block_shape[d]);
+        if idx[d] < 0 || idx[d] as usize >= nblocks {
+            return Err(kerr!(
+                OutOfBounds,
+                "at grid point {point:?} the index map returns block {idx:?}, but dimension {d} has only {nblocks} blocks of {} (array {shape:?})",
+                block.block_shape[d]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The block operand `o`'s index map chose from scalar-prefetch data at grid point `point`: checked
+/// when the map runs (`build()` checks the blocks of every other map), the same error in both engines.
+pub(crate) fn check_data_block(o: &Operand, point: &[i64], idx: &[i64]) -> Result<()> {
+    let block = o.block.as_ref().map(|b| &b.block_shape[..]).unwrap_or(&[]);
+    for (d, (&b, (&n, &bs))) in idx.iter().zip(o.shape.iter().zip(block)).enumerate() {
+        if b < 0 || b as usize >= n.div_ceil(bs) {
+            return Err(kerr!(
+                OutOfBounds,
+                "at grid point {point:?} the index map of {} returns block {idx:?} (from scalar-prefetch data), but dimension {d} has only {} blocks of {bs} (array {:?})",
+                o.label(),
+                n.div_ceil(bs),
+                o.shape
+            )
+            .at(o.loc));
+        }
     }
     Ok(())
 }

@@ -34,11 +34,49 @@ macro_rules! host_data {
             pub fn len(&self) -> usize {
                 match self { $( HostData::$V(v) => v.len(), )* }
             }
+            pub(crate) fn capacity(&self) -> usize {
+                match self { $( HostData::$V(v) => v.capacity(), )* }
+            }
+            /// Room for `n` elements, none initialized yet (see [`HostData::assume_init`]); an
+            /// error, not an abort, when the allocator refuses.
+            pub(crate) fn try_uninit(
+                dtype: DType,
+                n: usize,
+            ) -> std::result::Result<HostData, std::collections::TryReserveError> {
+                Ok(match dtype { $( DType::$V => HostData::$V(room(n)?), )* })
+            }
+            /// Set the length to `n`.
+            ///
+            /// # Safety
+            /// The first `n` elements (within the capacity) must have been written.
+            pub(crate) unsafe fn assume_init(&mut self, n: usize) {
+                // SAFETY: forwarded to the caller.
+                unsafe { match self { $( HostData::$V(v) => v.set_len(n), )* } }
+            }
+            /// The whole capacity as an output view of `shape`, to be written before
+            /// [`HostData::assume_init`]; `None` when `shape` has more elements than the capacity.
+            pub(crate) fn spare_view<'a>(&'a mut self, shape: &'a [usize]) -> Option<ArrayViewMut<'a>> {
+                if shape.iter().product::<usize>() > self.capacity() {
+                    return None;
+                }
+                let dtype = self.dtype();
+                let ptr = match self { $( HostData::$V(v) => v.as_mut_ptr() as *mut u8, )* };
+                // SAFETY: `ptr` has room for the capacity (checked: at least the shape's product)
+                // of elements of `dtype`, aligned for it, borrowed mutably from `self` for `'a`.
+                Some(unsafe { ArrayViewMut::from_raw(shape, dtype, ptr) })
+            }
         }
 
         $( host_element!($rust, $V); )*
     };
 }
+/// An empty vector with room for `n` elements, or the allocator's refusal.
+fn room<T>(n: usize) -> std::result::Result<Vec<T>, std::collections::TryReserveError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)?;
+    Ok(v)
+}
+
 /// Whether two element slices hold the same bytes.
 fn same_bits<T: HostElement>(a: &[T], b: &[T]) -> bool {
     // SAFETY: every `HostElement` (f32, bf16, i32, i8, u8, u32, bool) is plain data with no padding, so
@@ -55,17 +93,6 @@ impl HostData {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    pub(crate) fn capacity(&self) -> usize {
-        match self {
-            HostData::F32(v) => v.capacity(),
-            HostData::BF16(v) => v.capacity(),
-            HostData::I32(v) => v.capacity(),
-            HostData::I8(v) => v.capacity(),
-            HostData::U8(v) => v.capacity(),
-            HostData::U32(v) => v.capacity(),
-            HostData::Bool(v) => v.capacity(),
-        }
-    }
     /// `n` copies of a literal (converted to this dtype's bit pattern).
     pub fn filled(lit: Literal, n: usize) -> HostData {
         match lit.dtype {
@@ -76,45 +103,6 @@ impl HostData {
             DType::U8 => HostData::U8(vec![lit.bits as u8; n]),
             DType::U32 => HostData::U32(vec![lit.bits as u32; n]),
             DType::Bool => HostData::Bool(vec![lit.bits != 0; n]),
-        }
-    }
-    /// Room for `n` elements, none initialized yet (see [`HostData::assume_init`]); an error, not an
-    /// abort, when the allocator refuses.
-    pub(crate) fn try_uninit(
-        dtype: DType,
-        n: usize,
-    ) -> std::result::Result<HostData, std::collections::TryReserveError> {
-        fn room<T>(n: usize) -> std::result::Result<Vec<T>, std::collections::TryReserveError> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(n)?;
-            Ok(v)
-        }
-        Ok(match dtype {
-            DType::F32 => HostData::F32(room(n)?),
-            DType::BF16 => HostData::BF16(room(n)?),
-            DType::I32 => HostData::I32(room(n)?),
-            DType::I8 => HostData::I8(room(n)?),
-            DType::U8 => HostData::U8(room(n)?),
-            DType::U32 => HostData::U32(room(n)?),
-            DType::Bool => HostData::Bool(room(n)?),
-        })
-    }
-    /// Set the length to `n`.
-    ///
-    /// # Safety
-    /// The first `n` elements (within the capacity) must have been written.
-    pub(crate) unsafe fn assume_init(&mut self, n: usize) {
-        // SAFETY: forwarded to the caller.
-        unsafe {
-            match self {
-                HostData::F32(v) => v.set_len(n),
-                HostData::BF16(v) => v.set_len(n),
-                HostData::I32(v) => v.set_len(n),
-                HostData::I8(v) => v.set_len(n),
-                HostData::U8(v) => v.set_len(n),
-                HostData::U32(v) => v.set_len(n),
-                HostData::Bool(v) => v.set_len(n),
-            }
         }
     }
     /// Zeros (`calloc`-backed, so cheap for big arrays).
@@ -363,7 +351,7 @@ impl SplitMix {
 }
 
 /// A borrowed, read-only input array in foreign memory (an XLA buffer): row-major elements of `dtype`
-/// (bool as one byte 0/1), as [`interpret_into`](super::interpret_into) reads them.
+/// (bool as one byte 0/1), as [`interpret_into`](crate::interpret::interpret_into) reads them.
 #[derive(Clone, Copy, Debug)]
 pub struct ArrayView<'a> {
     pub shape: &'a [usize],
@@ -372,7 +360,7 @@ pub struct ArrayView<'a> {
     _life: std::marker::PhantomData<&'a [u8]>,
 }
 
-/// A borrowed output array in foreign memory, written whole by [`interpret_into`](super::interpret_into).
+/// A borrowed output array in foreign memory, written whole by [`interpret_into`](crate::interpret::interpret_into).
 #[derive(Debug)]
 pub struct ArrayViewMut<'a> {
     pub shape: &'a [usize],

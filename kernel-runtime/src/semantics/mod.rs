@@ -1,0 +1,18 @@
+//! Pallas TPU semantics both CPU engines share and neither owns: the interpreter (`interpret`) and
+//! Mosaic-on-CPU (`mosaic_cpu`) depend on this module and not on each other.
+//!
+//! - [`host`]: host arrays (`HostArray`, `HostData`, `HostElement`) and the borrowed views of foreign
+//!   (XLA) buffers a run reads and writes (`ArrayView`, `ArrayViewMut`);
+//! - `schedule`: the block schedule around the grid steps (grid points in Pallas order, when blocks
+//!   move, the `BlockEngine` each engine implements), the check of a launch's arrays against the
+//!   kernel, and the run-time check of blocks chosen by scalar-prefetch data;
+//! - `dma`: the vocabulary of DMA and semaphore errors (deadlocks, races, semaphores left counting)
+//!   and how a semaphore is named in them — one message per fault, whichever engine finds it.
+//!
+//! Invariant (held by `tests/architecture.rs`): nothing here names `interpret` or `mosaic_cpu`, and
+//! neither of those names the other.
+
+pub(crate) mod dma;
+pub mod host;
+pub(crate) mod refs;
+pub(crate) mod schedule;
