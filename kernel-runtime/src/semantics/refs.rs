@@ -21,6 +21,7 @@ impl Access {
 
 /// The first dimension where the window of `sizes` at `starts` leaves `shape`: (dimension, start,
 /// size); (0, first start, first size) when none does.
+#[cfg_attr(not(feature = "mosaic-cpu"), allow(dead_code))]
 pub(crate) fn first_outside(
     starts: &[i64],
     sizes: &[usize],
