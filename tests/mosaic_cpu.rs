@@ -1428,7 +1428,12 @@ fn an_out_of_bounds_slice_is_an_error_at_the_same_line_in_both_engines() {
         assert!(err.to_string().contains("grid point [1]"), "{err}");
         assert_eq!(err.argument.as_deref(), Some("input 0"), "{err}");
     }
-    assert!(ours.to_string().contains("[16, 0]"), "{ours}");
+    // One message for the fault, whichever engine finds it (`semantics::refs`).
+    assert_eq!(ours.message, theirs.message);
+    assert!(
+        ours.message.contains("window 16..24 along dimension 0"),
+        "{ours}"
+    );
 }
 
 #[test]
