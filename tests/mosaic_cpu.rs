@@ -1104,7 +1104,7 @@ fn semaphores_left_at_kernel_end_are_errors_in_both_engines() {
     assert_eq!((ours.kind, theirs.kind), (ErrorKind::Race, ErrorKind::Race));
     assert!(
         ours.message
-            .contains("DMA semaphore scratch 1 counts 1 copies never waited for"),
+            .contains("DMA semaphore scratch 1 counts 4096 bytes of copies never waited for"),
         "{ours}"
     );
 }
@@ -1212,7 +1212,7 @@ fn scope_errors_are_the_interpreter_s() {
     );
     assert!(
         ours.message.contains(
-            "DMA semaphore scoped buffer 1 counts 1 copies never waited for when its run_scoped scope ends"
+            "DMA semaphore scoped buffer 1 counts 4096 bytes of copies never waited for when its run_scoped scope ends"
         ),
         "{ours}"
     );

@@ -71,10 +71,11 @@ pub struct InterpretOptions {
     /// contiguous row bands rather than their blocks. Results are bit-identical either way; switch off to debug
     /// the interpreter itself.
     pub fuse: bool,
-    /// DMA timing: `None` completes every copy at its wait; `Some(seed)` completes each at a random
-    /// op boundary between its start and its wait (seeded, so reproducible). A correct kernel gives
-    /// the same results under every seed; reading a copy's destination too early is an error either
-    /// way.
+    /// DMA timing: `None` moves every copy's data when a wait shows it complete; `Some(seed)` moves
+    /// each at a random op boundary after its start (seeded, so reproducible). Verdicts never depend
+    /// on it — reading a destination before the waits on its semaphore have taken every byte of the
+    /// copies outstanding on it is a race either way — and a correct kernel gives the same results
+    /// under every seed.
     pub dma_seed: Option<u64>,
     /// Bytes the interpreter may allocate for a run's output arrays; past it (or when the system
     /// refuses the allocation) the run is an [`ErrorKind::Memory`](crate::error::ErrorKind::Memory)

@@ -3,7 +3,8 @@
 //! `sem_wait` / `sem_read`.
 //!
 //! A synchronous model: `tpu.enqueue_dma` copies its source window into its target window at once and
-//! adds one to its DMA semaphore; `tpu.wait_dma` takes one from the semaphore. For a kernel without
+//! adds the copy's bytes to its DMA semaphore; `tpu.wait_dma` takes its descriptor's bytes from the
+//! semaphore (semaphores count bytes, as on TPU and in `crate::semantics::dma`). For a kernel without
 //! races (the interpreter checks them: a destination read or a source written while its copy is in
 //! flight) the point of the copy between its start and its wait cannot change a result. A semaphore
 //! is an `i32` counter in its scratch buffer, persisting across grid steps like any scratch; a wait
@@ -12,7 +13,9 @@
 
 use super::rewrite::{i32_array, op_name, RefView, Rewriter, SiteKind, Space, Ty, Val};
 use super::rules::window_in_bounds;
+use crate::dtype::DType;
 use crate::error::{kerr, Result};
+use crate::semantics::dma::copy_bytes;
 use melior::ir::operation::{OperationLike, OperationRef};
 use melior::ir::{Value, ValueLike};
 
@@ -250,8 +253,26 @@ pub(super) fn enqueue_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Re
             })?;
         }
     }
-    let one = rw.int(1, "i32");
-    add(rw, &sem, &one)
+    let bytes = rw.int(window_bytes(op, &shape, src.root.ty.elem())?, "i32");
+    add(rw, &sem, &bytes)
+}
+
+/// The bytes of a window of `shape` with elements `elem` (an MLIR element type): the count both
+/// engines use (`semantics::dma::copy_bytes`, bits from the dtype table).
+fn window_bytes(op: OperationRef<'_, '_>, shape: &[usize], elem: &str) -> Result<i64> {
+    let bits = DType::ALL
+        .iter()
+        .find(|d| d.mlir() == elem)
+        .map(|d| d.bit_width())
+        .ok_or_else(|| bad(op, format!("a copy of {elem} elements")))?;
+    let bytes = copy_bytes(shape.iter().product(), bits);
+    if bytes > i32::MAX as i64 {
+        return Err(bad(
+            op,
+            format!("a copy of {bytes} bytes (past an i32 semaphore)"),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// `sem += amount` (an `i32` value).
@@ -263,9 +284,9 @@ fn add(rw: &mut Rewriter<'_>, sem: &RefView, amount: &str) -> Result<()> {
     Ok(())
 }
 
-/// `tpu.wait_dma` (`wait_target`): one completed copy taken from the DMA semaphore; none there is a
-/// deadlock (every copy completed at its start). Its source and target only say how much to wait
-/// for, one copy's worth; they must still be valid windows (their slices are checked).
+/// `tpu.wait_dma` (`wait_target`): the descriptor's bytes taken from the DMA semaphore; fewer there is
+/// a deadlock (every copy landed at its start, so nothing more will come). Its source and target only
+/// say how much to wait for; they must still be valid windows (their slices are checked).
 pub(super) fn wait_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
     let ops = segments(op, &[1, 0, 1, 1, 0, 0, 0], "a local copy")?;
     let (src, dst) = (rw.view(ops[0])?, rw.view(ops[1])?);
@@ -279,19 +300,31 @@ pub(super) fn wait_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Resul
         ));
     }
     let sem = semaphore(rw, op, ops[2], Some(Space::DmaSemaphore))?;
+    let bytes = rw.int(window_bytes(op, &dst.shape, dst.root.ty.elem())?, "i32");
     let root_shape = sem.root.ty.shape().unwrap_or_default().to_vec();
     let site = rw.site(op, SiteKind::DmaWait { shape: root_shape }, sem.ref_id);
     let v = rw.load(&sem.root, &sem.offset);
-    let zero = rw.int(0, "i32");
-    let none = rw.fresh();
-    rw.line(format!("{none} = arith.cmpi eq, {v}, {zero} : i32"));
-    let at = index(sem.offset.clone());
+    let short = rw.fresh();
+    rw.line(format!("{short} = arith.cmpi slt, {v}, {bytes} : i32"));
+    let details = [
+        index(sem.offset.clone()),
+        Val {
+            name: bytes.clone(),
+            ty: Ty::Scalar("i32".into()),
+        },
+        Val {
+            name: v.clone(),
+            ty: Ty::Scalar("i32".into()),
+        },
+    ];
     rw.if_else(
-        &none,
-        |rw| rw.record(site, std::slice::from_ref(&at)),
+        &short,
+        |rw| rw.record(site, &details),
         |rw| {
-            let minus = rw.int(-1, "i32");
-            add(rw, &sem, &minus)
+            let n = rw.fresh();
+            rw.line(format!("{n} = arith.subi {v}, {bytes} : i32"));
+            rw.store(&n, &sem.root, &sem.offset);
+            Ok(())
         },
     )
 }

@@ -27,7 +27,7 @@ use super::program::{Program, KERNEL_FN};
 use super::rewrite::{Space, Ty, ERR_SLOTS};
 use crate::error::{kerr, Result};
 use crate::ir::{Kernel, MemSpace, OperandRole, SemKind};
-use crate::semantics::dma::{dma_copies_left, semaphore_left, Release};
+use crate::semantics::dma::{dma_copies_left, semaphore_across_cores, semaphore_left, Release};
 use crate::semantics::host::HostArray;
 use crate::semantics::schedule::{check_arrays, check_data_block, walk_grid, BlockEngine};
 use bytes::{block_rows, elem_size, from_bytes, from_plain_bytes, to_bytes, Buffer};
@@ -227,7 +227,12 @@ impl Compiled {
             steps.blocks[i].bytes_mut()[..src.len()].copy_from_slice(src);
         }
         walk_grid(k, &[], &[], &mut steps)?;
-        self.check_semaphores(&steps.blocks)?;
+        if let Some((label, kind, v)) = semaphore_left_over(&self.kernel, &steps.blocks) {
+            return Err(match kind {
+                SemKind::Regular => semaphore_left(&label, v, Release::Kernel),
+                SemKind::Dma => dma_copies_left(&label, v, Release::Kernel),
+            });
+        }
         for (i, n) in whole_arrays(k, OperandRole::Output) {
             let dst = &mut steps.outputs[n];
             let len = dst.len();
@@ -261,28 +266,23 @@ impl Compiled {
             })
             .collect()
     }
+}
 
-    /// At the end of the kernel every semaphore must be back at zero, as the interpreter requires: a
-    /// regular one signalled more than waited for, or a DMA semaphore counting a copy never waited for
-    /// (the copy itself completed at its start), is an error.
-    fn check_semaphores(&self, blocks: &[Buffer]) -> Result<()> {
-        for (o, b) in self.kernel.operands.iter().zip(blocks) {
-            let MemSpace::Sem(kind) = o.space else {
-                continue;
-            };
-            let values: Vec<i32> = from_plain_bytes(b.bytes());
-            let Some((i, v)) = values.iter().enumerate().find(|(_, v)| **v != 0) else {
-                continue;
-            };
-            let label = sem_label(&o.label(), &o.shape, i);
-            let v = i64::from(*v);
-            return Err(match kind {
-                SemKind::Regular => semaphore_left(&label, v, Release::Kernel),
-                SemKind::Dma => dma_copies_left(&label, v, Release::Kernel),
-            });
+/// The first semaphore of `k` not at zero in `blocks` (its name, kind and value), as the interpreter
+/// requires at the kernel's end and at the end of a step whose next step may run on another core: a
+/// regular one signalled more than waited for, or a DMA semaphore counting bytes of copies never waited
+/// for (the copies themselves landed at their start).
+fn semaphore_left_over(k: &Kernel, blocks: &[Buffer]) -> Option<(String, SemKind, i64)> {
+    for (o, b) in k.operands.iter().zip(blocks) {
+        let MemSpace::Sem(kind) = o.space else {
+            continue;
+        };
+        let values: Vec<i32> = from_plain_bytes(b.bytes());
+        if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| **v != 0) {
+            return Some((sem_label(&o.label(), &o.shape, i), kind, i64::from(*v)));
         }
-        Ok(())
     }
+    None
 }
 
 /// The whole-array (block-less) operands of `role`: (operand index, its number among `role`'s).
@@ -391,6 +391,19 @@ impl BlockEngine for Steps<'_> {
     fn start_output(&mut self, i: usize, _n: usize, _idx: &[i64]) -> Result<()> {
         self.blocks[i].bytes_mut().fill(0);
         Ok(())
+    }
+
+    fn cross(&mut self, point: &[i64], axis: usize) -> Result<()> {
+        match semaphore_left_over(&self.c.kernel, &self.blocks) {
+            Some((label, kind, v)) => Err(semaphore_across_cores(
+                &label,
+                kind == SemKind::Dma,
+                v,
+                point,
+                axis,
+            )),
+            None => Ok(()),
+        }
     }
 
     fn step(&mut self, point: &[i64]) -> Result<()> {

@@ -1,19 +1,32 @@
-//! DMA and semaphores as Pallas TPU defines them, for a CPU engine to follow: which copies are in
-//! flight, what each semaphore holds, and what real hardware would race on or hang on — each an error
-//! value with one message whichever engine finds it.
+//! DMA and semaphores as Pallas TPU defines them, for a CPU engine to follow: which copies are
+//! outstanding, what each semaphore holds, and what real hardware would race on or hang on — each an
+//! error value with one message whichever engine finds it.
 //!
-//! The model keeps the bookkeeping; the engine moves the data. A started copy stays in flight until it
-//! completes — at a wait on its semaphore ([`DmaModel::wait`] hands it back to copy), or, in a seeded
-//! run, at a random op boundary between its start and its wait ([`DmaModel::due`]) — and completing it
-//! signals its semaphore. Semaphores count. Errors: reading a copy's destination or writing its source
-//! or destination while it is in flight ([`DmaModel::check_access`]), waiting on a semaphore nothing
-//! will signal, a copy still using a pipelined block when the grid step ends, a copy in flight or a
-//! semaphore not back at zero when the kernel or a `run_scoped` scope ends ([`DmaModel::release`]).
+//! **DMA semaphores count bytes.** A copy adds its bytes to its semaphore as it lands; a wait on a
+//! descriptor takes the descriptor's bytes (any descriptor of that size: one wait for several page
+//! copies, two half waits for one copy). A wait for more than the copies started on the semaphore can
+//! still bring is a `Deadlock`. Which copies a wait retired is unknown to the program — the bytes may
+//! have come from any of them, a younger copy landing first or each landing in pieces — so a copy is
+//! known complete only when the waits on its semaphore have taken every byte of every copy outstanding
+//! on it. Until then it is *outstanding*: reading its destination, or writing its source or
+//! destination, is a `Race` whatever order the copies were started in ([`DmaModel::check_access`]).
+//! Regular semaphores count the units signalled and waited.
 //!
-//! The interpreter runs this model. Mosaic-on-CPU runs its compiled module synchronously (a copy
-//! completes at its start; see `mosaic_cpu::dma`) and reports the faults it can see — deadlocks and
-//! semaphores left counting — with this module's messages ([`deadlock_dma_wait`],
-//! [`deadlock_sem_wait`], [`semaphore_left`], [`dma_copies_left`]).
+//! The model keeps the bookkeeping; the engine moves the data: an outstanding copy's data moves when
+//! the model hands it back — when a wait retires it ([`DmaModel::wait`]) or, in a seeded run, at a
+//! random op boundary after its start ([`DmaModel::due`]). Data timing cannot change a verdict: every
+//! access it could affect is a race.
+//!
+//! **Verdicts do not depend on threads.** Steps along a `parallel` grid axis may run on another core:
+//! at the end of a step whose next step (in grid order) moves along one, nothing may be outstanding and
+//! every semaphore must be back at zero ([`DmaModel::cross`]) — whether or not this run splits the grid.
+//! Other faults: a copy still using a pipelined block when its grid step ends ([`DmaModel::step_end`]),
+//! a copy outstanding or a semaphore not at zero when the kernel or a `run_scoped` scope ends
+//! ([`DmaModel::release`]).
+//!
+//! The interpreter runs this model. Mosaic-on-CPU runs its compiled module synchronously (a copy lands
+//! at its start; its semaphores count the same bytes) and reports the faults it can see — deadlocks,
+//! semaphores left counting — with this module's messages.
 
 use crate::error::{kerr, KernelError, Result, SourceLoc};
 use smallvec::SmallVec;
@@ -71,6 +84,19 @@ pub(crate) trait Refs {
     fn label(&self, r: usize) -> &str;
     fn shape(&self, r: usize) -> &[usize];
     fn blocked(&self, r: usize) -> bool;
+    /// Bits of one element of ref `r`.
+    fn elem_bits(&self, r: usize) -> u32;
+}
+
+/// The bytes of `elements` elements of `bits` bits (what a copy adds to its semaphore, what a wait on
+/// a descriptor of that size takes) — the one byte count of both engines.
+pub(crate) fn copy_bytes(elements: usize, bits: u32) -> i64 {
+    (elements as u64 * bits as u64).div_ceil(8) as i64
+}
+
+/// The bytes of window `v`.
+pub(crate) fn window_bytes(refs: &(impl Refs + ?Sized), v: &RefView) -> i64 {
+    copy_bytes(v.sizes.iter().product(), refs.elem_bits(v.r))
 }
 
 /// One semaphore: element `i` (row-major) of semaphore ref `r`.
@@ -99,11 +125,17 @@ fn sem_name(refs: &(impl Refs + ?Sized), (r, i): Sem) -> String {
     sem_label(refs.label(r), refs.shape(r), i)
 }
 
-/// A wait on DMA semaphore `sem` with no copy in flight that would signal it.
-pub(crate) fn deadlock_dma_wait(sem: &str) -> KernelError {
+/// A wait for `bytes` on DMA semaphore `sem`, where the copies started on it can bring only
+/// `coming` more.
+pub(crate) fn deadlock_dma_wait(sem: &str, bytes: i64, coming: i64) -> KernelError {
+    let more = if coming == 0 {
+        "no copy signalling it is outstanding".to_string()
+    } else {
+        format!("the copies started on it bring only {coming} more")
+    };
     kerr!(
         Deadlock,
-        "waits on DMA semaphore {sem} but no copy signalling it is in flight: this wait would never return"
+        "waits for {bytes} bytes on DMA semaphore {sem}, but {more}: this wait would never return"
     )
 }
 
@@ -148,36 +180,64 @@ pub(crate) fn semaphore_left(sem: &str, value: i64, at: Release) -> KernelError 
     )
 }
 
-/// A DMA semaphore counting `copies` completed copies never waited for when `at` releases it (an
-/// engine whose copies complete at their start sees this where the model sees a copy in flight).
+/// A DMA semaphore counting `bytes` of copies never waited for when `at` releases it (an engine whose
+/// copies land at their start sees this where the model sees an outstanding copy).
 // Only Mosaic-on-CPU meets this fault (its copies complete at their start).
 #[cfg_attr(not(feature = "mosaic-cpu"), allow(dead_code))]
-pub(crate) fn dma_copies_left(sem: &str, copies: i64, at: Release) -> KernelError {
+pub(crate) fn dma_copies_left(sem: &str, bytes: i64, at: Release) -> KernelError {
     kerr!(
         Race,
-        "DMA semaphore {sem} counts {copies} copies never waited for when {}: wait for every copy{}",
+        "DMA semaphore {sem} counts {bytes} bytes of copies never waited for when {}: wait for every copy{}",
         at.when(),
         at.inside()
     )
 }
 
-/// One copy in flight.
+/// A semaphore (`dma`: a DMA semaphore, counting `value` bytes) not back at zero at the end of grid
+/// step `point`, whose next step moves along `parallel` axis `axis`.
+pub(crate) fn semaphore_across_cores(
+    sem: &str,
+    dma: bool,
+    value: i64,
+    point: &[i64],
+    axis: usize,
+) -> KernelError {
+    let holds = if dma {
+        format!("DMA semaphore {sem} counts {value} bytes of copies never waited for")
+    } else {
+        format!("semaphore {sem} holds {value}")
+    };
+    kerr!(
+        Race,
+        "{holds} at the end of grid step {point:?}, whose next step moves along parallel axis {axis} and may run on another core: wait in the same step, or make axis {axis} arbitrary"
+    )
+}
+
+/// One outstanding copy.
 #[derive(Clone, Debug)]
 pub(crate) struct InFlight {
     pub src: RefView,
     pub dst: RefView,
     pub sem: Sem,
+    /// Its bytes (what it adds to its semaphore).
+    pub bytes: i64,
     pub started_at: SourceLoc,
-    /// Ops left before it completes by itself (seeded runs only).
+    /// Ops left before its data moves by itself (seeded runs only).
     countdown: Option<u32>,
+    /// Its data has moved (the engine was handed it).
+    moved: bool,
 }
 
-/// The copies in flight and the semaphores of one core (one chunk of grid steps).
+/// The outstanding copies and the semaphores of one core (one chunk of grid steps).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct DmaModel {
+    /// Copies started and not known complete, oldest first.
     inflight: Vec<InFlight>,
-    /// Semaphore values.
+    /// Semaphore values: a DMA semaphore's are the bytes of the copies started on it less the bytes
+    /// waited for (what landed and what is still to land); a regular one's, signals less waits.
     sems: HashMap<Sem, i64>,
+    /// Per DMA semaphore: the bytes waited for toward its outstanding copies.
+    credit: HashMap<Sem, i64>,
     /// xorshift state for seeded completion points (None: copies complete at their waits).
     rng: Option<u64>,
 }
@@ -199,7 +259,7 @@ impl DmaModel {
         Some((*x % 6) as u32)
     }
 
-    /// No copy in flight (reads and writes need no check).
+    /// No copy outstanding (reads and writes need no check).
     pub fn idle(&self) -> bool {
         self.inflight.is_empty()
     }
@@ -217,19 +277,21 @@ impl DmaModel {
                 let what = if write { "writes" } else { "reads" };
                 return Err(kerr!(
                     Race,
-                    "{what} {} while the DMA into {} started at {} is in flight: wait for the copy first",
+                    "{what} {} while the DMA into {} started at {} is in flight: wait for the copy first (a copy is known complete once the waits on its semaphore, {}, have taken every byte of the copies outstanding on it)",
                     v.describe(refs),
                     f.dst.describe(refs),
-                    f.started_at
+                    f.started_at,
+                    sem_name(refs, f.sem)
                 ));
             }
             if write && f.src.overlaps(v) {
                 return Err(kerr!(
                     Race,
-                    "writes {} while the DMA from {} started at {} is in flight: wait for the copy first",
+                    "writes {} while the DMA from {} started at {} is in flight: wait for the copy first (a copy is known complete once the waits on its semaphore, {}, have taken every byte of the copies outstanding on it)",
                     v.describe(refs),
                     f.src.describe(refs),
-                    f.started_at
+                    f.started_at,
+                    sem_name(refs, f.sem)
                 ));
             }
         }
@@ -247,49 +309,73 @@ impl DmaModel {
     ) -> Result<()> {
         self.check_access(refs, &src, false)?;
         self.check_access(refs, &dst, true)?;
+        let bytes = window_bytes(refs, &dst);
         let countdown = self.next();
+        *self.sems.entry(sem).or_insert(0) += bytes;
         self.inflight.push(InFlight {
             src,
             dst,
             sem,
+            bytes,
             started_at: loc,
             countdown,
+            moved: false,
         });
         Ok(())
     }
 
-    /// A wait for one completed copy on DMA semaphore `sem`. When none has completed, the oldest in
-    /// flight on it completes now: it is returned for the engine to copy (before anything else runs).
-    pub fn wait(&mut self, refs: &(impl Refs + ?Sized), sem: Sem) -> Result<Option<InFlight>> {
-        let value = self.sems.entry(sem).or_insert(0);
-        if *value > 0 {
-            *value -= 1;
-            return Ok(None);
+    /// A wait for `bytes` on DMA semaphore `sem` (a descriptor's size). When the waits on `sem` have
+    /// now taken every byte of its outstanding copies, those copies are known complete: the ones whose
+    /// data has not moved yet are returned, oldest first, for the engine to copy before anything else
+    /// runs.
+    pub fn wait(
+        &mut self,
+        refs: &(impl Refs + ?Sized),
+        sem: Sem,
+        bytes: i64,
+    ) -> Result<Vec<InFlight>> {
+        let value = self.value(sem);
+        if value < bytes {
+            return Err(deadlock_dma_wait(&sem_name(refs, sem), bytes, value));
         }
-        match self.inflight.iter().position(|f| f.sem == sem) {
-            // Completing signals the semaphore, and this wait takes the signal.
-            Some(i) => Ok(Some(self.inflight.remove(i))),
-            None => Err(deadlock_dma_wait(&sem_name(refs, sem))),
+        self.sems.insert(sem, value - bytes);
+        let credit = self.credit.entry(sem).or_insert(0);
+        *credit += bytes;
+        let owed: i64 = self
+            .inflight
+            .iter()
+            .filter(|f| f.sem == sem)
+            .map(|f| f.bytes)
+            .sum();
+        if *credit < owed {
+            return Ok(Vec::new());
         }
+        *credit -= owed;
+        let mut done = Vec::new();
+        self.inflight.retain(|f| {
+            if f.sem != sem {
+                return true;
+            }
+            if !f.moved {
+                done.push(f.clone());
+            }
+            false
+        });
+        Ok(done)
     }
 
-    /// After each op of a seeded run: the copies whose time has come, completed (their semaphores
-    /// signalled), oldest first, for the engine to copy in that order.
+    /// After each op of a seeded run: the copies whose data moves now (still outstanding), oldest
+    /// first, for the engine to copy in that order.
     pub fn due(&mut self) -> Vec<InFlight> {
         let mut done = Vec::new();
-        let mut i = 0;
-        while i < self.inflight.len() {
-            match &mut self.inflight[i].countdown {
-                Some(0) => {
-                    let f = self.inflight.remove(i);
-                    *self.sems.entry(f.sem).or_insert(0) += 1;
-                    done.push(f);
+        for f in &mut self.inflight {
+            match &mut f.countdown {
+                Some(0) if !f.moved => {
+                    f.moved = true;
+                    done.push(f.clone());
                 }
-                Some(n) => {
-                    *n -= 1;
-                    i += 1;
-                }
-                None => i += 1,
+                Some(n) if *n > 0 => *n -= 1,
+                _ => {}
             }
         }
         done
@@ -335,6 +421,38 @@ impl DmaModel {
         Ok(())
     }
 
+    /// The end of grid step `point`, whose next step moves along `parallel` axis `axis` (and may run
+    /// on another core): nothing outstanding, every semaphore at zero.
+    pub fn cross(
+        &self,
+        refs: &(impl Refs + ?Sized),
+        point: &[i64],
+        axis: usize,
+        dma: impl Fn(usize) -> bool,
+    ) -> Result<()> {
+        if let Some(f) = self.inflight.first() {
+            return Err(kerr!(
+                Race,
+                "the DMA from {} into {} started here is still in flight at the end of grid step {point:?}, whose next step moves along parallel axis {axis} and may run on another core: wait for it in the same step, or make axis {axis} arbitrary",
+                f.src.describe(refs),
+                f.dst.describe(refs)
+            )
+            .at(f.started_at));
+        }
+        let mut left: Vec<_> = self.sems.iter().filter(|(_, v)| **v != 0).collect();
+        left.sort();
+        match left.first() {
+            Some((sem, v)) => Err(semaphore_across_cores(
+                &sem_name(refs, **sem),
+                dma(sem.0),
+                **v,
+                point,
+                axis,
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Refs `first..` go away at `at`: no copy touching them may still be in flight and none of their
     /// semaphores may be left non-zero. Their semaphores are forgotten either way.
     pub fn release(
@@ -345,6 +463,7 @@ impl DmaModel {
     ) -> Result<()> {
         let verdict = self.check_released(refs, first, at);
         self.sems.retain(|k, _| k.0 < first);
+        self.credit.retain(|k, _| k.0 < first);
         verdict
     }
 

@@ -3,8 +3,8 @@
 //! engines (the interpreter's `grid` and `mosaic_cpu`'s `run` implement [`BlockEngine`]).
 
 use crate::dtype::DType;
-use crate::error::{kerr, Result};
-use crate::ir::{BlockIr, Kernel, Operand, OperandRole};
+use crate::error::{kerr, KernelError, Result};
+use crate::ir::{BlockIr, DimensionSemantics, Kernel, Operand, OperandRole};
 
 /// Visit every grid point in Pallas order until `f` returns false.
 pub(crate) fn for_each_point(
@@ -56,6 +56,23 @@ pub(crate) trait BlockEngine {
     fn start_output(&mut self, i: usize, n: usize, idx: &[i64]) -> Result<()>;
     /// Run the kernel body at grid point `point`.
     fn step(&mut self, point: &[i64]) -> Result<()>;
+    /// Grid step `point` is done and the next step (in grid order, whether or not this run walks it)
+    /// moves along `parallel` axis `axis`: it may run on another core, so nothing may carry over
+    /// (no copy outstanding, every semaphore at zero).
+    fn cross(&mut self, point: &[i64], axis: usize) -> Result<()>;
+}
+
+/// The first `parallel` axis along which the grid point after `point` (in Pallas order over the
+/// whole grid) differs from it; `None` at the last point or when only `arbitrary` axes move.
+pub(crate) fn crossing(k: &Kernel, point: &[i64]) -> Option<usize> {
+    // The next point increments the last axis that has room and resets every axis after it.
+    let d = (0..k.grid.len())
+        .rev()
+        .find(|&d| (point[d] as usize) + 1 < k.grid[d])?;
+    let parallel = |a: usize| k.dimension_semantics.get(a) == Some(&DimensionSemantics::Parallel);
+    std::iter::once(d)
+        .chain((d + 1..k.grid.len()).filter(|&e| k.grid[e] > 1))
+        .find(|&a| parallel(a))
 }
 
 /// Run the grid points of `k` whose coordinates on `par_axes` are `key` (every point when there are no
@@ -81,10 +98,14 @@ pub(crate) fn walk_grid(
             point[*a] = *v;
         }
         enter(k, e, &mut last, &point)?;
-        e.step(&point).map_err(|mut err| {
+        let at = |mut err: KernelError| {
             err.message += &format!(" (at grid point {point:?})");
             err
-        })?;
+        };
+        e.step(&point).map_err(at)?;
+        if let Some(axis) = crossing(k, &point) {
+            e.cross(&point, axis)?;
+        }
         Ok(true)
     })?;
     let mut out_no = 0;

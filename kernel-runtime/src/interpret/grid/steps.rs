@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::interpret::machine::{write_view, write_view_raw};
+use crate::ir::{MemSpace, SemKind};
 
 /// The interpreter's side of the schedule: one chunk's machine and the runner's arrays.
 pub(super) struct Chunk<'r, 'a> {
@@ -54,6 +55,16 @@ impl BlockEngine for Chunk<'_, '_> {
 
     fn step(&mut self, point: &[i64]) -> Result<()> {
         self.m.step(&self.runner.plan, point)
+    }
+
+    fn cross(&mut self, point: &[i64], axis: usize) -> Result<()> {
+        let k = self.runner.k;
+        let dma = |r: usize| {
+            k.operands
+                .get(r)
+                .is_some_and(|o| o.space == MemSpace::Sem(SemKind::Dma))
+        };
+        self.m.dma.cross(&self.m.refs[..], point, axis, dma)
     }
 }
 

@@ -3,7 +3,7 @@
 //! into windows and semaphores and moves the data when the model completes a copy.
 
 use super::*;
-use crate::semantics::dma::{sem_of, Refs, Release};
+use crate::semantics::dma::{sem_of, window_bytes, Refs, Release};
 pub(crate) use crate::semantics::dma::{DmaModel, Flags, InFlight, RefView};
 use crate::semantics::refs::window_out_of_bounds;
 
@@ -17,6 +17,9 @@ impl Refs for [RefState] {
     }
     fn blocked(&self, r: usize) -> bool {
         self[r].blocked
+    }
+    fn elem_bits(&self, r: usize) -> u32 {
+        self[r].dtype.bit_width()
     }
 }
 
@@ -85,13 +88,16 @@ impl<'k> Machine<'k> {
         self.dma.start(&self.refs[..], src, dst, sem, op.loc)
     }
 
-    /// `DmaWait`: one completed copy on the semaphore (the oldest in flight completes now if none has).
+    /// `DmaWait`: the descriptor's bytes taken from its semaphore; the copies this shows complete
+    /// move their data now (if they have not yet).
     pub(super) fn dma_wait(&mut self, op: &Op) -> Result<()> {
+        let dst = self.view_of(op.operands[1])?;
         let sem = self.semaphore(op.operands[2])?;
-        match self.dma.wait(&self.refs[..], sem)? {
-            Some(f) => self.copy(&f),
-            None => Ok(()),
+        let bytes = window_bytes(&self.refs[..], &dst);
+        for f in self.dma.wait(&self.refs[..], sem, bytes)? {
+            self.copy(&f)?;
         }
+        Ok(())
     }
 
     /// Move the data of a completed copy.

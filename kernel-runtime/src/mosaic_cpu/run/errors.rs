@@ -76,11 +76,15 @@ impl Compiled {
                     shape,
                 )
             }
-            SiteKind::DmaWait { shape } => deadlock_dma_wait(&sem_label(
-                label.as_deref().unwrap_or("a ref"),
-                shape,
-                detail[0] as usize,
-            )),
+            SiteKind::DmaWait { shape } => deadlock_dma_wait(
+                &sem_label(
+                    label.as_deref().unwrap_or("a ref"),
+                    shape,
+                    detail[0] as usize,
+                ),
+                detail[1],
+                detail[2],
+            ),
             SiteKind::SemWait { shape } => deadlock_sem_wait(
                 detail[1],
                 &sem_label(
