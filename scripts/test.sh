@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every test: Rust (unit, snapshot, parity, trace-error, compile-fail, interpreter) and the Python
-# real-toolchain suite (jaxlib verify, libtpu compile for v5e/v6e, Pallas parity). Installs what it needs.
+# real-toolchain suite (jaxlib verify, libtpu compile for v5e/v6e/tpu7x, Pallas parity). Installs what it needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,5 +1,8 @@
-//! Invariants from ARCHITECTURE.md that a test can hold: source locations reach MLIR, and the macro crate
-//! stays free of MLIR.
+//! Invariants from ARCHITECTURE.md that a test can hold about the code's shape: source locations reach
+//! MLIR; the macro crates' dependencies; the 600-line cap over the engines, the lowering, the Mosaic
+//! model and the vector math; dependency directions (the vector math a leaf, melior only in the MLIR
+//! writer and Mosaic-on-CPU, lower → mosaic ← serialize, the engines on `semantics/` and not on each
+//! other); a kernel crate without MLIR; a new op row a compile error at each consumer column.
 
 mod common;
 

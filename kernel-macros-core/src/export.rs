@@ -652,7 +652,7 @@ pub(crate) fn export_library(input: TokenStream2) -> TokenStream2 {
         /// The library description (JSON), owned by the library.
         #[no_mangle]
         pub extern "C" fn tpu_kernel_library_json() -> *const ::std::ffi::c_char {
-            #p::abi::library_json(__tpu_kernel_library())
+            #p::abi::library_json(__tpu_kernel_library)
         }
 
         /// Answer a method call (JSON); free the answer with `tpu_kernel_free`.
@@ -665,7 +665,7 @@ pub(crate) fn export_library(input: TokenStream2) -> TokenStream2 {
             request: *const ::std::ffi::c_char,
         ) -> *mut ::std::ffi::c_char {
             // SAFETY: forwarded to the caller.
-            unsafe { #p::abi::call(__tpu_kernel_library(), method, request) }
+            unsafe { #p::abi::call(__tpu_kernel_library, method, request) }
         }
 
         /// Free an answer of `tpu_kernel_call`.

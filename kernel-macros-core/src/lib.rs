@@ -2,7 +2,7 @@
 //! `export_library!`, over `proc_macro2` tokens.
 //!
 //! This is a plain library, not a proc-macro crate, so the expansions can be called from unit
-//! tests and from the fuzz driver (`tests/fuzz.rs`); `kernel-macros` is the thin proc-macro entry
+//! tests and from the fuzz driver (`tests/fuzz/main.rs`); `kernel-macros` is the thin proc-macro entry
 //! whose attributes each forward to one function here.
 //!
 //! Both macros keep the annotated function a plain Rust `fn` (same name,

@@ -1,4 +1,4 @@
-//! What the op table's `f32:` column names: an f32 function, either a closure (the interpreter's loops
+//! What the interpreter's column of the op table (`kernel-runtime/src/interpret/ops.rs`) names: an f32 function, either a closure (the interpreter's loops
 //! call it per element, and the compiler vectorizes them where it can) or one of the items below, a
 //! function written once over [`Lanes`] whose loops run 8 or 16 lanes at a time. The fused and unfused
 //! paths both go through these traits, so an op has one definition and one set of bits.
@@ -6,7 +6,7 @@
 use super::lanes::Lanes;
 use std::mem::MaybeUninit;
 
-/// A unary f32 function (the op table's `f32:` entry).
+/// A unary f32 function (an entry of the interpreter's op column).
 pub trait UnaryF32: Copy {
     /// Whether [`UnaryF32::run`] has vector forms (else callers loop over `scalar`).
     const VECTOR: bool = false;
@@ -73,7 +73,7 @@ pub enum Operand<'a> {
     Scalar(f32),
 }
 
-/// A binary f32 function (the op table's `f32:` entry).
+/// A binary f32 function (an entry of the interpreter's op column).
 pub trait BinaryF32: Copy {
     /// Whether the `zip` methods have vector forms (else callers loop over `scalar`).
     const VECTOR: bool = false;

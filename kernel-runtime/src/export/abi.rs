@@ -20,12 +20,17 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 ///
 /// # Safety
 /// `method` and `request` must be null or NUL-terminated strings valid for the call.
-pub unsafe fn call(lib: &Library, method: *const c_char, request: *const c_char) -> *mut c_char {
+/// `lib` builds (once) or returns the library, inside the panic guard.
+pub unsafe fn call(
+    lib: fn() -> &'static Library,
+    method: *const c_char,
+    request: *const c_char,
+) -> *mut c_char {
     let answer = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: forwarded to the caller.
         let (m, r) = unsafe { (c_str(method), c_str(request)) };
         match (m, r) {
-            (Some(m), Some(r)) => lib.dispatch(m, r),
+            (Some(m), Some(r)) => lib().dispatch(m, r),
             _ => error_json(&kerr!(
                 Signature,
                 "tpu_kernel_call needs a method and a request as UTF-8 C strings"
@@ -56,9 +61,24 @@ pub unsafe fn free(s: *mut c_char) {
     }
 }
 
-/// `tpu_kernel_library_json`: the library description, valid as long as the library is loaded.
-pub fn library_json(lib: &Library) -> *const c_char {
-    lib.description().as_ptr()
+/// `tpu_kernel_library_json`: the library description, valid as long as the library is loaded. `lib`
+/// builds (once) or returns the library; should building it panic, the description is one `problems`
+/// entry saying so (which `tpu_kernel.load` reports), not an abort.
+pub fn library_json(lib: fn() -> &'static Library) -> *const c_char {
+    static FAILED: std::sync::OnceLock<CString> = std::sync::OnceLock::new();
+    match catch_unwind(|| lib().description().as_ptr()) {
+        Ok(p) => p,
+        Err(p) => FAILED
+            .get_or_init(|| {
+                let problem = format!(
+                    "internal error (please report): building the library panicked: {}",
+                    panic_message(&*p)
+                );
+                let json = serde_json::json!({ "problems": [problem] }).to_string();
+                CString::new(json).unwrap_or_default()
+            })
+            .as_ptr(),
+    }
 }
 
 /// # Safety
@@ -69,4 +89,35 @@ unsafe fn c_str<'a>(p: *const c_char) -> Option<&'a str> {
     }
     // SAFETY: forwarded to the caller.
     unsafe { CStr::from_ptr(p) }.to_str().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn panicking_library() -> &'static Library {
+        panic!("boom while building")
+    }
+
+    /// A library whose construction panics answers (a `problems` description, an error answer)
+    /// instead of unwinding into C and aborting the host process.
+    #[test]
+    fn a_library_that_panics_while_building_answers_instead_of_aborting() {
+        let p = library_json(panicking_library);
+        // SAFETY: `library_json` returns a NUL-terminated string owned by a static.
+        let text = unsafe { CStr::from_ptr(p) }.to_str().expect("utf-8");
+        let v: serde_json::Value = serde_json::from_str(text).expect("json");
+        let problem = v["problems"][0].as_str().expect("a problem");
+        assert!(problem.contains("boom while building"), "{text}");
+        let (m, r) = (c"build", c"{}");
+        // SAFETY: NUL-terminated literals; the answer is freed below.
+        let answer = unsafe { call(panicking_library, m.as_ptr(), r.as_ptr()) };
+        // SAFETY: `call` returns a NUL-terminated string it allocated.
+        let text = unsafe { CStr::from_ptr(answer) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: the answer of `call`, not freed before.
+        unsafe { free(answer) };
+        assert!(text.contains("boom while building"), "{text}");
+    }
 }

@@ -6,8 +6,10 @@
 //! - `schedule`: the block schedule around the grid steps (grid points in Pallas order, when blocks
 //!   move, the `BlockEngine` each engine implements), the check of a launch's arrays against the
 //!   kernel, and the run-time check of blocks chosen by scalar-prefetch data;
-//! - `dma`: the vocabulary of DMA and semaphore errors (deadlocks, races, semaphores left counting)
-//!   and how a semaphore is named in them — one message per fault, whichever engine finds it.
+//! - `dma`: the DMA/semaphore model (byte-counted DMA semaphores, outstanding copies, the race and
+//!   deadlock rules, what may not cross a `parallel` step) that the interpreter runs, and the messages
+//!   of its faults, which Mosaic-on-CPU's check sites build through too;
+//! - `refs`: the messages of out-of-bounds loads, stores and windows, for both engines.
 //!
 //! Invariant (held by `tests/architecture.rs`): nothing here names `interpret` or `mosaic_cpu`, and
 //! neither of those names the other.
