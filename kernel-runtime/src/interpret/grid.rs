@@ -50,22 +50,10 @@ struct Target {
 
 /// A target over the whole capacity of an (uninitialized) output buffer.
 fn target_of(data: &mut HostData) -> Target {
-    fn raw<T>(v: &mut Vec<T>, dtype: DType) -> Target {
-        Target {
-            ptr: v.as_mut_ptr() as *mut u8,
-            len: v.capacity(),
-            dtype,
-        }
-    }
-    let d = data.dtype();
-    match data {
-        HostData::F32(v) => raw(v, d),
-        HostData::BF16(v) => raw(v, d),
-        HostData::I32(v) => raw(v, d),
-        HostData::I8(v) => raw(v, d),
-        HostData::U8(v) => raw(v, d),
-        HostData::U32(v) => raw(v, d),
-        HostData::Bool(v) => raw(v, d),
+    Target {
+        len: data.capacity(),
+        dtype: data.dtype(),
+        ptr: data.as_mut_ptr(),
     }
 }
 

@@ -2,7 +2,7 @@
 //! the `half` crate). The data sits behind an `Arc` so input blocks are zero-copy views of the caller's
 //! arrays.
 
-use crate::dtype::{DType, Literal};
+use crate::dtype::{f8e4m3fn, f8e5m2, DType, Element, Literal};
 use crate::error::{kerr, Result};
 use half::bf16;
 use std::sync::Arc;
@@ -34,6 +34,46 @@ macro_rules! host_data {
             pub fn len(&self) -> usize {
                 match self { $( HostData::$V(v) => v.len(), )* }
             }
+            pub(crate) fn capacity(&self) -> usize {
+                match self { $( HostData::$V(v) => v.capacity(), )* }
+            }
+            /// The buffer's start, for writing up to [`HostData::capacity`] elements in place.
+            pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+                match self { $( HostData::$V(v) => v.as_mut_ptr() as *mut u8, )* }
+            }
+            /// `n` copies of a literal (converted to this dtype's bit pattern).
+            pub fn filled(lit: Literal, n: usize) -> HostData {
+                match lit.dtype { $( DType::$V => HostData::$V(vec![<$rust>::from_literal_bits(lit.bits); n]), )* }
+            }
+            /// Room for `n` elements, none initialized yet (see [`HostData::assume_init`]); an error,
+            /// not an abort, when the allocator refuses.
+            pub(crate) fn try_uninit(
+                dtype: DType,
+                n: usize,
+            ) -> std::result::Result<HostData, std::collections::TryReserveError> {
+                fn room<T>(n: usize) -> std::result::Result<Vec<T>, std::collections::TryReserveError> {
+                    let mut v = Vec::new();
+                    v.try_reserve_exact(n)?;
+                    Ok(v)
+                }
+                Ok(match dtype { $( DType::$V => HostData::$V(room(n)?), )* })
+            }
+            /// Set the length to `n`.
+            ///
+            /// # Safety
+            /// The first `n` elements (within the capacity) must have been written.
+            pub(crate) unsafe fn assume_init(&mut self, n: usize) {
+                // SAFETY: forwarded to the caller.
+                unsafe { match self { $( HostData::$V(v) => v.set_len(n), )* } }
+            }
+            /// Zeros (`calloc`-backed, so cheap for big arrays: every dtype's zero is all-zero bits).
+            pub fn zeros(dtype: DType, n: usize) -> HostData {
+                match dtype { $( DType::$V => HostData::$V(vec![<$rust>::from_literal_bits(0); n]), )* }
+            }
+            /// Element `i` as f64 (exact for every dtype); `None` out of range.
+            pub fn get_f64(&self, i: usize) -> Option<f64> {
+                match self { $( HostData::$V(v) => Some(v.get(i)?.literal().as_f64()), )* }
+            }
         }
 
         $( host_element!($rust, $V); )*
@@ -41,7 +81,7 @@ macro_rules! host_data {
 }
 /// Whether two element slices hold the same bytes.
 fn same_bits<T: HostElement>(a: &[T], b: &[T]) -> bool {
-    // SAFETY: every `HostElement` (f32, bf16, i32, i8, u8, u32, bool) is plain data with no padding, so
+    // SAFETY: every `HostElement` (the dtype table's Rust types) is plain data with no padding, so
     // its slice is `size_of_val` initialized bytes, borrowed for this call.
     let bytes = |v: &[T]| unsafe {
         std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v))
@@ -55,97 +95,10 @@ impl HostData {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    pub(crate) fn capacity(&self) -> usize {
-        match self {
-            HostData::F32(v) => v.capacity(),
-            HostData::BF16(v) => v.capacity(),
-            HostData::I32(v) => v.capacity(),
-            HostData::I8(v) => v.capacity(),
-            HostData::U8(v) => v.capacity(),
-            HostData::U32(v) => v.capacity(),
-            HostData::Bool(v) => v.capacity(),
-        }
-    }
-    /// `n` copies of a literal (converted to this dtype's bit pattern).
-    pub fn filled(lit: Literal, n: usize) -> HostData {
-        match lit.dtype {
-            DType::F32 => HostData::F32(vec![f32::from_bits(lit.bits as u32); n]),
-            DType::BF16 => HostData::BF16(vec![bf16::from_bits(lit.bits as u16); n]),
-            DType::I32 => HostData::I32(vec![lit.bits as u32 as i32; n]),
-            DType::I8 => HostData::I8(vec![lit.bits as u8 as i8; n]),
-            DType::U8 => HostData::U8(vec![lit.bits as u8; n]),
-            DType::U32 => HostData::U32(vec![lit.bits as u32; n]),
-            DType::Bool => HostData::Bool(vec![lit.bits != 0; n]),
-        }
-    }
-    /// Room for `n` elements, none initialized yet (see [`HostData::assume_init`]); an error, not an
-    /// abort, when the allocator refuses.
-    pub(crate) fn try_uninit(
-        dtype: DType,
-        n: usize,
-    ) -> std::result::Result<HostData, std::collections::TryReserveError> {
-        fn room<T>(n: usize) -> std::result::Result<Vec<T>, std::collections::TryReserveError> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(n)?;
-            Ok(v)
-        }
-        Ok(match dtype {
-            DType::F32 => HostData::F32(room(n)?),
-            DType::BF16 => HostData::BF16(room(n)?),
-            DType::I32 => HostData::I32(room(n)?),
-            DType::I8 => HostData::I8(room(n)?),
-            DType::U8 => HostData::U8(room(n)?),
-            DType::U32 => HostData::U32(room(n)?),
-            DType::Bool => HostData::Bool(room(n)?),
-        })
-    }
-    /// Set the length to `n`.
-    ///
-    /// # Safety
-    /// The first `n` elements (within the capacity) must have been written.
-    pub(crate) unsafe fn assume_init(&mut self, n: usize) {
-        // SAFETY: forwarded to the caller.
-        unsafe {
-            match self {
-                HostData::F32(v) => v.set_len(n),
-                HostData::BF16(v) => v.set_len(n),
-                HostData::I32(v) => v.set_len(n),
-                HostData::I8(v) => v.set_len(n),
-                HostData::U8(v) => v.set_len(n),
-                HostData::U32(v) => v.set_len(n),
-                HostData::Bool(v) => v.set_len(n),
-            }
-        }
-    }
-    /// Zeros (`calloc`-backed, so cheap for big arrays).
-    pub fn zeros(dtype: DType, n: usize) -> HostData {
-        match dtype {
-            DType::F32 => HostData::F32(vec![0.0; n]),
-            DType::BF16 => HostData::BF16(vec![bf16::ZERO; n]),
-            DType::I32 => HostData::I32(vec![0; n]),
-            DType::I8 => HostData::I8(vec![0; n]),
-            DType::U8 => HostData::U8(vec![0; n]),
-            DType::U32 => HostData::U32(vec![0; n]),
-            DType::Bool => HostData::Bool(vec![false; n]),
-        }
-    }
-    /// Element `i` as f64 (exact for every dtype); `None` out of range.
-    pub fn get_f64(&self, i: usize) -> Option<f64> {
-        Some(match self {
-            HostData::F32(v) => *v.get(i)? as f64,
-            HostData::BF16(v) => v.get(i)?.to_f64(),
-            HostData::I32(v) => *v.get(i)? as f64,
-            HostData::I8(v) => *v.get(i)? as f64,
-            HostData::U8(v) => *v.get(i)? as f64,
-            HostData::U32(v) => *v.get(i)? as f64,
-            HostData::Bool(v) => *v.get(i)? as u8 as f64,
-        })
-    }
 }
 
-/// A Rust element type that host arrays can hold: f32, bf16, i32, i8, u8, u32, bool.
-pub trait HostElement: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
-    const DTYPE: DType;
+/// A Rust element type that host arrays can hold: a row of the dtype table.
+pub trait HostElement: Element + Send + Sync + PartialEq + std::fmt::Debug {
     fn wrap(v: Vec<Self>) -> HostData;
     fn slice(d: &HostData) -> Option<&[Self]>;
     fn vec_mut(d: &mut HostData) -> Option<&mut Vec<Self>>;
@@ -155,7 +108,6 @@ pub trait HostElement: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'stati
 macro_rules! host_element {
     ($t:ty, $variant:ident) => {
         impl HostElement for $t {
-            const DTYPE: DType = DType::$variant;
             fn wrap(v: Vec<Self>) -> HostData {
                 HostData::$variant(v)
             }
@@ -222,7 +174,7 @@ impl HostArray {
             data: Arc::new(HostData::zeros(dtype, n)),
         })
     }
-    /// Deterministic pseudo-random contents: floats uniform in [-1, 1) (rounded to bf16 for bf16),
+    /// Deterministic pseudo-random contents: floats uniform in [-1, 1) (rounded to the dtype),
     /// signed ints in [-8, 8), unsigned in [0, 16), bools fair coins.
     pub fn random(shape: impl AsRef<[usize]>, dtype: DType, seed: u64) -> Result<Self> {
         let shape = shape.as_ref().to_vec();
@@ -237,6 +189,11 @@ impl HostArray {
             DType::U8 => HostData::U8((0..n).map(|_| ((unit() + 1.0) * 8.0) as u8).collect()),
             DType::U32 => HostData::U32((0..n).map(|_| ((unit() + 1.0) * 8.0) as u32).collect()),
             DType::Bool => HostData::Bool((0..n).map(|_| unit() >= 0.0).collect()),
+            DType::F16 => HostData::F16((0..n).map(|_| half::f16::from_f32(unit())).collect()),
+            DType::F8E4M3FN => {
+                HostData::F8E4M3FN((0..n).map(|_| f8e4m3fn::from_f32(unit())).collect())
+            }
+            DType::F8E5M2 => HostData::F8E5M2((0..n).map(|_| f8e5m2::from_f32(unit())).collect()),
         };
         Ok(HostArray {
             shape,
