@@ -190,17 +190,19 @@ pub fn fp8_dot(x: ArrayType, w: ArrayType) -> Result<PallasCall, KernelError> {
     let ([m, k], [_, n]) = (x.dims()?, w.dims()?);
     let out = ArrayType::new([m, n], F32);
     let (bx, bw, bo) = (
-        BlockSpec::new([m, k], |[]| (0, 0)),
-        BlockSpec::new([k, n], |[]| (0, 0)),
-        BlockSpec::new([m, n], |[]| (0, 0)),
+        BlockSpec::new([m, k], |[_i]| (0, 0)),
+        BlockSpec::new([k, n], |[_i]| (0, 0)),
+        BlockSpec::new([m, n], |[_i]| (0, 0)),
     );
     match x.dtype {
         F8E5M2 => pallas_call(fp8_dot_e5m2)
+            .grid([1])
             .input(x, bx)
             .input(w, bw)
             .output(out, bo)
             .build(),
         _ => pallas_call(fp8_dot_e4m3)
+            .grid([1])
             .input(x, bx)
             .input(w, bw)
             .output(out, bo)
