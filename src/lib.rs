@@ -48,8 +48,9 @@ pub mod reference;
 /// Everything a kernel file needs: `use tpu_kernel::prelude::*;`.
 pub mod prelude {
     pub use crate::{export, kernel_fn, tpu_kernel};
-    pub use half::bf16;
-    pub use kernel_runtime::dtype::{BF16, BOOL, F32, I32, I8, U32, U8};
+    pub use half::{bf16, f16};
+    pub use kernel_runtime::dtype::{f8e4m3fn, f8e5m2};
+    pub use kernel_runtime::dtype::{BF16, BOOL, F16, F32, F8E4M3FN, F8E5M2, I32, I8, U32, U8};
     pub use kernel_runtime::interpret::{HostArray, InterpretOptions};
     pub use kernel_runtime::ir::CostEstimate;
     pub use kernel_runtime::ir::DimensionSemantics::{self, Arbitrary, Parallel};

@@ -70,6 +70,9 @@ fn bits(a: &HostArray) -> Vec<u64> {
             HostData::U8(v) => v[i] as u64,
             HostData::U32(v) => v[i] as u64,
             HostData::Bool(v) => v[i] as u64,
+            HostData::F16(v) => v[i].to_bits() as u64,
+            HostData::F8E4M3FN(v) => v[i].to_bits() as u64,
+            HostData::F8E5M2(v) => v[i].to_bits() as u64,
         })
         .collect()
 }

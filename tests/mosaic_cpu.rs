@@ -314,7 +314,7 @@ fn disagreements<T: Elem>(call: &PallasCall, inputs: &[HostArray]) -> Vec<String
 /// ops on every pair of specials and `random` random pairs. Returns the ops and inputs run, and every
 /// disagreement.
 fn every_float_op<T: Elem>(random: usize) -> (Vec<String>, usize, Vec<String>) {
-    let dtype = <T as HostElement>::DTYPE;
+    let dtype = T::DTYPE;
     let mut rng = common::rng::Rng(0x5EED_0000 + dtype.size_bytes() as u64);
     let specials: Vec<T> = special_f32s().into_iter().map(T::of).collect();
     let (mut ran, mut inputs, mut bad) = (Vec::new(), 0, Vec::new());

@@ -471,13 +471,34 @@ pub fn kernel(k: &Kernel) -> Result<()> {
     Ok(())
 }
 
-/// Ops the kernel's target does not compile, at the op's line: a `dot` of a dtype libtpu refuses
-/// there (i8 on v4).
+/// Ops the kernel's target does not compile, at the op's line: an op on a storage dtype libtpu
+/// refuses there (any f16 vector: `TargetInfo::storage_dtypes`), a `dot` of a dtype libtpu refuses
+/// there (i8 and the 8-bit floats on v4: `TargetInfo::matmul_dtypes`).
 fn target_ops(k: &Kernel) -> Result<()> {
+    use crate::dtype::DTypeOps;
     let t = k.target.info();
+    let refused = |d: DType| d.ops() == DTypeOps::Storage && !t.storage_dtypes.contains(&d);
     let mut found = None;
     k.body.walk(&mut |op| {
-        if let (OpKind::Dot { .. }, None) = (&op.kind, &found) {
+        if found.is_some() {
+            return;
+        }
+        let types = op.operands.iter().chain(&op.results).map(|v| k.body.ty(*v));
+        if let Some(d) = types.map(|ty| ty.dtype()).find(|d| refused(*d)) {
+            let accepted: Vec<&str> = t.storage_dtypes.iter().map(|d| d.name()).collect();
+            found = Some(
+                kerr!(
+                    DType,
+                    "{} does not compile {d} values (`{}` here; libtpu refuses every {d} vector there, a plain load included: \"Invalid vector type for load\"); the narrow dtypes it takes are {}: convert on the host or keep {d} data outside the kernel",
+                    t.name,
+                    crate::ir::op_label(&op.kind),
+                    accepted.join(", ")
+                )
+                .at(op.loc),
+            );
+            return;
+        }
+        if let OpKind::Dot { .. } = &op.kind {
             let d = k.body.ty(op.operands[0]).dtype();
             if !t.matmul_dtypes.contains(&d) {
                 found = Some(

@@ -30,7 +30,17 @@ use std::fmt;
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 /// Every dtype `dot` takes (`DotElement`).
-const ALL_MATMUL: &[DType] = &[DType::F32, DType::BF16, DType::I8];
+const ALL_MATMUL: &[DType] = &[
+    DType::F32,
+    DType::BF16,
+    DType::I8,
+    DType::F8E4M3FN,
+    DType::F8E5M2,
+];
+/// The storage dtypes (`DTypeOps::Storage`) libtpu 0.0.51 loads, stores and casts to and from
+/// f32/bf16 on every generation (measured: `python/probe_dtypes.py`). f16 is not among them: libtpu
+/// refuses every f16 vector, a copy included ("Invalid vector type for load"), on v4 to tpu7x.
+const STORAGE_ALL: &[DType] = &[DType::F8E4M3FN, DType::F8E5M2];
 
 /// Which dtype pairs a generation's MXU takes without a cast (jax's `TpuInfo.is_matmul_supported`,
 /// restricted to the dtypes kernels have). libtpu compiles other pairs too (it converts them first):
@@ -87,9 +97,15 @@ pub struct TargetInfo {
     pub mxus: u32,
     pub mxu_inputs: MxuInputs,
     /// The `dot` operand dtypes libtpu compiles a matmul of (measured: 128² blocks, plain and
-    /// transposed, f32 and bf16 into f32, i8 into i32). v4 refuses i8 × i8 ("E2001: Unsupported
-    /// matmul RHS type"); tpu7x compiles it though its MXU takes no int8 (`mxu_inputs`).
+    /// transposed, f32 and bf16 into f32, i8 into i32; `python/probe_dtypes.py` for the 8-bit floats
+    /// into f32). v4 refuses i8 × i8 and fp8 × fp8 ("E2001: Unsupported matmul RHS type"); tpu7x
+    /// compiles i8 though its MXU takes no int8 (`mxu_inputs`), and v5e/v5p/v6e compile fp8 though
+    /// theirs take none (libtpu converts).
     pub matmul_dtypes: &'static [DType],
+    /// The storage dtypes (the dtype table's `Storage` rows) libtpu compiles loads, stores and casts
+    /// of on this generation (measured: `python/probe_dtypes.py`); a kernel holding another is
+    /// refused at `build()`.
+    pub storage_dtypes: &'static [DType],
     /// bf16 elementwise ops and reductions run in bf16 on the VPU (Mosaic casts them to f32 below v6).
     pub bf16_vpu: bool,
     /// 16-bit integer vector arithmetic (tpu-inference's int16 mask arithmetic on v6+).
@@ -120,7 +136,7 @@ targets! {
         tensor_cores_per_chip: 2, vmem_capacity_bytes: 16 * MIB, vmem_usable_bytes: 16 * MIB,
         default_scoped_vmem_bytes: 16 * MIB, smem_capacity_bytes: MIB, mxu_size: 128, mxus: 4,
         mxu_inputs: MxuInputs::FloatTimesFloatOrI8, matmul_dtypes: &[DType::F32, DType::BF16],
-        bf16_vpu: false, i16_vpu: false,
+        storage_dtypes: STORAGE_ALL, bf16_vpu: false, i16_vpu: false,
     },
     /// TPU v5e ("v5 lite"; one TensorCore per chip).
     V5e = TargetInfo {
@@ -128,7 +144,7 @@ targets! {
         tensor_cores_per_chip: 1, vmem_capacity_bytes: 128 * MIB, vmem_usable_bytes: 128 * MIB,
         default_scoped_vmem_bytes: 16 * MIB, smem_capacity_bytes: MIB, mxu_size: 128, mxus: 4,
         mxu_inputs: MxuInputs::FloatOrInt8Pairs, matmul_dtypes: ALL_MATMUL,
-        bf16_vpu: false, i16_vpu: false,
+        storage_dtypes: STORAGE_ALL, bf16_vpu: false, i16_vpu: false,
     },
     /// TPU v5p (2 TensorCores per chip; libtpu's smallest topology is `v5p:2x2x1`).
     V5p = TargetInfo {
@@ -136,7 +152,7 @@ targets! {
         tensor_cores_per_chip: 2, vmem_capacity_bytes: 64 * MIB, vmem_usable_bytes: 64 * MIB - 64 * KIB,
         default_scoped_vmem_bytes: 16 * MIB, smem_capacity_bytes: MIB, mxu_size: 128, mxus: 4,
         mxu_inputs: MxuInputs::FloatOrInt8Pairs, matmul_dtypes: ALL_MATMUL,
-        bf16_vpu: false, i16_vpu: false,
+        storage_dtypes: STORAGE_ALL, bf16_vpu: false, i16_vpu: false,
     },
     /// TPU v6e ("v6 lite"; one TensorCore per chip).
     V6e = TargetInfo {
@@ -144,7 +160,7 @@ targets! {
         tensor_cores_per_chip: 1, vmem_capacity_bytes: 128 * MIB, vmem_usable_bytes: 128 * MIB - 64 * KIB,
         default_scoped_vmem_bytes: 32 * MIB, smem_capacity_bytes: MIB, mxu_size: 256, mxus: 2,
         mxu_inputs: MxuInputs::FloatOrInt8Pairs, matmul_dtypes: ALL_MATMUL,
-        bf16_vpu: true, i16_vpu: true,
+        storage_dtypes: STORAGE_ALL, bf16_vpu: true, i16_vpu: true,
     },
     /// TPU7x (2 TensorCores per chip, each its own device: `tpu7x:1x1x1` has two).
     Tpu7x = TargetInfo {
@@ -152,7 +168,7 @@ targets! {
         tensor_cores_per_chip: 2, vmem_capacity_bytes: 64 * MIB, vmem_usable_bytes: 64 * MIB - 64 * KIB,
         default_scoped_vmem_bytes: 32 * MIB, smem_capacity_bytes: MIB, mxu_size: 256, mxus: 2,
         mxu_inputs: MxuInputs::Float, matmul_dtypes: ALL_MATMUL,
-        bf16_vpu: true, i16_vpu: true,
+        storage_dtypes: STORAGE_ALL, bf16_vpu: true, i16_vpu: true,
     },
 }
 

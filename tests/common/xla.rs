@@ -28,6 +28,9 @@ pub fn xla_dtype(d: DType) -> c_int {
         DType::U32 => 8,
         DType::F32 => 11,
         DType::BF16 => 16,
+        DType::F16 => 10,
+        DType::F8E5M2 => 19,
+        DType::F8E4M3FN => 20,
     }
 }
 
@@ -141,6 +144,15 @@ impl XlaBuffer {
             DType::I8 => HostData::I8(b.iter().map(|&v| v as i8).collect()),
             DType::U8 => HostData::U8(b.to_vec()),
             DType::Bool => HostData::Bool(b.iter().map(|&v| v != 0).collect()),
+            DType::F16 => HostData::F16(
+                b.chunks_exact(2)
+                    .map(|c| half::f16::from_bits(u16::from_ne_bytes(c.try_into().unwrap())))
+                    .collect(),
+            ),
+            DType::F8E4M3FN => {
+                HostData::F8E4M3FN(b.iter().map(|&v| f8e4m3fn::from_bits(v)).collect())
+            }
+            DType::F8E5M2 => HostData::F8E5M2(b.iter().map(|&v| f8e5m2::from_bits(v)).collect()),
         };
         HostArray::new(&self.shape, data).expect("shape and data agree")
     }
@@ -156,6 +168,9 @@ pub fn bytes_of(d: &HostData) -> Vec<u8> {
         HostData::I8(v) => v.iter().map(|&x| x as u8).collect(),
         HostData::U8(v) => v.clone(),
         HostData::Bool(v) => v.iter().map(|&x| x as u8).collect(),
+        HostData::F16(v) => v.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
+        HostData::F8E4M3FN(v) => v.iter().map(|x| x.to_bits()).collect(),
+        HostData::F8E5M2(v) => v.iter().map(|x| x.to_bits()).collect(),
     }
 }
 

@@ -45,9 +45,8 @@ pub(crate) fn dot(
     out: DType,
 ) -> Result<Tensor> {
     match (lhs.dtype, rhs.dtype, out) {
-        (DType::F32 | DType::BF16, DType::F32 | DType::BF16, DType::F32) => {
-            dot_f32(lhs, rhs, acc, tl, tr)
-        }
+        // f32/bf16 and the 8-bit floats (widened to f32: their products are exact in f32).
+        (a, b, DType::F32) if a.is_float() && b.is_float() => dot_f32(lhs, rhs, acc, tl, tr),
         (DType::I8, DType::I8, DType::I32) => dot_i8(lhs, rhs, acc, tl, tr),
         (a, b, o) => Err(kerr!(
             Unsupported,
@@ -110,9 +109,7 @@ pub(crate) fn dot_into(
         return Err(internal("dot accumulator shape"));
     }
     match (lhs.dtype, rhs.dtype, acc) {
-        (DType::F32 | DType::BF16, DType::F32 | DType::BF16, HostData::F32(c)) => {
-            mul(lhs, rhs, tl, tr, c, 1.0)
-        }
+        (a, b, HostData::F32(c)) if a.is_float() && b.is_float() => mul(lhs, rhs, tl, tr, c, 1.0),
         (DType::I8, DType::I8, HostData::I32(c)) => gemm_i8(lhs, rhs, tl, tr, c, true),
         _ => Err(internal("dot accumulator dtype")),
     }

@@ -263,6 +263,18 @@ macro_rules! with_dtype {
                 type $T = bool;
                 $body
             }
+            DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            DType::F8E4M3FN => {
+                type $T = $crate::dtype::f8e4m3fn;
+                $body
+            }
+            DType::F8E5M2 => {
+                type $T = $crate::dtype::f8e5m2;
+                $body
+            }
         }
     };
 }
@@ -427,6 +439,10 @@ fn cast_from<F: Convert>(a: &Tensor, to: DType, sink: &Sink<'_>) -> Result<Tenso
             } else {
                 map1(a, |x: F| T::from_f64_sat(x.to_f64()), sink)
             }
+        } else if from.is_float() && to.is_float() {
+            // float → float: exact in f64, rounded once (f32/bf16 sources are f32 values, so the
+            // f64 → f32 → bf16 path of bf16's `from_f64_sat` rounds once too)
+            map1(a, |x: F| T::from_f64_sat(x.to_f64()), sink)
         } else if to.is_float() {
             map1(a, |x: F| T::from_i64(x.to_i64()), sink)
         } else {

@@ -55,6 +55,9 @@ pub(crate) fn fill_literal(d: DType, poison: bool) -> Literal {
         DType::I32 | DType::U32 => 0xDEAD_BEEF,
         DType::I8 | DType::U8 => 0xBE,
         DType::Bool => 1,
+        DType::F16 => 0x7E00,
+        DType::F8E4M3FN => 0x7F,
+        DType::F8E5M2 => 0x7E,
     };
     Literal { dtype: d, bits }
 }

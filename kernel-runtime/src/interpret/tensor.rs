@@ -2,7 +2,7 @@
 //! transposes, windows of refs and input blocks are all views (no copy); ops write fresh contiguous
 //! buffers. Scalars are rank-0 tensors, so one code path serves both.
 
-use crate::dtype::{DType, Literal};
+use crate::dtype::{DType, Element, Literal};
 use crate::error::{kerr, Result};
 use crate::semantics::host::{HostData, HostElement};
 use half::bf16;
@@ -47,15 +47,7 @@ impl One {
     }
     fn of_literal(lit: Literal) -> One {
         // A literal's bits, as `HostData::filled` reads them.
-        match lit.dtype {
-            DType::F32 => One::new(f32::from_bits(lit.bits as u32)),
-            DType::BF16 => One::new(bf16::from_bits(lit.bits as u16)),
-            DType::I32 => One::new(lit.bits as u32 as i32),
-            DType::I8 => One::new(lit.bits as u8 as i8),
-            DType::U8 => One::new(lit.bits as u8),
-            DType::U32 => One::new(lit.bits as u32),
-            DType::Bool => One::new(lit.bits != 0),
-        }
+        super::elementwise::with_dtype!(lit.dtype, T => One::new(T::from_literal_bits(lit.bits)))
     }
     /// The element as a one-element slice of `T`, when `T` is its type.
     pub fn slice<T: HostElement>(&self) -> Option<&[T]> {
@@ -322,42 +314,16 @@ impl Tensor {
     }
     /// A contiguous copy.
     pub fn materialize(&self) -> Result<Tensor> {
-        let data = match self.dtype {
-            DType::F32 => HostData::F32(self.to_vec()?),
-            DType::BF16 => HostData::BF16(self.to_vec()?),
-            DType::I32 => HostData::I32(self.to_vec()?),
-            DType::I8 => HostData::I8(self.to_vec()?),
-            DType::U8 => HostData::U8(self.to_vec()?),
-            DType::U32 => HostData::U32(self.to_vec()?),
-            DType::Bool => HostData::Bool(self.to_vec()?),
-        };
+        let data = super::elementwise::with_dtype!(self.dtype, T => T::wrap(self.to_vec::<T>()?));
         Ok(Tensor::from_data(self.shape.clone(), data))
     }
     /// The first element as a literal (scalars, conditions, loop bounds).
     pub fn literal(&self) -> Result<Literal> {
         let o = self.offset;
         let b = &self.buf;
-        let bits = match self.dtype {
-            DType::F32 => b
-                .slice::<f32>()
-                .and_then(|v| v.get(o))
-                .map(|x| x.to_bits() as u64),
-            DType::BF16 => b
-                .slice::<bf16>()
-                .and_then(|v| v.get(o))
-                .map(|x| x.to_bits() as u64),
-            DType::I32 => b
-                .slice::<i32>()
-                .and_then(|v| v.get(o))
-                .map(|x| *x as u32 as u64),
-            DType::I8 => b
-                .slice::<i8>()
-                .and_then(|v| v.get(o))
-                .map(|x| *x as u8 as u64),
-            DType::U8 => b.slice::<u8>().and_then(|v| v.get(o)).map(|x| *x as u64),
-            DType::U32 => b.slice::<u32>().and_then(|v| v.get(o)).map(|x| *x as u64),
-            DType::Bool => b.slice::<bool>().and_then(|v| v.get(o)).map(|x| *x as u64),
-        };
+        let bits = super::elementwise::with_dtype!(self.dtype, T => {
+            b.slice::<T>().and_then(|v| v.get(o)).map(|x| x.literal().bits)
+        });
         Ok(Literal {
             dtype: self.dtype,
             bits: bits.ok_or_else(|| internal("empty scalar"))?,

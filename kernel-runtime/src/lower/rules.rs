@@ -294,8 +294,23 @@ fn cast(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, to: DType) -> Resul
             // Same bits, different signedness (i32 <-> u32): no op.
             return lw.alias(op.results[0], op.operands[0]);
         }
-        (DType::F32, DType::BF16) => "arith.truncf",
-        (DType::BF16, DType::F32) => "arith.extf",
+        (f, t) if f.is_float() && t.is_float() => {
+            if f.bit_width() < t.bit_width() {
+                "arith.extf"
+            } else if f.bit_width() > t.bit_width() {
+                "arith.truncf"
+            } else {
+                // bf16 <-> f16: through f32 (exact), rounded once by the `truncf`.
+                let x = lw.v(op.operands[0])?;
+                let shape = from_ty.shape().to_vec();
+                let wide = MType::Plain(vector_type_text(&shape, DType::F32.mlir()).into());
+                let w = emit(lw, block, op, "arith.extf", &[x], &[wide], &[])?[0];
+                let rty = result_type(lw, op, 0)?;
+                let r = emit(lw, block, op, "arith.truncf", &[w], &[rty], &[])?[0];
+                lw.bind(op.results[0], r);
+                return Ok(());
+            }
+        }
         (DType::Bool, t) if t.is_float() => "arith.uitofp",
         (f, t) if f.is_int() && t.is_float() => {
             if f.is_unsigned() {

@@ -108,6 +108,55 @@ extern "C" fn int_to_bf16_shim(v: i64) -> u16 {
     kernel_math::bf16_bits_of_i64(v)
 }
 
+/// The 8-bit floats (MLIR type, Rust type): their conversions to and from f32 are calls of the dtype
+/// table's functions (`crate::dtype::f8e4m3fn`, ...), as the interpreter converts; LLVM has no 8-bit
+/// float type (the values travel as `i8` bits).
+macro_rules! float8_shims {
+    ($( $mlir:literal => $T:ident, $to:ident / $to_sym:literal, $from:ident / $from_sym:literal; )*) => {
+        $(
+            extern "C" fn $to(bits: u8) -> f32 {
+                crate::dtype::$T::from_bits(bits).to_f32()
+            }
+            extern "C" fn $from(x: f32) -> u8 {
+                crate::dtype::$T::from_f32(x).to_bits()
+            }
+        )*
+        /// `(mlir type, to-f32 symbol, from-f32 symbol)` of each 8-bit float.
+        pub(super) const FLOAT8: &[(&str, &str, &str)] = &[$( ($mlir, $to_sym, $from_sym), )*];
+        fn float8_symbols() -> impl Iterator<Item = (&'static str, *mut c_void)> {
+            [$( ($to_sym, $to as *mut c_void), ($from_sym, $from as *mut c_void), )*].into_iter()
+        }
+    };
+}
+float8_shims! {
+    "f8E4M3FN" => f8e4m3fn, e4m3fn_to_f32 / "tpu_kernel_f8e4m3fn_to_f32",
+        e4m3fn_from_f32 / "tpu_kernel_f8e4m3fn_from_f32";
+    "f8E5M2" => f8e5m2, e5m2_to_f32 / "tpu_kernel_f8e5m2_to_f32",
+        e5m2_from_f32 / "tpu_kernel_f8e5m2_from_f32";
+}
+
+/// `x` (a scalar of 8-bit float type `ty`) widened to f32 exactly; returns the f32 value.
+pub(super) fn float8_to_f32(rw: &mut Rewriter<'_>, x: &str, ty: &str) -> Result<String> {
+    let sym = FLOAT8.iter().find(|f| f.0 == ty).map(|f| f.1);
+    let sym = sym.ok_or_else(|| kerr!(Unsupported, "mosaic_cpu: no 8-bit float `{ty}`"))?;
+    rw.declare(format!("func.func private @{sym}(i8) -> f32"));
+    let (bits, r) = (rw.fresh(), rw.fresh());
+    rw.line(format!("{bits} = arith.bitcast {x} : {ty} to i8"));
+    rw.line(format!("{r} = func.call @{sym}({bits}) : (i8) -> f32"));
+    Ok(r)
+}
+
+/// `x` (an f32 scalar) rounded to the 8-bit float type `ty`; returns the value.
+pub(super) fn f32_to_float8(rw: &mut Rewriter<'_>, x: &str, ty: &str) -> Result<String> {
+    let sym = FLOAT8.iter().find(|f| f.0 == ty).map(|f| f.2);
+    let sym = sym.ok_or_else(|| kerr!(Unsupported, "mosaic_cpu: no 8-bit float `{ty}`"))?;
+    rw.declare(format!("func.func private @{sym}(f32) -> i8"));
+    let (bits, r) = (rw.fresh(), rw.fresh());
+    rw.line(format!("{bits} = func.call @{sym}({x}) : (f32) -> i8"));
+    rw.line(format!("{r} = arith.bitcast {bits} : i8 to {ty}"));
+    Ok(r)
+}
+
 /// Every symbol the rewritten module may call, and the address of its shim.
 pub(super) fn symbols() -> impl Iterator<Item = (&'static str, *mut c_void)> {
     FUNCTIONS
@@ -117,6 +166,7 @@ pub(super) fn symbols() -> impl Iterator<Item = (&'static str, *mut c_void)> {
             (ROUND_BF16, round_bf16 as *mut c_void),
             (INT_TO_BF16, int_to_bf16_shim as *mut c_void),
         ])
+        .chain(float8_symbols())
 }
 
 /// The vector math's function for op `name`, if it defines one.

@@ -142,6 +142,12 @@ fn widen(rw: &mut Rewriter<'_>, x: &str, from: &str, to: &str) -> String {
     if from == to {
         return x.to_string();
     }
+    if to == "f32" {
+        // An 8-bit float (a `dot` operand): the dtype table's exact conversion.
+        if let Ok(w) = super::math::float8_to_f32(rw, x, from) {
+            return w;
+        }
+    }
     let op = if is_float(from) { "extf" } else { "extsi" };
     let r = rw.fresh();
     rw.line(format!("{r} = arith.{op} {x} : {from} to {to}"));

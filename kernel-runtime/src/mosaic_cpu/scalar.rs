@@ -38,6 +38,9 @@ pub(super) fn scalar_op(
     result: &str,
     attrs: &str,
 ) -> Result<String> {
+    if let Some(r) = float8(rw, name, operands, result)? {
+        return Ok(r);
+    }
     if let Some(r) = through_f32(rw, name, operands, result, attrs)? {
         return Ok(r);
     }
@@ -51,6 +54,51 @@ pub(super) fn scalar_op(
             Ok(rw.op1(name, &refs, result, attrs))
         }
     }
+}
+
+/// An op with an 8-bit float operand or result: the casts (`extf` from one, `truncf` to one) as the
+/// dtype table converts (through f32, which holds every such value exactly); selects and bitcasts as
+/// they are; nothing else (kernels compute nothing in them: `check` refuses their arithmetic).
+fn float8(
+    rw: &mut Rewriter<'_>,
+    name: &str,
+    operands: &[Val],
+    result: &str,
+) -> Result<Option<String>> {
+    let is8 = |t: &str| super::math::FLOAT8.iter().any(|f| f.0 == t);
+    if !(operands.iter().any(|v| is8(v.ty.elem())) || is8(result)) {
+        return Ok(None);
+    }
+    let r = match (name, operands) {
+        ("arith.select" | "arith.bitcast", _) => return Ok(None),
+        ("arith.extf", [x]) => {
+            let w = super::math::float8_to_f32(rw, &x.name, x.ty.elem())?;
+            match result {
+                "f32" => w,
+                "bf16" => round_to_bf16(rw, &w), // exact: bf16 holds every 8-bit float
+                _ => return Err(kerr!(Unsupported, "mosaic_cpu: `arith.extf` to {result}")),
+            }
+        }
+        ("arith.truncf", [x]) => {
+            let w = match x.ty.elem() {
+                "f32" => x.name.clone(),
+                "bf16" => {
+                    let w = rw.fresh();
+                    rw.line(format!("{w} = arith.extf {} : bf16 to f32", x.name));
+                    w
+                }
+                t => return Err(kerr!(Unsupported, "mosaic_cpu: `arith.truncf` from {t}")),
+            };
+            super::math::f32_to_float8(rw, &w, result)?
+        }
+        _ => {
+            return Err(kerr!(
+                Unsupported,
+                "mosaic_cpu: `{name}` on an 8-bit float (kernels only load, store, cast and multiply them)"
+            ))
+        }
+    };
+    Ok(Some(r))
 }
 
 /// Ops that compute nothing on bf16 values (they pass or widen bits exactly): written as they are.

@@ -2,7 +2,7 @@
 //! the `half` crate). The data sits behind an `Arc` so input blocks are zero-copy views of the caller's
 //! arrays.
 
-use crate::dtype::{DType, Literal};
+use crate::dtype::{f8e4m3fn, f8e5m2, DType, Element, Literal};
 use crate::error::{kerr, Result};
 use half::bf16;
 use std::sync::Arc;
@@ -37,8 +37,12 @@ macro_rules! host_data {
             pub(crate) fn capacity(&self) -> usize {
                 match self { $( HostData::$V(v) => v.capacity(), )* }
             }
-            /// Room for `n` elements, none initialized yet (see [`HostData::assume_init`]); an
-            /// error, not an abort, when the allocator refuses.
+            /// `n` copies of a literal (converted to this dtype's bit pattern).
+            pub fn filled(lit: Literal, n: usize) -> HostData {
+                match lit.dtype { $( DType::$V => HostData::$V(vec![<$rust>::from_literal_bits(lit.bits); n]), )* }
+            }
+            /// Room for `n` elements, none initialized yet (see [`HostData::assume_init`]); an error,
+            /// not an abort, when the allocator refuses.
             pub(crate) fn try_uninit(
                 dtype: DType,
                 n: usize,
@@ -65,6 +69,14 @@ macro_rules! host_data {
                 // of elements of `dtype`, aligned for it, borrowed mutably from `self` for `'a`.
                 Some(unsafe { ArrayViewMut::from_raw(shape, dtype, ptr) })
             }
+            /// Zeros (`calloc`-backed, so cheap for big arrays: every dtype's zero is all-zero bits).
+            pub fn zeros(dtype: DType, n: usize) -> HostData {
+                match dtype { $( DType::$V => HostData::$V(vec![<$rust>::from_literal_bits(0); n]), )* }
+            }
+            /// Element `i` as f64 (exact for every dtype); `None` out of range.
+            pub fn get_f64(&self, i: usize) -> Option<f64> {
+                match self { $( HostData::$V(v) => Some(v.get(i)?.literal().as_f64()), )* }
+            }
         }
 
         $( host_element!($rust, $V); )*
@@ -79,7 +91,7 @@ fn room<T>(n: usize) -> std::result::Result<Vec<T>, std::collections::TryReserve
 
 /// Whether two element slices hold the same bytes.
 fn same_bits<T: HostElement>(a: &[T], b: &[T]) -> bool {
-    // SAFETY: every `HostElement` (f32, bf16, i32, i8, u8, u32, bool) is plain data with no padding, so
+    // SAFETY: every `HostElement` (the dtype table's Rust types) is plain data with no padding, so
     // its slice is `size_of_val` initialized bytes, borrowed for this call.
     let bytes = |v: &[T]| unsafe {
         std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v))
@@ -93,47 +105,10 @@ impl HostData {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// `n` copies of a literal (converted to this dtype's bit pattern).
-    pub fn filled(lit: Literal, n: usize) -> HostData {
-        match lit.dtype {
-            DType::F32 => HostData::F32(vec![f32::from_bits(lit.bits as u32); n]),
-            DType::BF16 => HostData::BF16(vec![bf16::from_bits(lit.bits as u16); n]),
-            DType::I32 => HostData::I32(vec![lit.bits as u32 as i32; n]),
-            DType::I8 => HostData::I8(vec![lit.bits as u8 as i8; n]),
-            DType::U8 => HostData::U8(vec![lit.bits as u8; n]),
-            DType::U32 => HostData::U32(vec![lit.bits as u32; n]),
-            DType::Bool => HostData::Bool(vec![lit.bits != 0; n]),
-        }
-    }
-    /// Zeros (`calloc`-backed, so cheap for big arrays).
-    pub fn zeros(dtype: DType, n: usize) -> HostData {
-        match dtype {
-            DType::F32 => HostData::F32(vec![0.0; n]),
-            DType::BF16 => HostData::BF16(vec![bf16::ZERO; n]),
-            DType::I32 => HostData::I32(vec![0; n]),
-            DType::I8 => HostData::I8(vec![0; n]),
-            DType::U8 => HostData::U8(vec![0; n]),
-            DType::U32 => HostData::U32(vec![0; n]),
-            DType::Bool => HostData::Bool(vec![false; n]),
-        }
-    }
-    /// Element `i` as f64 (exact for every dtype); `None` out of range.
-    pub fn get_f64(&self, i: usize) -> Option<f64> {
-        Some(match self {
-            HostData::F32(v) => *v.get(i)? as f64,
-            HostData::BF16(v) => v.get(i)?.to_f64(),
-            HostData::I32(v) => *v.get(i)? as f64,
-            HostData::I8(v) => *v.get(i)? as f64,
-            HostData::U8(v) => *v.get(i)? as f64,
-            HostData::U32(v) => *v.get(i)? as f64,
-            HostData::Bool(v) => *v.get(i)? as u8 as f64,
-        })
-    }
 }
 
-/// A Rust element type that host arrays can hold: f32, bf16, i32, i8, u8, u32, bool.
-pub trait HostElement: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
-    const DTYPE: DType;
+/// A Rust element type that host arrays can hold: a row of the dtype table.
+pub trait HostElement: Element + Send + Sync + PartialEq + std::fmt::Debug {
     fn wrap(v: Vec<Self>) -> HostData;
     fn slice(d: &HostData) -> Option<&[Self]>;
     fn vec_mut(d: &mut HostData) -> Option<&mut Vec<Self>>;
@@ -143,7 +118,6 @@ pub trait HostElement: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'stati
 macro_rules! host_element {
     ($t:ty, $variant:ident) => {
         impl HostElement for $t {
-            const DTYPE: DType = DType::$variant;
             fn wrap(v: Vec<Self>) -> HostData {
                 HostData::$variant(v)
             }
@@ -210,7 +184,7 @@ impl HostArray {
             data: Arc::new(HostData::zeros(dtype, n)),
         })
     }
-    /// Deterministic pseudo-random contents: floats uniform in [-1, 1) (rounded to bf16 for bf16),
+    /// Deterministic pseudo-random contents: floats uniform in [-1, 1) (rounded to the dtype),
     /// signed ints in [-8, 8), unsigned in [0, 16), bools fair coins.
     pub fn random(shape: impl AsRef<[usize]>, dtype: DType, seed: u64) -> Result<Self> {
         let shape = shape.as_ref().to_vec();
@@ -225,6 +199,11 @@ impl HostArray {
             DType::U8 => HostData::U8((0..n).map(|_| ((unit() + 1.0) * 8.0) as u8).collect()),
             DType::U32 => HostData::U32((0..n).map(|_| ((unit() + 1.0) * 8.0) as u32).collect()),
             DType::Bool => HostData::Bool((0..n).map(|_| unit() >= 0.0).collect()),
+            DType::F16 => HostData::F16((0..n).map(|_| half::f16::from_f32(unit())).collect()),
+            DType::F8E4M3FN => {
+                HostData::F8E4M3FN((0..n).map(|_| f8e4m3fn::from_f32(unit())).collect())
+            }
+            DType::F8E5M2 => HostData::F8E5M2((0..n).map(|_| f8e5m2::from_f32(unit())).collect()),
         };
         Ok(HostArray {
             shape,

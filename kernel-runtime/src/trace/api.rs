@@ -186,6 +186,8 @@ pub(crate) fn select_args<T: Element>(
     loc: SourceLoc,
 ) -> super::Val {
     emit(loc, |t| {
+        // (libtpu's verdict on a select of 8-bit floats is unmeasured: refused until it is.)
+        super::array::storage_only("select", T::DTYPE)?;
         let ct = t.ty(cond)?.clone();
         let shape = super::broadcast_shapes(ct.shape(), t.arg_type(a)?.shape())?;
         let shape = super::broadcast_shapes(&shape, t.arg_type(b)?.shape())?;

@@ -53,11 +53,23 @@ handle_impls!(Scalar);
 
 fn check_dtype_op(name: &str, operands: crate::ir::Operands, d: DType) -> Result<()> {
     use crate::ir::Accepts;
+    storage_only(name, d)?;
     if operands.accepts(d) {
         Ok(())
     } else {
         Err(kerr!(DType, "`{name}` is not defined for {d} values"))
     }
+}
+
+/// The dtype table's `Storage` dtypes take no elementwise op: an error naming the op and the dtype.
+pub(crate) fn storage_only(name: &str, d: DType) -> Result<()> {
+    if d.ops() == crate::dtype::DTypeOps::Storage {
+        return Err(kerr!(
+            DType,
+            "`{name}` is not defined for {d} values: {d} is a storage dtype (loads, stores, casts and `dot`); cast to f32 or bf16 first, e.g. `.cast::<f32>()`"
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn binary(op: BinaryOp, a: Arg, b: Arg, loc: SourceLoc) -> Val {
@@ -92,6 +104,7 @@ pub(crate) fn compare(op: CmpOp, a: Arg, b: Arg, loc: SourceLoc) -> Val {
     emit(loc, |t| {
         let (ta, tb) = (t.arg_type(a)?, t.arg_type(b)?);
         let dtype = value_dtype(&ta, &tb, a, b)?;
+        storage_only("a comparison", dtype)?;
         let operand_ty = join_types(&ta, &tb, dtype)?;
         let x = t.materialize(a, &operand_ty, loc)?;
         let y = t.materialize(b, &operand_ty, loc)?;
@@ -161,6 +174,7 @@ fn reduce(a: Val, kind: ReduceKind, axis: isize, keepdims: bool, loc: SourceLoc)
         if d == DType::Bool {
             return Err(kerr!(DType, "cannot reduce bool values; cast to i32 first"));
         }
+        storage_only("a reduction", d)?;
         let ax = normalize_axis(axis, shape.len())?;
         let mut out: Vec<usize> = shape.clone();
         if keepdims {

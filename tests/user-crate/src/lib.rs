@@ -1,7 +1,8 @@
 //! A crate outside the examples that exports kernels to Python, as a user's would: the README's
 //! example (`scale`, differentiable through itself), kernels the Python suite uses for error paths
 //! (`bad_rows` reads out of bounds at run time), and `by_target`, whose blocks follow the TPU
-//! generation it is built for.
+//! generation it is built for; the narrow dtypes at the boundary (`quantize`, `dequantize`,
+//! `fp8_weight_matmul`, and `f16_to_f32`, which every generation refuses).
 
 use tpu_kernel::prelude::*;
 
@@ -61,4 +62,166 @@ pub fn by_target(x: ArrayType, target: Target) -> Result<PallasCall, KernelError
         .build()
 }
 
-tpu_kernel::export_library!("user_crate", [scale, bad_rows, by_target]);
+tpu_kernel::export_library!(
+    "user_crate",
+    [
+        scale,
+        bad_rows,
+        by_target,
+        quantize,
+        dequantize,
+        fp8_weight_matmul,
+        fp8_dot,
+        f16_to_f32
+    ]
+);
+
+#[tpu_kernel]
+fn quantize_e4m3(x: Ref<f32>, o: RefMut<f8e4m3fn>) {
+    o.store(x.load().cast::<f8e4m3fn>());
+}
+
+#[tpu_kernel]
+fn quantize_e5m2(x: Ref<f32>, o: RefMut<f8e5m2>) {
+    o.store(x.load().cast::<f8e5m2>());
+}
+
+#[tpu_kernel]
+fn dequantize_e4m3(x: Ref<f8e4m3fn>, o: RefMut<f32>, b: RefMut<bf16>) {
+    o.store(x.load().cast::<f32>());
+    b.store(x.load().cast::<bf16>());
+}
+
+#[tpu_kernel]
+fn dequantize_e5m2(x: Ref<f8e5m2>, o: RefMut<f32>, b: RefMut<bf16>) {
+    o.store(x.load().cast::<f32>());
+    b.store(x.load().cast::<bf16>());
+}
+
+fn rows_of(n: usize) -> BlockSpec<'static> {
+    BlockSpec::new([8, n], |[i]| (i, 0))
+}
+
+/// An f32 `[m, n]` array rounded to `float8_e4m3fn` (or `float8_e5m2` with `e5m2`), 8 rows a step.
+#[export]
+pub fn quantize(x: ArrayType, #[default(false)] e5m2: bool) -> Result<PallasCall, KernelError> {
+    let [m, n] = x.dims()?;
+    let grid = [x.blocks(0, 8)?];
+    if e5m2 {
+        pallas_call(quantize_e5m2)
+            .grid(grid)
+            .input(x, rows_of(n))
+            .output(ArrayType::new([m, n], F8E5M2), rows_of(n))
+            .build()
+    } else {
+        pallas_call(quantize_e4m3)
+            .grid(grid)
+            .input(x, rows_of(n))
+            .output(ArrayType::new([m, n], F8E4M3FN), rows_of(n))
+            .build()
+    }
+}
+
+/// An 8-bit float `[m, n]` array (either kind) as f32 and as bf16.
+#[export]
+pub fn dequantize(x: ArrayType) -> Result<PallasCall, KernelError> {
+    let [m, n] = x.dims()?;
+    let grid = [x.blocks(0, 8)?];
+    let f32_out = ArrayType::new([m, n], F32);
+    let bf16_out = ArrayType::new([m, n], BF16);
+    match x.dtype {
+        F8E5M2 => pallas_call(dequantize_e5m2)
+            .grid(grid)
+            .input(x, rows_of(n))
+            .output(f32_out, rows_of(n))
+            .output(bf16_out, rows_of(n))
+            .build(),
+        _ => pallas_call(dequantize_e4m3)
+            .grid(grid)
+            .input(x, rows_of(n))
+            .output(f32_out, rows_of(n))
+            .output(bf16_out, rows_of(n))
+            .build(),
+    }
+}
+
+#[tpu_kernel]
+fn fp8_weight_matmul_kernel(x: Ref<bf16>, w: Ref<f8e4m3fn>, scale: Ref<f32>, o: RefMut<f32>) {
+    let acc = dot(x.load(), w.load().cast::<bf16>());
+    o.store(acc * scale.load());
+}
+
+/// `(x @ dequantize(w)) * scale`: bf16 activations `[m, k]`, `float8_e4m3fn` weights `[k, n]`
+/// dequantized to bf16 in the kernel, an f32 scale per output column `[1, n]`; 128-row blocks.
+#[export]
+pub fn fp8_weight_matmul(
+    x: ArrayType,
+    w: ArrayType,
+    scale: ArrayType,
+) -> Result<PallasCall, KernelError> {
+    let [m, k] = x.dims()?;
+    let [_, n] = w.dims()?;
+    let bm = m.min(128);
+    pallas_call(fp8_weight_matmul_kernel)
+        .grid([x.blocks(0, bm)?])
+        .input(x, BlockSpec::new([bm, k], |[i]| (i, 0)))
+        .input(w, BlockSpec::new([k, n], |[_i]| (0, 0)))
+        .input(scale, BlockSpec::new([1, n], |[_i]| (0, 0)))
+        .output(
+            ArrayType::new([m, n], F32),
+            BlockSpec::new([bm, n], |[i]| (i, 0)),
+        )
+        .build()
+}
+
+#[tpu_kernel]
+fn fp8_dot_e4m3(x: Ref<f8e4m3fn>, w: Ref<f8e4m3fn>, o: RefMut<f32>) {
+    o.store(dot(x.load(), w.load()));
+}
+
+#[tpu_kernel]
+fn fp8_dot_e5m2(x: Ref<f8e5m2>, w: Ref<f8e5m2>, o: RefMut<f32>) {
+    o.store(dot(x.load(), w.load()));
+}
+
+/// `x @ w` of two 8-bit float arrays of one kind, accumulated in f32 (one block; refused on v4).
+#[export]
+pub fn fp8_dot(x: ArrayType, w: ArrayType) -> Result<PallasCall, KernelError> {
+    let ([m, k], [_, n]) = (x.dims()?, w.dims()?);
+    let out = ArrayType::new([m, n], F32);
+    let (bx, bw, bo) = (
+        BlockSpec::new([m, k], |[_i]| (0, 0)),
+        BlockSpec::new([k, n], |[_i]| (0, 0)),
+        BlockSpec::new([m, n], |[_i]| (0, 0)),
+    );
+    match x.dtype {
+        F8E5M2 => pallas_call(fp8_dot_e5m2)
+            .grid([1])
+            .input(x, bx)
+            .input(w, bw)
+            .output(out, bo)
+            .build(),
+        _ => pallas_call(fp8_dot_e4m3)
+            .grid([1])
+            .input(x, bx)
+            .input(w, bw)
+            .output(out, bo)
+            .build(),
+    }
+}
+
+#[tpu_kernel]
+fn f16_to_f32_kernel(x: Ref<f16>, o: RefMut<f32>) {
+    o.store(x.load().cast::<f32>());
+}
+
+/// An f16 array widened to f32: refused at build on every generation (libtpu compiles no f16 vector).
+#[export]
+pub fn f16_to_f32(x: ArrayType) -> Result<PallasCall, KernelError> {
+    let [m, n] = x.dims()?;
+    pallas_call(f16_to_f32_kernel)
+        .grid([x.blocks(0, 8)?])
+        .input(x, rows_of(n))
+        .output(ArrayType::new([m, n], F32), rows_of(n))
+        .build()
+}

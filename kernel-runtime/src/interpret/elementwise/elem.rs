@@ -165,6 +165,33 @@ impl Convert for bf16 {
         bf16::from_bits(crate::math::bf16_bits_of_i64(x))
     }
 }
+/// The narrow floats: every value is exact in f64; a conversion into one rounds once, from the exact
+/// value (ml_dtypes' and XLA's `convert`).
+macro_rules! convert_narrow_float {
+    ($($t:ty),*) => {$(
+        impl Convert for $t {
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                <$t>::to_f64(self)
+            }
+            #[inline(always)]
+            fn to_i64(self) -> i64 {
+                <$t>::to_f64(self) as i64
+            }
+            #[inline(always)]
+            fn from_f64_sat(x: f64) -> Self {
+                <$t>::from_f64(x)
+            }
+            #[inline(always)]
+            fn from_i64(x: i64) -> Self {
+                // Exact in f64 for every i32/u32/i8/u8 a kernel casts, then rounded once.
+                <$t>::from_f64(x as f64)
+            }
+        }
+    )*};
+}
+convert_narrow_float!(half::f16, crate::dtype::f8e4m3fn, crate::dtype::f8e5m2);
+
 impl Convert for bool {
     #[inline(always)]
     fn to_f64(self) -> f64 {

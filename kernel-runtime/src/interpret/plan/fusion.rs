@@ -8,11 +8,17 @@ use crate::dtype::DType;
 use crate::ir::{Func, Op, OpKind, Region, ValueId};
 use std::collections::HashMap;
 
+/// The dtypes a fused chain computes in (f32, rounding bf16 at each link): the arithmetic floats of
+/// the dtype table. The storage floats (f16, 8-bit) stay out: their casts run unfused.
+fn fuses(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::BF16)
+}
+
 /// The link an op would be in a fused chain fed by `prev` (its single float-to-float operand).
 pub(super) fn as_link(f: &Func, op: &Op, prev: ValueId) -> Option<(Link, Option<ValueId>)> {
     let [res] = op.results[..] else { return None };
     let d = f.ty(res).dtype();
-    if !d.is_float() || op.operands.iter().any(|v| !f.ty(*v).dtype().is_float()) {
+    if !fuses(d) || op.operands.iter().any(|v| !fuses(f.ty(*v).dtype())) {
         return None;
     }
     match (&op.kind, &op.operands[..]) {
@@ -33,7 +39,7 @@ pub(super) fn as_link(f: &Func, op: &Op, prev: ValueId) -> Option<(Link, Option<
 /// Find fused chains in a region: each member's result has exactly one use, the next member.
 /// Whether `op` can be the first link of a fused chain (a float unary/binary/cast on float operands).
 pub(super) fn can_start(f: &Func, op: &Op) -> bool {
-    let float = |v: &ValueId| f.ty(*v).dtype().is_float();
+    let float = |v: &ValueId| fuses(f.ty(*v).dtype());
     op.results.len() == 1
         && float(&op.results[0])
         && match (&op.kind, &op.operands[..]) {
@@ -58,7 +64,7 @@ pub(super) fn find_chains(
     let mut has_prev = vec![false; n];
     for (i, op) in r.ops.iter().enumerate() {
         let [v] = op.results[..] else { continue };
-        if all_uses.get(&v) != Some(&1) || !f.ty(v).dtype().is_float() {
+        if all_uses.get(&v) != Some(&1) || !fuses(f.ty(v).dtype()) {
             continue;
         }
         let starts = can_start(f, op);
@@ -139,7 +145,7 @@ pub(super) fn epilogue(
     };
     let ty = f.ty(v);
     let rank = ty.shape().len();
-    if !ty.dtype().is_float() || rank == 0 || ty.shape()[rank - 1] < 2 {
+    if !fuses(ty.dtype()) || rank == 0 || ty.shape()[rank - 1] < 2 {
         return None;
     }
     let j = (i + 1..r.ops.len()).find(|&j| r.ops[j].operands.contains(&v))?;

@@ -13,8 +13,8 @@ use half::bf16;
 pub(super) fn elem_size(d: DType) -> usize {
     match d {
         DType::F32 | DType::I32 | DType::U32 => 4,
-        DType::BF16 => 2,
-        DType::I8 | DType::U8 | DType::Bool => 1,
+        DType::BF16 | DType::F16 => 2,
+        DType::I8 | DType::U8 | DType::Bool | DType::F8E4M3FN | DType::F8E5M2 => 1,
     }
 }
 
@@ -50,6 +50,9 @@ impl Plain for i32 {}
 impl Plain for i8 {}
 impl Plain for u8 {}
 impl Plain for u32 {}
+impl Plain for half::f16 {}
+impl Plain for crate::dtype::f8e4m3fn {}
+impl Plain for crate::dtype::f8e5m2 {}
 
 fn bytes_of<T: Plain>(v: &[T]) -> &[u8] {
     // SAFETY: `Plain` types have no padding, so all `size_of_val(v)` bytes are initialized; u8 has no
@@ -77,6 +80,9 @@ pub(super) fn to_bytes(d: &HostData) -> Vec<u8> {
         HostData::U8(v) => v.clone(),
         HostData::U32(v) => bytes_of(v).to_vec(),
         HostData::Bool(v) => v.iter().map(|x| *x as u8).collect(),
+        HostData::F16(v) => bytes_of(v).to_vec(),
+        HostData::F8E4M3FN(v) => bytes_of(v).to_vec(),
+        HostData::F8E5M2(v) => bytes_of(v).to_vec(),
     }
 }
 
@@ -89,6 +95,9 @@ pub(super) fn from_bytes(dtype: DType, b: &[u8]) -> HostData {
         DType::U8 => HostData::U8(b.to_vec()),
         DType::U32 => HostData::U32(from_plain_bytes(b)),
         DType::Bool => HostData::Bool(b.iter().map(|x| *x != 0).collect()),
+        DType::F16 => HostData::F16(from_plain_bytes(b)),
+        DType::F8E4M3FN => HostData::F8E4M3FN(from_plain_bytes(b)),
+        DType::F8E5M2 => HostData::F8E5M2(from_plain_bytes(b)),
     }
 }
 

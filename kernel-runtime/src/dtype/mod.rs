@@ -1,31 +1,43 @@
 //! Element types a kernel can use, and the compile-time traits that say which operations each supports.
 
-use half::bf16;
+mod float8;
+
+pub use float8::{f8e4m3fn, f8e5m2};
+use half::{bf16, f16};
 use std::fmt;
 
 /// Calls `$m! { (Variant, name, RustType, mlir, stablehlo, numpy, torch, xla_ffi, bits, vmem_bytes,
-/// Class) ... }` with every row. **The dtype table**: one row per element type —
+/// Class, Ops) ... }` with every row. **The dtype table**: one row per element type —
 /// - `name`: what users write and messages print, and the ABI's name (`f32`);
 /// - `RustType`: the host element type (`HostData`, `HostElement`);
 /// - `mlir`: the element type inside a Mosaic kernel (signless integers: signedness lives in the ops);
 /// - `stablehlo`: the element type of an array crossing the kernel boundary (unsigned stays unsigned);
 /// - `numpy` / `torch`: the dtype names of the Python side (`bfloat16` is ml_dtypes' / torch's);
 /// - `xla_ffi`: XLA's `XLA_FFI_DataType` code (= `PrimitiveType`: PRED 1, S8 2, S32 4, U8 6, U32 8,
-///   F32 11, BF16 16);
+///   F16 10, F32 11, BF16 16, F8E5M2 19, F8E4M3FN 20);
 /// - `bits`: the element's bit width (bool: 1); `vmem_bytes`: its size as the VMEM estimate counts it
 ///   (bool is stored as 32-bit masks);
-/// - `Class`: `Float`, `SignedInt`, `UnsignedInt` or `Bool`.
+/// - `Class`: `Float`, `SignedInt`, `UnsignedInt` or `Bool`;
+/// - `Ops`: `Arith` (the op table's ops of its class) or `Storage` (loads, stores, casts, and `dot`
+///   where the target's `matmul_dtypes` has it: the narrow floats, whose arithmetic no TPU's VPU
+///   does — a kernel casts them to f32/bf16 first). Which generations compile a storage dtype at all
+///   is the target table's (`TargetInfo::storage_dtypes`).
 #[macro_export]
 macro_rules! for_each_dtype {
     ($m:ident) => {
         $m! {
-            (F32, "f32", f32, "f32", "f32", "float32", "float32", 11, 32, 4, Float)
-            (BF16, "bf16", half::bf16, "bf16", "bf16", "bfloat16", "bfloat16", 16, 16, 2, Float)
-            (I32, "i32", i32, "i32", "i32", "int32", "int32", 4, 32, 4, SignedInt)
-            (I8, "i8", i8, "i8", "i8", "int8", "int8", 2, 8, 1, SignedInt)
-            (U8, "u8", u8, "i8", "ui8", "uint8", "uint8", 6, 8, 1, UnsignedInt)
-            (U32, "u32", u32, "i32", "ui32", "uint32", "uint32", 8, 32, 4, UnsignedInt)
-            (Bool, "bool", bool, "i1", "i1", "bool", "bool", 1, 1, 4, Bool)
+            (F32, "f32", f32, "f32", "f32", "float32", "float32", 11, 32, 4, Float, Arith)
+            (BF16, "bf16", half::bf16, "bf16", "bf16", "bfloat16", "bfloat16", 16, 16, 2, Float, Arith)
+            (I32, "i32", i32, "i32", "i32", "int32", "int32", 4, 32, 4, SignedInt, Arith)
+            (I8, "i8", i8, "i8", "i8", "int8", "int8", 2, 8, 1, SignedInt, Arith)
+            (U8, "u8", u8, "i8", "ui8", "uint8", "uint8", 6, 8, 1, UnsignedInt, Arith)
+            (U32, "u32", u32, "i32", "ui32", "uint32", "uint32", 8, 32, 4, UnsignedInt, Arith)
+            (Bool, "bool", bool, "i1", "i1", "bool", "bool", 1, 1, 4, Bool, Arith)
+            (F16, "f16", half::f16, "f16", "f16", "float16", "float16", 10, 16, 2, Float, Storage)
+            (F8E4M3FN, "float8_e4m3fn", $crate::dtype::f8e4m3fn, "f8E4M3FN", "f8E4M3FN",
+                "float8_e4m3fn", "float8_e4m3fn", 20, 8, 1, Float, Storage)
+            (F8E5M2, "float8_e5m2", $crate::dtype::f8e5m2, "f8E5M2", "f8E5M2",
+                "float8_e5m2", "float8_e5m2", 19, 8, 1, Float, Storage)
         }
     };
 }
@@ -35,9 +47,20 @@ pub use for_each_dtype;
 /// op's operand check reads it directly.
 pub use kernel_ops::ElementClass as DTypeClass;
 
+/// What kernels may do with a dtype's values (a column of the dtype table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DTypeOps {
+    /// The op table's ops of the dtype's class.
+    Arith,
+    /// Loads, stores, casts, and `dot` where the target's MXU takes it; no elementwise arithmetic,
+    /// comparisons or reductions (cast to f32/bf16 first).
+    Storage,
+}
+
 macro_rules! dtype_enum {
     ($( ($V:ident, $name:literal, $rust:ty, $mlir:literal, $shlo:literal, $numpy:literal,
-         $torch:literal, $ffi:literal, $bits:literal, $vmem:literal, $class:ident) )*) => {
+         $torch:literal, $ffi:literal, $bits:literal, $vmem:literal, $class:ident,
+         $ops:ident) )*) => {
         /// An element type as the IR sees it: one row of [`for_each_dtype!`] each.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum DType { $( $V, )* }
@@ -87,12 +110,16 @@ macro_rules! dtype_enum {
             pub const fn class(self) -> DTypeClass {
                 match self { $(DType::$V => DTypeClass::$class,)* }
             }
+            /// What kernels may do with its values.
+            pub const fn ops(self) -> DTypeOps {
+                match self { $(DType::$V => DTypeOps::$ops,)* }
+            }
         }
     };
 }
 for_each_dtype!(dtype_enum);
 
-pub use DType::{Bool as BOOL, BF16, F32, I32, I8, U32, U8};
+pub use DType::{Bool as BOOL, BF16, F16, F32, F8E4M3FN, F8E5M2, I32, I8, U32, U8};
 
 impl DType {
     pub const fn is_float(self) -> bool {
@@ -158,6 +185,9 @@ impl Literal {
             DType::U32 => (v as u32) as u64,
             DType::I8 => (v as i8) as u8 as u64,
             DType::U8 => (v as u8) as u64,
+            DType::F16 => f16::from_f64(v).to_bits() as u64,
+            DType::F8E4M3FN => f8e4m3fn::from_f64(v).to_bits() as u64,
+            DType::F8E5M2 => f8e5m2::from_f64(v).to_bits() as u64,
         };
         Literal { dtype, bits }
     }
@@ -196,6 +226,9 @@ impl Literal {
             DType::U32 => self.bits as u32 as f64,
             DType::I8 => self.bits as u8 as i8 as f64,
             DType::U8 => self.bits as u8 as f64,
+            DType::F16 => f16::from_bits(self.bits as u16).to_f64(),
+            DType::F8E4M3FN => f8e4m3fn::from_bits(self.bits as u8).to_f64(),
+            DType::F8E5M2 => f8e5m2::from_bits(self.bits as u8).to_f64(),
         }
     }
     /// The value as i64 for integer and bool dtypes (signed per dtype).
@@ -204,14 +237,17 @@ impl Literal {
             DType::I32 => self.bits as u32 as i32 as i64,
             DType::I8 => self.bits as u8 as i8 as i64,
             DType::U32 | DType::U8 | DType::Bool => self.bits as i64,
-            DType::F32 | DType::BF16 => self.as_f64() as i64,
+            DType::F32 | DType::BF16 | DType::F16 | DType::F8E4M3FN | DType::F8E5M2 => {
+                self.as_f64() as i64
+            }
         }
     }
     /// MLIR literal text: floats as exact hex bit patterns, integers in decimal.
     pub fn mlir(self) -> String {
         match self.dtype {
             DType::F32 => format!("0x{:08X}", self.bits as u32),
-            DType::BF16 => format!("0x{:04X}", self.bits as u16),
+            DType::BF16 | DType::F16 => format!("0x{:04X}", self.bits as u16),
+            DType::F8E4M3FN | DType::F8E5M2 => format!("0x{:02X}", self.bits as u8),
             DType::Bool => if self.bits != 0 { "true" } else { "false" }.to_string(),
             _ => self.as_i64().to_string(),
         }
@@ -236,11 +272,13 @@ mod sealed {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a kernel element type",
     label = "not a kernel element type",
-    note = "kernel element types are f32, bf16, i32, i8, u8, u32 and bool"
+    note = "kernel element types are f32, bf16, f16, f8e4m3fn, f8e5m2, i32, i8, u8, u32 and bool"
 )]
 pub trait Element: Copy + 'static + sealed::Sealed {
     const DTYPE: DType;
     fn literal(self) -> Literal;
+    /// The element whose bit pattern is `bits` (a [`Literal`]'s; bool: nonzero).
+    fn from_literal_bits(bits: u64) -> Self;
 }
 
 /// Element types with arithmetic (`+ - * / %`, min/max, comparisons, reductions).
@@ -268,14 +306,14 @@ pub trait Integer: Numeric {}
 /// Element types `dot` accepts, with the type it accumulates in (f32 for floats, i32 for i8).
 #[diagnostic::on_unimplemented(
     message = "`dot` is not defined for `{Self}`",
-    note = "the MXU multiplies bf16, f32 (accumulating in f32) and i8 (accumulating in i32)"
+    note = "the MXU multiplies bf16, f32, f8e4m3fn and f8e5m2 (accumulating in f32) and i8 (accumulating in i32)"
 )]
 pub trait DotElement: Element {
     type Acc: Numeric;
 }
 
 macro_rules! element {
-    ($t:ty, $d:expr, |$v:ident| $bits:expr) => {
+    ($t:ty, $d:expr, |$v:ident| $bits:expr, |$b:ident| $from:expr) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = $d;
@@ -286,16 +324,35 @@ macro_rules! element {
                     bits: $bits,
                 }
             }
+            #[inline]
+            fn from_literal_bits($b: u64) -> Self {
+                $from
+            }
         }
     };
 }
-element!(f32, DType::F32, |v| v.to_bits() as u64);
-element!(bf16, DType::BF16, |v| v.to_bits() as u64);
-element!(i32, DType::I32, |v| v as u32 as u64);
-element!(i8, DType::I8, |v| v as u8 as u64);
-element!(u8, DType::U8, |v| v as u64);
-element!(u32, DType::U32, |v| v as u64);
-element!(bool, DType::Bool, |v| v as u64);
+element!(f32, DType::F32, |v| v.to_bits() as u64, |b| f32::from_bits(
+    b as u32
+));
+element!(bf16, DType::BF16, |v| v.to_bits() as u64, |b| {
+    bf16::from_bits(b as u16)
+});
+element!(i32, DType::I32, |v| v as u32 as u64, |b| b as u32 as i32);
+element!(i8, DType::I8, |v| v as u8 as u64, |b| b as u8 as i8);
+element!(u8, DType::U8, |v| v as u64, |b| b as u8);
+element!(u32, DType::U32, |v| v as u64, |b| b as u32);
+element!(bool, DType::Bool, |v| v as u64, |b| b != 0);
+// The narrow floats are storage types: loads, stores, casts, `dot` where the target's MXU takes them;
+// arithmetic needs a cast to f32/bf16 first (not `Numeric`: a type error at the user's token).
+element!(f16, DType::F16, |v| v.to_bits() as u64, |b| f16::from_bits(
+    b as u16
+));
+element!(f8e4m3fn, DType::F8E4M3FN, |v| v.to_bits() as u64, |b| {
+    f8e4m3fn::from_bits(b as u8)
+});
+element!(f8e5m2, DType::F8E5M2, |v| v.to_bits() as u64, |b| {
+    f8e5m2::from_bits(b as u8)
+});
 
 impl Numeric for f32 {}
 impl Numeric for bf16 {}
@@ -321,6 +378,12 @@ impl DotElement for bf16 {
 }
 impl DotElement for i8 {
     type Acc = i32;
+}
+impl DotElement for f8e4m3fn {
+    type Acc = f32;
+}
+impl DotElement for f8e5m2 {
+    type Acc = f32;
 }
 
 #[cfg(test)]
@@ -353,11 +416,9 @@ mod table_tests {
             assert!(d.bit_width() <= 8 * d.size_bytes() as u32);
             assert_eq!(d.is_int(), d.mlir().starts_with('i') && *d != DType::Bool);
         }
-        assert_eq!(
-            DType::from_xla_ffi_code(10),
-            None,
-            "f16 is not a kernel dtype (yet)"
-        );
+        assert_eq!(DType::from_xla_ffi_code(10), Some(F16));
+        assert_eq!(DType::from_xla_ffi_code(20), Some(F8E4M3FN));
+        assert_eq!(DType::from_xla_ffi_code(19), Some(F8E5M2));
         let json = DType::table_json();
         assert_eq!(json.as_array().map(Vec::len), Some(DType::ALL.len()));
         assert_eq!(json[1]["numpy"], "bfloat16");
