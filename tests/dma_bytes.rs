@@ -532,3 +532,78 @@ fn random_schedules_get_the_reference_models_verdict() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------- descriptors
+
+/// Copy descriptors kept in a `Vec` (Pallas's Python list of `make_async_copy`): made in one unrolled
+/// loop, started in another, each waited by its own descriptor in a third.
+#[tpu_kernel]
+fn descriptor_list_kernel(
+    x: Ref<f32, Any>,
+    o: RefMut<f32>,
+    a: RefMut<f32>,
+    _b: RefMut<f32>,
+    s: DmaSem,
+) {
+    let mut copies = vec![];
+    for p in unroll(0..4) {
+        copies.push(async_copy(
+            x.at(rows(8 * p, 8)),
+            a.at(rows(8 * p, 8)),
+            s.at(p % 2),
+        ));
+    }
+    for c in unroll(&copies) {
+        c.start();
+    }
+    for (p, c) in unroll(copies.iter().enumerate()) {
+        c.wait();
+        o.at(rows(8 * p, 8))
+            .store(a.at(rows(8 * p, 8)).load() + 1.0);
+    }
+}
+
+#[test]
+fn copy_descriptors_kept_in_a_vec_are_started_and_waited_later() {
+    let call = one_step(descriptor_list_kernel);
+    let x = ramp(ROWS);
+    let want: Vec<f32> = x
+        .as_slice::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v + 1.0)
+        .collect();
+    // Each wait takes one page's bytes from a semaphore with two pages outstanding: after the first
+    // wait on a semaphore neither page is known complete, so reading page 0 there is a race.
+    let e = interpret(&call, &x, false, None).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Race, "{e}");
+    // With the reads after all the waits, it runs — in both engines.
+    let ok = one_step(|x, o, a, _b, s| {
+        let mut copies = vec![];
+        for p in unroll(0..4) {
+            copies.push(async_copy(
+                x.at(rows(8 * p, 8)),
+                a.at(rows(8 * p, 8)),
+                s.at((p % 2) as i32),
+            ));
+        }
+        for c in unroll(&copies) {
+            c.start();
+        }
+        for c in unroll(copies.iter()) {
+            c.wait();
+        }
+        o.store(a.load() + 1.0);
+    });
+    let out = interpret(&ok, &x, false, None).expect("interpret");
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), &want[..]);
+    let mosaic = mosaic_cpu::run(ok.ir(), std::slice::from_ref(&x)).expect("mosaic_cpu");
+    assert_eq!(mosaic[0].as_slice::<f32>().unwrap(), &want[..]);
+    assert!(
+        ok.mosaic_mlir()
+            .expect("lower")
+            .matches("tpu.enqueue_dma")
+            .count()
+            == 4
+    );
+}

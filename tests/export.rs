@@ -327,7 +327,10 @@ fn the_library_description_lists_kernels_params_and_grads() {
         .collect();
     let table: Vec<&str> = tpu_kernel::DType::ALL.iter().map(|d| d.name()).collect();
     assert_eq!(names, table);
-    assert_eq!(&names[..7], ["f32", "bf16", "i32", "i8", "u8", "u32", "bool"]);
+    assert_eq!(
+        &names[..7],
+        ["f32", "bf16", "i32", "i8", "u8", "u32", "bool"]
+    );
     let mm = &d["kernels"][0];
     assert_eq!(mm["name"], json!("matmul"));
     assert_eq!(mm["inputs"], json!(["x", "y"]));

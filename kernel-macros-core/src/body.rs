@@ -221,12 +221,21 @@ impl Checker<'_> {
             }
             Expr::ForLoop(for_loop) => {
                 self.label(&for_loop.label);
-                if !is_loop_binding(&for_loop.pat) {
+                // `for p in unroll(lo..hi)`: the same range rules, the loop stays Rust. `unroll` of any
+                // other iterable (`unroll(&copies)`, `unroll(copies.iter())`) is a Rust loop over a
+                // value known when the kernel is traced: its iterable is plain Rust, not checked.
+                let range = unroll_arg(&for_loop.expr).unwrap_or(&for_loop.expr);
+                let range_like = match unparen(range) {
+                    Expr::Range(_) => true,
+                    Expr::MethodCall(call) => call.method == "step_by",
+                    _ => false,
+                };
+                let plain_rust = unroll_arg(&for_loop.expr).is_some() && !range_like;
+                if !plain_rust && !is_loop_binding(&for_loop.pat) {
                     self.errors.error(&for_loop.pat, MSG_FOR_PATTERN);
                 }
-                // `for p in unroll(lo..hi)`: the same range rules, the loop stays Rust.
-                let range = unroll_arg(&for_loop.expr).unwrap_or(&for_loop.expr);
                 match range_parts(range) {
+                    _ if plain_rust => {}
                     Ok(parts) => {
                         self.expr(parts.lo, Position::Value);
                         self.expr(parts.hi, Position::Value);
@@ -268,6 +277,8 @@ impl Checker<'_> {
             Expr::Try(t) => self.errors.error(t.question_token, MSG_TRY),
             Expr::TryBlock(t) => self.errors.error(t.try_token, MSG_TRY_BLOCK),
             Expr::Yield(y) => self.errors.error(y, MSG_YIELD),
+            // `vec![..]` builds a Rust `Vec` at trace time (of copy descriptors, say): allowed.
+            Expr::Macro(m) if m.mac.path.is_ident("vec") => {}
             Expr::Macro(m) => {
                 let (path, bang) = (&m.mac.path, &m.mac.bang_token);
                 self.errors.error(quote!(#path #bang), MSG_MACRO);

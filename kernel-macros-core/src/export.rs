@@ -520,6 +520,17 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
     let n_arrays = inputs.len();
     let here = quote_spanned!(fn_name.span()=> ::tpu_kernel::SourceLoc { file: ::core::file!(), line: ::core::line!(), col: ::core::column!() });
     quote! {
+        // A type named like the launch fn (types and fns live in different namespaces), so that
+        // `export_library!` reaches the export through any path the fn is reachable by — `use`d
+        // names included (`use kernels::rmsnorm;` imports both).
+        #[doc(hidden)]
+        #[allow(non_camel_case_types, dead_code)]
+        #vis struct #fn_name {}
+        impl #p::ExportedKernel for #fn_name {
+            fn export() -> #p::KernelExport {
+                #export_fn()
+            }
+        }
         #[doc(hidden)]
         #[allow(non_snake_case)]
         #vis fn #export_fn() -> #p::KernelExport {
@@ -614,17 +625,11 @@ pub(crate) fn export_library(input: TokenStream2) -> TokenStream2 {
         return syn::Error::new_spanned(&args.name, "a library name is letters, digits and `_` (it names the XLA FFI target `tpu_kernel_<name>`)").into_compile_error();
     }
     let p = private();
-    let exports = args.kernels.iter().map(|path| {
-        let mut path = path.clone();
-        if let Some(last) = path.segments.last_mut() {
-            last.ident = format_ident!(
-                "__tpu_kernel_export_{}",
-                last.ident,
-                span = last.ident.span()
-            );
-        }
-        quote!(#path())
-    });
+    // Through the type `#[export]` puts beside the launch fn, by the path given: a `use`d name works.
+    let exports = args
+        .kernels
+        .iter()
+        .map(|path| quote_spanned!(path.span()=> <#path as #p::ExportedKernel>::export()));
     let host = args.host.iter().map(|path| {
         let name = path
             .segments

@@ -649,9 +649,9 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
                 .iter()
                 .map(|o| Type::Ref(o.ref_shape(), o.dtype, o.space)),
         );
-        let vals = trace::begin(&grid, &param_types, grid.len())?;
+        let (trace, vals) = trace::begin(&grid, &param_types, grid.len())?;
         self.kernel.call(&vals[grid.len()..]);
-        let body = trace::finish(&self.name, vec![], self.loc)?;
+        let body = trace::finish(trace, &self.name, vec![], self.loc)?;
 
         let aliases = match &self.aliases {
             Some((pairs, at)) => {
@@ -707,7 +707,7 @@ fn trace_block(
     // Pallas passes every index map the scalar-prefetch refs after the grid indices.
     let mut params = vec![Type::Scalar(DType::I32); grid.len()];
     params.extend(prefetch.iter().cloned());
-    let vals = trace::begin(grid, &params, grid.len())?;
+    let (trace, vals) = trace::begin(grid, &params, grid.len())?;
     let idx: Vec<Scalar<i32>> = vals[..grid.len()]
         .iter()
         .map(|v| Scalar::from_val(*v))
@@ -737,7 +737,7 @@ fn trace_block(
             }
         });
     }
-    let func = trace::finish(&format!("transform_{n}"), results, spec.loc)?;
+    let func = trace::finish(trace, &format!("transform_{n}"), results, spec.loc)?;
     if outs.len() != array.shape.len() {
         return Err(kerr!(
             Grid,

@@ -2,6 +2,7 @@
 (and, where Rust has one, the Rust source line), never a crash. One test per kind of mistake."""
 import re
 import subprocess
+import sys
 import textwrap
 
 import jax
@@ -144,6 +145,40 @@ def test_library_whose_exports_do_not_fit_together(tmp_path):
     with pytest.raises(tpu_kernel.LibraryError) as e:
         tpu_kernel.load(so)
     assert "calls `f_bwd`, which this library does not export" in str(e.value) and str(so) in str(e.value)
+
+
+def test_a_kernel_listed_by_a_used_name_is_exported(user_crate):
+    """`use elsewhere::negate;` then `export_library!(.., [negate, ..])`: the export is found through the
+    imported name (it used to fail at a hidden `__tpu_kernel_export_negate`)."""
+    x = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
+    np.testing.assert_array_equal(np.asarray(user_crate.negate(x)), -x)
+
+
+def test_a_truncated_or_foreign_file_is_refused_before_the_loader_maps_it(tmp_path):
+    """A truncated library used to die with SIGBUS inside the system loader (it maps pages past the
+    end of the file): `load` checks the ELF headers and segments first. Each load runs in a child
+    process, so a miss would show as a signal there, not take this test process down."""
+    import tpu_kernel.examples as ex
+
+    data = open(ex.library.path, "rb").read()
+    cases = {f"cut{k}": data[: len(data) * k // 10] for k in (1, 5, 9)}
+    cases["cut_tail"] = data[:-64]
+    cases["text"] = b"not a library\n" * 8
+    cases["empty"] = b""
+    script = textwrap.dedent("""
+        import sys, tpu_kernel
+        try:
+            tpu_kernel.load(sys.argv[1])
+            print("LOADED")
+        except tpu_kernel.LibraryError as e:
+            print("REFUSED", e)
+    """)
+    for name, content in cases.items():
+        so = tmp_path / f"lib{name}.so"
+        so.write_bytes(content)
+        r = subprocess.run([sys.executable, "-c", script, str(so)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"{name}: exit {r.returncode}\n{r.stderr[-2000:]}"
+        assert r.stdout.startswith("REFUSED") and "not a loadable shared library" in r.stdout, (name, r.stdout)
 
 
 def test_error_inside_the_ffi_handler_at_run_time(user_crate):

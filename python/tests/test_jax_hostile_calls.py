@@ -245,6 +245,22 @@ def test_a_long_non_ascii_parameter_value_is_refused_not_a_library_panic():
     assert "block_rows" in str(e.value) and "usize" in str(e.value), str(e.value)
 
 
+def test_nan_and_infinite_static_parameters_pass_exactly_and_out_of_range_ones_are_refused():
+    """JSON has no NaN or infinity: they travel as "nan"/"inf"/"-inf" and Rust reads them as the
+    floats they are (so `eps=inf` runs, and means it); a finite value past f32's range is refused
+    naming the parameter (it used to say "got null")."""
+    x, w = GOOD["rmsnorm"]
+    inf = np.asarray(ex.rmsnorm(x, w, eps=float("inf")), np.float32)
+    assert np.all(inf == 0), "x / sqrt(mean(x²) + inf) is 0"
+    nan = np.asarray(ex.rmsnorm(x, w, eps=float("nan")), np.float32)
+    assert np.all(np.isnan(nan))
+    assert json.loads(ex.library.kernels["rmsnorm"].canonical_params({"eps": float("-inf")}))["eps"] == "-inf"
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        ex.rmsnorm(x, w, eps=1e308)
+    refused(e.value, note=False)
+    assert "eps" in str(e.value) and "outside f32's range" in str(e.value) and "null" not in str(e.value)
+
+
 # -- non-contiguous inputs ---------------------------------------------------------------------------
 
 views = st.sampled_from(["transposed", "strided", "reversed", "fortran", "broadcast", "offset"])

@@ -122,11 +122,8 @@ def test_static_parameter_must_be_static():
 
 
 def test_a_static_parameter_json_cannot_carry_is_named_before_rust_is_asked():
+    # (NaN and the infinities can: they travel as "nan"/"inf"/"-inf", test_jax_hostile_calls.py.)
     calls = ex.library.rust_calls
-    for bad in (float("nan"), float("inf"), np.float32("nan")):
-        with pytest.raises(tpu_kernel.KernelError, match="eps=.*cannot be sent to the library") as e:
-            ex.rmsnorm(_x((16, 256), bf16), _x((1, 256)), eps=bad)
-        assert e.value.argument == "eps"
     with pytest.raises(tpu_kernel.KernelError, match="block=.*not a static value"):
         ex.add(_x((256, 256)), _x((256, 256)), block=(256, object()))
     assert ex.library.rust_calls == calls

@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import inspect
 import json
+import math
 import os
 import threading
 from typing import Any, Mapping, Sequence
@@ -84,6 +85,18 @@ def _scalar_json(v: Any) -> Any:
     if isinstance(v, np.generic):
         return v.item()
     raise TypeError(f"{type(v).__name__} is not a JSON value")
+
+
+def _nonfinite_as_text(v: Any) -> Any:
+    """NaN and the infinities as the strings Rust's float parameters read ("nan", "inf", "-inf"): JSON
+    has no such numbers, and Rust writes them back the same way, so they pass exactly."""
+    if isinstance(v, (float, np.floating)) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, Mapping):
+        return {k: _nonfinite_as_text(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_nonfinite_as_text(x) for x in v]
+    return v
 
 
 # One encoder for every call (json.dumps with options builds a new one each time).
@@ -175,7 +188,7 @@ class Kernel:
         `KernelError` naming the parameter. Asked once per spelling: the answer is cached by the raw
         JSON text of `given`."""
         try:
-            raw = _PARAMS_JSON.encode(given)
+            raw = _PARAMS_JSON.encode(_nonfinite_as_text(given))
         except (ValueError, TypeError):  # not JSON: say which parameter, and why
             for k, v in given.items():
                 _refuse_unless_json(v, kernel=self.name, name=k)
@@ -403,6 +416,39 @@ def _register_ffi(lib: Library) -> None:
     _FFI_TARGETS[lib.ffi_target] = lib.path
 
 
+def _check_elf(path: str) -> None:
+    """Refuse a file the system loader would crash on (SIGBUS on a truncated library: it maps pages
+    past the end of the file) or could not load: an ELF shared object whose headers, program headers,
+    loaded segments and section headers all lie within the file."""
+    import struct
+
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(64)
+
+        def refuse(why: str) -> LibraryError:
+            return LibraryError(f"{path}: not a loadable shared library ({why}); rebuild it with cargo",
+                                path=path)
+
+        if len(head) < 64 or head[:4] != b"\x7fELF":
+            raise refuse("no ELF header")
+        if head[4] != 2 or head[5] != 1:
+            raise refuse("not a 64-bit little-endian ELF file")
+        e_type, = struct.unpack_from("<H", head, 16)
+        if e_type != 3:  # ET_DYN
+            raise refuse(f"ELF type {e_type}, not a shared object")
+        phoff, shoff = struct.unpack_from("<QQ", head, 32)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 54)
+        if phoff + phnum * phentsize > size or shoff + shnum * shentsize > size:
+            raise refuse(f"truncated: its headers reach past its {size} bytes")
+        f.seek(phoff)
+        table = f.read(phnum * phentsize)
+        for i in range(phnum):
+            p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
+            if p_type == 1 and p_offset + p_filesz > size:  # PT_LOAD
+                raise refuse(f"truncated: segment {i} ends at byte {p_offset + p_filesz} of {size}")
+
+
 def load(path: str | os.PathLike) -> Library:
     """Load a kernel library (a cdylib built from a crate exporting tpu_kernel kernels).
 
@@ -416,6 +462,7 @@ def load(path: str | os.PathLike) -> Library:
             return _LOADED[path]
         if not os.path.isfile(path):
             raise LibraryError(f"{path}: no such file (a tpu_kernel library is a .so built by cargo)", path=path)
+        _check_elf(path)
         try:
             cdll = ctypes.CDLL(path)
         except OSError as e:
@@ -431,6 +478,9 @@ def load(path: str | os.PathLike) -> Library:
         raw = cdll.tpu_kernel_library_json()
         try:
             description = json.loads(raw.decode("utf-8")) if raw else None
+            if isinstance(description, dict) and description.get("problems"):
+                raise LibraryError(f"{path}: the library reports problems:\n  "
+                                   + "\n  ".join(map(str, description["problems"])), path=path)
             for key in ("library", "ffi_target", "kernels"):
                 description[key]  # noqa: B018  (presence check)
         except (ValueError, TypeError, KeyError) as e:
@@ -438,9 +488,6 @@ def load(path: str | os.PathLike) -> Library:
                                path=path) from None
         if description.get("abi_version", ABI_VERSION) != ABI_VERSION:
             raise AbiVersionError(path, description["abi_version"], ABI_VERSION)
-        if description.get("problems"):
-            raise LibraryError(f"{path}: the library's exports do not fit together:\n  "
-                               + "\n  ".join(description["problems"]), path=path)
         rows = description.get("dtypes")
         if not isinstance(rows, list) or not all(isinstance(r, dict) and {"name", "numpy", "torch"} <= set(r)
                                                  for r in rows):

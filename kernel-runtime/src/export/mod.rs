@@ -50,6 +50,13 @@ pub struct GradSpec {
 /// The launch function of an export: input array types and static parameters to a built kernel.
 pub type LaunchFn = fn(&[ArrayType], &Params) -> Result<PallasCall>;
 
+/// What `#[export]` implements on the type it puts beside a launch fn (named like it), so that
+/// `export_library!` finds the export by whatever path reaches the fn.
+#[doc(hidden)]
+pub trait ExportedKernel {
+    fn export() -> KernelExport;
+}
+
 /// One exported kernel, as `#[export]` declares it.
 #[derive(Clone, Debug)]
 pub struct KernelExport {

@@ -56,13 +56,34 @@ macro_rules! float_param {
                 stringify!($t).to_string()
             }
             fn from_json(v: &Value) -> Result<Self, String> {
-                // Integers are accepted where a float is expected (`eps=1` in Python).
-                v.as_f64()
-                    .filter(|_| !v.is_boolean())
-                    .map(|x| x as $t)
-                    .ok_or_else(|| format!("expected a number ({}), got {}", stringify!($t), describe(v)))
+                // Integers are accepted where a float is expected (`eps=1` in Python); NaN and the
+                // infinities, which JSON has no numbers for, come as "nan", "inf", "-inf".
+                let x = match v {
+                    Value::String(s) if s == "nan" => return Ok(<$t>::NAN),
+                    Value::String(s) if s == "inf" => return Ok(<$t>::INFINITY),
+                    Value::String(s) if s == "-inf" => return Ok(<$t>::NEG_INFINITY),
+                    Value::Number(n) => n.as_f64(),
+                    _ => None,
+                }
+                .ok_or_else(|| format!("expected a number ({}), got {}", stringify!($t), describe(v)))?;
+                let y = x as $t;
+                if y.is_infinite() {
+                    return Err(format!(
+                        "expected a number ({}), got {x}, which is outside {}'s range (±{:e}); pass \"inf\" or \"-inf\" for an infinity",
+                        stringify!($t),
+                        stringify!($t),
+                        <$t>::MAX
+                    ));
+                }
+                Ok(y)
             }
             fn to_json(&self) -> Value {
+                if self.is_nan() {
+                    return Value::String("nan".into());
+                }
+                if self.is_infinite() {
+                    return Value::String(if *self > 0.0 { "inf" } else { "-inf" }.into());
+                }
                 // The shortest decimal that reads back as this value (`1e-6f32` is 1e-06 in
                 // Python, not 9.999999974752427e-07).
                 let shortest: f64 = self.to_string().parse().unwrap_or(*self as f64);

@@ -60,6 +60,40 @@ fn canonical_params_are_one_form_per_value() {
     assert_eq!(lib.stats.builds.load(Ordering::Relaxed), 0);
 }
 
+/// NaN and the infinities pass exactly (as the strings "nan", "inf", "-inf": JSON has no such
+/// numbers), and a finite value past f32's range is refused naming the parameter, not read as `null`.
+#[test]
+fn non_finite_floats_pass_exactly_and_out_of_range_ones_are_refused() {
+    let lib = Library::new("t", vec![norm()]);
+    for (given, back) in [("inf", "inf"), ("-inf", "-inf"), ("nan", "nan")] {
+        let answer = ask(
+            &lib,
+            "canonical",
+            json!({"kernel": "norm", "params": {"eps": given, "block": [8, 128]}}),
+        );
+        assert_eq!(answer["params"]["eps"], json!(back), "{answer}");
+    }
+    let answer = ask(
+        &lib,
+        "canonical",
+        json!({"kernel": "norm", "params": {"eps": 1e308, "block": [8, 128]}}),
+    );
+    assert_eq!(answer["ok"], json!(false), "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("eps") && message.contains("outside f32's range"),
+        "{answer}"
+    );
+    assert!(!message.contains("null"), "{answer}");
+    // A string that is not one of the three is still not a number.
+    let answer = ask(
+        &lib,
+        "canonical",
+        json!({"kernel": "norm", "params": {"eps": "big", "block": [8, 128]}}),
+    );
+    assert_eq!(answer["ok"], json!(false), "{answer}");
+}
+
 #[test]
 fn canonical_refuses_unknown_missing_and_mistyped_parameters_naming_them() {
     let lib = Library::new("t", vec![norm()]);

@@ -623,6 +623,42 @@ impl<T: Numeric> ArithRhs<T> for FloatLit<T> {
     }
 }
 
+/// A literal right-hand side of an arithmetic operator on a `Scalar<T>`: a literal `T`, a `usize`
+/// compile-time value for `i32` (a block size), an `f32` literal for bf16. (Arrays take no usize
+/// operand: a second integer impl would make `(a % 3).cast::<f32>()` ambiguous.) Implemented for
+/// each element type of the dtype table.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be an operand of arithmetic on `Scalar<{T}>`",
+    label = "expected an `Array<{T}>`, a `Scalar<{T}>` or a literal",
+    note = "both operands need the same element type; cast the other operand first, e.g. `y.cast::<{T}>()`"
+)]
+pub trait ScalarLit<T> {
+    #[doc(hidden)]
+    fn lit_arg(self) -> Arg;
+}
+macro_rules! scalar_lits {
+    ($( ($V:ident, $name:literal, $rust:ty, $($rest:tt)*) )*) => {$(
+        impl ScalarLit<$rust> for $rust {
+            fn lit_arg(self) -> Arg {
+                Arg::Lit(self.literal())
+            }
+        }
+    )*};
+}
+crate::dtype::for_each_dtype!(scalar_lits);
+impl ScalarLit<i32> for usize {
+    #[track_caller]
+    fn lit_arg(self) -> Arg {
+        IntoArg::<i32>::into_arg(self)
+    }
+}
+impl ScalarLit<bf16> for f32 {
+    fn lit_arg(self) -> Arg {
+        IntoArg::<bf16>::into_arg(self)
+    }
+}
+
 macro_rules! arith_op {
     ($Tr:ident, $m:ident, $ATr:ident, $am:ident, $op:ident, $bound:ident) => {
         // A single impl for `Array<T> op rhs` (the accepted right-hand sides are the impls of `ArithRhs`), so that
@@ -648,15 +684,7 @@ macro_rules! arith_op {
                 Scalar::from_val(binary(BinaryOp::$op, self.v.into(), r.v.into(), SourceLoc::caller()))
             }
         }
-        impl<T: $bound> ops::$Tr<T> for Scalar<T> {
-            type Output = Scalar<T>;
-            #[track_caller]
-            fn $m(self, r: T) -> Scalar<T> {
-                Scalar::from_val(binary(BinaryOp::$op, self.v.into(), Arg::Lit(r.literal()), SourceLoc::caller()))
-            }
-        }
-        arith_op!(@lit $Tr, $m, $op, Scalar, bf16, f32);
-        arith_op!(@lit $Tr, $m, $op, Scalar, i32, usize);
+        arith_op!(@lit $Tr, $m, $op; f32, bf16, i32, i8, u8, u32);
         arith_op!(@rev $Tr, $m, $op, $bound; f32, bf16, i32, i8, u8, u32);
         impl<T, R> ops::$ATr<R> for Array<T>
         where
@@ -677,18 +705,20 @@ macro_rules! arith_op {
             }
         }
     };
-    // `Array<bf16> * 2.0` (f32 literal), `Scalar<i32> * n` (usize compile-time value, e.g. a block size).
-    // Arrays take no usize operand: a second integer impl would make `(a % 3).cast::<f32>()` ambiguous.
-    (@lit $Tr:ident, $m:ident, $op:ident, $H:ident, $elem:ty, $lit:ty) => {
-        impl ops::$Tr<$lit> for $H<$elem> {
-            type Output = $H<$elem>;
+    // One impl per element type for every literal right-hand side (the impls of `ScalarLit`), so an
+    // integer literal next to a `Scalar<i32>` stays an `{integer}` that falls back to i32 — an impl
+    // each for `i32` and `usize` would leave `(i * hb - 1).max(0)` ambiguous (E0282). Per element type,
+    // not over `T`: a downstream crate could implement `ScalarLit<Its>` for `Array<Its>`, which would
+    // overlap the `Array<T>` operand impl.
+    (@lit $Tr:ident, $m:ident, $op:ident; $($t:ty),*) => {$(
+        impl<L: ScalarLit<$t>> ops::$Tr<L> for Scalar<$t> {
+            type Output = Scalar<$t>;
             #[track_caller]
-            fn $m(self, r: $lit) -> $H<$elem> {
-                let lit = <$lit as IntoArg<$elem>>::into_arg(r);
-                $H::from_val(binary(BinaryOp::$op, self.v.into(), lit, SourceLoc::caller()))
+            fn $m(self, r: L) -> Scalar<$t> {
+                Scalar::from_val(binary(BinaryOp::$op, self.v.into(), r.lit_arg(), SourceLoc::caller()))
             }
         }
-    };
+    )*};
     // `2.0 * x`
     (@rev $Tr:ident, $m:ident, $op:ident, $bound:ident; $($t:ty),*) => {$(
         impl ops::$Tr<Array<$t>> for $t {

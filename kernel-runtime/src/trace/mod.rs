@@ -95,8 +95,30 @@ thread_local! {
     static STRAY_USE: Cell<Option<SourceLoc>> = const { Cell::new(None) };
 }
 
-/// Start a trace of a function with the given parameter types; returns their handles.
-pub(crate) fn begin(grid: &[usize], params: &[Type], n_grid_args: usize) -> Result<Vec<Val>> {
+/// The trace this thread runs, from [`begin`] to [`finish`]: dropped before `finish` (an early return
+/// on an error), it ends the trace, so a failed `build()` leaves nothing behind on its thread. During
+/// a panic it leaves the trace for `build()`'s handler, which collects its first error ([`abort`]).
+#[must_use = "a trace ends at `finish` or when its guard drops"]
+pub(crate) struct TraceGuard(());
+
+impl Drop for TraceGuard {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            TRACER.with(|cell| {
+                if let Ok(mut slot) = cell.try_borrow_mut() {
+                    slot.take();
+                }
+            });
+        }
+    }
+}
+
+/// Start a trace of a function with the given parameter types; returns its guard and their handles.
+pub(crate) fn begin(
+    grid: &[usize],
+    params: &[Type],
+    n_grid_args: usize,
+) -> Result<(TraceGuard, Vec<Val>)> {
     let gen = NEXT_GEN.fetch_add(1, Ordering::Relaxed).max(1);
     let mut t = Tracer {
         gen,
@@ -124,11 +146,16 @@ pub(crate) fn begin(grid: &[usize], params: &[Type], n_grid_args: usize) -> Resu
         *slot = Some(t);
         Ok(())
     })?;
-    Ok(vals)
+    Ok((TraceGuard(()), vals))
 }
 
 /// End the current trace, producing the function (or the first error recorded).
-pub(crate) fn finish(name: &str, results: Vec<Val>, loc: SourceLoc) -> Result<Func> {
+pub(crate) fn finish(
+    _trace: TraceGuard,
+    name: &str,
+    results: Vec<Val>,
+    loc: SourceLoc,
+) -> Result<Func> {
     let t = TRACER.with(|cell| cell.borrow_mut().take());
     let Some(mut t) = t else {
         return Err(kerr!(Trace, "no kernel trace is running"));

@@ -43,10 +43,12 @@ impl UnrollBound for i64 {
 }
 
 /// `for p in unroll(lo..hi)` or `unroll((lo..hi).step_by(step))` in a kernel body: the body is traced
-/// once per value of `p` (a `usize`), with no `scf.for`. Outside a `for` loop of a kernel body this is
-/// the plain range.
-pub fn unroll<I: IntoIterator<Item = usize>>(range: I) -> I::IntoIter {
-    range.into_iter()
+/// once per value of `p` (a `usize`), with no `scf.for`. `unroll` of any other iterable known when the
+/// kernel is traced — `unroll(&copies)`, `unroll(pages.iter().enumerate())` over a `Vec` of copy
+/// descriptors built in an earlier unrolled loop, say — is the same Rust loop over its items (Pallas's
+/// Python `for c in copies:`). Outside a kernel body this is the iterable itself.
+pub fn unroll<I: IntoIterator>(iterable: I) -> I::IntoIter {
+    iterable.into_iter()
 }
 
 /// What `for p in unroll(lo..hi)` becomes.

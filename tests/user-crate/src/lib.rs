@@ -62,9 +62,33 @@ pub fn by_target(x: ArrayType, target: Target) -> Result<PallasCall, KernelError
         .build()
 }
 
+/// Kernels in a module of their own, listed in `export_library!` by a `use`d name.
+mod elsewhere {
+    use tpu_kernel::prelude::*;
+
+    #[tpu_kernel]
+    fn negate_kernel(x: Ref<f32>, o: RefMut<f32>) {
+        o.store(-x.load());
+    }
+
+    /// `-x` for an f32 `[m, n]` array, 8 rows per step.
+    #[export]
+    pub fn negate(x: ArrayType) -> Result<PallasCall, KernelError> {
+        let [m, n] = x.dims()?;
+        let rows = || BlockSpec::new([8, n], |[i]| (i, 0));
+        pallas_call(negate_kernel)
+            .grid([x.blocks(0, 8)?])
+            .input(x, rows())
+            .output(ArrayType::new([m, n], F32), rows())
+            .build()
+    }
+}
+use elsewhere::negate;
+
 tpu_kernel::export_library!(
     "user_crate",
     [
+        negate,
         scale,
         bad_rows,
         by_target,
