@@ -25,7 +25,7 @@ fn integer_literals_next_to_traced_scalars_need_no_suffix() {
         )
         .output(
             ArrayType::new([32, 128], F32),
-            BlockSpec::new([8, 128], |[i]| [i, 0 * i]),
+            BlockSpec::new([8, 128], |[i]| (i, 0)),
         )
         .build()
         .expect("build");
