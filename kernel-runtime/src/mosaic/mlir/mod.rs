@@ -34,7 +34,8 @@ pub fn build<'c>(ctx: &'c Context, m: &MModule) -> Result<Module<'c>> {
 /// How [`text`] prints a module.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Form {
-    /// Each op in its custom syntax, no locations (`--emit mlir`).
+    /// Each op in its custom syntax, no locations (`--emit mlir`) — except the few whose custom syntax
+    /// differs between LLVM 22 and jaxlib's MLIR, printed generically so jaxlib parses the text too.
     #[default]
     Custom,
     /// Each op in its custom syntax with its Rust source location (`loc(...)`), e.g. to map a Mosaic
@@ -53,15 +54,46 @@ pub fn text(m: &MModule, form: Form) -> Result<String> {
         let module = build(ctx, m)?;
         let flags = melior::ir::operation::OperationPrintingFlags::new();
         let flags = match form {
-            Form::Custom => return Ok(module.as_operation().to_string()),
+            Form::Custom => return Ok(portable(&module.as_operation().to_string())),
             Form::WithLocations => flags.enable_debug_info(true, false),
             Form::Generic => flags.print_generic_operation_form(),
         };
-        module
+        let text = module
             .as_operation()
             .to_string_with_flags(flags)
-            .map_err(|e| kerr!(Lowering, "printing the module: {e}"))
+            .map_err(|e| kerr!(Lowering, "printing the module: {e}"))?;
+        Ok(if form == Form::Generic {
+            text
+        } else {
+            portable(&text)
+        })
     })
+}
+
+/// The custom-form text with the ops whose custom syntax differs between LLVM 22 and jaxlib's MLIR
+/// written in the generic form, which every MLIR parses, so the readable text parses under jaxlib too:
+/// `vector.extract_strided_slice %x {offsets = .., sizes = .., strides = ..} : T to U` (jaxlib:
+/// `%x offsets = .., ..`) becomes `"vector.extract_strided_slice"(%x) <{..}> : (T) -> U`.
+fn portable(text: &str) -> String {
+    const OP: &str = " = vector.extract_strided_slice ";
+    let mut out = String::with_capacity(text.len() + 64);
+    for line in text.split_inclusive('\n') {
+        out.push_str(&portable_line(line, OP).unwrap_or_else(|| line.to_string()));
+    }
+    out
+}
+
+fn portable_line(line: &str, op: &str) -> Option<String> {
+    let (head, rest) = line.split_once(op)?;
+    let (operand, rest) = rest.split_once(" {")?;
+    let (attrs, rest) = rest.split_once("} : ")?;
+    let (from, rest) = rest.split_once(" to ")?;
+    // The result type is a vector type; a location or the newline may follow.
+    let end = rest.find('>')? + 1;
+    let (to, tail) = rest.split_at(end);
+    Some(format!(
+        "{head} = \"vector.extract_strided_slice\"({operand}) <{{{attrs}}}> : ({from}) -> {to}{tail}"
+    ))
 }
 
 /// The attribute `text` in `ctx`, parsed once per context (see `context::memo_attr`).
