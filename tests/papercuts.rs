@@ -89,3 +89,58 @@ fn a_failed_build_leaves_nothing_behind_on_its_thread() {
     assert!(e.message.contains("in the body"), "{e}");
     copy_call(0).expect("the next build after a panic");
 }
+
+/// A launch without a grid takes whole arrays, as Pallas's grid-free `pallas_call` (libtpu refuses
+/// window attributes without iteration bounds): a window is refused with a hint, and the hint (a
+/// one-step grid) builds; a whole-array block runs with no grid.
+#[test]
+fn a_grid_free_launch_takes_whole_arrays() {
+    let e = pallas_call(copy_kernel)
+        .input(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([8, 128], |[]| (1, 0)),
+        )
+        .output(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[]| (0, 0)),
+        )
+        .build()
+        .unwrap_err();
+    assert!(
+        e.message.contains("without a grid takes whole arrays") && e.message.contains(".grid([1])"),
+        "{e}"
+    );
+    assert_eq!(e.argument.as_deref(), Some("input 0"), "{e}");
+    // The hint: a one-step grid (whose index maps then take the step's index).
+    pallas_call(copy_kernel)
+        .grid([1])
+        .input(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([8, 128], |[_]| (1, 0)),
+        )
+        .output(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[_]| (0, 0)),
+        )
+        .build()
+        .expect("the hint builds");
+    let whole = pallas_call(copy_kernel)
+        .input(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([8, 128], F32),
+            BlockSpec::new([8, 128], |[]| (0, 0)),
+        )
+        .build()
+        .expect("whole arrays");
+    let x = HostArray::from_vec([8, 128], (0..1024).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+    assert_eq!(whole.interpret(std::slice::from_ref(&x)).unwrap()[0], x);
+    let text = whole.mosaic_mlir().expect("lower");
+    assert!(
+        !text.contains("iteration_bounds") && !text.contains("window_params"),
+        "{text}"
+    );
+    assert!(!text.contains("@transform_"), "{text}");
+}

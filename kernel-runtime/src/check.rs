@@ -124,6 +124,9 @@ fn check_index_map(op: &Operand, grid: &[usize], aliased: bool) -> Result<()> {
     let Some(block) = &op.block else {
         return Ok(());
     };
+    if grid.is_empty() {
+        return whole_array_block(op, block);
+    }
     // A map that reads scalar-prefetch data depends on values known only at run time: the
     // interpreter checks its blocks at every step instead.
     if block.index_map.reads_refs() {
@@ -198,6 +201,32 @@ fn check_index_map(op: &Operand, grid: &[usize], aliased: bool) -> Result<()> {
 }
 
 /// Evaluate a scalar `i32` function (an index map) on concrete grid indices.
+/// A launch without a grid takes whole arrays, as Pallas's grid-free `pallas_call` does ("Non-trivial
+/// windowing is not supported"): its Mosaic has no `iteration_bounds` and no `window_params`, so a
+/// block must be the whole array, at block index 0.
+fn whole_array_block(op: &Operand, block: &crate::ir::BlockIr) -> Result<()> {
+    let idx = if block.index_map.reads_refs() {
+        None
+    } else {
+        Some(eval_index_map(&block.index_map, &[])?)
+    };
+    let whole =
+        block.block_shape == op.shape && idx.as_ref().is_some_and(|i| i.iter().all(|&x| x == 0));
+    if whole {
+        return Ok(());
+    }
+    let at = match &idx {
+        Some(i) => format!("block index {i:?}"),
+        None => "a block index read from scalar-prefetch data".to_string(),
+    };
+    Err(kerr!(
+        Grid,
+        "a launch without a grid takes whole arrays (as Pallas's grid-free pallas_call): block {:?} at {at} of the {:?} array is a window; give the launch a grid (`.grid([1])` for one step) or make the block the whole array",
+        block.block_shape,
+        op.shape
+    ))
+}
+
 pub fn eval_index_map(f: &Func, args: &[i64]) -> Result<Vec<i64>> {
     eval_index_map_with(f, args, &[])
 }

@@ -25,7 +25,8 @@ use crate::mosaic::{MBlock, MFunc, MModule, MType, MValue};
 /// Lower a kernel to the Mosaic module as data (no MLIR involved).
 pub fn lower_module(k: &Kernel) -> Result<MModule> {
     let mut funcs = vec![lower_kernel_fn(k)?];
-    for o in &k.operands {
+    // A launch without a grid has whole-array blocks and, as Pallas emits it, no index maps.
+    for o in k.operands.iter().filter(|_| !k.grid.is_empty()) {
         if let Some(b) = &o.block {
             funcs.push(lower_func(&b.index_map, vec![])?);
         }
@@ -86,21 +87,19 @@ fn lower_kernel_fn(k: &Kernel) -> Result<MFunc> {
         .iter()
         .filter(|o| o.role == OperandRole::Scratch)
         .count();
-    let attrs = vec![
+    let mut attrs = vec![
         ("dimension_semantics", format!("[{sem}]")),
-        (
-            "iteration_bounds",
-            if grid.is_empty() {
-                "array<i64>".into()
-            } else {
-                format!("array<i64: {grid}>")
-            },
-        ),
+        ("iteration_bounds", format!("array<i64: {grid}>")),
         ("scalar_prefetch", format!("{} : i64", k.scalar_prefetch)),
         ("scratch_operands", format!("{n_scratch} : i64")),
         ("tpu.core_type", "#tpu.core_type<tc>".into()),
         ("window_params", format!("[{}]", windows.join(", "))),
     ];
+    if k.grid.is_empty() {
+        // Pallas's grid-free form: no iteration bounds and no windows (libtpu refuses window
+        // attributes without explicit iteration bounds); `check` holds every block to its whole array.
+        attrs.retain(|(name, _)| !matches!(*name, "iteration_bounds" | "window_params"));
+    }
     lower_func(&k.body, attrs)
 }
 

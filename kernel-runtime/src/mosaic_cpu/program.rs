@@ -130,25 +130,26 @@ pub(super) fn rewrite(k: &Kernel, module: &Module<'_>) -> Result<Program> {
     let kernels: Vec<OperationRef<'_, '_>> = funcs
         .iter()
         .copied()
-        .filter(|f| f.attribute("iteration_bounds").is_ok())
+        .filter(|f| f.attribute("dimension_semantics").is_ok())
         .collect();
     let [kernel] = kernels[..] else {
         return Err(kerr!(
             Lowering,
-            "mosaic_cpu: expected one kernel function (with `iteration_bounds`), found {}",
+            "mosaic_cpu: expected one kernel function (with `dimension_semantics`), found {}",
             kernels.len()
         ));
     };
-    let grid = DenseI64ArrayAttribute::try_from(
-        kernel
-            .attribute("iteration_bounds")
-            .map_err(|_| bad("iteration_bounds"))?,
-    )
-    .map_err(|_| bad("iteration_bounds"))?;
-    let grid: Vec<usize> = (0..grid.len())
-        .map(|i| grid.element(i).map(|g| g as usize))
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|_| bad("iteration_bounds"))?;
+    // A grid-free kernel (Pallas's form) has no `iteration_bounds` and no `window_params`.
+    let grid: Vec<usize> = match kernel.attribute("iteration_bounds") {
+        Err(_) => Vec::new(),
+        Ok(a) => {
+            let g = DenseI64ArrayAttribute::try_from(a).map_err(|_| bad("iteration_bounds"))?;
+            (0..g.len())
+                .map(|i| g.element(i).map(|g| g as usize))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|_| bad("iteration_bounds"))?
+        }
+    };
     let int = |name: &str| -> Result<i64> {
         kernel
             .attribute(name)
@@ -159,12 +160,11 @@ pub(super) fn rewrite(k: &Kernel, module: &Module<'_>) -> Result<Program> {
     };
     let prefetch = usize::try_from(int("scalar_prefetch")?).map_err(|_| bad("scalar_prefetch"))?;
     let scratch = usize::try_from(int("scratch_operands")?).map_err(|_| bad("scratch_operands"))?;
-    let params = ArrayAttribute::try_from(
-        kernel
-            .attribute("window_params")
-            .map_err(|_| bad("window_params"))?,
-    )
-    .map_err(|_| bad("window_params"))?;
+    let params = match kernel.attribute("window_params") {
+        Ok(a) => Some(ArrayAttribute::try_from(a).map_err(|_| bad("window_params"))?),
+        Err(_) if grid.is_empty() => None,
+        Err(_) => return Err(bad("window_params")),
+    };
 
     let files = files(k);
     let mut rw = Rewriter::new(&files);
@@ -176,8 +176,10 @@ pub(super) fn rewrite(k: &Kernel, module: &Module<'_>) -> Result<Program> {
     } = rw.function(kernel, KERNEL_FN)?;
 
     let mut windows = Vec::new();
-    for i in 0..params.len() {
-        let p = params.element(i).map_err(|_| bad("window_params"))?;
+    for i in 0..params.map_or(0, |p| p.len()) {
+        let p = params
+            .and_then(|p| p.element(i).ok())
+            .ok_or_else(|| bad("window_params"))?;
         let dict = DictionaryAttribute::try_from(p).map_err(|_| bad("window_params"))?;
         let Some(t) = dict.element_by_name("transform_indices") else {
             windows.push(None);

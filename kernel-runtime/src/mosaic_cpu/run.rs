@@ -96,8 +96,10 @@ impl Compiled {
                 program.prefetch
             )));
         }
+        // A grid-free module (Pallas's form) has no windows: its blocks are whole arrays.
+        let grid_free = k.grid.is_empty() && program.windows.is_empty();
         let n_windows = k.operands.len().saturating_sub(n_scratch + np);
-        if program.windows.len() != n_windows {
+        if !grid_free && program.windows.len() != n_windows {
             return Err(mismatch(format!(
                 "{} window_params for {n_windows} inputs and outputs",
                 program.windows.len()
@@ -114,6 +116,7 @@ impl Compiled {
         map_args.extend(k.prefetch().map(buffer));
         for (o, w) in k.operands.iter().skip(np).zip(&program.windows) {
             let ok = match (&o.block, w) {
+                _ if grid_free => true,
                 (None, None) => true,
                 (Some(b), Some(w)) => {
                     w.bounds == b.block_shape
@@ -319,6 +322,12 @@ impl Steps<'_> {
 impl BlockEngine for Steps<'_> {
     fn block_index(&mut self, i: usize, point: &[i64], idx: &mut Vec<i64>) -> Result<()> {
         let Some(Some(t)) = self.c.transforms.get(i) else {
+            if self.c.kernel.grid.is_empty() {
+                // Grid-free: every block is its whole array (held by `check`), at block 0.
+                idx.clear();
+                idx.resize(self.c.kernel.operands[i].shape.len(), 0);
+                return Ok(());
+            }
             return Err(kerr!(Lowering, "mosaic_cpu: operand {i} has no index map"));
         };
         let n = t.results;

@@ -85,10 +85,31 @@ mod elsewhere {
 }
 use elsewhere::negate;
 
+#[tpu_kernel]
+fn whole_add_kernel(x: Ref<f32>, y: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.load() + y.load());
+}
+
+/// `x + y` in one grid-free launch: whole-array blocks and no grid, as Pallas's grid-free
+/// `pallas_call` (its Mosaic has no iteration bounds and no windows).
+#[export]
+pub fn whole_add(x: ArrayType, y: ArrayType) -> Result<PallasCall, KernelError> {
+    let [m, n] = x.dims()?;
+    let whole = || BlockSpec::new([m, n], |[]| (0, 0));
+    let (bx, by, bo) = (whole(), whole(), whole());
+    let out = ArrayType::new([m, n], F32);
+    pallas_call(whole_add_kernel)
+        .input(x, bx)
+        .input(y, by)
+        .output(out, bo)
+        .build()
+}
+
 tpu_kernel::export_library!(
     "user_crate",
     [
         negate,
+        whole_add,
         scale,
         bad_rows,
         by_target,
