@@ -310,8 +310,44 @@ fn roll_axis_kernel(x: Ref<f32>, o: RefMut<f32>) {
     o.store(roll(x.load(), 1, -3)); // E:roll_axis
 }
 
+#[tpu_kernel]
+fn roll_bool_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let a = x.load();
+    let m = roll(a > 0.0, 1, 1); // E:roll_bool
+    o.store(select(m, a, 0.0));
+}
+
+#[tpu_kernel]
+fn roll_bool_hint_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let a = x.load();
+    let m = roll((a > 0.0).cast::<i32>(), 1, 1) != 0;
+    o.store(select(m, a, 0.0));
+}
+
 #[test]
 fn roll_mistakes_name_the_line() {
+    expect_err(
+        row_blocks(roll_bool_kernel, 2, [8, 128], [8, 128]),
+        ErrorKind::DType,
+        "roll_bool",
+        &["`roll` of a bool array", "mask.cast::<i32>()"],
+    );
+    // The hint builds, and rolls the mask.
+    let call = row_blocks(roll_bool_hint_kernel, 1, [8, 128], [8, 128]).expect("the hint builds");
+    let (x, input) = f32_input([8, 128]);
+    let out = engines_agree(&call, &[input]);
+    let want: Vec<u32> = (0..8 * 128)
+        .map(|i| {
+            let src = i / 128 * 128 + (i % 128 + 127) % 128;
+            if x[src] > 0.0 {
+                x[i]
+            } else {
+                0.0
+            }
+        })
+        .map(f32::to_bits)
+        .collect();
+    assert_eq!(bits(&out[0]), want);
     expect_err(
         row_blocks(roll_negative_kernel, 2, [8, 128], [8, 128]),
         ErrorKind::Shape,

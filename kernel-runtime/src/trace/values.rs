@@ -118,6 +118,14 @@ pub fn roll<T: Element>(x: Array<T>, shift: impl IntoArg<i32>, axis: isize) -> A
     let shift = shift.into_arg();
     Array::from_val(emit(loc, |t| {
         storage_only("roll", T::DTYPE)?;
+        // libtpu 0.0.51 on v5e, v6e, tpu7x: "Not implemented: changeBitwidth when src bitwidth and dst
+        // bitwidth differs too much" for a rotated i1 vector (concatenated ones compile).
+        if T::DTYPE == DType::Bool {
+            return Err(kerr!(
+                DType,
+                "`roll` of a bool array does not compile for TPU (libtpu cannot rotate i1 vectors); roll the values the mask is computed from, or roll `mask.cast::<i32>()` and compare with 0"
+            ));
+        }
         let shape = match t.ty(x.v)? {
             Type::Vector(s, _) => s.clone(),
             other => return Err(kerr!(Shape, "`roll` needs an array, got {other}")),
