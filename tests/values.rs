@@ -225,6 +225,30 @@ fn concatenate_joins_lanes_and_sublanes() {
 }
 
 #[tpu_kernel]
+fn concat_vec_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let a = x.load(); // [8, 512]
+    let mut parts = Vec::new();
+    for k in unroll(0..4) {
+        parts.push(a.slice((.., (3 - k) * 128..(4 - k) * 128)));
+    }
+    o.store(concatenate(parts, 1));
+}
+
+#[test]
+fn concatenate_takes_a_vec_built_in_an_unrolled_loop() {
+    let call = row_blocks(concat_vec_kernel, 1, [8, 512], [8, 512]).expect("builds");
+    let (x, input) = f32_input([8, 512]);
+    let out = engines_agree(&call, &[input]);
+    let want: Vec<u32> = (0..8 * 512)
+        .map(|i| {
+            let (r, c) = (i / 512, i % 512);
+            x[r * 512 + (3 - c / 128) * 128 + c % 128].to_bits()
+        })
+        .collect();
+    assert_eq!(bits(&out[0]), want);
+}
+
+#[tpu_kernel]
 fn concat_shape_kernel(x: Ref<f32>, o: RefMut<f32>) {
     let a = x.load();
     let b = a.slice((..4, ..128));
