@@ -57,9 +57,9 @@ pub mod prelude {
     pub use kernel_runtime::trace::unary::*;
     pub use kernel_runtime::trace::unroll;
     pub use kernel_runtime::trace::{
-        async_copy, dot, dot_nt, dot_tn, ds, full, full_like, iota, maximum, minimum, multiple_of,
-        named_scope, num_programs, pow, program_id, run_scoped, scalar, select, sync_copy, where_,
-        zeros, zeros_like, Array, DmaSem, Pipeline, Ref, RefMut, Scalar, Sem,
+        async_copy, concatenate, dot, dot_nt, dot_tn, ds, full, full_like, iota, maximum, minimum,
+        multiple_of, named_scope, num_programs, pow, program_id, roll, run_scoped, scalar, select,
+        sync_copy, where_, zeros, zeros_like, Array, DmaSem, Pipeline, Ref, RefMut, Scalar, Sem,
     };
     pub use kernel_runtime::Bind;
     pub use kernel_runtime::{

@@ -246,6 +246,7 @@ pub fn expected(
         "causal_mask_kernel" => causal_mask(inputs, 0.125).map(|o| (o, Tolerance::EXACT)),
         "fori_rowsum_kernel" => fori_rowsum(inputs).map(|o| (o, Tolerance::F32)),
         "transpose_kernel" => transpose(inputs).map(|o| (o, Tolerance::EXACT)),
+        "values_kernel" => values(inputs, 16).map(|o| (o, Tolerance::EXACT)),
         "colsum_kernel" => colsum(inputs).map(|o| {
             (
                 o,
@@ -684,6 +685,51 @@ pub fn causal_mask(inputs: &[HostArray], scale: f32) -> Result<Vec<HostArray>, K
         })
         .collect();
     Ok(vec![f32_out([m, n], o)?])
+}
+
+/// The `values` example in `[bm, n]` row blocks (`bm` even, `n` even): per block `i`,
+/// `c = (i == 0 ? 2x : x + 1) + 3i`; `o[r, j] = c[r, (j - 1 + n/2) mod n] + c[(r - i - 1 + bm/2) mod bm, j]`;
+/// `idx[r, j]` = 1000 × (first argmax of row `r`) + (first argmin of column `j` in the block).
+pub fn values(inputs: &[HostArray], bm: usize) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, n) = f32_input(inputs, 0)?;
+    let first = |v: &mut dyn Iterator<Item = f32>, max: bool| -> i32 {
+        let mut best: Option<(usize, f32)> = None;
+        for (k, y) in v.enumerate() {
+            best = match best {
+                None => Some((k, y)),
+                Some((_, b)) if b.is_nan() => best,
+                Some((_, b)) if y.is_nan() || (max && y > b) || (!max && y < b) => Some((k, y)),
+                keep => keep,
+            };
+        }
+        best.map_or(0, |(k, _)| k as i32)
+    };
+    let mut o = vec![0.0f32; m * n];
+    let mut idx = vec![0i32; m * n];
+    for blk in 0..m / bm {
+        let at = |r: usize, j: usize| x[(blk * bm + r) * n + j];
+        let c = |r: usize, j: usize| {
+            let v = if blk == 0 {
+                at(r, j) * 2.0
+            } else {
+                at(r, j) + 1.0
+            };
+            v + (blk * 3) as f32
+        };
+        for r in 0..bm {
+            let amax = first(&mut (0..n).map(|j| at(r, j)), true);
+            for j in 0..n {
+                let lanes = c(r, (j + n - 1 + n / 2) % n);
+                let shift = (blk + 1) % bm;
+                let rows = c((r + bm - shift + bm / 2) % bm, j);
+                o[(blk * bm + r) * n + j] = lanes + rows;
+                let amin = first(&mut (0..bm).map(|k| at(k, j)), false);
+                idx[(blk * bm + r) * n + j] = amax * 1000 + amin;
+            }
+        }
+    }
+    let idx = HostArray::from_vec([m, n], idx)?;
+    Ok(vec![f32_out([m, n], o)?, idx])
 }
 
 /// `out[r, c] = sum_k x[8k + r, c]` into an `[8, n]` output.

@@ -56,6 +56,9 @@ mod softmax;
 #[path = "../examples/transpose.rs"]
 #[allow(dead_code)]
 mod transpose;
+#[path = "../examples/values.rs"]
+#[allow(dead_code)]
+mod values;
 
 #[path = "common/kernels.rs"]
 mod kernels;
@@ -68,7 +71,7 @@ use tpu_kernel::ErrorKind;
 
 type Build = fn() -> Result<PallasCall, KernelError>;
 
-const EXAMPLES: [(&str, Build); 18] = [
+const EXAMPLES: [(&str, Build); 19] = [
     ("add", add::build),
     ("inplace_scale", inplace_scale::build),
     ("dma_double", dma_double::build),
@@ -87,6 +90,7 @@ const EXAMPLES: [(&str, Build); 18] = [
     ("softmax", softmax::build),
     ("transpose", transpose::build),
     ("flash_attention", flash_attention::build),
+    ("values", values::build),
 ];
 
 /// Run `call` on random inputs with `opts` and check every output against the reference.

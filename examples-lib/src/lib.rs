@@ -60,6 +60,9 @@ mod softmax;
 #[allow(dead_code)]
 #[path = "../../examples/transpose.rs"]
 mod transpose;
+#[allow(dead_code)]
+#[path = "../../examples/values.rs"]
+mod values;
 
 tpu_kernel::export_library!(
     "examples",
@@ -89,6 +92,7 @@ tpu_kernel::export_library!(
         rmsnorm::rmsnorm_bwd,
         softmax::softmax,
         transpose::transpose,
+        values::values,
     ],
     // plain Rust the Python package calls instead of re-implementing it
     host = [grouped_matmul::group_metadata],

@@ -691,6 +691,38 @@ FLASH_BACKWARD = {
 }
 
 
+# -- values: the values real kernels build (examples/values.rs): where on a scalar, full of a traced
+# scalar, concatenate on lanes and sublanes, roll, argmax/argmin
+def _values_kernel(x_ref, o_ref, idx_ref):
+    a = x_ref[...]
+    i = pl.program_id(0)
+    b = jnp.where(i == 0, a * 2.0, a + 1.0)
+    c = b + jnp.full(a.shape, i * 3).astype(f32)
+    lanes = jnp.concatenate([c[:, 128:], c[:, :128]], axis=1)
+    rows = jnp.concatenate([c[8:], c[:8]], axis=0)
+    o_ref[...] = pltpu.roll(lanes, 1, 1) + pltpu.roll(rows, i + 1, 0)
+    idx_ref[...] = jnp.argmax(a, axis=1)[:, None] * 1000 + jnp.argmin(a, axis=0)[None, :]
+
+
+def values(x, bm=16):
+    m, n = x.shape
+    spec = pl.BlockSpec((bm, n), lambda i: (i, 0))
+    return pl.pallas_call(_values_kernel, out_shape=(S(x.shape, f32), S(x.shape, i32)), grid=(m // bm,),
+                          in_specs=[spec], out_specs=(spec, spec), compiler_params=_params("parallel"),
+                          name="values_kernel")(x)
+
+
+def _values_ref(x, bm=16):
+    m, n = x.shape
+    blocks = x.reshape(m // bm, bm, n)
+    i = jnp.arange(m // bm)[:, None, None]
+    c = jnp.where(i == 0, blocks * 2.0, blocks + 1.0) + (i * 3).astype(f32)
+    o = jnp.roll(jnp.roll(c, n // 2, axis=2), 1, axis=2)
+    rows = jnp.roll(c, bm // 2, axis=1)
+    rows = jnp.stack([jnp.roll(rows[k], k + 1, axis=0) for k in range(m // bm)])
+    idx = jnp.argmax(blocks, axis=2)[:, :, None] * 1000 + jnp.argmin(blocks, axis=1)[:, None, :]
+    return (o + rows).reshape(m, n), idx.reshape(m, n)
+
 KERNELS = {
     "add": (add, [S((1024, 1024), f32), S((1024, 1024), f32)]),
     "matmul": (matmul, [S((512, 512), bf16), S((512, 512), bf16)]),
@@ -714,6 +746,7 @@ KERNELS = {
     "quantized_matmul_w8a8": (quantized_matmul_w8a8, [S((256, 512), i8), S((256, 1), f32), S((512, 512), i8),
                                                       S((1, 512), f32)]),
     "flash_attention": (flash_attention, [S((2, 1024, 128), bf16)] * 3),
+    "values": (values, [S((64, 256), f32)]),
 }
 
 
@@ -791,4 +824,5 @@ REFERENCES = {
     "quantized_matmul_w8a8": lambda x, xs, w, ws: (jnp.dot(x, w, preferred_element_type=i32).astype(f32) * xs * ws
                                                    ).astype(bf16),
     "flash_attention": attention_ref,
+    "values": _values_ref,
 }

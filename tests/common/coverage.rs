@@ -215,6 +215,20 @@ fn slice_kernel(x: Ref<f32>, b: Ref<bf16>, o: RefMut<f32>, ob: RefMut<bf16>) {
     );
 }
 
+/// Values from values: a select on a scalar condition, a traced fill, `tpu.concatenate` on lanes and
+/// sublanes, `tpu.dynamic_rotate` by a constant and a traced amount, `tpu.reduce_index` both kinds.
+#[tpu_kernel]
+fn values_kernel(x: Ref<f32>, o: RefMut<f32>, idx: RefMut<i32>) {
+    let a = x.load(); // [16, 256]
+    let i = program_id(0);
+    let b = select(i == 1, a, a * 0.5) + full([16, 256], i).cast::<f32>();
+    let lanes = concatenate((b.slice((.., 128..)), b.slice((.., ..128))), 1);
+    let rows = concatenate([b.slice((8.., ..)), b.slice((..8, ..))], 0);
+    o.store(roll(lanes, 5, 1) + roll(rows, i + 3, 0));
+    let m = a.argmax(1).reshape([16, 1]).broadcast_to([16, 256]);
+    idx.store(m + a.argmin(0).reshape([1, 256]).broadcast_to([16, 256]));
+}
+
 /// SMEM: a scalar-prefetch table read by an index map and by the body (`memref.load`), a 2-D SMEM
 /// scratch written and read (`memref.store`, `memref.load`).
 #[tpu_kernel]
@@ -367,6 +381,15 @@ pub fn calls() -> Vec<(&'static str, PallasCall)> {
                 .grid([2])
                 .input(ty([16, 128], F32), spec(b))
                 .output(ty([16, 128], F32), spec(b))
+                .build(),
+        ),
+        one(
+            "values",
+            pallas_call(values_kernel)
+                .grid([2])
+                .input(ty([32, 256], F32), spec([16, 256]))
+                .output(ty([32, 256], F32), spec([16, 256]))
+                .output(ty([32, 256], I32), spec([16, 256]))
                 .build(),
         ),
         one(

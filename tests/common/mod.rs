@@ -39,6 +39,8 @@ pub mod rmsnorm;
 pub mod softmax;
 #[path = "../../examples/transpose.rs"]
 pub mod transpose;
+#[path = "../../examples/values.rs"]
+pub mod values;
 
 pub mod coverage;
 pub mod kernels;
@@ -70,6 +72,7 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("quantized_matmul", quantized_matmul::build),
     ("quantized_matmul_w8a8", quantized_matmul_w8a8::build),
     ("flash_attention", flash_attention::build),
+    ("values", values::build),
 ];
 
 /// The Mosaic text of an example (built, lowered, verified by melior).

@@ -9,12 +9,13 @@ use super::reduce::reduce;
 use super::tensor::{for_each_row, internal, recycle, row_major_strides, Buf, Dims, Tensor};
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, Result};
-use crate::ir::{Func, Op, OpKind, Region, Start, ValueId, Window};
+use crate::ir::{ArgKind, Func, Op, OpKind, Region, Start, ValueId, Window};
 use crate::semantics::host::{HostData, HostElement};
 
 mod dma;
 mod dots;
 mod refs;
+mod values;
 pub(crate) use dma::{DmaModel, RefView};
 pub(crate) use dots::WidenCache;
 use refs::read_dest;
@@ -283,7 +284,15 @@ impl<'k> Machine<'k> {
                     v.ok_or_else(|| internal("select operands"))
                         .and_then(|v| self.tensor(v))
                 };
-                one(elementwise::select(get(c)?, get(a)?, get(b)?, sink)?)
+                let (a, b) = (get(a)?, get(b)?);
+                let c = get(c)?;
+                // A scalar condition (one choice for the whole value) as a broadcast view.
+                let c = if c.shape.is_empty() {
+                    &c.broadcast_to(&a.shape)?
+                } else {
+                    c
+                };
+                one(elementwise::select(c, a, b, sink)?)
             }
             OpKind::Cast(to) => one(elementwise::cast_to(
                 self.tensor(op.operands[0])?,
@@ -357,6 +366,23 @@ impl<'k> Machine<'k> {
                 }
                 one(t.window(offsets, sizes, &vec![false; sizes.len()]))
             }
+            OpKind::Concatenate { dim } => {
+                let parts: Vec<Tensor> = op
+                    .operands
+                    .iter()
+                    .map(|v| self.tensor(*v).cloned())
+                    .collect::<Result<_>>()?;
+                one(values::concatenate(&parts, *dim, &self.result_shape(op)?)?)
+            }
+            OpKind::Roll { dim } => {
+                let shift = self.tensor(op.operands[1])?.scalar_i64()?;
+                one(values::roll(self.tensor(op.operands[0])?, *dim, shift)?)
+            }
+            OpKind::ArgReduce { kind, dim } => one(values::arg_reduce(
+                self.tensor(op.operands[0])?,
+                *dim,
+                *kind == ArgKind::Max,
+            )?),
         }
     }
 

@@ -160,7 +160,9 @@ pub enum OpKind {
     Composite(CompositeOp),
     Binary(BinaryOp),
     Compare(CmpOp),
-    /// `select(cond, on_true, on_false)`.
+    /// `select(cond, on_true, on_false)`: `cond` a bool value of the result's shape, or a bool scalar
+    /// choosing a whole operand (`arith.select %i1, %a, %b`, as Pallas lowers `jnp.where` with a scalar
+    /// predicate).
     Select,
     Cast(DType),
     /// Broadcast a scalar or a vector (numpy rules) to the result shape.
@@ -229,12 +231,45 @@ pub enum OpKind {
         offsets: Vec<usize>,
         sizes: Vec<usize>,
     },
+    /// `jnp.concatenate(operands, axis=dim)`: operands of one rank and element type, equal in every
+    /// dimension but `dim`, placed one after another along `dim` (the last or second-to-last: lanes or
+    /// sublanes).
+    Concatenate {
+        dim: usize,
+    },
+    /// `pltpu.roll(x, shift, dim)` (= `jnp.roll`): result element `i` along `dim` is the operand's
+    /// element `(i - shift) mod n`. Operands: the value, the shift (an `i32` scalar, any sign).
+    Roll {
+        dim: usize,
+    },
+    /// `jnp.argmax` / `jnp.argmin` over `dim` of an f32 value, dropping `dim`: the `i32` index of the
+    /// first maximum (minimum); a NaN counts as the extreme, so the first NaN wins (as jnp).
+    ArgReduce {
+        kind: ArgKind,
+        dim: usize,
+    },
+}
+
+/// Which extreme an [`OpKind::ArgReduce`] finds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgKind {
+    Max,
+    Min,
+}
+
+impl ArgKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ArgKind::Max => "argmax",
+            ArgKind::Min => "argmin",
+        }
+    }
 }
 
 impl OpKind {
-    /// An op that maps its operands to its result element by element, all of one shape: the ops of
-    /// the elementwise table ([`UnaryOp`], [`BinaryOp`]), comparisons, `select` and casts. The
-    /// interpreter fuses, coalesces and sinks exactly these.
+    /// An op that maps its operands to its result element by element, all of one shape (but for a
+    /// `select`'s scalar condition): the ops of the elementwise table ([`UnaryOp`], [`BinaryOp`]),
+    /// comparisons, `select` and casts. The interpreter fuses, coalesces and sinks exactly these.
     pub fn is_elementwise(&self) -> bool {
         matches!(
             self,

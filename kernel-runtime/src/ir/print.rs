@@ -73,6 +73,9 @@ fn op_name(kind: &OpKind) -> String {
         OpKind::Condition => "condition".into(),
         OpKind::Return => "return".into(),
         OpKind::Slice { offsets, sizes } => format!("slice<offsets={offsets:?}, sizes={sizes:?}>"),
+        OpKind::Concatenate { dim } => format!("concatenate<dim={dim}>"),
+        OpKind::Roll { dim } => format!("roll<dim={dim}>"),
+        OpKind::ArgReduce { kind, dim } => format!("{}<dim={dim}>", kind.name()),
     }
 }
 

@@ -4,7 +4,8 @@ use super::{vector_type_text, Lowerer};
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, Result};
 use crate::ir::{
-    BinaryOp, CmpOp, MemSpace, Op, OpKind, ReduceKind, Start, Type, UnaryOp, ValueId, Window,
+    ArgKind, BinaryOp, CmpOp, MemSpace, Op, OpKind, ReduceKind, Start, Type, UnaryOp, ValueId,
+    Window,
 };
 use crate::mosaic::{MBlock, MOp, MType, MValue};
 
@@ -103,6 +104,23 @@ pub(crate) fn lower_op(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> R
                 ("strides", list(&vec![1; sizes.len()])),
             ];
             simple(lw, block, op, "vector.extract_strided_slice", &attrs)
+        }
+        OpKind::Concatenate { dim } => {
+            let attrs = [("dimension", format!("{dim} : i32"))];
+            simple(lw, block, op, "tpu.concatenate", &attrs)
+        }
+        // Pallas lowers `pltpu.roll` to `tpu.dynamic_rotate` for a static shift too (a constant amount).
+        OpKind::Roll { dim } => {
+            let attrs = [("dimension", format!("{dim} : si32"))];
+            simple(lw, block, op, "tpu.dynamic_rotate", &attrs)
+        }
+        OpKind::ArgReduce { kind, dim } => {
+            let kind = match kind {
+                ArgKind::Max => "#tpu.reduction_kind<arg_max>",
+                ArgKind::Min => "#tpu.reduction_kind<arg_min>",
+            };
+            let attrs = [("axis", format!("{dim} : i32")), ("kind", kind.to_string())];
+            simple(lw, block, op, "tpu.reduce_index", &attrs)
         }
     }
 }

@@ -6,7 +6,7 @@
 //! result buffers, widening to the accumulator type) and the structural ops (`scf.*`, `func.return`:
 //! kept). The rules live by op family: `rules/elementwise.rs` (`arith`/`math`, constants),
 //! `rules/load_store.rs` (`vector.load`, `tpu.vector_store`), `rules/vector.rs` (n-D `vector` ops),
-//! `rules/tpu.rs` (the `tpu` compute ops); `dma.rs`, `scope.rs` and `memref.rs` (siblings of this
+//! `rules/tpu.rs` (the `tpu` compute ops), `rules/values.rs` (`tpu` ops building values from values); `dma.rs`, `scope.rs` and `memref.rs` (siblings of this
 //! file) hold the ref-window, DMA, semaphore, `run_scoped` and SMEM-element rules.
 //!
 //! May depend on: `rewrite` (the walk calls [`rule`]; the rules write through its [`Rewriter`]) and
@@ -16,6 +16,7 @@
 mod elementwise;
 mod load_store;
 mod tpu;
+mod values;
 mod vector;
 
 pub(super) use load_store::{not_in_hbm, window_in_bounds};
@@ -33,6 +34,9 @@ const TABLE: &[(&str, Rule)] = &[
     ("tpu.vector_store", load_store::vector_store),
     ("tpu.iota", tpu::iota),
     ("tpu.transpose", tpu::transpose),
+    ("tpu.concatenate", values::concatenate),
+    ("tpu.dynamic_rotate", values::dynamic_rotate),
+    ("tpu.reduce_index", values::reduce_index),
     ("tpu.assume_multiple", tpu::assume_multiple),
     // A function of the vector math, per element like `arith`/`math` ops (`scalar.rs`, `math.rs`).
     ("tpu.logistic", elementwise::elementwise),

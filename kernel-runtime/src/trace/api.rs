@@ -44,11 +44,35 @@ pub fn zeros() -> Fill {
     Fill(0.0)
 }
 
-/// An array of `shape` filled with `value`.
+/// What [`full`] fills with: a literal `T`, or a traced `Scalar<T>` (`jnp.full(shape, x)` with a traced
+/// `x`: a broadcast of the scalar, `vector.broadcast` in Mosaic).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot fill an array of element type `{T}`",
+    label = "expected a `{T}` literal or a `Scalar<{T}>`",
+    note = "cast a scalar of another element type first, e.g. `s.cast::<{T}>()`; to broadcast an array use `full_like`"
+)]
+pub trait FillValue<T> {
+    #[doc(hidden)]
+    fn fill_arg(self) -> Arg;
+}
+impl<T: Element> FillValue<T> for T {
+    fn fill_arg(self) -> Arg {
+        Arg::Lit(self.literal())
+    }
+}
+impl<T> FillValue<T> for Scalar<T> {
+    fn fill_arg(self) -> Arg {
+        Arg::Val(self.v)
+    }
+}
+
+/// An array of `shape` filled with `value`: a literal (a splat constant) or a traced `Scalar<T>` (a
+/// broadcast of it).
 #[track_caller]
-pub fn full<T: Element>(shape: impl AsRef<[usize]>, value: T) -> Array<T> {
+pub fn full<T: Element>(shape: impl AsRef<[usize]>, value: impl FillValue<T>) -> Array<T> {
     let loc = SourceLoc::caller();
     let shape = shape.as_ref().to_vec();
+    let value = value.fill_arg();
     Array::from_val(emit(loc, |t| {
         if shape.is_empty() || shape.contains(&0) {
             return Err(kerr!(
@@ -56,12 +80,8 @@ pub fn full<T: Element>(shape: impl AsRef<[usize]>, value: T) -> Array<T> {
                 "`full` needs a non-empty shape without zero dimensions, got {shape:?}"
             ));
         }
-        Ok(t.push1(
-            OpKind::Const(value.literal()),
-            vec![],
-            Type::Vector(shape, T::DTYPE),
-            loc,
-        ))
+        let id = t.materialize(value, &Type::Vector(shape, T::DTYPE), loc)?;
+        Ok(t.val(id))
     }))
 }
 
@@ -163,15 +183,39 @@ pub fn dot_tn<T: DotElement>(a: Array<T>, b: Array<T>) -> Array<T::Acc> {
     dot_impl(a, b, true, false, SourceLoc::caller())
 }
 
-/// Elementwise `cond ? on_true : on_false` (`jnp.where`); scalars and literals broadcast.
+/// A [`select`] condition: an `Array<bool>` chooses element by element; a traced `Scalar<bool>` chooses
+/// one branch for the whole array (`jnp.where(pred, a, b)` with a scalar `pred`: `arith.select` on the
+/// `i1` itself, as Pallas lowers it).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a `select` condition",
+    label = "expected an `Array<bool>` or a `Scalar<bool>`",
+    note = "a condition is a comparison of kernel values, e.g. `x > 0.0` or `program_id(0) == 0`; a Rust `bool` is decided at trace time: use `if`"
+)]
+pub trait SelectCond {
+    #[doc(hidden)]
+    fn cond_val(self) -> super::Val;
+}
+impl SelectCond for Array<bool> {
+    fn cond_val(self) -> super::Val {
+        self.v
+    }
+}
+impl SelectCond for Scalar<bool> {
+    fn cond_val(self) -> super::Val {
+        self.v
+    }
+}
+
+/// `cond ? on_true : on_false` (`jnp.where`): elementwise for an `Array<bool>` condition, one choice for a
+/// `Scalar<bool>`; scalars and literals broadcast.
 #[track_caller]
 pub fn select<T: Element>(
-    cond: Array<bool>,
+    cond: impl SelectCond,
     on_true: impl IntoArg<T>,
     on_false: impl IntoArg<T>,
 ) -> Array<T> {
     Array::from_val(select_args::<T>(
-        cond.v,
+        cond.cond_val(),
         on_true.into_arg(),
         on_false.into_arg(),
         SourceLoc::caller(),
@@ -191,6 +235,12 @@ pub(crate) fn select_args<T: Element>(
         let ct = t.ty(cond)?.clone();
         let shape = super::broadcast_shapes(ct.shape(), t.arg_type(a)?.shape())?;
         let shape = super::broadcast_shapes(&shape, t.arg_type(b)?.shape())?;
+        if shape.is_empty() {
+            return Err(kerr!(
+                Shape,
+                "`select` makes an array: with a `Scalar<bool>` condition at least one branch must be an array (for scalars use `if`)"
+            ));
+        }
         for arg in [a, b] {
             if let Arg::Val(v) = arg {
                 let d = t.ty(v)?.dtype();
@@ -203,11 +253,24 @@ pub(crate) fn select_args<T: Element>(
                 }
             }
         }
-        let c = t.materialize(
-            Arg::Val(cond),
-            &Type::Vector(shape.clone(), DType::Bool),
-            loc,
-        )?;
+        // A scalar condition stays a scalar: `arith.select %i1, %a, %b`, as Pallas emits `jnp.where`
+        // with a scalar predicate (no broadcast of the i1).
+        let c = if matches!(ct, Type::Scalar(_)) {
+            if ct.dtype() != DType::Bool {
+                return Err(kerr!(
+                    DType,
+                    "a select condition must be bool, got {}",
+                    ct.dtype()
+                ));
+            }
+            t.check(cond)?
+        } else {
+            t.materialize(
+                Arg::Val(cond),
+                &Type::Vector(shape.clone(), DType::Bool),
+                loc,
+            )?
+        };
         let x = t.materialize(a, &Type::Vector(shape.clone(), T::DTYPE), loc)?;
         let y = t.materialize(b, &Type::Vector(shape.clone(), T::DTYPE), loc)?;
         Ok(t.push1(
@@ -222,7 +285,7 @@ pub(crate) fn select_args<T: Element>(
 /// `jnp.where`: an alias of [`select`].
 #[track_caller]
 pub fn where_<T: Element>(
-    cond: Array<bool>,
+    cond: impl SelectCond,
     on_true: impl IntoArg<T>,
     on_false: impl IntoArg<T>,
 ) -> Array<T> {

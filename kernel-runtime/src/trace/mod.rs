@@ -17,6 +17,7 @@ mod pipeline;
 mod refs;
 mod slice;
 mod unroll;
+mod values;
 
 pub use api::*;
 pub use array::{Array, Scalar, ScalarOperand};
@@ -36,6 +37,7 @@ pub use refs::{
     View, ViewMut,
 };
 pub use unroll::{unroll, unroll_range, unroll_range_step, UnrollBound};
+pub use values::{concatenate, roll, ConcatParts};
 
 use crate::dtype::{DType, Literal};
 use crate::error::{kerr, KernelError, Result, SourceLoc};
