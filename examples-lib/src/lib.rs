@@ -58,6 +58,8 @@ mod rmsnorm;
 #[path = "../../examples/softmax.rs"]
 mod softmax;
 #[allow(dead_code)]
+#[path = "../../examples/strided.rs"]
+mod strided;
 #[path = "../../examples/transpose.rs"]
 mod transpose;
 
@@ -88,6 +90,7 @@ tpu_kernel::export_library!(
         rmsnorm::rmsnorm,
         rmsnorm::rmsnorm_bwd,
         softmax::softmax,
+        strided::strided,
         transpose::transpose,
     ],
     // plain Rust the Python package calls instead of re-implementing it

@@ -118,6 +118,9 @@ pub struct Window {
     pub sizes: Vec<usize>,
     /// Dimensions indexed by a single integer: present in the ref, dropped from the value.
     pub squeezed: Vec<bool>,
+    /// Steps between the window's elements along each dimension (`ds(s, n).stride(k)`); 1 for a
+    /// dense window. Element `i` of dimension `d` is the ref's `starts[d] + i * strides[d]`.
+    pub strides: Vec<usize>,
 }
 
 impl Window {
@@ -126,7 +129,16 @@ impl Window {
             starts: vec![Start::Static(0); shape.len()],
             sizes: shape.to_vec(),
             squeezed: vec![false; shape.len()],
+            strides: vec![1; shape.len()],
         }
+    }
+    /// Whether some dimension steps by more than one element (`tpu.strided_load`/`strided_store`).
+    pub fn is_strided(&self) -> bool {
+        self.strides.iter().any(|s| *s != 1)
+    }
+    /// How far the window reaches along dimension `d`: `(sizes[d] - 1) * strides[d] + 1`.
+    pub fn extent(&self, d: usize) -> usize {
+        self.sizes[d].saturating_sub(1) * self.strides[d] + 1
     }
     /// Shape of the value loaded or stored (squeezed dims removed).
     pub fn value_shape(&self) -> Vec<usize> {
@@ -147,6 +159,7 @@ impl Window {
         self.starts.iter().all(|s| *s == Start::Static(0))
             && self.sizes == shape
             && !self.squeezed.iter().any(|s| *s)
+            && !self.is_strided()
     }
 }
 

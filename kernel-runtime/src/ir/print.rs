@@ -82,15 +82,16 @@ fn window(w: &Window) -> String {
         .iter()
         .zip(&w.sizes)
         .zip(&w.squeezed)
-        .map(|((s, n), sq)| {
+        .zip(&w.strides)
+        .map(|(((s, n), sq), k)| {
             let s = match s {
                 Start::Static(v) => v.to_string(),
                 Start::Dynamic => "?".into(),
             };
-            if *sq {
-                s
-            } else {
-                format!("{s}:+{n}")
+            match (*sq, *k) {
+                (true, _) => s,
+                (false, 1) => format!("{s}:+{n}"),
+                (false, k) => format!("{s}:+{n}:{k}"),
             }
         })
         .collect();

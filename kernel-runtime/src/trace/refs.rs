@@ -113,11 +113,12 @@ impl<T: Element, S: MemorySpace> KernelParam for RefMut<T, S> {
 
 // ---------------------------------------------------------------------------------------------- slicing
 
-/// A dynamic slice `start..start + size` along one dimension (`pl.ds`).
+/// A dynamic slice `start..start + size` along one dimension (`pl.ds`), optionally strided.
 #[derive(Clone, Copy, Debug)]
 pub struct Ds {
     start: Arg,
     size: usize,
+    stride: usize,
 }
 
 /// `ds(start, size)`: the window `start..start + size`; `start` may be traced (`Scalar<i32>`) or a constant.
@@ -125,6 +126,16 @@ pub fn ds(start: impl IntoArg<i32>, size: usize) -> Ds {
     Ds {
         start: start.into_arg(),
         size,
+        stride: 1,
+    }
+}
+
+impl Ds {
+    /// `ds(start, size).stride(k)`: `size` elements `k` apart — `start, start + k, ..` (Pallas
+    /// `pl.ds(start, size, stride)`). Loads and stores of VMEM refs take it (`tpu.strided_load` /
+    /// `tpu.strided_store`); DMA windows and value slices do not.
+    pub fn stride(self, k: usize) -> Ds {
+        Ds { stride: k, ..self }
     }
 }
 
@@ -136,6 +147,8 @@ pub enum SliceDim {
     Range {
         start: Arg,
         size: usize,
+        /// Elements between consecutive window elements (1: dense).
+        stride: usize,
     },
     Index(Arg),
     /// `a..`: from a constant start to the end of the dimension.
@@ -163,6 +176,7 @@ impl SliceArg for Ds {
         SliceDim::Range {
             start: self.start,
             size: self.size,
+            stride: self.stride,
         }
     }
 }
@@ -178,6 +192,7 @@ impl SliceArg for Range<usize> {
         SliceDim::Range {
             start: super::i32_arg(self.start as i128, SourceLoc::caller()),
             size: self.end.saturating_sub(self.start),
+            stride: 1,
         }
     }
 }
@@ -296,7 +311,7 @@ fn resolve(
     let mut w = Window::full(shape);
     let mut dynamic = Vec::new();
     for (d, dim) in spec.0.iter().enumerate() {
-        let (start, size, squeeze) = match *dim {
+        let (start, size, stride, squeeze) = match *dim {
             SliceDim::Full => continue,
             SliceDim::From(s) if s >= shape[d] => {
                 return Err(kerr!(
@@ -307,12 +322,36 @@ fn resolve(
             SliceDim::From(s) => (
                 Arg::Lit(crate::dtype::Literal::from_i64(DType::I32, s as i64)),
                 shape[d].saturating_sub(s).max(1),
+                1,
                 false,
             ),
-            SliceDim::Range { start, size } => (start, size, false),
-            SliceDim::Index(start) => (start, 1, true),
+            SliceDim::Range {
+                start,
+                size,
+                stride,
+            } => (start, size, stride, false),
+            SliceDim::Index(start) => (start, 1, 1, true),
         };
-        if size == 0 || size > shape[d] {
+        if stride == 0 {
+            return Err(kerr!(
+                OutOfBounds,
+                "a window stride must be at least 1, got `.stride(0)` along dimension {d}"
+            ));
+        }
+        // How far the window reaches: `size` elements `stride` apart.
+        let extent = size
+            .checked_sub(1)
+            .and_then(|n| n.checked_mul(stride))
+            .and_then(|n| n.checked_add(1))
+            .unwrap_or(usize::MAX);
+        if size == 0 || extent > shape[d] {
+            if stride != 1 && size != 0 && size <= shape[d] {
+                return Err(kerr!(
+                    OutOfBounds,
+                    "a window of {size} elements {stride} apart spans {} elements along dimension {d}, more than the ref shape {shape:?} holds",
+                    size.saturating_sub(1).saturating_mul(stride).saturating_add(1)
+                ));
+            }
             return Err(kerr!(
                 OutOfBounds,
                 "slice of size {size} along dimension {d} does not fit the ref shape {shape:?}"
@@ -320,14 +359,19 @@ fn resolve(
         }
         w.sizes[d] = size;
         w.squeezed[d] = squeeze;
+        w.strides[d] = stride;
         match start {
             Arg::Lit(l) => {
                 let s = l.as_i64();
-                if s < 0 || s as usize + size > shape[d] {
+                if s < 0 || s as usize + extent > shape[d] {
+                    let by = match stride {
+                        1 => String::new(),
+                        k => format!(" (stride {k})"),
+                    };
                     return Err(kerr!(
                         OutOfBounds,
-                        "slice {s}..{} along dimension {d} is out of bounds for the ref shape {shape:?}",
-                        s + size as i64
+                        "slice {s}..{}{by} along dimension {d} is out of bounds for the ref shape {shape:?}",
+                        s + extent as i64
                     ));
                 }
                 w.starts[d] = Start::Static(s as usize);
@@ -349,6 +393,25 @@ fn resolve(
     Ok((w, dynamic))
 }
 
+/// libtpu strides sublanes and leading dimensions of refs of 128 lanes, not lanes (Mosaic: "Stride on
+/// last dim is not 1", "The last dim size is not 128 in original base memref"; measured with the
+/// Pallas twins of `python/tests/test_windows.py`).
+fn check_lane_stride(w: &Window, shape: &[usize]) -> Result<()> {
+    if w.is_strided() && shape.last() != Some(&128) {
+        return Err(kerr!(
+            Unsupported,
+            "a strided window needs a ref of exactly 128 lanes, got a ref of shape {shape:?} (Mosaic: \"The last dim size is not 128 in original base memref\"); give the strided operand a block or scratch of 128 lanes"
+        ));
+    }
+    match w.strides.last() {
+        Some(&k) if k != 1 => Err(kerr!(
+            Unsupported,
+            "a window strided along its last (lane) dimension (`.stride({k})`) is refused by Mosaic (\"Stride on last dim is not 1\"); stride a leading or the second-to-last dimension, or load the lanes densely"
+        )),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) fn load(r: Val, spec: Option<&SliceSpec>, loc: SourceLoc) -> Val {
     emit(loc, |t| {
         let (shape, d, space) = ref_type(t, r)?;
@@ -356,6 +419,7 @@ pub(crate) fn load(r: Val, spec: Option<&SliceSpec>, loc: SourceLoc) -> Val {
             Some(s) => resolve(t, &shape, s, loc)?,
             None => (Window::full(&shape), vec![]),
         };
+        check_lane_stride(&w, &shape)?;
         let vshape = w.value_shape();
         match space {
             MemSpace::Smem if !vshape.is_empty() => {
@@ -402,6 +466,7 @@ pub(crate) fn store(
             Some(s) => resolve(t, &shape, s, loc)?,
             None => (Window::full(&shape), vec![]),
         };
+        check_lane_stride(&w, &shape)?;
         let vshape = w.value_shape();
         let target = match space {
             MemSpace::Smem if vshape.is_empty() => Type::Scalar(d),
@@ -447,6 +512,12 @@ pub(crate) fn store(
                 }
             }
         }
+        if mask.is_some() && w.is_strided() {
+            return Err(kerr!(
+                Unsupported,
+                "a masked store into a strided window is not supported by Mosaic (Pallas refuses it too: `tpu.strided_store` takes no mask); load the window, `select` with the mask, and store it unmasked"
+            ));
+        }
         let value = t.materialize(arg, &target, loc)?;
         let mut operands = vec![t.check(r)?, value];
         operands.extend(dynamic);
@@ -487,6 +558,13 @@ pub(crate) fn view_in(
     };
     let (shape, d, space) = ref_type(t, r)?;
     let (w, dynamic) = resolve(t, &shape, spec, loc)?;
+    if let Some(k) = w.strides.iter().position(|k| *k != 1) {
+        return Err(kerr!(
+            Unsupported,
+            "a strided window (`.stride({})` along dimension {k}) cannot be a DMA endpoint or select semaphores: Mosaic slices refs densely (Pallas refuses `pl.ds(.., stride)` in a copy too); copy the dense rows and load them with the stride from VMEM",
+            w.strides[k]
+        ));
+    }
     let ty = Type::Ref(w.value_shape(), d, space);
     let mut operands = vec![t.check(r)?];
     operands.extend(dynamic);

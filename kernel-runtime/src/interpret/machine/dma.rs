@@ -189,6 +189,12 @@ impl<'k> Machine<'k> {
 
     /// Write `data` (the window's value shape) into a window of its ref.
     fn write_window(&mut self, v: &RefView, data: Tensor) -> Result<()> {
-        self.write_into(v.r, (&v.starts, &v.sizes, &v.squeezed), data, None)
+        self.write_into(
+            v.r,
+            (&v.starts, &v.sizes, &v.squeezed),
+            &vec![1; v.sizes.len()],
+            data,
+            None,
+        )
     }
 }
