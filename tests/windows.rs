@@ -1,5 +1,7 @@
 //! Windows real kernels use (issue 21, items 2 and 3): strided windows `ds(s, n).stride(k)` on VMEM
-//! loads and stores (`tpu.strided_load` / `tpu.strided_store`, as Pallas lowers `pl.ds(s, n, k)`).
+//! loads and stores (`tpu.strided_load` / `tpu.strided_store`, as Pallas lowers `pl.ds(s, n, k)`),
+//! and run-time-sized DMA windows `ds(s, n)` with a traced `n` (`tpu.memref_slice` with dynamic
+//! sizes, as Pallas lowers `pl.ds(s, traced_size)`; Mosaic-on-CPU refuses them for now).
 //! Each construct: what it lowers to, the interpreter's numbers against a plain-Rust reference, the
 //! Mosaic module run on the CPU agreeing bit for bit, run-time faults as the same error in both
 //! engines at the user's line, and every trace-time mistake as a `KernelError` at its marked line
@@ -345,4 +347,209 @@ fn the_masked_strided_store_hint_builds_and_runs() {
         })
         .collect();
     assert_eq!(f32_bits(&out[0]), want);
+}
+
+// ---------------------------------------------------------------------------------------------- run-time sizes
+
+/// Step `i` copies rows `meta[i, 0]..meta[i, 0] + meta[i, 1]` of `x` (in HBM) into the first
+/// `meta[i, 1]` rows of a zeroed VMEM buffer — a run-time-sized window on both ends of one DMA, as
+/// tpu-inference copies pages (`pl.ds(start, traced_size)`) — waits with the same descriptor, then
+/// stores the buffer.
+#[tpu_kernel]
+fn ragged_kernel(
+    meta: Ref<i32, Smem>,
+    x: Ref<f32, Any>,
+    o: RefMut<f32>,
+    buf: RefMut<f32>,
+    sem: DmaSem,
+) {
+    let i = program_id(0);
+    let (start, n) = (meta.at((i, 0)).load(), meta.at((i, 1)).load());
+    buf.store(zeros());
+    let copy = async_copy(x.at(ds(start, n)), buf.at(ds(0, n)), sem);
+    copy.start(); // E:ragged_copy
+    copy.wait();
+    o.store(buf.load());
+}
+
+fn ragged_call(steps: usize) -> PallasCall {
+    pallas_call(ragged_kernel)
+        .grid([steps])
+        .scalar_prefetch(ArrayType::new([steps, 2], I32))
+        .input_any(ArrayType::new([64, 128], F32))
+        .output(
+            ArrayType::new([steps * 16, 128], F32),
+            BlockSpec::new([16, 128], |[i]| (i, 0)),
+        )
+        .scratch(Vmem::new([16, 128], F32))
+        .scratch(DmaSem::one())
+        .build()
+        .expect("builds")
+}
+
+/// The plain-Rust meaning of `ragged_kernel`.
+fn ragged_reference(meta: &[i32], x: &[f32]) -> Vec<u32> {
+    let mut out = vec![0.0f32; meta.len() / 2 * 16 * 128];
+    for (i, m) in meta.chunks(2).enumerate() {
+        let (start, n) = (m[0] as usize, m[1] as usize);
+        out[i * 16 * 128..][..n * 128].copy_from_slice(&x[start * 128..][..n * 128]);
+    }
+    out.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn a_run_time_sized_dma_lowers_as_pallas_and_copies_the_rows_it_names() {
+    let call = ragged_call(4);
+    let mosaic = call.mosaic_mlir().expect("lowers and verifies");
+    // Pallas's `_slice_memref`: `?` in the sliced type, the size as an i32 operand of its own segment.
+    assert!(
+        mosaic.contains("operandSegmentSizes = array<i32: 1, 2, 1>")
+            && mosaic.contains("-> memref<?x128xf32, #tpu.memory_space<any>>")
+            && mosaic.contains("-> memref<?x128xf32, #tpu.memory_space<vmem>>"),
+        "{mosaic}"
+    );
+    let meta = vec![0, 16, 5, 3, 63, 1, 40, 9];
+    let x = rows(64, 11);
+    let inputs = [
+        HostArray::from_vec([4, 2], meta.clone()).unwrap(),
+        x.clone(),
+    ];
+    let out = call.interpret(&inputs).expect("runs");
+    assert_eq!(
+        f32_bits(&out[0]),
+        ragged_reference(&meta, x.as_slice::<f32>().unwrap())
+    );
+    // Mosaic-on-CPU does not run run-time-sized windows yet: a clear refusal, never a wrong answer.
+    let e = mosaic_cpu::run(call.ir(), &inputs).expect_err("not supported by Mosaic-on-CPU yet");
+    assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
+    assert!(e.message.contains("dynamic sizes are not supported"), "{e}");
+    // Under every DMA completion timing: the copy's bytes are the run-time window's.
+    for seed in 1..4 {
+        let opts = InterpretOptions {
+            dma_seed: Some(seed),
+            ..InterpretOptions::default()
+        };
+        let again = call.interpret_with(&inputs, &opts).expect("runs");
+        assert_eq!(f32_bits(&again[0]), f32_bits(&out[0]));
+    }
+}
+
+#[test]
+fn a_run_time_size_past_the_array_is_an_error_where_the_copy_starts() {
+    let call = ragged_call(2);
+    let x = rows(64, 2);
+    // Step 1: rows 60..66 of a 64-row array; then a size of 0.
+    for (meta, needle) in [
+        (vec![0, 16, 60, 6], "60..66 along dimension 0"),
+        (vec![0, 0, 0, 16], "run-time size of 0"),
+        (
+            vec![0, 17, 0, 16],
+            "0..17 along dimension 0 of a window of shape [16, 128]",
+        ),
+    ] {
+        let inputs = [HostArray::from_vec([2, 2], meta).unwrap(), x.clone()];
+        let e = call.interpret(&inputs).expect_err("out of bounds");
+        HERE.check(&e, ErrorKind::OutOfBounds, "ragged_copy", &[needle]);
+    }
+}
+
+#[tpu_kernel]
+fn ragged_load_kernel(meta: Ref<i32, Smem>, x: Ref<f32>, o: RefMut<f32>) {
+    let n = meta.at(0).load();
+    o.store(x.at(ds(0, n)).load()); // E:ragged_load
+}
+
+#[tpu_kernel]
+fn ragged_one_end_kernel(
+    meta: Ref<i32, Smem>,
+    x: Ref<f32, Any>,
+    o: RefMut<f32>,
+    buf: RefMut<f32>,
+    sem: DmaSem,
+) {
+    let n = meta.at(0).load();
+    sync_copy(x.at(ds(0, n)), buf, sem); // E:ragged_one_end
+    o.store(buf.load());
+}
+
+#[tpu_kernel]
+fn ragged_lanes_kernel(
+    meta: Ref<i32, Smem>,
+    x: Ref<f32, Any>,
+    o: RefMut<f32>,
+    buf: RefMut<f32>,
+    sem: DmaSem,
+) {
+    let n = meta.at(0).load();
+    sync_copy(x.at((ds(0, 16), ds(0, n))), buf.at((.., ds(0, n))), sem); // E:ragged_lanes
+    o.store(buf.load());
+}
+
+/// The parameters of `ragged_kernel`'s mistaken variants.
+type RaggedKernel = fn(Ref<i32, Smem>, Ref<f32, Any>, RefMut<f32>, RefMut<f32>, DmaSem);
+
+#[test]
+fn run_time_size_mistakes_name_the_line() {
+    let load = pallas_call(ragged_load_kernel)
+        .grid([1])
+        .scalar_prefetch(ArrayType::new([1], I32))
+        .input(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([16, 128], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([16, 128], |[_]| (0, 0)),
+        )
+        .build();
+    expect_err(
+        load,
+        ErrorKind::Unsupported,
+        "ragged_load",
+        &["run-time size", "static shapes", "DMA endpoint"],
+    );
+    let dma = |k: RaggedKernel| {
+        pallas_call(k)
+            .grid([1])
+            .scalar_prefetch(ArrayType::new([1], I32))
+            .input_any(ArrayType::new([64, 128], F32))
+            .output(
+                ArrayType::new([16, 128], F32),
+                BlockSpec::new([16, 128], |[_]| (0, 0)),
+            )
+            .scratch(Vmem::new([16, 128], F32))
+            .scratch(DmaSem::one())
+            .build()
+    };
+    expect_err(
+        dma(ragged_one_end_kernel),
+        ErrorKind::Shape,
+        "ragged_one_end",
+        &[
+            "shape [?, 128] into a f32 window of shape [16, 128]",
+            "ds(0, n)",
+        ],
+    );
+    expect_err(
+        dma(ragged_lanes_kernel),
+        ErrorKind::Unsupported,
+        "ragged_lanes",
+        &["last (lane) dimension", "512 bytes"],
+    );
+}
+
+/// For `python/tests/test_windows.py`: the StableHLO of `ragged_call(4)` built for each generation
+/// named in `TPU_KERNEL_WINDOWS_TARGETS`, written to `TPU_KERNEL_WINDOWS_OUT/ragged_<gen>.mlir`.
+#[test]
+#[ignore = "run by python/tests/test_windows.py"]
+fn export_ragged() {
+    use tpu_kernel::runtime::serialize::CustomCall;
+    let dir = std::path::PathBuf::from(std::env::var("TPU_KERNEL_WINDOWS_OUT").expect("out dir"));
+    let targets = std::env::var("TPU_KERNEL_WINDOWS_TARGETS").expect("targets");
+    for name in targets.split(',') {
+        let target = Target::parse(name).expect("a target");
+        let call = target.scope(|| ragged_call(4));
+        let hlo = CustomCall::new(call.ir()).stablehlo().expect("StableHLO");
+        std::fs::write(dir.join(format!("ragged_{name}.mlir")), hlo).expect("write");
+    }
 }

@@ -103,6 +103,10 @@ pub enum ReduceKind {
     Min,
 }
 
+/// A dimension known only when the kernel runs: a ref window of a traced size (`ds(s, n)` with `n` a
+/// `Scalar<i32>`), in a `Type::Ref` shape (MLIR's `?`).
+pub const DYNAMIC: usize = usize::MAX;
+
 /// Where a load/store window starts along one dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Start {
@@ -121,6 +125,10 @@ pub struct Window {
     /// Steps between the window's elements along each dimension (`ds(s, n).stride(k)`); 1 for a
     /// dense window. Element `i` of dimension `d` is the ref's `starts[d] + i * strides[d]`.
     pub strides: Vec<usize>,
+    /// Dimensions whose size is known only at run time: the next dynamic size operand (an `i32`
+    /// scalar, after the dynamic starts); `sizes[d]` is then the base's dimension, an upper bound.
+    /// Only `RefView` windows (DMA endpoints) have them.
+    pub dynamic_sizes: Vec<bool>,
 }
 
 impl Window {
@@ -130,7 +138,12 @@ impl Window {
             sizes: shape.to_vec(),
             squeezed: vec![false; shape.len()],
             strides: vec![1; shape.len()],
+            dynamic_sizes: vec![false; shape.len()],
         }
+    }
+    /// Whether some dimension's size is known only at run time.
+    pub fn has_dynamic_size(&self) -> bool {
+        self.dynamic_sizes.contains(&true)
     }
     /// Whether some dimension steps by more than one element (`tpu.strided_load`/`strided_store`).
     pub fn is_strided(&self) -> bool {
@@ -145,8 +158,9 @@ impl Window {
         self.sizes
             .iter()
             .zip(&self.squeezed)
-            .filter(|(_, s)| !**s)
-            .map(|(n, _)| *n)
+            .zip(&self.dynamic_sizes)
+            .filter(|((_, s), _)| !**s)
+            .map(|((n, _), dynamic)| if *dynamic { DYNAMIC } else { *n })
             .collect()
     }
     pub fn n_dynamic(&self) -> usize {
@@ -160,6 +174,7 @@ impl Window {
             && self.sizes == shape
             && !self.squeezed.iter().any(|s| *s)
             && !self.is_strided()
+            && !self.has_dynamic_size()
     }
 }
 
@@ -203,7 +218,8 @@ pub enum OpKind {
         masked: bool,
     },
     /// A window of a ref, as a ref (for DMA and semaphore selection). Operands: ref, dynamic
-    /// starts... Result: a ref of the window's shape (squeezed dims dropped), same space.
+    /// starts..., dynamic sizes... Result: a ref of the window's shape (squeezed dims dropped,
+    /// run-time sizes [`DYNAMIC`]), same space.
     RefView(Window),
     /// Start a DMA. Operands: source ref, destination ref, DMA semaphore.
     DmaStart,

@@ -117,15 +117,19 @@ impl<T: Element, S: MemorySpace> KernelParam for RefMut<T, S> {
 #[derive(Clone, Copy, Debug)]
 pub struct Ds {
     start: Arg,
-    size: usize,
+    size: Arg,
     stride: usize,
 }
 
-/// `ds(start, size)`: the window `start..start + size`; `start` may be traced (`Scalar<i32>`) or a constant.
-pub fn ds(start: impl IntoArg<i32>, size: usize) -> Ds {
+/// `ds(start, size)`: the window `start..start + size`; `start` may be traced (`Scalar<i32>`) or a
+/// constant. So may `size` on a window used as a DMA endpoint (Pallas `pl.ds(start, traced_size)`:
+/// a copy of a run-time number of rows, checked against the ref when the kernel runs); loads and
+/// stores take constant sizes (a vector's shape is static).
+#[track_caller]
+pub fn ds(start: impl IntoArg<i32>, size: impl IntoArg<i32>) -> Ds {
     Ds {
         start: start.into_arg(),
-        size,
+        size: size.into_arg(),
         stride: 1,
     }
 }
@@ -153,6 +157,12 @@ pub enum SliceDim {
     Index(Arg),
     /// `a..`: from a constant start to the end of the dimension.
     From(usize),
+    /// `ds(start, n)` with a traced `n`: a DMA endpoint's run-time size.
+    Sized {
+        start: Arg,
+        size: Val,
+        stride: usize,
+    },
 }
 
 /// A window over all dimensions of a ref.
@@ -173,10 +183,18 @@ pub trait SliceArg {
 impl SliceArg for Ds {
     #[track_caller]
     fn slice_dim(self) -> SliceDim {
-        SliceDim::Range {
-            start: self.start,
-            size: self.size,
-            stride: self.stride,
+        match self.size {
+            Arg::Lit(n) => SliceDim::Range {
+                start: self.start,
+                // A negative size is an empty window, refused with the rest.
+                size: usize::try_from(n.as_i64()).unwrap_or(0),
+                stride: self.stride,
+            },
+            Arg::Val(size) => SliceDim::Sized {
+                start: self.start,
+                size,
+                stride: self.stride,
+            },
         }
     }
 }
@@ -308,11 +326,43 @@ fn resolve(
             shape.len()
         ));
     }
+    if shape.contains(&crate::ir::DYNAMIC) {
+        return Err(kerr!(
+            Unsupported,
+            "a window of a window with a run-time size; take the window of the ref itself"
+        ));
+    }
     let mut w = Window::full(shape);
     let mut dynamic = Vec::new();
+    let mut dynamic_sizes = Vec::new();
     for (d, dim) in spec.0.iter().enumerate() {
         let (start, size, stride, squeeze) = match *dim {
             SliceDim::Full => continue,
+            SliceDim::Sized { stride, .. } if stride != 1 => {
+                return Err(kerr!(
+                    Unsupported,
+                    "a window with a run-time size takes stride 1 (dimension {d} has `.stride({stride})`): it is a DMA endpoint, and DMA windows are dense"
+                ))
+            }
+            SliceDim::Sized { .. } if d + 1 == shape.len() => {
+                return Err(kerr!(
+                    Unsupported,
+                    "a run-time size along the last (lane) dimension of a ref of shape {shape:?}: libtpu refuses the copy (\"The contiguous inner slice in the DMA transfer must be divisible by 512 bytes\"); give the rows a run-time size instead"
+                ))
+            }
+            SliceDim::Sized { start, size, .. } => {
+                let ty = t.ty(size)?.clone();
+                if ty != Type::Scalar(DType::I32) {
+                    return Err(kerr!(
+                        DType,
+                        "a run-time window size must be an i32 scalar, got {ty}"
+                    ));
+                }
+                dynamic_sizes.push(t.check(size)?);
+                w.dynamic_sizes[d] = true;
+                // At least one element from `start`: the run-time size is checked when the kernel runs.
+                (start, 1, 1, false)
+            }
             SliceDim::From(s) if s >= shape[d] => {
                 return Err(kerr!(
                     OutOfBounds,
@@ -357,7 +407,7 @@ fn resolve(
                 "slice of size {size} along dimension {d} does not fit the ref shape {shape:?}"
             ));
         }
-        w.sizes[d] = size;
+        w.sizes[d] = if w.dynamic_sizes[d] { shape[d] } else { size };
         w.squeezed[d] = squeeze;
         w.strides[d] = stride;
         match start {
@@ -390,7 +440,19 @@ fn resolve(
         }
     }
     let _ = loc;
+    dynamic.extend(dynamic_sizes);
     Ok((w, dynamic))
+}
+
+/// Loads and stores move vectors, whose shapes are static: a run-time size is for DMA windows.
+fn static_sizes(w: &Window) -> Result<()> {
+    match w.dynamic_sizes.iter().position(|d| *d) {
+        Some(d) => Err(kerr!(
+            Unsupported,
+            "a window with a run-time size (dimension {d}) cannot be loaded or stored: vector values have static shapes (Pallas refuses it too); use it as a DMA endpoint (`async_copy(x_hbm.at(ds(i, n)), buf.at(ds(0, n)), sem)`), or load a window of constant size"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// libtpu strides sublanes and leading dimensions of refs of 128 lanes, not lanes (Mosaic: "Stride on
@@ -420,6 +482,7 @@ pub(crate) fn load(r: Val, spec: Option<&SliceSpec>, loc: SourceLoc) -> Val {
             None => (Window::full(&shape), vec![]),
         };
         check_lane_stride(&w, &shape)?;
+        static_sizes(&w)?;
         let vshape = w.value_shape();
         match space {
             MemSpace::Smem if !vshape.is_empty() => {
@@ -467,6 +530,7 @@ pub(crate) fn store(
             None => (Window::full(&shape), vec![]),
         };
         check_lane_stride(&w, &shape)?;
+        static_sizes(&w)?;
         let vshape = w.value_shape();
         let target = match space {
             MemSpace::Smem if vshape.is_empty() => Type::Scalar(d),

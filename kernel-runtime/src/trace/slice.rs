@@ -51,6 +51,12 @@ fn resolve(shape: &[usize], spec: &SliceSpec) -> Result<Resolved> {
         let (start, size, squeeze) = match *dim {
             SliceDim::Full => continue,
             SliceDim::From(s) => (s as i64, (shape[d] as i64 - s as i64).max(1), false),
+            SliceDim::Sized { .. } => {
+                return Err(kerr!(
+                    Shape,
+                    "a value slice takes constant sizes (dimension {d} has a traced size); a run-time size is for DMA windows"
+                ))
+            }
             SliceDim::Range { stride, .. } if stride != 1 => {
                 return Err(kerr!(
                     Unsupported,
