@@ -247,6 +247,7 @@ pub fn expected(
         "fori_rowsum_kernel" => fori_rowsum(inputs).map(|o| (o, Tolerance::F32)),
         "transpose_kernel" => transpose(inputs).map(|o| (o, Tolerance::EXACT)),
         "values_kernel" => values(inputs, 16).map(|o| (o, Tolerance::EXACT)),
+        "strided_kernel" => butterfly(inputs).map(|o| (o, Tolerance::EXACT)),
         "colsum_kernel" => colsum(inputs).map(|o| {
             (
                 o,
@@ -752,6 +753,23 @@ pub fn transpose(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
     let (x, m, n) = f32_input(inputs, 0)?;
     let o = (0..n * m).map(|i| x[(i % m) * n + i / m]).collect();
     Ok(vec![f32_out([n, m], o)?])
+}
+
+/// `o[2i] = x[2i] + x[2i+1]`, `o[2i+1] = x[2i] - x[2i+1]` (the `strided` example).
+pub fn butterfly(inputs: &[HostArray]) -> Result<Vec<HostArray>, KernelError> {
+    let (x, m, n) = f32_input(inputs, 0)?;
+    let o = (0..m * n)
+        .map(|i| {
+            let (r, c) = (i / n, i % n);
+            let (even, odd) = (x[(r & !1) * n + c], x[(r | 1) * n + c]);
+            if r % 2 == 0 {
+                even + odd
+            } else {
+                even - odd
+            }
+        })
+        .collect();
+    Ok(vec![f32_out([m, n], o)?])
 }
 
 /// Column sums, repeated on each of 8 output rows.

@@ -58,6 +58,8 @@ mod rmsnorm;
 #[path = "../../examples/softmax.rs"]
 mod softmax;
 #[allow(dead_code)]
+#[path = "../../examples/strided.rs"]
+mod strided;
 #[path = "../../examples/transpose.rs"]
 mod transpose;
 #[allow(dead_code)]
@@ -91,6 +93,7 @@ tpu_kernel::export_library!(
         rmsnorm::rmsnorm,
         rmsnorm::rmsnorm_bwd,
         softmax::softmax,
+        strided::strided,
         transpose::transpose,
         values::values,
     ],

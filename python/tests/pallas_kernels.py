@@ -258,6 +258,23 @@ def dma_double(x, bm=128):
         compiler_params=_params("parallel"), name="dma_double_kernel")(x)
 
 
+# -- strided: a butterfly over row pairs through stride-2 windows (pl.ds(start, size, stride))
+def _strided_kernel(x_ref, o_ref):
+    half = x_ref.shape[0] // 2
+    even = x_ref[pl.ds(0, half, stride=2), :]
+    odd = x_ref[pl.ds(1, half, stride=2), :]
+    o_ref[pl.ds(0, half, stride=2), :] = even + odd
+    o_ref[pl.ds(1, half, stride=2), :] = even - odd
+
+
+def strided(x, bm=64):
+    m, n = x.shape
+    spec = pl.BlockSpec((bm, n), lambda i: (i, 0))
+    return pl.pallas_call(_strided_kernel, out_shape=S(x.shape, x.dtype), grid=(m // bm,),
+                          in_specs=[spec], out_specs=spec,
+                          compiler_params=_params("parallel"), name="strided_kernel")(x)
+
+
 # -- inplace_scale: the output aliases the input
 def _inplace_scale_kernel(x_ref, o_ref):
     o_ref[...] = x_ref[...] * 3.0
@@ -737,6 +754,7 @@ KERNELS = {
     "gather_prefetch": (gather_prefetch, [S((4,), i32), S((64, 256), f32)]),
     "dma_double": (dma_double, [S((512, 128), f32)]),
     "inplace_scale": (inplace_scale, [S((256, 256), f32)]),
+    "strided": (strided, [S((512, 128), f32)]),
     "paged_gather": (paged_gather, [S((8, 8), i32), S((64, 16, 128), f32)]),
     "grouped_matmul": (grouped_matmul, [S((5,), i32), S((7,), i32), S((7,), i32), S((512, 512), bf16),
                                         S((4, 512, 512), bf16)]),
@@ -817,6 +835,7 @@ REFERENCES = {
     "gather_prefetch": lambda idx, x: (x.reshape(-1, 8, x.shape[1])[idx] * 2.0).reshape(-1, x.shape[1]),
     "dma_double": lambda x: x * 2.0,
     "inplace_scale": lambda x: x * 3.0,
+    "strided": lambda x: jnp.stack([x[0::2] + x[1::2], x[0::2] - x[1::2]], axis=1).reshape(x.shape),
     "paged_gather": lambda table, pages: pages[table].sum(axis=1).reshape(-1, pages.shape[2]),
     "grouped_matmul": _grouped_matmul_ref,
     "paged_attention": _paged_attention_ref,

@@ -34,7 +34,8 @@ For every example with a Pallas twin in `pallas_kernels.KERNELS`, at the twin's 
    - **Identity `vector.shape_cast` / `vector.broadcast` (result type == operand type) are their
      operand.** Why: jnp's `keepdims`/`broadcast_to` emit them when nothing changes; they are no-ops.
    - **Dead pure ops are dropped** (no uses, no side effect). Why: Pallas loads every ref it stores
-     to (`o_ref[...] = v` lowers to a `vector.load` whose result is never used) and the extui above is
+     to (`o_ref[...] = v` lowers to a `vector.load` whose result is never used, a strided one to a dead
+     `tpu.strided_load`) and the extui above is
      left unused by its fold; libtpu removes them (../shared/TOOLCHAIN.md).
    - **Empty `scf.yield`s are dropped.** Why: Pallas prints `pl.when`'s `scf.if` with an empty `else {}`
      block, we write no else block; neither computes anything.
@@ -206,7 +207,7 @@ class Res:
 
 
 _PURE_PREFIXES = ("arith.", "math.")
-_PURE_OPS = {"vector.load", "vector.broadcast", "vector.shape_cast", "vector.multi_reduction", "tpu.iota",
+_PURE_OPS = {"vector.load", "tpu.strided_load", "vector.broadcast", "vector.shape_cast", "vector.multi_reduction", "tpu.iota",
              "tpu.matmul", "tpu.transpose", "tpu.assume_multiple"}
 
 

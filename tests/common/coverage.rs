@@ -229,6 +229,14 @@ fn values_kernel(x: Ref<f32>, o: RefMut<f32>, idx: RefMut<i32>) {
     idx.store(m + a.argmin(0).reshape([1, 256]).broadcast_to([16, 256]));
 }
 
+/// Strided windows: `tpu.strided_load` and `tpu.strided_store` (stride 2 and 3 along sublanes).
+#[tpu_kernel]
+fn strided_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    o.store(x.at((ds(0, 8).stride(2), ..)).load());
+    o.at((ds(1, 3).stride(3), ..))
+        .store(x.at((ds(program_id(0), 3).stride(5), ..)).load() * 2.0);
+}
+
 /// SMEM: a scalar-prefetch table read by an index map and by the body (`memref.load`), a 2-D SMEM
 /// scratch written and read (`memref.store`, `memref.load`).
 #[tpu_kernel]
@@ -295,6 +303,14 @@ pub fn calls() -> Vec<(&'static str, PallasCall)> {
                 .scratch(Vmem::new([2, 8, 128], F32))
                 .scratch(DmaSem::array([2]))
                 .scratch(Sem::one())
+                .build(),
+        ),
+        one(
+            "strided",
+            pallas_call(strided_kernel)
+                .grid([2])
+                .input(ty([32, 128], F32), spec([16, 128]))
+                .output(ty([16, 128], F32), spec(b))
                 .build(),
         ),
         one(

@@ -37,6 +37,8 @@ pub mod quantized_matmul_w8a8;
 pub mod rmsnorm;
 #[path = "../../examples/softmax.rs"]
 pub mod softmax;
+#[path = "../../examples/strided.rs"]
+pub mod strided;
 #[path = "../../examples/transpose.rs"]
 pub mod transpose;
 #[path = "../../examples/values.rs"]
@@ -59,6 +61,7 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("rmsnorm", rmsnorm::build),
     ("causal_mask", causal_mask::build),
     ("fori_rowsum", fori_rowsum::build),
+    ("strided", strided::build),
     ("transpose", transpose::build),
     ("colsum", colsum::build),
     ("ops_tour", ops_tour::build),

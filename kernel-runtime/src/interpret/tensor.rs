@@ -261,6 +261,20 @@ impl Tensor {
         })
     }
     /// A window view: `starts`/`sizes` per dim (already bounds-checked), squeezed dims dropped.
+    /// The window at `starts` of `sizes` elements `steps` apart (`squeezed` dimensions dropped).
+    pub fn strided_window(
+        &self,
+        starts: &[usize],
+        (sizes, steps): (&[usize], &[usize]),
+        squeezed: &[bool],
+    ) -> Tensor {
+        let mut t = self.window(starts, sizes, squeezed);
+        let kept = steps.iter().zip(squeezed).filter(|(_, s)| !**s);
+        for (stride, (k, _)) in t.strides.iter_mut().zip(kept) {
+            *stride *= k;
+        }
+        t
+    }
     pub fn window(&self, starts: &[usize], sizes: &[usize], squeezed: &[bool]) -> Tensor {
         let mut offset = self.offset;
         let (mut shape, mut strides) = (Dims::new(), Dims::new());

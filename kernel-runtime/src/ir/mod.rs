@@ -103,6 +103,10 @@ pub enum ReduceKind {
     Min,
 }
 
+/// A dimension known only when the kernel runs: a ref window of a traced size (`ds(s, n)` with `n` a
+/// `Scalar<i32>`), in a `Type::Ref` shape (MLIR's `?`).
+pub const DYNAMIC: usize = usize::MAX;
+
 /// Where a load/store window starts along one dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Start {
@@ -118,6 +122,13 @@ pub struct Window {
     pub sizes: Vec<usize>,
     /// Dimensions indexed by a single integer: present in the ref, dropped from the value.
     pub squeezed: Vec<bool>,
+    /// Steps between the window's elements along each dimension (`ds(s, n).stride(k)`); 1 for a
+    /// dense window. Element `i` of dimension `d` is the ref's `starts[d] + i * strides[d]`.
+    pub strides: Vec<usize>,
+    /// Dimensions whose size is known only at run time: the next dynamic size operand (an `i32`
+    /// scalar, after the dynamic starts); `sizes[d]` is then the base's dimension, an upper bound.
+    /// Only `RefView` windows (DMA endpoints) have them.
+    pub dynamic_sizes: Vec<bool>,
 }
 
 impl Window {
@@ -126,15 +137,30 @@ impl Window {
             starts: vec![Start::Static(0); shape.len()],
             sizes: shape.to_vec(),
             squeezed: vec![false; shape.len()],
+            strides: vec![1; shape.len()],
+            dynamic_sizes: vec![false; shape.len()],
         }
+    }
+    /// Whether some dimension's size is known only at run time.
+    pub fn has_dynamic_size(&self) -> bool {
+        self.dynamic_sizes.contains(&true)
+    }
+    /// Whether some dimension steps by more than one element (`tpu.strided_load`/`strided_store`).
+    pub fn is_strided(&self) -> bool {
+        self.strides.iter().any(|s| *s != 1)
+    }
+    /// How far the window reaches along dimension `d`: `(sizes[d] - 1) * strides[d] + 1`.
+    pub fn extent(&self, d: usize) -> usize {
+        self.sizes[d].saturating_sub(1) * self.strides[d] + 1
     }
     /// Shape of the value loaded or stored (squeezed dims removed).
     pub fn value_shape(&self) -> Vec<usize> {
         self.sizes
             .iter()
             .zip(&self.squeezed)
-            .filter(|(_, s)| !**s)
-            .map(|(n, _)| *n)
+            .zip(&self.dynamic_sizes)
+            .filter(|((_, s), _)| !**s)
+            .map(|((n, _), dynamic)| if *dynamic { DYNAMIC } else { *n })
             .collect()
     }
     pub fn n_dynamic(&self) -> usize {
@@ -147,6 +173,8 @@ impl Window {
         self.starts.iter().all(|s| *s == Start::Static(0))
             && self.sizes == shape
             && !self.squeezed.iter().any(|s| *s)
+            && !self.is_strided()
+            && !self.has_dynamic_size()
     }
 }
 
@@ -192,7 +220,8 @@ pub enum OpKind {
         masked: bool,
     },
     /// A window of a ref, as a ref (for DMA and semaphore selection). Operands: ref, dynamic
-    /// starts... Result: a ref of the window's shape (squeezed dims dropped), same space.
+    /// starts..., dynamic sizes... Result: a ref of the window's shape (squeezed dims dropped,
+    /// run-time sizes [`DYNAMIC`]), same space.
     RefView(Window),
     /// Start a DMA. Operands: source ref, destination ref, DMA semaphore.
     DmaStart,

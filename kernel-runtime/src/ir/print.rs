@@ -7,7 +7,10 @@ impl Display for Type {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         let dims = |s: &[usize]| {
             s.iter()
-                .map(|d| d.to_string())
+                .map(|&d| match d {
+                    DYNAMIC => "?".to_string(),
+                    d => d.to_string(),
+                })
                 .collect::<Vec<_>>()
                 .join("x")
         };
@@ -85,15 +88,18 @@ fn window(w: &Window) -> String {
         .iter()
         .zip(&w.sizes)
         .zip(&w.squeezed)
-        .map(|((s, n), sq)| {
+        .zip(&w.strides)
+        .zip(&w.dynamic_sizes)
+        .map(|((((s, n), sq), k), dynamic)| {
             let s = match s {
                 Start::Static(v) => v.to_string(),
                 Start::Dynamic => "?".into(),
             };
-            if *sq {
-                s
-            } else {
-                format!("{s}:+{n}")
+            match (*sq, *k) {
+                (true, _) => s,
+                (false, _) if *dynamic => format!("{s}:+?"),
+                (false, 1) => format!("{s}:+{n}"),
+                (false, k) => format!("{s}:+{n}:{k}"),
             }
         })
         .collect();

@@ -159,7 +159,14 @@ impl<'f> Lowerer<'f> {
             // A 0-d vector is its element type in our IR's convention (`vector_type_text`).
             Type::Vector(s, d) => MType::Plain(vector_type_text(s, d.mlir()).into()),
             Type::Ref(s, d, space) => MType::MemRef {
-                shape: s.clone(),
+                // A run-time size is MLIR's `?` in both.
+                shape: s
+                    .iter()
+                    .map(|&n| match n {
+                        crate::ir::DYNAMIC => crate::mosaic::model::DYNAMIC,
+                        n => n,
+                    })
+                    .collect(),
                 elem: match space {
                     MemSpace::Sem(crate::ir::SemKind::Dma) => "!tpu.dma_semaphore",
                     MemSpace::Sem(crate::ir::SemKind::Regular) => "!tpu.semaphore",

@@ -275,7 +275,7 @@ impl Writer {
                 varint(&mut bytes, space);
                 varint(&mut bytes, shape.len() as u64);
                 for &d in shape {
-                    let d = d as i64;
+                    let d = super::model::dim_i64(d);
                     varint(&mut bytes, ((d << 1) ^ (d >> 63)) as u64);
                 }
                 varint(&mut bytes, elem);

@@ -12,6 +12,17 @@ use std::rc::Rc;
 /// A value of the module: numbered in definition order within its function.
 pub type MValue = u32;
 
+/// A memref dimension known only at run time (MLIR's `?`, `ShapedType::kDynamic` in bytecode).
+pub const DYNAMIC: usize = usize::MAX;
+
+/// A memref dimension as MLIR stores it: [`DYNAMIC`] is `i64::MIN` (`ShapedType::kDynamic`).
+pub fn dim_i64(d: usize) -> i64 {
+    match d {
+        DYNAMIC => i64::MIN,
+        d => d as i64,
+    }
+}
+
 /// A type. Builtin types without a dialect attribute are kept as MLIR text; a memref carries its parts,
 /// because its memory space is a `tpu` attribute, which a context without the `tpu` dialect (ours) can
 /// build but not parse inside a type.
@@ -39,8 +50,11 @@ impl std::fmt::Display for MType {
             MType::Plain(t) => f.write_str(t),
             MType::MemRef { shape, elem, space } => {
                 f.write_str("memref<")?;
-                for d in shape {
-                    write!(f, "{d}x")?;
+                for &d in shape {
+                    match d {
+                        DYNAMIC => f.write_str("?x")?,
+                        d => write!(f, "{d}x")?,
+                    }
                 }
                 write!(f, "{elem}, {space}>")
             }

@@ -32,6 +32,8 @@ const TABLE: &[(&str, Rule)] = &[
     // The tpu dialect (not upstream).
     ("tpu.matmul", tpu::matmul),
     ("tpu.vector_store", load_store::vector_store),
+    ("tpu.strided_load", load_store::strided_load),
+    ("tpu.strided_store", load_store::strided_store),
     ("tpu.iota", tpu::iota),
     ("tpu.transpose", tpu::transpose),
     ("tpu.concatenate", values::concatenate),

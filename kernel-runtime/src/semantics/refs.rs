@@ -70,3 +70,11 @@ pub(crate) fn window_out_of_bounds(
         start + size as i64
     )
 }
+
+/// A window of `label` whose run-time size (`ds(start, n)`, `n` traced) is below one element.
+pub(crate) fn window_size_below_one(label: &str, dim: usize, size: i64) -> KernelError {
+    kerr!(
+        OutOfBounds,
+        "out-of-bounds window of {label}: a run-time size of {size} along dimension {dim}; a window holds at least one element"
+    )
+}

@@ -266,13 +266,27 @@ impl AsyncCopy {
             if ss != ds || sd != dd {
                 return Err(kerr!(
                     Shape,
-                    "a copy from a {sd} window of shape {ss:?} into a {dd} window of shape {ds:?}: source and destination must have one shape and element type"
+                    "a copy from a {sd} window of shape [{}] into a {dd} window of shape [{}]: source and destination must have one shape and element type (a run-time size `?` on both, from one traced size: `async_copy(x.at(ds(i, n)), buf.at(ds(0, n)), sem)`)",
+                    shape_text(ss),
+                    shape_text(ds)
                 ));
             }
             t.push(kind, vec![src, dst, sem], vec![], vec![], loc);
             Ok(())
         });
     }
+}
+
+/// `16, ?` for a shape with a run-time size.
+fn shape_text(s: &[usize]) -> String {
+    let dims: Vec<String> = s
+        .iter()
+        .map(|&n| match n {
+            crate::ir::DYNAMIC => "?".to_string(),
+            n => n.to_string(),
+        })
+        .collect();
+    dims.join(", ")
 }
 
 // ---------------------------------------------------------------------------------------------- scopes

@@ -372,7 +372,11 @@ fn hbm_window(spec: &BlockSpec<'static>, j: Scalar<i32>) -> SliceSpec {
                     }
                     IndexVal::Traced(v) => Arg::Val((Scalar::<i32>::from_val(v) * b as i32).val()),
                 };
-                SliceDim::Range { start, size: b }
+                SliceDim::Range {
+                    start,
+                    size: b,
+                    stride: 1,
+                }
             })
             .collect(),
     )

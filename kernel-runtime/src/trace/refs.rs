@@ -113,18 +113,33 @@ impl<T: Element, S: MemorySpace> KernelParam for RefMut<T, S> {
 
 // ---------------------------------------------------------------------------------------------- slicing
 
-/// A dynamic slice `start..start + size` along one dimension (`pl.ds`).
+/// A dynamic slice `start..start + size` along one dimension (`pl.ds`), optionally strided.
 #[derive(Clone, Copy, Debug)]
 pub struct Ds {
     start: Arg,
-    size: usize,
+    size: Arg,
+    stride: usize,
 }
 
-/// `ds(start, size)`: the window `start..start + size`; `start` may be traced (`Scalar<i32>`) or a constant.
-pub fn ds(start: impl IntoArg<i32>, size: usize) -> Ds {
+/// `ds(start, size)`: the window `start..start + size`; `start` may be traced (`Scalar<i32>`) or a
+/// constant. So may `size` on a window used as a DMA endpoint (Pallas `pl.ds(start, traced_size)`:
+/// a copy of a run-time number of rows, checked against the ref when the kernel runs); loads and
+/// stores take constant sizes (a vector's shape is static).
+#[track_caller]
+pub fn ds(start: impl IntoArg<i32>, size: impl IntoArg<i32>) -> Ds {
     Ds {
         start: start.into_arg(),
-        size,
+        size: size.into_arg(),
+        stride: 1,
+    }
+}
+
+impl Ds {
+    /// `ds(start, size).stride(k)`: `size` elements `k` apart — `start, start + k, ..` (Pallas
+    /// `pl.ds(start, size, stride)`). Loads and stores of VMEM refs take it (`tpu.strided_load` /
+    /// `tpu.strided_store`); DMA windows and value slices do not.
+    pub fn stride(self, k: usize) -> Ds {
+        Ds { stride: k, ..self }
     }
 }
 
@@ -136,10 +151,18 @@ pub enum SliceDim {
     Range {
         start: Arg,
         size: usize,
+        /// Elements between consecutive window elements (1: dense).
+        stride: usize,
     },
     Index(Arg),
     /// `a..`: from a constant start to the end of the dimension.
     From(usize),
+    /// `ds(start, n)` with a traced `n`: a DMA endpoint's run-time size.
+    Sized {
+        start: Arg,
+        size: Val,
+        stride: usize,
+    },
 }
 
 /// A window over all dimensions of a ref.
@@ -160,9 +183,18 @@ pub trait SliceArg {
 impl SliceArg for Ds {
     #[track_caller]
     fn slice_dim(self) -> SliceDim {
-        SliceDim::Range {
-            start: self.start,
-            size: self.size,
+        match self.size {
+            Arg::Lit(n) => SliceDim::Range {
+                start: self.start,
+                // A negative size is an empty window, refused with the rest.
+                size: usize::try_from(n.as_i64()).unwrap_or(0),
+                stride: self.stride,
+            },
+            Arg::Val(size) => SliceDim::Sized {
+                start: self.start,
+                size,
+                stride: self.stride,
+            },
         }
     }
 }
@@ -178,6 +210,7 @@ impl SliceArg for Range<usize> {
         SliceDim::Range {
             start: super::i32_arg(self.start as i128, SourceLoc::caller()),
             size: self.end.saturating_sub(self.start),
+            stride: 1,
         }
     }
 }
@@ -293,11 +326,43 @@ fn resolve(
             shape.len()
         ));
     }
+    if shape.contains(&crate::ir::DYNAMIC) {
+        return Err(kerr!(
+            Unsupported,
+            "a window of a window with a run-time size; take the window of the ref itself"
+        ));
+    }
     let mut w = Window::full(shape);
     let mut dynamic = Vec::new();
+    let mut dynamic_sizes = Vec::new();
     for (d, dim) in spec.0.iter().enumerate() {
-        let (start, size, squeeze) = match *dim {
+        let (start, size, stride, squeeze) = match *dim {
             SliceDim::Full => continue,
+            SliceDim::Sized { stride, .. } if stride != 1 => {
+                return Err(kerr!(
+                    Unsupported,
+                    "a window with a run-time size takes stride 1 (dimension {d} has `.stride({stride})`): it is a DMA endpoint, and DMA windows are dense"
+                ))
+            }
+            SliceDim::Sized { .. } if d + 1 == shape.len() => {
+                return Err(kerr!(
+                    Unsupported,
+                    "a run-time size along the last (lane) dimension of a ref of shape {shape:?}: libtpu refuses the copy (\"The contiguous inner slice in the DMA transfer must be divisible by 512 bytes\"); give the rows a run-time size instead"
+                ))
+            }
+            SliceDim::Sized { start, size, .. } => {
+                let ty = t.ty(size)?.clone();
+                if ty != Type::Scalar(DType::I32) {
+                    return Err(kerr!(
+                        DType,
+                        "a run-time window size must be an i32 scalar, got {ty}"
+                    ));
+                }
+                dynamic_sizes.push(t.check(size)?);
+                w.dynamic_sizes[d] = true;
+                // At least one element from `start`: the run-time size is checked when the kernel runs.
+                (start, 1, 1, false)
+            }
             SliceDim::From(s) if s >= shape[d] => {
                 return Err(kerr!(
                     OutOfBounds,
@@ -307,27 +372,56 @@ fn resolve(
             SliceDim::From(s) => (
                 Arg::Lit(crate::dtype::Literal::from_i64(DType::I32, s as i64)),
                 shape[d].saturating_sub(s).max(1),
+                1,
                 false,
             ),
-            SliceDim::Range { start, size } => (start, size, false),
-            SliceDim::Index(start) => (start, 1, true),
+            SliceDim::Range {
+                start,
+                size,
+                stride,
+            } => (start, size, stride, false),
+            SliceDim::Index(start) => (start, 1, 1, true),
         };
-        if size == 0 || size > shape[d] {
+        if stride == 0 {
+            return Err(kerr!(
+                OutOfBounds,
+                "a window stride must be at least 1, got `.stride(0)` along dimension {d}"
+            ));
+        }
+        // How far the window reaches: `size` elements `stride` apart.
+        let extent = size
+            .checked_sub(1)
+            .and_then(|n| n.checked_mul(stride))
+            .and_then(|n| n.checked_add(1))
+            .unwrap_or(usize::MAX);
+        if size == 0 || extent > shape[d] {
+            if stride != 1 && size != 0 && size <= shape[d] {
+                return Err(kerr!(
+                    OutOfBounds,
+                    "a window of {size} elements {stride} apart spans {} elements along dimension {d}, more than the ref shape {shape:?} holds",
+                    size.saturating_sub(1).saturating_mul(stride).saturating_add(1)
+                ));
+            }
             return Err(kerr!(
                 OutOfBounds,
                 "slice of size {size} along dimension {d} does not fit the ref shape {shape:?}"
             ));
         }
-        w.sizes[d] = size;
+        w.sizes[d] = if w.dynamic_sizes[d] { shape[d] } else { size };
         w.squeezed[d] = squeeze;
+        w.strides[d] = stride;
         match start {
             Arg::Lit(l) => {
                 let s = l.as_i64();
-                if s < 0 || s as usize + size > shape[d] {
+                if s < 0 || s as usize + extent > shape[d] {
+                    let by = match stride {
+                        1 => String::new(),
+                        k => format!(" (stride {k})"),
+                    };
                     return Err(kerr!(
                         OutOfBounds,
-                        "slice {s}..{} along dimension {d} is out of bounds for the ref shape {shape:?}",
-                        s + size as i64
+                        "slice {s}..{}{by} along dimension {d} is out of bounds for the ref shape {shape:?}",
+                        s + extent as i64
                     ));
                 }
                 w.starts[d] = Start::Static(s as usize);
@@ -346,7 +440,38 @@ fn resolve(
         }
     }
     let _ = loc;
+    dynamic.extend(dynamic_sizes);
     Ok((w, dynamic))
+}
+
+/// Loads and stores move vectors, whose shapes are static: a run-time size is for DMA windows.
+fn static_sizes(w: &Window) -> Result<()> {
+    match w.dynamic_sizes.iter().position(|d| *d) {
+        Some(d) => Err(kerr!(
+            Unsupported,
+            "a window with a run-time size (dimension {d}) cannot be loaded or stored: vector values have static shapes (Pallas refuses it too); use it as a DMA endpoint (`async_copy(x_hbm.at(ds(i, n)), buf.at(ds(0, n)), sem)`), or load a window of constant size"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// libtpu strides sublanes and leading dimensions of refs of 128 lanes, not lanes (Mosaic: "Stride on
+/// last dim is not 1", "The last dim size is not 128 in original base memref"; measured with the
+/// Pallas twins of `python/tests/test_windows.py`).
+fn check_lane_stride(w: &Window, shape: &[usize]) -> Result<()> {
+    if w.is_strided() && shape.last() != Some(&128) {
+        return Err(kerr!(
+            Unsupported,
+            "a strided window needs a ref of exactly 128 lanes, got a ref of shape {shape:?} (Mosaic: \"The last dim size is not 128 in original base memref\"); give the strided operand a block or scratch of 128 lanes"
+        ));
+    }
+    match w.strides.last() {
+        Some(&k) if k != 1 => Err(kerr!(
+            Unsupported,
+            "a window strided along its last (lane) dimension (`.stride({k})`) is refused by Mosaic (\"Stride on last dim is not 1\"); stride a leading or the second-to-last dimension, or load the lanes densely"
+        )),
+        _ => Ok(()),
+    }
 }
 
 pub(crate) fn load(r: Val, spec: Option<&SliceSpec>, loc: SourceLoc) -> Val {
@@ -356,6 +481,8 @@ pub(crate) fn load(r: Val, spec: Option<&SliceSpec>, loc: SourceLoc) -> Val {
             Some(s) => resolve(t, &shape, s, loc)?,
             None => (Window::full(&shape), vec![]),
         };
+        check_lane_stride(&w, &shape)?;
+        static_sizes(&w)?;
         let vshape = w.value_shape();
         match space {
             MemSpace::Smem if !vshape.is_empty() => {
@@ -402,6 +529,8 @@ pub(crate) fn store(
             Some(s) => resolve(t, &shape, s, loc)?,
             None => (Window::full(&shape), vec![]),
         };
+        check_lane_stride(&w, &shape)?;
+        static_sizes(&w)?;
         let vshape = w.value_shape();
         let target = match space {
             MemSpace::Smem if vshape.is_empty() => Type::Scalar(d),
@@ -447,6 +576,12 @@ pub(crate) fn store(
                 }
             }
         }
+        if mask.is_some() && w.is_strided() {
+            return Err(kerr!(
+                Unsupported,
+                "a masked store into a strided window is not supported by Mosaic (Pallas refuses it too: `tpu.strided_store` takes no mask); load the window, `select` with the mask, and store it unmasked"
+            ));
+        }
         let value = t.materialize(arg, &target, loc)?;
         let mut operands = vec![t.check(r)?, value];
         operands.extend(dynamic);
@@ -487,6 +622,13 @@ pub(crate) fn view_in(
     };
     let (shape, d, space) = ref_type(t, r)?;
     let (w, dynamic) = resolve(t, &shape, spec, loc)?;
+    if let Some(k) = w.strides.iter().position(|k| *k != 1) {
+        return Err(kerr!(
+            Unsupported,
+            "a strided window (`.stride({})` along dimension {k}) cannot be a DMA endpoint or select semaphores: Mosaic slices refs densely (Pallas refuses `pl.ds(.., stride)` in a copy too); copy the dense rows and load them with the stride from VMEM",
+            w.strides[k]
+        ));
+    }
     let ty = Type::Ref(w.value_shape(), d, space);
     let mut operands = vec![t.check(r)?];
     operands.extend(dynamic);

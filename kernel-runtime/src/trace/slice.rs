@@ -51,7 +51,19 @@ fn resolve(shape: &[usize], spec: &SliceSpec) -> Result<Resolved> {
         let (start, size, squeeze) = match *dim {
             SliceDim::Full => continue,
             SliceDim::From(s) => (s as i64, (shape[d] as i64 - s as i64).max(1), false),
-            SliceDim::Range { start, size } => (constant(start)?, size as i64, false),
+            SliceDim::Sized { .. } => {
+                return Err(kerr!(
+                    Shape,
+                    "a value slice takes constant sizes (dimension {d} has a traced size); a run-time size is for DMA windows"
+                ))
+            }
+            SliceDim::Range { stride, .. } if stride != 1 => {
+                return Err(kerr!(
+                    Unsupported,
+                    "a value slice takes stride 1 (dimension {d} has `.stride({stride})`); strided windows are for refs: `r.at((ds(i, n).stride({stride}), ..)).load()`"
+                ))
+            }
+            SliceDim::Range { start, size, .. } => (constant(start)?, size as i64, false),
             SliceDim::Index(i) => (constant(i)?, 1, true),
         };
         if size <= 0 {

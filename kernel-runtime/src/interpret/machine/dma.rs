@@ -5,7 +5,7 @@
 use super::*;
 use crate::semantics::dma::{sem_of, window_bytes, Refs, Release};
 pub(crate) use crate::semantics::dma::{DmaModel, Flags, InFlight, RefView};
-use crate::semantics::refs::window_out_of_bounds;
+use crate::semantics::refs::{window_out_of_bounds, window_size_below_one};
 
 /// The machine's refs as the DMA model sees them.
 impl Refs for [RefState] {
@@ -44,26 +44,44 @@ impl<'k> Machine<'k> {
             return Err(internal("view rank differs from its base"));
         }
         let mut dynamic = op.operands[1..].iter();
-        let mut v = base.clone();
-        for (i, &d) in dims.iter().enumerate() {
-            let start = match w.starts[i] {
-                Start::Static(s) => s as i64,
+        let mut starts = Vec::with_capacity(dims.len());
+        for s in &w.starts {
+            starts.push(match s {
+                Start::Static(s) => *s as i64,
                 Start::Dynamic => {
                     let id = dynamic
                         .next()
                         .ok_or_else(|| internal("missing view start"))?;
                     self.tensor(*id)?.scalar_i64()?
                 }
+            });
+        }
+        let mut v = base.clone();
+        for (i, &d) in dims.iter().enumerate() {
+            let start = starts[i];
+            // A run-time size (the next size operand) is checked here, as the start is.
+            let size = match w.dynamic_sizes.get(i) {
+                Some(true) => {
+                    let id = dynamic
+                        .next()
+                        .ok_or_else(|| internal("missing view size"))?;
+                    self.tensor(*id)?.scalar_i64()?
+                }
+                _ => w.sizes[i] as i64,
             };
-            if start < 0 || start as u64 + w.sizes[i] as u64 > base.sizes[d] as u64 {
+            if size < 1 {
+                return Err(window_size_below_one(&self.refs[base.r].label, i, size));
+            }
+            let size = size as usize;
+            if start < 0 || start as u64 + size as u64 > base.sizes[d] as u64 {
                 return Err(window_out_of_bounds(
                     &self.refs[base.r].label,
-                    (i, start, w.sizes[i]),
+                    (i, start, size),
                     &dims.iter().map(|&d| base.sizes[d]).collect::<Vec<_>>(),
                 ));
             }
             v.starts[d] = base.starts[d] + start as usize;
-            v.sizes[d] = w.sizes[i];
+            v.sizes[d] = size;
             v.squeezed[d] = w.squeezed[i];
         }
         Ok(vec![Value::View(v)])
@@ -189,6 +207,12 @@ impl<'k> Machine<'k> {
 
     /// Write `data` (the window's value shape) into a window of its ref.
     fn write_window(&mut self, v: &RefView, data: Tensor) -> Result<()> {
-        self.write_into(v.r, (&v.starts, &v.sizes, &v.squeezed), data, None)
+        self.write_into(
+            v.r,
+            (&v.starts, &v.sizes, &v.squeezed),
+            &vec![1; v.sizes.len()],
+            data,
+            None,
+        )
     }
 }

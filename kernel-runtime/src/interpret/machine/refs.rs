@@ -18,6 +18,7 @@ impl<'k> Machine<'k> {
         if w.starts.len() != shape.len()
             || w.sizes.len() != shape.len()
             || w.squeezed.len() != shape.len()
+            || w.strides.len() != shape.len()
         {
             return Err(internal("window rank differs from the ref rank"));
         }
@@ -35,7 +36,7 @@ impl<'k> Machine<'k> {
                     self.tensor(*v)?.scalar_i64()?
                 }
             };
-            let size = w.sizes[d];
+            let size = w.extent(d);
             if start < 0 || start as u64 + size as u64 > shape[d] as u64 {
                 let access = if matches!(op.kind, OpKind::Load(_)) {
                     Access::Load
@@ -58,13 +59,7 @@ impl<'k> Machine<'k> {
         let r = self.ref_index(op.operands[0])?;
         let starts = self.starts(op, w, 1, r)?;
         if !self.dma.idle() {
-            let v = RefView {
-                r,
-                starts: Dims::from_slice(&starts),
-                sizes: Dims::from_slice(&w.sizes),
-                squeezed: Flags::from_slice(&w.squeezed),
-            };
-            self.check_dma_access(&v, false)?;
+            self.check_dma_access(&reach(r, &starts, w), false)?;
         }
         let st = &self.refs[r];
         let full = w.is_full(&st.shape);
@@ -72,7 +67,7 @@ impl<'k> Machine<'k> {
         Ok(if full {
             content
         } else {
-            content.window(&starts, &w.sizes, &w.squeezed)
+            content.strided_window(&starts, (&w.sizes, &w.strides), &w.squeezed)
         })
     }
 
@@ -98,23 +93,19 @@ impl<'k> Machine<'k> {
         };
         let starts = self.starts(op, w, 2, r)?;
         if !self.dma.idle() {
-            let v = RefView {
-                r,
-                starts: Dims::from_slice(&starts),
-                sizes: Dims::from_slice(&w.sizes),
-                squeezed: Flags::from_slice(&w.squeezed),
-            };
-            self.check_dma_access(&v, true)?;
+            self.check_dma_access(&reach(r, &starts, w), true)?;
         }
-        self.write_into(r, (&starts, &w.sizes, &w.squeezed), value, mask)
+        let window = (&starts[..], &w.sizes[..], &w.squeezed[..]);
+        self.write_into(r, window, &w.strides, value, mask)
     }
 
     /// Write `value` (the window's value shape) into the window at `starts` of `sizes` (`squeezed`
-    /// dimensions dropped from the value) of ref `r`, where `mask`.
+    /// dimensions dropped from the value), `steps` elements apart, of ref `r`, where `mask`.
     pub(super) fn write_into(
         &mut self,
         r: usize,
         (starts, sizes, squeezed): (&[usize], &[usize], &[bool]),
+        steps: &[usize],
         value: Tensor,
         mask: Option<Tensor>,
     ) -> Result<()> {
@@ -126,8 +117,10 @@ impl<'k> Machine<'k> {
         {
             return Err(internal("stored value does not match the window"));
         }
-        let full =
-            starts.iter().all(|s| *s == 0) && sizes == &shape[..] && !squeezed.contains(&true);
+        let full = starts.iter().all(|s| *s == 0)
+            && sizes == &shape[..]
+            && !squeezed.contains(&true)
+            && steps.iter().all(|k| *k == 1);
         if mask.is_none() && full {
             if let Some(old) = self.refs[r].content.replace(value) {
                 recycle(old);
@@ -157,7 +150,7 @@ impl<'k> Machine<'k> {
         for d in 0..shape.len() {
             dst_off += starts[d] * rs[d];
             if !squeezed[d] {
-                dst_strides.push(rs[d]);
+                dst_strides.push(rs[d] * steps[d]);
             }
         }
         let data = buf.make_mut(dtype)?;
@@ -173,6 +166,17 @@ impl<'k> Machine<'k> {
             buf,
         });
         Ok(())
+    }
+}
+
+/// The elements of ref `r` a window at `starts` reaches, as the DMA model sees them: a strided
+/// window's whole extent (conservative: a copy into the rows it steps over is reported too).
+fn reach(r: usize, starts: &[usize], w: &Window) -> RefView {
+    RefView {
+        r,
+        starts: Dims::from_slice(starts),
+        sizes: (0..w.sizes.len()).map(|d| w.extent(d)).collect(),
+        squeezed: Flags::from_slice(&w.squeezed),
     }
 }
 

@@ -1,5 +1,5 @@
 //! Ref views, DMA and semaphores, in the forms Pallas emits them (checked against Pallas's Mosaic for
-//! the same kernels: `tpu.memref_slice` with i32 starts, `tpu.memref_squeeze` for indexed dimensions,
+//! the same kernels: `tpu.memref_slice` with i32 starts and i32 run-time sizes (`?` dims), `tpu.memref_squeeze` for indexed dimensions,
 //! `tpu.enqueue_dma` / `tpu.wait_dma` with the source, target and target-semaphore segments).
 
 use super::*;
@@ -11,6 +11,7 @@ pub(super) fn ref_view(
     op: &Op,
     w: &Window,
 ) -> Result<()> {
+    use crate::ir::DYNAMIC;
     let Type::Ref(_, d, space) = lw.func.ty(op.operands[0]).clone() else {
         return Err(kerr!(Lowering, "a view of a non-ref (internal error)"));
     };
@@ -31,8 +32,19 @@ pub(super) fn ref_view(
             }
         });
     }
-    let sliced = lw.ty(&Type::Ref(w.sizes.clone(), d, space))?;
-    let segments = format!("array<i32: 1, {}, 0>", w.starts.len());
+    // Run-time sizes: `?` in the sliced type, one i32 operand each (Pallas's `_slice_memref`).
+    let sizes: Vec<usize> = w
+        .sizes
+        .iter()
+        .zip(&w.dynamic_sizes)
+        .map(|(n, dynamic)| if *dynamic { DYNAMIC } else { *n })
+        .collect();
+    let n_sizes = dynamic.len();
+    for id in dynamic {
+        args.push(lw.v(*id)?);
+    }
+    let sliced = lw.ty(&Type::Ref(sizes, d, space))?;
+    let segments = format!("array<i32: 1, {}, {n_sizes}>", w.starts.len());
     let mut r = emit(
         lw,
         block,

@@ -1,5 +1,7 @@
 //! Loads and stores of a ref window: `vector.load` / `tpu.vector_store` (masked stores carry their
-//! mask), `memref.load` / `memref.store` for one SMEM element, with the window's index operands.
+//! mask), `memref.load` / `memref.store` for one SMEM element, with the window's index operands. A
+//! strided window (`ds(s, n).stride(k)`) is `tpu.strided_load` / `tpu.strided_store` with one stride
+//! per ref dimension, as Pallas lowers `pl.ds(s, n, k)`.
 
 use super::*;
 
@@ -61,7 +63,21 @@ pub(super) fn load(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, w: &Wind
     let mut args = vec![base];
     args.extend(idx);
     let full_ty = lw.ty(&Type::Vector(w.sizes.clone(), ref_ty.dtype()))?;
-    let mut r = emit(lw, block, op, "vector.load", &args, &[full_ty], &[])?[0];
+    let mut r = match w.is_strided() {
+        true => {
+            let strides = ("strides", i32_array(&w.strides));
+            emit(
+                lw,
+                block,
+                op,
+                "tpu.strided_load",
+                &args,
+                &[full_ty],
+                &[strides],
+            )?[0]
+        }
+        false => emit(lw, block, op, "vector.load", &args, &[full_ty], &[])?[0],
+    };
     if w.squeezed.iter().any(|s| *s) {
         let mty = lw.ty(&out_ty)?;
         r = emit(lw, block, op, "vector.shape_cast", &[r], &[mty], &[])?[0];
@@ -103,6 +119,13 @@ pub(super) fn store(
     }
     let base = lw.v(op.operands[0])?;
     let mut args = vec![value, base];
+    if w.is_strided() {
+        // The trace refuses a mask here (`tpu.strided_store` takes none).
+        args.extend(idx);
+        let strides = ("strides", i32_array(&w.strides));
+        emit(lw, block, op, "tpu.strided_store", &args, &[], &[strides])?;
+        return Ok(());
+    }
     let n_idx = idx.len();
     args.extend(idx);
     args.extend(mask);
@@ -120,4 +143,10 @@ pub(super) fn store(
         ],
     )?;
     Ok(())
+}
+
+/// A `DenseI32ArrayAttr`: `array<i32: 1, 2>`.
+fn i32_array(xs: &[usize]) -> String {
+    let xs: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+    format!("array<i32: {}>", xs.join(", "))
 }

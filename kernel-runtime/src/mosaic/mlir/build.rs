@@ -145,7 +145,10 @@ fn ty<'c>(ctx: &'c Context, t: &MType) -> Result<Type<'c>> {
     match t {
         MType::Plain(text) => parse_type(ctx, text),
         MType::MemRef { shape, elem, space } => {
-            let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+            let dims: Vec<i64> = shape
+                .iter()
+                .map(|&d| crate::mosaic::model::dim_i64(d))
+                .collect();
             let space = parse_attr(ctx, space)?;
             Ok(MemRefType::new(parse_type(ctx, elem)?, &dims, None, Some(space)).into())
         }

@@ -1,4 +1,5 @@
-//! Loads and stores of a window of a ref: `vector.load` and `tpu.vector_store` (masked and strided),
+//! Loads and stores of a window of a ref: `vector.load`, `tpu.strided_load`, `tpu.vector_store`
+//! (masked and strided) and `tpu.strided_store`,
 //! bounds-checked at run time, and the two checks `dma.rs` and `memref.rs` share with them —
 //! [`window_in_bounds`] and [`not_in_hbm`] (a load or store on a ref in HBM is refused: only DMA
 //! reaches it).
@@ -72,6 +73,18 @@ pub(in crate::mosaic_cpu) fn not_in_hbm(op: OperationRef<'_, '_>, i: usize) -> R
 }
 
 pub(super) fn vector_load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
+    load(rw, op, None)
+}
+
+/// `tpu.strided_load`: one stride per ref dimension, the result of the ref's rank.
+pub(super) fn strided_load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
+    let strides = i32_array(op, "strides")?;
+    load(rw, op, Some(strides))
+}
+
+/// Element `i` of the result is the ref's `starts + i * strides` (trailing dims; `strides` all 1
+/// when `None`).
+fn load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>, strides: Option<Vec<i64>>) -> Result<()> {
     not_in_hbm(op, 0)?;
     let operands = rw.operands(op)?;
     let Some((base, starts)) = operands.split_first() else {
@@ -87,17 +100,24 @@ pub(super) fn vector_load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Re
     if starts.len() != shape.len() || sizes.len() > shape.len() || out_elem != elem {
         return Err(bad(op, "indices, shapes or element types do not match"));
     }
+    let lead = shape.len() - sizes.len();
+    let strides: Vec<usize> = match strides {
+        None => vec![1; sizes.len()],
+        Some(s) if s.len() == shape.len() && lead == 0 && s.iter().all(|x| *x > 0) => {
+            s.iter().map(|x| *x as usize).collect()
+        }
+        Some(s) => return Err(bad(op, format!("strides {s:?}"))),
+    };
     let site = rw.site(
         op,
         SiteKind::Load {
-            sizes: sizes.clone(),
+            sizes: extents(&sizes, &strides),
             shape: shape.clone(),
         },
         ref_id,
     );
-    let ok = window_in_bounds(rw, starts, &shape, &sizes, &vec![1; sizes.len()]);
+    let ok = window_in_bounds(rw, starts, &shape, &sizes, &strides);
     let ref_strides = row_major(&shape);
-    let lead = shape.len() - sizes.len();
     rw.if_else(
         &ok,
         |rw| {
@@ -110,8 +130,8 @@ pub(super) fn vector_load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Re
             rw.nest(&sizes, |rw, ivs| {
                 let terms: Vec<(String, usize)> = ivs
                     .iter()
-                    .cloned()
-                    .zip(ref_strides[lead..].iter().copied())
+                    .enumerate()
+                    .map(|(k, iv)| (iv.clone(), strides[k] * ref_strides[lead + k]))
                     .collect();
                 let src = rw.linear(&terms, Some(start.clone()));
                 let dst = offset(rw, ivs, &sizes);
@@ -121,6 +141,40 @@ pub(super) fn vector_load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Re
             })
         },
         |rw| rw.record(site, starts),
+    )
+}
+
+/// How far each dimension of a window of `sizes` elements `strides` apart reaches.
+fn extents(sizes: &[usize], strides: &[usize]) -> Vec<usize> {
+    sizes
+        .iter()
+        .zip(strides)
+        .map(|(n, k)| n.saturating_sub(1) * k + 1)
+        .collect()
+}
+
+/// `tpu.strided_store`: value, base, indices (no mask), one stride per ref dimension.
+pub(super) fn strided_store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
+    not_in_hbm(op, 1)?;
+    let operands = rw.operands(op)?;
+    let [value, base, starts @ ..] = &operands[..] else {
+        return Err(bad(op, "expected a value and a base"));
+    };
+    let (sizes, velem) = mem(op, value, "the value")?;
+    let (shape, elem) = mem(op, base, "the base")?;
+    let s = i32_array(op, "strides")?;
+    if starts.len() != shape.len() || sizes.len() != shape.len() || velem != elem {
+        return Err(bad(op, "indices, shapes or element types do not match"));
+    }
+    if s.len() != shape.len() || s.iter().any(|x| *x <= 0) {
+        return Err(bad(op, format!("strides {s:?}")));
+    }
+    let strides: Vec<usize> = s.iter().map(|x| *x as usize).collect();
+    store(
+        rw,
+        op,
+        (value, base, starts, None),
+        (&sizes, &shape, &strides),
     )
 }
 
@@ -165,6 +219,23 @@ pub(super) fn vector_store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> R
         }
         Err(_) => vec![1; sizes.len()],
     };
+    store(
+        rw,
+        op,
+        (value, base, starts, mask),
+        (&sizes, &shape, &strides),
+    )
+}
+
+/// Store `value` (of `sizes`, the ref's trailing dims) into `base` (of `shape`) at `starts`, its
+/// elements `strides` apart, where `mask`.
+fn store(
+    rw: &mut Rewriter<'_>,
+    op: OperationRef<'_, '_>,
+    (value, base, starts, mask): (&Val, &Val, &[Val], Option<&Val>),
+    (sizes, shape, strides): (&[usize], &[usize], &[usize]),
+) -> Result<()> {
+    let lead = shape.len() - sizes.len();
     let ref_id = op
         .operand(1)
         .ok()
@@ -172,13 +243,13 @@ pub(super) fn vector_store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> R
     let site = rw.site(
         op,
         SiteKind::Store {
-            sizes: sizes.clone(),
-            shape: shape.clone(),
+            sizes: extents(sizes, strides),
+            shape: shape.to_vec(),
         },
         ref_id,
     );
-    let ok = window_in_bounds(rw, starts, &shape, &sizes, &strides);
-    let ref_strides = row_major(&shape);
+    let ok = window_in_bounds(rw, starts, shape, sizes, strides);
+    let ref_strides = row_major(shape);
     rw.if_else(
         &ok,
         |rw| {
@@ -188,14 +259,14 @@ pub(super) fn vector_store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> R
                 .zip(ref_strides.iter().copied())
                 .collect();
             let start = rw.linear(&terms, None);
-            rw.nest(&sizes, |rw, ivs| {
+            rw.nest(sizes, |rw, ivs| {
                 let terms: Vec<(String, usize)> = ivs
                     .iter()
                     .enumerate()
                     .map(|(k, iv)| (iv.clone(), strides[k] * ref_strides[lead + k]))
                     .collect();
                 let dst = rw.linear(&terms, Some(start.clone()));
-                let src = offset(rw, ivs, &sizes);
+                let src = offset(rw, ivs, sizes);
                 let x = rw.load(value, &src);
                 match mask {
                     Some(m) => {
