@@ -139,6 +139,24 @@ fn offset(rw: &mut Rewriter<'_>, ivs: &[String], shape: &[usize]) -> String {
     rw.linear(&terms, None)
 }
 
+/// `out[ivs] = src[source(ivs)]` over `shape` (`out` row-major): the loop nest of every rule that
+/// rearranges a value (broadcast, strided slice, transpose, rotate), given where each element comes from.
+fn gather(
+    rw: &mut Rewriter<'_>,
+    src: &Val,
+    out: &Val,
+    shape: &[usize],
+    source: impl FnOnce(&mut Rewriter<'_>, &[String]) -> String,
+) -> Result<()> {
+    rw.nest(shape, |rw, ivs| {
+        let from = source(rw, ivs);
+        let to = offset(rw, ivs, shape);
+        let x = rw.load(src, &from);
+        rw.store(&x, out, &to);
+        Ok(())
+    })
+}
+
 fn keep(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
     rw.keep(op, &[])
 }

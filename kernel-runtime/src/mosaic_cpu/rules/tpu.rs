@@ -8,7 +8,7 @@
 //! May depend on: the shared helpers of `rules.rs`, `rewrite` (the [`Rewriter`], its types and check
 //! sites) and `scalar.rs`.
 
-use super::{accumulator, bad, mem, narrow, offset, result_buffer, scalar, widen};
+use super::{accumulator, bad, gather, mem, narrow, offset, result_buffer, scalar, widen};
 use crate::error::{kerr, Result};
 use crate::mosaic_cpu::rewrite::{
     attr, i32_array, i64_array, int_attr, is_float, row_major, Rewriter, SiteKind, Ty,
@@ -74,18 +74,14 @@ pub(super) fn transpose(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Resu
         ));
     }
     let sstrides = row_major(&sshape);
-    rw.nest(&shape, |rw, ivs| {
+    gather(rw, src, &out, &shape, |rw, ivs| {
         // Result dim d is source dim perm[d].
         let terms: Vec<(String, usize)> = ivs
             .iter()
             .enumerate()
             .map(|(d, iv)| (iv.clone(), sstrides[perm[d]]))
             .collect();
-        let from = rw.linear(&terms, None);
-        let to = offset(rw, ivs, &shape);
-        let x = rw.load(src, &from);
-        rw.store(&x, &out, &to);
-        Ok(())
+        rw.linear(&terms, None)
     })
 }
 

@@ -3,7 +3,7 @@
 //!
 //! May depend on: the shared helpers of `rules.rs` and `rewrite` (the [`Rewriter`], its types).
 
-use super::{bad, mem, offset, result_buffer};
+use super::{bad, gather, mem, offset, result_buffer};
 use crate::error::{kerr, Result};
 use crate::mosaic_cpu::rewrite::{attr, int_attr, row_major, Rewriter, Ty};
 use melior::ir::operation::{OperationLike, OperationRef};
@@ -97,7 +97,7 @@ pub(super) fn dynamic_rotate(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) ->
     rw.line(format!("{r2} = arith.addi {r}, {n} : index"));
     rw.line(format!("{sh} = arith.remsi {r2}, {n} : index"));
     let strides = row_major(&shape);
-    rw.nest(&shape, |rw, ivs| {
+    gather(rw, src, &out, &shape, |rw, ivs| {
         let (t, t2, j) = (rw.fresh(), rw.fresh(), rw.fresh());
         rw.line(format!("{t} = arith.addi {}, {n} : index", ivs[dim]));
         rw.line(format!("{t2} = arith.subi {t}, {sh} : index"));
@@ -107,11 +107,7 @@ pub(super) fn dynamic_rotate(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) ->
             .enumerate()
             .map(|(d, iv)| (if d == dim { j.clone() } else { iv.clone() }, strides[d]))
             .collect();
-        let from = rw.linear(&terms, None);
-        let to = offset(rw, ivs, &shape);
-        let x = rw.load(src, &from);
-        rw.store(&x, &out, &to);
-        Ok(())
+        rw.linear(&terms, None)
     })
 }
 

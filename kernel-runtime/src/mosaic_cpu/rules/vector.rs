@@ -5,7 +5,7 @@
 //! May depend on: the shared helpers of `rules.rs`, `rewrite` (the [`Rewriter`] and its types) and
 //! `scalar.rs` (the combining ops); nothing else in `rules/`.
 
-use super::{accumulator, bad, mem, narrow, offset, result_buffer, scalar, widen};
+use super::{accumulator, bad, gather, mem, narrow, offset, result_buffer, scalar, widen};
 use crate::error::{kerr, Result};
 use crate::mosaic_cpu::rewrite::{attr, i64_array, is_float, row_major, Rewriter, Ty, Val};
 use crate::mosaic_cpu::scalar::scalar_op;
@@ -54,7 +54,7 @@ pub(super) fn broadcast(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Resu
                 return Err(bad(op, format!("cannot broadcast {sshape:?} to {shape:?}")));
             }
             let sstrides = row_major(sshape);
-            rw.nest(&shape, |rw, ivs| {
+            gather(rw, src, &out, &shape, |rw, ivs| {
                 // Source dims of size 1 are stretched (index 0).
                 let terms: Vec<(String, usize)> = sshape
                     .iter()
@@ -62,11 +62,7 @@ pub(super) fn broadcast(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Resu
                     .filter(|(_, s)| **s != 1)
                     .map(|(k, _)| (ivs[lead + k].clone(), sstrides[k]))
                     .collect();
-                let from = rw.linear(&terms, None);
-                let to = offset(rw, ivs, &shape);
-                let x = rw.load(src, &from);
-                rw.store(&x, &out, &to);
-                Ok(())
+                rw.linear(&terms, None)
             })
         }
     }
@@ -244,17 +240,13 @@ pub(super) fn extract_strided_slice(rw: &mut Rewriter<'_>, op: OperationRef<'_, 
         .map(|(o, s)| *o as usize * s)
         .sum();
     let step = |d: usize| strides.get(d).map_or(1, |s| *s as usize);
-    rw.nest(&shape, |rw, ivs| {
+    gather(rw, src, &out, &shape, |rw, ivs| {
         let base = rw.constant(&format!("{base} : index"), "index");
         let terms: Vec<(String, usize)> = ivs
             .iter()
             .enumerate()
             .map(|(d, iv)| (iv.clone(), sstrides[d] * step(d)))
             .collect();
-        let from = rw.linear(&terms, Some(base));
-        let to = offset(rw, ivs, &shape);
-        let x = rw.load(src, &from);
-        rw.store(&x, &out, &to);
-        Ok(())
+        rw.linear(&terms, Some(base))
     })
 }
