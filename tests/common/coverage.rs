@@ -230,6 +230,15 @@ fn values_kernel(x: Ref<f32>, o: RefMut<f32>, idx: RefMut<i32>) {
 }
 
 /// Strided windows: `tpu.strided_load` and `tpu.strided_store` (stride 2 and 3 along sublanes).
+/// Ref views and value bitcasts: `tpu.memref_bitcast`, `tpu.memref_reshape`, `tpu.bitcast`.
+#[tpu_kernel]
+fn views_kernel(x: Ref<bf16>, y: Ref<f32>, o: RefMut<u32>, s: RefMut<f32>, f: RefMut<f32>) {
+    o.store(x.bitcast::<u32>().load() + x.load().bitcast::<u32>());
+    s.reshape([2, 8, 128])
+        .store(y.load().reshape([2, 8, 128]) * 2.0f32);
+    f.store(y.reshape([2, 8, 128]).at(1).load() + s.at(0..8).load());
+}
+
 #[tpu_kernel]
 fn strided_kernel(x: Ref<f32>, o: RefMut<f32>) {
     o.store(x.at((ds(0, 8).stride(2), ..)).load());
@@ -406,6 +415,17 @@ pub fn calls() -> Vec<(&'static str, PallasCall)> {
                 .input(ty([32, 256], F32), spec([16, 256]))
                 .output(ty([32, 256], F32), spec([16, 256]))
                 .output(ty([32, 256], I32), spec([16, 256]))
+                .build(),
+        ),
+        one(
+            "views",
+            pallas_call(views_kernel)
+                .grid([2])
+                .input(ty([32, 128], BF16), spec([16, 128]))
+                .input(ty([32, 128], F32), spec([16, 128]))
+                .output(ty([16, 128], U32), spec(b))
+                .output(ty([32, 128], F32), spec([16, 128]))
+                .output(ty([16, 128], F32), spec(b))
                 .build(),
         ),
         one(

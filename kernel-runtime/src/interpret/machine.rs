@@ -16,6 +16,7 @@ mod dma;
 mod dots;
 mod refs;
 mod values;
+mod views;
 pub(crate) use dma::{DmaModel, RefView};
 pub(crate) use dots::WidenCache;
 use refs::read_dest;
@@ -344,6 +345,11 @@ impl<'k> Machine<'k> {
             OpKind::TraceStart(_) | OpKind::TraceStop => Ok(vec![]),
             OpKind::Scoped => self.scoped(op, sub),
             OpKind::RefView(w) => self.ref_view(op, w),
+            OpKind::RefBitcast | OpKind::RefReshape => self.ref_transform(op),
+            OpKind::Bitcast => one(views::bitcast_rows(
+                self.tensor(op.operands[0])?,
+                self.func.ty(op.results[0]).dtype(),
+            )?),
             OpKind::DmaStart => self.dma_start(op).map(|_| vec![]),
             OpKind::DmaWait => self.dma_wait(op).map(|_| vec![]),
             OpKind::SemSignal | OpKind::SemWait | OpKind::SemRead => self.semaphore_op(op),

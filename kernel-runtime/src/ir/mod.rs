@@ -223,6 +223,14 @@ pub enum OpKind {
     /// starts..., dynamic sizes... Result: a ref of the window's shape (squeezed dims dropped,
     /// run-time sizes [`DYNAMIC`]), same space.
     RefView(Window),
+    /// A ref seen as another element type (`r.bitcast::<U>()`, Pallas's `ref.bitcast`): the result's
+    /// second-to-last dimension is the operand's scaled by the ratio of the bit widths, consecutive
+    /// rows packed into (or unpacked from) one element, the lowest bits first (`pltpu.bitcast`'s rule);
+    /// other dimensions unchanged. Operands: the ref. Result: the view (same space).
+    RefBitcast,
+    /// A ref seen with another shape of the same elements in row-major order (`r.reshape([..])`,
+    /// Pallas's `ref.reshape`). Operands: the ref. Result: the view (same space and element type).
+    RefReshape,
     /// Start a DMA. Operands: source ref, destination ref, DMA semaphore.
     DmaStart,
     /// Wait for a DMA of this shape to complete. Operands: source ref, destination ref, DMA semaphore.
@@ -271,6 +279,10 @@ pub enum OpKind {
     Roll {
         dim: usize,
     },
+    /// `pltpu.bitcast(x, U)`: the operand's bits as another element type, the second-to-last dimension
+    /// scaled by the ratio of the bit widths as [`OpKind::RefBitcast`] scales a ref's. Operands: the
+    /// value. Result: its type says the element type and shape.
+    Bitcast,
     /// `jnp.argmax` / `jnp.argmin` over `dim` of an f32 value, dropping `dim`: the `i32` index of the
     /// first maximum (minimum); a NaN counts as the extreme, so the first NaN wins (as jnp).
     ArgReduce {

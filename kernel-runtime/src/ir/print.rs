@@ -60,6 +60,9 @@ fn op_name(kind: &OpKind) -> String {
             )
         }
         OpKind::RefView(w) => format!("view<{}>", window(w)),
+        OpKind::RefBitcast => "ref_bitcast".into(),
+        OpKind::RefReshape => "ref_reshape".into(),
+        OpKind::Bitcast => "bitcast".into(),
         OpKind::TraceStart(name) => format!("trace_start<{name:?}>"),
         OpKind::TraceStop => "trace_stop".into(),
         OpKind::Scoped => "scoped".into(),

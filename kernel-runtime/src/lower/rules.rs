@@ -63,6 +63,11 @@ pub(crate) fn lower_op(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> R
         OpKind::Load(w) => load(lw, block, op, w),
         OpKind::Store { window, masked } => store(lw, block, op, window, *masked),
         OpKind::RefView(w) => dma::ref_view(lw, block, op, w),
+        // Pallas's `_bitcast_memref` / `_reshape_memref`: the view's type says it all.
+        OpKind::RefBitcast => simple(lw, block, op, "tpu.memref_bitcast", &[]),
+        OpKind::RefReshape => simple(lw, block, op, "tpu.memref_reshape", &[]),
+        // `pltpu.bitcast` along the second-to-last dimension (its default).
+        OpKind::Bitcast => simple(lw, block, op, "tpu.bitcast", &[]),
         OpKind::TraceStart(name) => simple(
             lw,
             block,

@@ -202,15 +202,15 @@ pub(super) fn enqueue_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Re
     let ops = segments(op, &[1, 0, 1, 1, 0, 0, 0], "a local copy")?;
     let (src, dst) = (rw.view(ops[0])?, rw.view(ops[1])?);
     let sem = semaphore(rw, op, ops[2], Some(Space::DmaSemaphore))?;
-    if src.shape != dst.shape || src.root.ty.elem() != dst.root.ty.elem() {
+    if src.shape != dst.shape || src.elem() != dst.elem() {
         return Err(bad(
             op,
             format!(
                 "a copy from {:?} {} into {:?} {}",
                 src.shape,
-                src.root.ty.elem(),
+                src.elem(),
                 dst.shape,
-                dst.root.ty.elem()
+                dst.elem()
             ),
         ));
     }
@@ -218,7 +218,7 @@ pub(super) fn enqueue_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Re
     let temp = (src.root.name == dst.root.name).then(|| {
         let ty = Ty::Mem {
             shape: shape.clone(),
-            elem: src.root.ty.elem().to_string(),
+            elem: src.elem().to_string(),
         };
         let name = rw.alloc(&ty);
         Val { name, ty }
@@ -234,26 +234,26 @@ pub(super) fn enqueue_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Re
     match &temp {
         None => rw.nest(&shape, |rw, ivs| {
             let (from, to) = (element(rw, &src, ivs), element(rw, &dst, ivs));
-            let x = rw.load(&src.root, &from);
-            rw.store(&x, &dst.root, &to);
+            let x = super::views::read(rw, &src, &from);
+            super::views::write(rw, &dst, &to, &x);
             Ok(())
         })?,
         Some(t) => {
             rw.nest(&shape, |rw, ivs| {
                 let (from, to) = (element(rw, &src, ivs), flat(rw, ivs));
-                let x = rw.load(&src.root, &from);
+                let x = super::views::read(rw, &src, &from);
                 rw.store(&x, t, &to);
                 Ok(())
             })?;
             rw.nest(&shape, |rw, ivs| {
                 let (from, to) = (flat(rw, ivs), element(rw, &dst, ivs));
                 let x = rw.load(t, &from);
-                rw.store(&x, &dst.root, &to);
+                super::views::write(rw, &dst, &to, &x);
                 Ok(())
             })?;
         }
     }
-    let bytes = rw.int(window_bytes(op, &shape, src.root.ty.elem())?, "i32");
+    let bytes = rw.int(window_bytes(op, &shape, src.elem())?, "i32");
     add(rw, &sem, &bytes)
 }
 
@@ -300,7 +300,7 @@ pub(super) fn wait_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Resul
         ));
     }
     let sem = semaphore(rw, op, ops[2], Some(Space::DmaSemaphore))?;
-    let bytes = rw.int(window_bytes(op, &dst.shape, dst.root.ty.elem())?, "i32");
+    let bytes = rw.int(window_bytes(op, &dst.shape, dst.elem())?, "i32");
     let root_shape = sem.root.ty.shape().unwrap_or_default().to_vec();
     let site = rw.site(op, SiteKind::DmaWait { shape: root_shape }, sem.ref_id);
     let v = rw.load(&sem.root, &sem.offset);

@@ -206,6 +206,7 @@ mod rules;
 mod run;
 mod scalar;
 mod scope;
+mod views;
 
 pub use run::Compiled;
 

@@ -40,6 +40,7 @@ const TABLE: &[(&str, Rule)] = &[
     ("tpu.dynamic_rotate", values::dynamic_rotate),
     ("tpu.reduce_index", values::reduce_index),
     ("tpu.assume_multiple", tpu::assume_multiple),
+    ("tpu.bitcast", super::views::bitcast_value),
     // A function of the vector math, per element like `arith`/`math` ops (`scalar.rs`, `math.rs`).
     ("tpu.logistic", elementwise::elementwise),
     ("tpu.trace_start", tpu::profiler_marker),
@@ -48,6 +49,8 @@ const TABLE: &[(&str, Rule)] = &[
     // happen at their start, semaphores are i32 counters.
     ("tpu.memref_slice", super::dma::memref_slice),
     ("tpu.memref_squeeze", super::dma::memref_squeeze),
+    ("tpu.memref_bitcast", super::views::memref_bitcast),
+    ("tpu.memref_reshape", super::views::memref_reshape),
     ("tpu.enqueue_dma", super::dma::enqueue_dma),
     ("tpu.wait_dma", super::dma::wait_dma),
     ("tpu.sem_signal", super::dma::sem_signal),

@@ -37,13 +37,17 @@ pub(crate) type Dims = SmallVec<[usize; 4]>;
 /// Per-dimension flags of a view, inline up to rank 4.
 pub(crate) type Flags = SmallVec<[bool; 4]>;
 
-/// A window of ref `r` in the ref's own coordinates (squeezed dimensions have size 1).
+/// A window of ref `r` in the ref's own coordinates (squeezed dimensions have size 1) — or, with
+/// `via`, a view of `r` through bitcasts and reshapes whose reach is that window.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct RefView {
     pub r: usize,
     pub starts: Dims,
     pub sizes: Dims,
     pub squeezed: Flags,
+    /// The steps from `r`'s whole contents to what the program sees (a bitcast or reshape view; its
+    /// windows are steps too), when the view is not the window itself.
+    pub via: Option<std::sync::Arc<super::views::ViewPath>>,
 }
 
 impl RefView {
@@ -54,6 +58,19 @@ impl RefView {
             starts: smallvec::smallvec![0; shape.len()],
             sizes: Dims::from_slice(shape),
             squeezed: smallvec::smallvec![false; shape.len()],
+            via: None,
+        }
+    }
+
+    /// The view of ref `r` that `path` describes, reaching the box around what it covers.
+    pub fn through(r: usize, path: super::views::ViewPath) -> RefView {
+        let (starts, sizes) = path.reach();
+        RefView {
+            r,
+            squeezed: smallvec::smallvec![false; starts.len()],
+            starts: Dims::from_vec(starts),
+            sizes: Dims::from_vec(sizes),
+            via: Some(std::sync::Arc::new(path)),
         }
     }
 
@@ -96,6 +113,10 @@ pub(crate) fn copy_bytes(elements: usize, bits: u32) -> i64 {
 
 /// The bytes of window `v`.
 pub(crate) fn window_bytes(refs: &(impl Refs + ?Sized), v: &RefView) -> i64 {
+    if let Some(p) = &v.via {
+        let (shape, dtype) = p.result();
+        return copy_bytes(shape.iter().product(), dtype.bit_width());
+    }
     copy_bytes(v.sizes.iter().product(), refs.elem_bits(v.r))
 }
 

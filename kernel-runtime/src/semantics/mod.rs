@@ -9,7 +9,9 @@
 //! - `dma`: the DMA/semaphore model (byte-counted DMA semaphores, outstanding copies, the race and
 //!   deadlock rules, what may not cross a `parallel` step) that the interpreter runs, and the messages
 //!   of its faults, which Mosaic-on-CPU's check sites build through too;
-//! - `refs`: the messages of out-of-bounds loads, stores and windows, for both engines.
+//! - `refs`: the messages of out-of-bounds loads, stores and windows, for both engines;
+//! - `views`: ref views (bitcasts, reshapes, their windows) as steps from a ref's contents, and the
+//!   box of the ref each reaches (what the race rules compare).
 //!
 //! Invariant (held by `tests/architecture.rs`): nothing here names `interpret` or `mosaic_cpu`, and
 //! neither of those names the other.
@@ -18,3 +20,4 @@ pub(crate) mod dma;
 pub mod host;
 pub(crate) mod refs;
 pub(crate) mod schedule;
+pub(crate) mod views;

@@ -18,6 +18,7 @@ mod refs;
 mod slice;
 mod unroll;
 mod values;
+mod views;
 
 pub use api::*;
 pub use array::{Array, Scalar, ScalarOperand};

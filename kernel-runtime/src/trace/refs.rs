@@ -620,6 +620,17 @@ pub(crate) fn view_in(
     let Some(spec) = spec else {
         return t.check(r);
     };
+    let (v, _) = window_ref(t, r, spec, loc)?;
+    t.check(v)
+}
+
+/// A window of ref `r` as a ref (a `RefView` op), with its window.
+pub(crate) fn window_ref(
+    t: &mut super::Tracer,
+    r: Val,
+    spec: &SliceSpec,
+    loc: SourceLoc,
+) -> Result<(Val, Window)> {
     let (shape, d, space) = ref_type(t, r)?;
     let (w, dynamic) = resolve(t, &shape, spec, loc)?;
     if let Some(k) = w.strides.iter().position(|k| *k != 1) {
@@ -632,8 +643,8 @@ pub(crate) fn view_in(
     let ty = Type::Ref(w.value_shape(), d, space);
     let mut operands = vec![t.check(r)?];
     operands.extend(dynamic);
-    let v = t.push1(OpKind::RefView(w), operands, ty, loc);
-    t.check(v)
+    let v = t.push1(OpKind::RefView(w.clone()), operands, ty, loc);
+    Ok((v, w))
 }
 
 pub(crate) fn ref_type(t: &super::Tracer, r: Val) -> Result<(Vec<usize>, DType, MemSpace)> {

@@ -25,7 +25,7 @@ impl Refs for [RefState] {
 
 impl<'k> Machine<'k> {
     /// The view an operand denotes: a whole ref or a window of one.
-    fn view_of(&self, id: ValueId) -> Result<RefView> {
+    pub(super) fn view_of(&self, id: ValueId) -> Result<RefView> {
         match self.env.get(id.0 as usize) {
             Some(Some(Value::Ref(r))) => Ok(RefView::whole(*r, &self.refs[*r].shape)),
             Some(Some(Value::View(v))) => Ok(v.clone()),
@@ -36,10 +36,18 @@ impl<'k> Machine<'k> {
     /// `RefView`: a window of a ref (or of a window), bounds-checked.
     pub(super) fn ref_view(&self, op: &Op, w: &Window) -> Result<Vec<Value>> {
         let base = self.view_of(op.operands[0])?;
-        // The base's own (unsqueezed) dimensions, in order.
-        let dims: Vec<usize> = (0..base.sizes.len())
-            .filter(|&d| !base.squeezed[d])
-            .collect();
+        // The base's own (unsqueezed) dimensions, in order; a bitcast or reshape view's are its shape's.
+        let view_shape = base.via.as_ref().map(|p| p.result().0);
+        let dims: Vec<usize> = match &view_shape {
+            Some(shape) => (0..shape.len()).collect(),
+            None => (0..base.sizes.len())
+                .filter(|&d| !base.squeezed[d])
+                .collect(),
+        };
+        let bound = |d: usize| match &view_shape {
+            Some(shape) => shape[d],
+            None => base.sizes[d],
+        };
         if dims.len() != w.starts.len() {
             return Err(internal("view rank differs from its base"));
         }
@@ -57,6 +65,7 @@ impl<'k> Machine<'k> {
             });
         }
         let mut v = base.clone();
+        let mut window = (Vec::new(), Vec::new());
         for (i, &d) in dims.iter().enumerate() {
             let start = starts[i];
             // A run-time size (the next size operand) is checked here, as the start is.
@@ -73,16 +82,23 @@ impl<'k> Machine<'k> {
                 return Err(window_size_below_one(&self.refs[base.r].label, i, size));
             }
             let size = size as usize;
-            if start < 0 || start as u64 + size as u64 > base.sizes[d] as u64 {
+            if start < 0 || start as u64 + size as u64 > bound(d) as u64 {
                 return Err(window_out_of_bounds(
                     &self.refs[base.r].label,
                     (i, start, size),
-                    &dims.iter().map(|&d| base.sizes[d]).collect::<Vec<_>>(),
+                    &dims.iter().map(|&d| bound(d)).collect::<Vec<_>>(),
                 ));
             }
-            v.starts[d] = base.starts[d] + start as usize;
-            v.sizes[d] = size;
-            v.squeezed[d] = w.squeezed[i];
+            window.0.push(start as usize);
+            window.1.push(size);
+            if view_shape.is_none() {
+                v.starts[d] = base.starts[d] + start as usize;
+                v.sizes[d] = size;
+                v.squeezed[d] = w.squeezed[i];
+            }
+        }
+        if view_shape.is_some() {
+            v = self.view_window(&base, &window.0, (&window.1, &w.squeezed));
         }
         Ok(vec![Value::View(v)])
     }
@@ -201,12 +217,26 @@ impl<'k> Machine<'k> {
     /// buffer the view shares (a copy within one ref) first unshares the destination
     /// (`Buf::make_mut`), so the view keeps reading the contents from before the copy.
     fn read_window(&self, v: &RefView) -> Result<Tensor> {
+        if v.via.is_some() {
+            return self.view_contents(v);
+        }
         let t = self.contents(v.r)?;
         Ok(t.window(&v.starts, &v.sizes, &v.squeezed))
     }
 
     /// Write `data` (the window's value shape) into a window of its ref.
     fn write_window(&mut self, v: &RefView, data: Tensor) -> Result<()> {
+        if let Some(p) = &v.via {
+            let rank = p.result().0.len();
+            let (starts, sizes) = (vec![0; rank], p.result().0);
+            return self.write_through_view(
+                v,
+                (&starts, &sizes, &vec![false; rank]),
+                &vec![1; rank],
+                data,
+                None,
+            );
+        }
         self.write_into(
             v.r,
             (&v.starts, &v.sizes, &v.squeezed),

@@ -14,7 +14,17 @@ impl<'k> Machine<'k> {
         dyn_first: usize,
         r: usize,
     ) -> Result<Vec<usize>> {
-        let shape = &self.refs[r].shape;
+        self.starts_in(op, w, dyn_first, (&self.refs[r].shape, &self.refs[r].label))
+    }
+
+    /// Window starts as [`Self::starts`], checked against `shape` (a view's) and named by `label`.
+    pub(super) fn starts_in(
+        &self,
+        op: &Op,
+        w: &Window,
+        dyn_first: usize,
+        (shape, label): (&[usize], &str),
+    ) -> Result<Vec<usize>> {
         if w.starts.len() != shape.len()
             || w.sizes.len() != shape.len()
             || w.squeezed.len() != shape.len()
@@ -43,12 +53,7 @@ impl<'k> Machine<'k> {
                 } else {
                     Access::Store
                 };
-                return Err(access_out_of_bounds(
-                    access,
-                    &self.refs[r].label,
-                    (d, start, size),
-                    shape,
-                ));
+                return Err(access_out_of_bounds(access, label, (d, start, size), shape));
             }
             out.push(start as usize);
         }
@@ -56,6 +61,9 @@ impl<'k> Machine<'k> {
     }
 
     pub(super) fn load(&self, op: &Op, w: &Window) -> Result<Tensor> {
+        if let Some(Some(Value::View(v))) = self.env.get(op.operands[0].0 as usize) {
+            return self.load_view(op, w, v);
+        }
         let r = self.ref_index(op.operands[0])?;
         let starts = self.starts(op, w, 1, r)?;
         if !self.dma.idle() {
@@ -72,6 +80,10 @@ impl<'k> Machine<'k> {
     }
 
     pub(super) fn store(&mut self, op: &Op, w: &Window, masked: bool) -> Result<()> {
+        if let Some(Some(Value::View(v))) = self.env.get(op.operands[0].0 as usize) {
+            let v = v.clone();
+            return self.store_view(op, w, masked, &v);
+        }
         let r = self.ref_index(op.operands[0])?;
         if let Some(Some(Value::Sunk)) = self.env.get(op.operands[1].0 as usize) {
             // The value was computed straight into the output block.
@@ -177,6 +189,7 @@ fn reach(r: usize, starts: &[usize], w: &Window) -> RefView {
         starts: Dims::from_slice(starts),
         sizes: (0..w.sizes.len()).map(|d| w.extent(d)).collect(),
         squeezed: Flags::from_slice(&w.squeezed),
+        via: None,
     }
 }
 

@@ -41,7 +41,7 @@ pub(super) fn acc_in_place_ref(
         return None;
     };
     let rf = *load.operands.first()?;
-    if !w.is_full(f.ty(rf).shape()) {
+    if !w.is_full(f.ty(rf).shape()) || !super::plain_ref(f, rf) {
         return None;
     }
     let j = (i + 1..r.ops.len()).find(|&j| r.ops[j].operands.contains(res))?;

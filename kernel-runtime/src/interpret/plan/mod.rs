@@ -175,10 +175,27 @@ fn sinks(
             ..
         }) = store
         {
-            if operands.get(1) == Some(&v) && window.is_full(f.ty(operands[0]).shape()) {
+            if operands.get(1) == Some(&v)
+                && window.is_full(f.ty(operands[0]).shape())
+                && plain_ref(f, operands[0])
+            {
                 sink_to[i] = Some(operands[0]);
             }
         }
     }
     sink_to
+}
+
+/// Whether `r` is a ref of its own (not a window taken as a ref) in a body that takes no bitcast or
+/// reshape view of any ref: what the direct-write paths (sunk stores, in-place dots) need, since they
+/// address the ref's own buffer and a view could reach it under another name.
+pub(super) fn plain_ref(f: &Func, r: ValueId) -> bool {
+    fn views(reg: &Region, r: ValueId) -> bool {
+        reg.ops.iter().any(|op| {
+            matches!(op.kind, OpKind::RefBitcast | OpKind::RefReshape)
+                || (matches!(op.kind, OpKind::RefView(_)) && op.results.contains(&r))
+                || op.regions.iter().any(|g| views(g, r))
+        })
+    }
+    !views(&f.body, r)
 }

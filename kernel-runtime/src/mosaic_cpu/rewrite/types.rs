@@ -95,6 +95,32 @@ pub(in crate::mosaic_cpu) struct RefView {
     pub offset: String,
     pub shape: Vec<usize>,
     pub strides: Vec<usize>,
+    /// A bitcast view (`tpu.memref_bitcast`): `offset` and `strides` address its elements in the
+    /// row-major order of [`Packed::shape`], whose elements are bits of [`Packed::base`]'s (read and
+    /// written through `mosaic_cpu::views`).
+    pub packed: Option<std::rc::Rc<Packed>>,
+}
+
+impl RefView {
+    /// The element type the view holds.
+    pub fn elem(&self) -> &str {
+        match &self.packed {
+            Some(p) => &p.elem,
+            None => self.root.ty.elem(),
+        }
+    }
+}
+
+/// The elements of a bitcast view: a row-major array of `shape` and element type `elem`
+/// (`view_bits` wide) whose bits are those of `base`'s elements (`ref_bits` wide), rows packed or
+/// unpacked along the second-to-last dimension.
+#[derive(Clone, Debug)]
+pub(in crate::mosaic_cpu) struct Packed {
+    pub base: RefView,
+    pub shape: Vec<usize>,
+    pub elem: String,
+    pub view_bits: usize,
+    pub ref_bits: usize,
 }
 
 /// A value of the rewritten module: its SSA name and type.

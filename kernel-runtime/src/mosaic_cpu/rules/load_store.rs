@@ -4,14 +4,15 @@
 //! [`window_in_bounds`] and [`not_in_hbm`] (a load or store on a ref in HBM is refused: only DMA
 //! reaches it).
 //!
-//! May depend on: the shared helpers of `rules.rs` and `rewrite` (the [`Rewriter`], its types and
-//! check sites); nothing else in `rules/`.
+//! May depend on: the shared helpers of `rules.rs`, `rewrite` (the [`Rewriter`], its types and
+//! check sites) and `views` (one element of a ref view); nothing else in `rules/`.
 
 use super::{bad, mem, offset, result_buffer};
 use crate::error::{kerr, Result};
 use crate::mosaic_cpu::rewrite::{
-    i32_array, key, op_name, ref_space, row_major, Rewriter, SiteKind, Space, Val,
+    i32_array, op_name, ref_space, RefView, Rewriter, SiteKind, Space, Val,
 };
+use crate::mosaic_cpu::views;
 use melior::ir::operation::{OperationLike, OperationRef};
 
 /// `i1`: every window start of `starts` within `shape`; the window covers `sizes` (the trailing dims)
@@ -86,15 +87,10 @@ pub(super) fn strided_load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> R
 /// when `None`).
 fn load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>, strides: Option<Vec<i64>>) -> Result<()> {
     not_in_hbm(op, 0)?;
-    let operands = rw.operands(op)?;
-    let Some((base, starts)) = operands.split_first() else {
-        return Err(bad(op, "no operands"));
-    };
-    let (shape, elem) = mem(op, base, "the base")?;
-    let ref_id = op
-        .operand(0)
-        .ok()
-        .and_then(|v| rw.refs.get(&key(v)).copied());
+    let (base, operands) = ref_and_values(rw, op, 0)?;
+    let starts = &operands[..];
+    let (shape, elem) = (base.shape.clone(), base.elem().to_string());
+    let ref_id = base.ref_id;
     let out = result_buffer(rw, op)?;
     let (sizes, out_elem) = mem(op, &out, "the result")?;
     if starts.len() != shape.len() || sizes.len() > shape.len() || out_elem != elem {
@@ -117,7 +113,7 @@ fn load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>, strides: Option<Vec<i64
         ref_id,
     );
     let ok = window_in_bounds(rw, starts, &shape, &sizes, &strides);
-    let ref_strides = row_major(&shape);
+    let ref_strides = base.strides.clone();
     rw.if_else(
         &ok,
         |rw| {
@@ -126,7 +122,7 @@ fn load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>, strides: Option<Vec<i64
                 .map(|s| s.name.clone())
                 .zip(ref_strides.iter().copied())
                 .collect();
-            let start = rw.linear(&terms, None);
+            let start = rw.linear(&terms, Some(base.offset.clone()));
             rw.nest(&sizes, |rw, ivs| {
                 let terms: Vec<(String, usize)> = ivs
                     .iter()
@@ -135,7 +131,7 @@ fn load(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>, strides: Option<Vec<i64
                     .collect();
                 let src = rw.linear(&terms, Some(start.clone()));
                 let dst = offset(rw, ivs, &sizes);
-                let x = rw.load(base, &src);
+                let x = views::read(rw, &base, &src);
                 rw.store(&x, &out, &dst);
                 Ok(())
             })
@@ -156,12 +152,12 @@ fn extents(sizes: &[usize], strides: &[usize]) -> Vec<usize> {
 /// `tpu.strided_store`: value, base, indices (no mask), one stride per ref dimension.
 pub(super) fn strided_store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
     not_in_hbm(op, 1)?;
-    let operands = rw.operands(op)?;
-    let [value, base, starts @ ..] = &operands[..] else {
+    let (base, operands) = ref_and_values(rw, op, 1)?;
+    let [value, starts @ ..] = &operands[..] else {
         return Err(bad(op, "expected a value and a base"));
     };
     let (sizes, velem) = mem(op, value, "the value")?;
-    let (shape, elem) = mem(op, base, "the base")?;
+    let (shape, elem) = (base.shape.clone(), base.elem().to_string());
     let s = i32_array(op, "strides")?;
     if starts.len() != shape.len() || sizes.len() != shape.len() || velem != elem {
         return Err(bad(op, "indices, shapes or element types do not match"));
@@ -173,7 +169,7 @@ pub(super) fn strided_store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> 
     store(
         rw,
         op,
-        (value, base, starts, None),
+        (value, &base, starts, None),
         (&sizes, &shape, &strides),
     )
 }
@@ -182,19 +178,19 @@ pub(super) fn vector_store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> R
     not_in_hbm(op, 1)?;
     // Operands: value, base, indices..., [mask] — split as the op's segment sizes say.
     let seg = i32_array(op, "operandSegmentSizes")?;
-    let operands = rw.operands(op)?;
+    let (base, operands) = ref_and_values(rw, op, 1)?;
     let [1, 1, n_idx, n_mask] = seg[..] else {
         return Err(bad(op, format!("operand segments {seg:?}")));
     };
     let (n_idx, n_mask) = (n_idx as usize, n_mask as usize);
-    if n_mask > 1 || 2 + n_idx + n_mask != operands.len() {
+    if n_mask > 1 || 1 + n_idx + n_mask != operands.len() {
         return Err(bad(op, format!("operand segments {seg:?}")));
     }
-    let (value, base) = (&operands[0], &operands[1]);
-    let starts = &operands[2..2 + n_idx];
-    let mask = operands.get(2 + n_idx).filter(|_| n_mask == 1);
+    let value = &operands[0];
+    let starts = &operands[1..1 + n_idx];
+    let mask = operands.get(1 + n_idx).filter(|_| n_mask == 1);
     let (sizes, velem) = mem(op, value, "the value")?;
-    let (shape, elem) = mem(op, base, "the base")?;
+    let (shape, elem) = (base.shape.clone(), base.elem().to_string());
     if starts.len() != shape.len() || sizes.len() > shape.len() || velem != elem {
         return Err(bad(op, "indices, shapes or element types do not match"));
     }
@@ -222,7 +218,7 @@ pub(super) fn vector_store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> R
     store(
         rw,
         op,
-        (value, base, starts, mask),
+        (value, &base, starts, mask),
         (&sizes, &shape, &strides),
     )
 }
@@ -232,14 +228,11 @@ pub(super) fn vector_store(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> R
 fn store(
     rw: &mut Rewriter<'_>,
     op: OperationRef<'_, '_>,
-    (value, base, starts, mask): (&Val, &Val, &[Val], Option<&Val>),
+    (value, base, starts, mask): (&Val, &RefView, &[Val], Option<&Val>),
     (sizes, shape, strides): (&[usize], &[usize], &[usize]),
 ) -> Result<()> {
     let lead = shape.len() - sizes.len();
-    let ref_id = op
-        .operand(1)
-        .ok()
-        .and_then(|v| rw.refs.get(&key(v)).copied());
+    let ref_id = base.ref_id;
     let site = rw.site(
         op,
         SiteKind::Store {
@@ -249,7 +242,7 @@ fn store(
         ref_id,
     );
     let ok = window_in_bounds(rw, starts, shape, sizes, strides);
-    let ref_strides = row_major(shape);
+    let ref_strides = base.strides.clone();
     rw.if_else(
         &ok,
         |rw| {
@@ -258,7 +251,7 @@ fn store(
                 .map(|s| s.name.clone())
                 .zip(ref_strides.iter().copied())
                 .collect();
-            let start = rw.linear(&terms, None);
+            let start = rw.linear(&terms, Some(base.offset.clone()));
             rw.nest(sizes, |rw, ivs| {
                 let terms: Vec<(String, usize)> = ivs
                     .iter()
@@ -274,14 +267,14 @@ fn store(
                         rw.if_else(
                             &keep,
                             |rw| {
-                                rw.store(&x, base, &dst);
+                                views::write(rw, base, &dst, &x);
                                 Ok(())
                             },
                             |_| Ok(()),
                         )
                     }
                     None => {
-                        rw.store(&x, base, &dst);
+                        views::write(rw, base, &dst, &x);
                         Ok(())
                     }
                 }
@@ -289,4 +282,26 @@ fn store(
         },
         |rw| rw.record(site, starts),
     )
+}
+
+/// Operand `i` of `op` as a ref (a whole ref, a window or a view) and the other operands as values.
+fn ref_and_values(
+    rw: &mut Rewriter<'_>,
+    op: OperationRef<'_, '_>,
+    i: usize,
+) -> Result<(RefView, Vec<Val>)> {
+    let r = op
+        .operand(i)
+        .map_err(|_| bad(op, format!("expected an operand {i}")))?;
+    let view = rw.view(r)?;
+    let values = (0..op.operand_count())
+        .filter(|k| *k != i)
+        .map(|k| {
+            let v = op
+                .operand(k)
+                .map_err(|_| bad(op, format!("expected an operand {k}")))?;
+            rw.val(v)
+        })
+        .collect::<Result<_>>()?;
+    Ok((view, values))
 }

@@ -1,0 +1,271 @@
+//! Ref views in a grid step (`r.bitcast::<U>()`, `r.reshape([..])` and windows of them): a view is its
+//! ref plus a [`ViewPath`]; reading one runs the path over the ref's contents, writing one runs it
+//! back (the window written, reshapes undone, bitcasts undone) into the ref. Value bitcasts
+//! (`pltpu.bitcast`) share [`bitcast_rows`].
+
+use super::*;
+use crate::dtype::Element;
+use crate::semantics::views::{ViewPath, ViewStep};
+
+/// `t`'s bits as element type `to`: the second-to-last dimension scaled by the ratio of the bit widths,
+/// consecutive rows packed into one element (or unpacked from one), the lowest bits first.
+pub(crate) fn bitcast_rows(t: &Tensor, to: DType) -> Result<Tensor> {
+    let from = t.dtype;
+    let (a, b) = (from.bit_width() as usize, to.bit_width() as usize);
+    let shape: Vec<usize> = t.shape.to_vec();
+    let rank = shape.len();
+    if from == DType::Bool || to == DType::Bool || (a != b && rank < 2) {
+        return Err(internal("bitcast operands"));
+    }
+    let bits: Vec<u64> = with_dtype!(from, T => {
+        t.to_vec::<T>()?.into_iter().map(|x| x.literal().bits & mask(a)).collect()
+    });
+    let mut out_shape = shape.clone();
+    let out: Vec<u64> = if a == b {
+        bits
+    } else {
+        let (rows, lanes) = (shape[rank - 2], shape[rank - 1]);
+        let outer: usize = shape[..rank - 2].iter().product();
+        let new_rows = rows * a / b;
+        out_shape[rank - 2] = new_rows;
+        let mut out = vec![0u64; outer * new_rows * lanes];
+        for o in 0..outer {
+            for i in 0..rows {
+                for j in 0..lanes {
+                    let x = bits[(o * rows + i) * lanes + j];
+                    if a < b {
+                        // Rows i = q·r + k (q = b / a) are the bits k·a.. of row r.
+                        let q = b / a;
+                        let (r, k) = (i / q, i % q);
+                        out[(o * new_rows + r) * lanes + j] |= x << (k * a);
+                    } else {
+                        // Row i holds rows q·i + k (q = a / b), each b bits.
+                        let q = a / b;
+                        for k in 0..q {
+                            out[(o * new_rows + q * i + k) * lanes + j] = (x >> (k * b)) & mask(b);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    };
+    let data = with_dtype!(to, U => {
+        U::wrap(out.into_iter().map(U::from_literal_bits).collect())
+    });
+    Ok(Tensor::from_data(out_shape, data))
+}
+
+fn mask(bits: usize) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
+/// One step run forward over `t`.
+fn forward(t: &Tensor, s: &ViewStep) -> Result<Tensor> {
+    match s {
+        ViewStep::Window {
+            starts,
+            sizes,
+            squeezed,
+        } => Ok(t.window(starts, sizes, squeezed)),
+        ViewStep::Bitcast(to) => bitcast_rows(t, *to),
+        ViewStep::Reshape(shape) => t.reshape(shape),
+    }
+}
+
+impl<'k> Machine<'k> {
+    /// The path of view `v`: its own, or one from its ref through its window.
+    fn path_of_view(&self, v: &RefView) -> ViewPath {
+        if let Some(p) = &v.via {
+            return (**p).clone();
+        }
+        let st = &self.refs[v.r];
+        let mut p = ViewPath::new(&st.shape, st.dtype);
+        if *v != RefView::whole(v.r, &st.shape) {
+            p.steps.push(ViewStep::Window {
+                starts: v.starts.to_vec(),
+                sizes: v.sizes.to_vec(),
+                squeezed: v.squeezed.to_vec(),
+            });
+        }
+        p
+    }
+
+    /// The path of a view operand (a ref, a window or a view).
+    fn path_of(&self, id: ValueId) -> Result<(usize, ViewPath)> {
+        let v = self.view_of(id)?;
+        Ok((v.r, self.path_of_view(&v)))
+    }
+
+    /// `RefBitcast` / `RefReshape`: the operand's path with one more step.
+    pub(super) fn ref_transform(&self, op: &Op) -> Result<Vec<Value>> {
+        let (r, mut p) = self.path_of(op.operands[0])?;
+        let ty = self.func.ty(op.results[0]);
+        p.steps.push(match op.kind {
+            OpKind::RefBitcast => ViewStep::Bitcast(ty.dtype()),
+            _ => ViewStep::Reshape(ty.shape().to_vec()),
+        });
+        Ok(vec![Value::View(RefView::through(r, p))])
+    }
+
+    /// A window (already bounds-checked against the view's shape) of view `base` as a view.
+    pub(super) fn view_window(
+        &self,
+        base: &RefView,
+        starts: &[usize],
+        (sizes, squeezed): (&[usize], &[bool]),
+    ) -> RefView {
+        let mut p = self.path_of_view(base);
+        p.steps.push(ViewStep::Window {
+            starts: starts.to_vec(),
+            sizes: sizes.to_vec(),
+            squeezed: squeezed.to_vec(),
+        });
+        RefView::through(base.r, p)
+    }
+
+    /// A load of window `w` of view `v`: bounds-checked against the view, raced against the copies
+    /// in flight over the box of the ref it reaches.
+    pub(super) fn load_view(&self, op: &Op, w: &Window, v: &RefView) -> Result<Tensor> {
+        let p = self.path_of_view(v);
+        let (shape, _) = p.result();
+        let starts = self.starts_in(op, w, 1, (&shape, &self.refs[v.r].label))?;
+        if !self.dma.idle() {
+            let extents: Vec<usize> = (0..w.sizes.len()).map(|d| w.extent(d)).collect();
+            let reach = self.view_window(v, &starts, (&extents, &w.squeezed));
+            self.check_dma_access(&reach, false)?;
+        }
+        let t = self.view_contents(&RefView::through(v.r, p))?;
+        Ok(t.strided_window(&starts, (&w.sizes, &w.strides), &w.squeezed))
+    }
+
+    /// A store into window `w` of view `v`.
+    pub(super) fn store_view(
+        &mut self,
+        op: &Op,
+        w: &Window,
+        masked: bool,
+        v: &RefView,
+    ) -> Result<()> {
+        let value = self.tensor(op.operands[1])?.clone();
+        let mask = if masked {
+            let m = op
+                .operands
+                .last()
+                .ok_or_else(|| internal("masked store without a mask"))?;
+            Some(self.tensor(*m)?.clone())
+        } else {
+            None
+        };
+        let p = self.path_of_view(v);
+        let (shape, _) = p.result();
+        let starts = self.starts_in(op, w, 2, (&shape, &self.refs[v.r].label))?;
+        if !self.dma.idle() {
+            let extents: Vec<usize> = (0..w.sizes.len()).map(|d| w.extent(d)).collect();
+            let reach = self.view_window(v, &starts, (&extents, &w.squeezed));
+            self.check_dma_access(&reach, true)?;
+        }
+        let through = RefView::through(v.r, p);
+        self.write_through_view(
+            &through,
+            (&starts, &w.sizes, &w.squeezed),
+            &w.strides,
+            value,
+            mask,
+        )
+    }
+
+    /// What a view reads now.
+    pub(super) fn view_contents(&self, v: &RefView) -> Result<Tensor> {
+        let Some(p) = &v.via else {
+            return Ok(self.contents(v.r)?.window(&v.starts, &v.sizes, &v.squeezed));
+        };
+        let mut t = self.contents(v.r)?;
+        for s in &p.steps {
+            t = forward(&t, s)?;
+        }
+        Ok(t)
+    }
+
+    /// Write `value` into the window (`starts`, `sizes` `steps` apart, `squeezed` dropped) of view `v`,
+    /// where `mask`: the view's contents are written, then carried back step by step into its ref.
+    pub(super) fn write_through_view(
+        &mut self,
+        v: &RefView,
+        window: (&[usize], &[usize], &[bool]),
+        steps: &[usize],
+        value: Tensor,
+        mask: Option<Tensor>,
+    ) -> Result<()> {
+        let p = v
+            .via
+            .clone()
+            .ok_or_else(|| internal("a write through a plain window"))?;
+        // Every stage from the ref's contents to the view, each a contiguous copy.
+        let mut stages = vec![self.contents(v.r)?.materialize()?];
+        for s in &p.steps {
+            let next = forward(stages.last().ok_or_else(|| internal("view stages"))?, s)?;
+            stages.push(next.materialize()?);
+        }
+        let mut cur = stages.pop().ok_or_else(|| internal("view stages"))?;
+        cur = write_window_of(cur, window, steps, &value, mask.as_ref())?;
+        for (s, before) in p.steps.iter().zip(stages).rev() {
+            cur = match s {
+                ViewStep::Window {
+                    starts,
+                    sizes,
+                    squeezed,
+                } => write_window_of(
+                    before,
+                    (starts, sizes, squeezed),
+                    &vec![1; sizes.len()],
+                    &cur,
+                    None,
+                )?,
+                ViewStep::Bitcast(_) => bitcast_rows(&cur, before.dtype)?,
+                ViewStep::Reshape(_) => cur.reshape(&before.shape)?,
+            };
+        }
+        let shape = self.refs[v.r].shape.clone();
+        let full = vec![false; shape.len()];
+        self.write_into(
+            v.r,
+            (&vec![0; shape.len()], &shape, &full),
+            &vec![1; shape.len()],
+            cur,
+            None,
+        )
+    }
+}
+
+/// `base` (contiguous) with `value` written into a window of it, where `mask`.
+fn write_window_of(
+    base: Tensor,
+    (starts, sizes, squeezed): (&[usize], &[usize], &[bool]),
+    steps: &[usize],
+    value: &Tensor,
+    mask: Option<&Tensor>,
+) -> Result<Tensor> {
+    let mut base = base.materialize()?;
+    let rs = row_major_strides(&base.shape);
+    let mut off = 0;
+    let mut strides = Vec::new();
+    for d in 0..base.shape.len() {
+        off += starts[d] * rs[d];
+        if !squeezed[d] {
+            strides.push(rs[d] * steps[d]);
+        }
+    }
+    let _ = sizes;
+    let dtype = base.dtype;
+    let data = base.buf.make_mut(dtype)?;
+    with_dtype!(dtype, T => {
+        let dst = T::vec_mut(data).ok_or_else(|| internal("view buffer type"))?;
+        write_view(dst, off, &strides, value, mask)?;
+    });
+    Ok(base)
+}

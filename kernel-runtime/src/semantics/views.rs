@@ -1,0 +1,223 @@
+//! Ref views (`r.bitcast::<U>()`, `r.reshape([..])`, windows of them) as the DMA model and the
+//! engines see them: the steps from a ref's contents to what the program reads ([`ViewPath`]), and the
+//! box of the ref a view reaches ([`ViewPath::reach`]), which the race rules compare.
+//!
+//! A bitcast that changes the bit width packs consecutive rows of the second-to-last dimension into
+//! one element, the lowest bits first (`pltpu.bitcast`'s rule), so view row `i` holds bits of ref rows
+//! `i * vb / rb ..= ((i + 1) * vb - 1) / rb` (`vb`, `rb` the view's and the ref's bit widths). A reshape
+//! keeps the row-major order. The reach of a window is exact through bitcasts and through reshapes that
+//! regroup leading dimensions; where a window of a reshape covers parts of several rows of the ref,
+//! the reach is the box around them (a conservative race check, never a missed one).
+
+use crate::dtype::DType;
+
+/// One step from a ref's contents toward a view.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum ViewStep {
+    /// A window over the current shape (squeezed dimensions dropped from the result).
+    Window {
+        starts: Vec<usize>,
+        sizes: Vec<usize>,
+        squeezed: Vec<bool>,
+    },
+    /// The bits as another element type (the second-to-last dimension scaled).
+    Bitcast(DType),
+    /// The same elements, row-major, in another shape.
+    Reshape(Vec<usize>),
+}
+
+/// The steps from the whole contents of a ref (of `base_shape`, `base_dtype`) to a view.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ViewPath {
+    pub base_shape: Vec<usize>,
+    pub base_dtype: DType,
+    pub steps: Vec<ViewStep>,
+}
+
+impl ViewPath {
+    pub fn new(base_shape: &[usize], base_dtype: DType) -> ViewPath {
+        ViewPath {
+            base_shape: base_shape.to_vec(),
+            base_dtype,
+            steps: Vec::new(),
+        }
+    }
+
+    /// The shape and element type after every step.
+    pub fn result(&self) -> (Vec<usize>, DType) {
+        let (mut shape, mut dtype) = (self.base_shape.clone(), self.base_dtype);
+        for s in &self.steps {
+            (shape, dtype) = step_result(s, &shape, dtype);
+        }
+        (shape, dtype)
+    }
+
+    /// The shapes and element types before each step (the last entry is the result).
+    pub fn stages(&self) -> Vec<(Vec<usize>, DType)> {
+        let mut out = vec![(self.base_shape.clone(), self.base_dtype)];
+        let (mut shape, mut dtype) = (self.base_shape.clone(), self.base_dtype);
+        for s in &self.steps {
+            (shape, dtype) = step_result(s, &shape, dtype);
+            out.push((shape.clone(), dtype));
+        }
+        out
+    }
+
+    /// The box of the ref the whole view reaches: starts and sizes per ref dimension.
+    pub fn reach(&self) -> (Vec<usize>, Vec<usize>) {
+        let stages = self.stages();
+        let (shape, _) = self.result();
+        let (mut starts, mut sizes) = (vec![0; shape.len()], shape);
+        for (k, s) in self.steps.iter().enumerate().rev() {
+            let (before, bdtype) = &stages[k];
+            (starts, sizes) = match s {
+                ViewStep::Window {
+                    starts: ws,
+                    squeezed,
+                    ..
+                } => {
+                    let mut kept = starts.iter().zip(&sizes);
+                    let mut out = (Vec::new(), Vec::new());
+                    for d in 0..before.len() {
+                        if squeezed[d] {
+                            out.0.push(ws[d]);
+                            out.1.push(1);
+                        } else if let Some((s0, n)) = kept.next() {
+                            out.0.push(ws[d] + s0);
+                            out.1.push(*n);
+                        }
+                    }
+                    out
+                }
+                ViewStep::Bitcast(to) => {
+                    let (rb, vb) = (bdtype.bit_width() as usize, to.bit_width() as usize);
+                    let rank = before.len();
+                    if rb != vb && rank >= 2 {
+                        let (s0, n) = (starts[rank - 2], sizes[rank - 2]);
+                        let first = s0 * vb / rb;
+                        let last = ((s0 + n) * vb - 1) / rb;
+                        starts[rank - 2] = first;
+                        sizes[rank - 2] = last + 1 - first;
+                    }
+                    (starts, sizes)
+                }
+                ViewStep::Reshape(to) => reshape_reach(before, to, &starts, &sizes),
+            };
+        }
+        (starts, sizes)
+    }
+}
+
+fn step_result(s: &ViewStep, shape: &[usize], dtype: DType) -> (Vec<usize>, DType) {
+    match s {
+        ViewStep::Window {
+            sizes, squeezed, ..
+        } => (
+            sizes
+                .iter()
+                .zip(squeezed)
+                .filter(|(_, q)| !**q)
+                .map(|(n, _)| *n)
+                .collect(),
+            dtype,
+        ),
+        ViewStep::Bitcast(to) => {
+            let mut out = shape.to_vec();
+            let rank = out.len();
+            if rank >= 2 {
+                out[rank - 2] =
+                    out[rank - 2] * dtype.bit_width() as usize / to.bit_width() as usize;
+            }
+            (out, *to)
+        }
+        ViewStep::Reshape(to) => (to.clone(), dtype),
+    }
+}
+
+/// The box of a `from`-shaped array around the elements a box of its `to`-shaped reshape covers.
+fn reshape_reach(
+    from: &[usize],
+    to: &[usize],
+    starts: &[usize],
+    sizes: &[usize],
+) -> (Vec<usize>, Vec<usize>) {
+    if sizes.contains(&0) {
+        return (vec![0; from.len()], vec![0; from.len()]);
+    }
+    let flat = |idx: &[usize], shape: &[usize]| {
+        idx.iter()
+            .zip(shape)
+            .fold(0usize, |acc, (i, n)| acc * n + i)
+    };
+    let unflat = |mut f: usize, shape: &[usize]| {
+        let mut idx = vec![0; shape.len()];
+        for d in (0..shape.len()).rev() {
+            idx[d] = f % shape[d];
+            f /= shape[d];
+        }
+        idx
+    };
+    let last: Vec<usize> = starts.iter().zip(sizes).map(|(s, n)| s + n - 1).collect();
+    let (a, b) = (
+        unflat(flat(starts, to), from),
+        unflat(flat(&last, to), from),
+    );
+    // Equal leading coordinates are exact; from the first that differs, that dimension spans the
+    // two and every later one is whole.
+    let mut out = (
+        Vec::with_capacity(from.len()),
+        Vec::with_capacity(from.len()),
+    );
+    let mut spread = false;
+    for d in 0..from.len() {
+        if spread {
+            out.0.push(0);
+            out.1.push(from[d]);
+        } else if a[d] == b[d] {
+            out.0.push(a[d]);
+            out.1.push(1);
+        } else {
+            out.0.push(a[d]);
+            out.1.push(b[d] + 1 - a[d]);
+            spread = true;
+        }
+    }
+    (out.0, out.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_of_a_bitcast_reaches_the_rows_it_packs() {
+        // bf16 [2, 16, 128] seen as u32 [2, 8, 128]; window [1, 2..4, ..] → bf16 rows 4..8 of slot 1.
+        let mut p = ViewPath::new(&[2, 16, 128], DType::BF16);
+        p.steps.push(ViewStep::Bitcast(DType::U32));
+        p.steps.push(ViewStep::Window {
+            starts: vec![1, 2, 0],
+            sizes: vec![1, 2, 128],
+            squeezed: vec![true, false, false],
+        });
+        assert_eq!(p.result(), (vec![2, 128], DType::U32));
+        assert_eq!(p.reach(), (vec![1, 4, 0], vec![1, 4, 128]));
+    }
+
+    #[test]
+    fn a_window_of_a_reshape_reaches_the_pages_it_crosses() {
+        // [4 pages, 16 rows, 128] seen as [64, 128]; rows 20..28 are page 1, rows 4..12: exact.
+        let mut p = ViewPath::new(&[4, 16, 128], DType::F32);
+        p.steps.push(ViewStep::Reshape(vec![64, 128]));
+        p.steps.push(ViewStep::Window {
+            starts: vec![20, 0],
+            sizes: vec![8, 128],
+            squeezed: vec![false, false],
+        });
+        assert_eq!(p.reach(), (vec![1, 4, 0], vec![1, 8, 128]));
+        // Rows 12..20 cross from page 0 into page 1: both pages, every row (the box around them).
+        if let Some(ViewStep::Window { starts, .. }) = p.steps.last_mut() {
+            starts[0] = 12;
+        }
+        assert_eq!(p.reach(), (vec![0, 0, 0], vec![2, 16, 128]));
+    }
+}
