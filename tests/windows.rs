@@ -1,9 +1,9 @@
 //! Windows real kernels use (issue 21, items 2 and 3): strided windows `ds(s, n).stride(k)` on VMEM
 //! loads and stores (`tpu.strided_load` / `tpu.strided_store`, as Pallas lowers `pl.ds(s, n, k)`),
 //! and run-time-sized DMA windows `ds(s, n)` with a traced `n` (`tpu.memref_slice` with dynamic
-//! sizes, as Pallas lowers `pl.ds(s, traced_size)`; Mosaic-on-CPU refuses them for now).
+//! sizes, as Pallas lowers `pl.ds(s, traced_size)`).
 //! Each construct: what it lowers to, the interpreter's numbers against a plain-Rust reference, the
-//! Mosaic module run on the CPU agreeing bit for bit, run-time faults as the same error in both
+//! Mosaic module run on the CPU agreeing bit for bit (run-time sizes included), run-time faults as the same error in both
 //! engines at the user's line, and every trace-time mistake as a `KernelError` at its marked line
 //! (`// E:<tag>`). The real toolchain's verdict is `python/tests/test_examples.py` (the `strided`
 //! example against its Pallas twin).
@@ -419,10 +419,8 @@ fn a_run_time_sized_dma_lowers_as_pallas_and_copies_the_rows_it_names() {
         f32_bits(&out[0]),
         ragged_reference(&meta, x.as_slice::<f32>().unwrap())
     );
-    // Mosaic-on-CPU does not run run-time-sized windows yet: a clear refusal, never a wrong answer.
-    let e = mosaic_cpu::run(call.ir(), &inputs).expect_err("not supported by Mosaic-on-CPU yet");
-    assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
-    assert!(e.message.contains("dynamic sizes are not supported"), "{e}");
+    // Mosaic-on-CPU runs the emitted `?`-sized slices: the same bits.
+    engines_agree(&call, &inputs);
     // Under every DMA completion timing: the copy's bytes are the run-time window's.
     for seed in 1..4 {
         let opts = InterpretOptions {
@@ -448,9 +446,61 @@ fn a_run_time_size_past_the_array_is_an_error_where_the_copy_starts() {
         ),
     ] {
         let inputs = [HostArray::from_vec([2, 2], meta).unwrap(), x.clone()];
-        let e = call.interpret(&inputs).expect_err("out of bounds");
-        HERE.check(&e, ErrorKind::OutOfBounds, "ragged_copy", &[needle]);
+        // The same error, at the same line, from both engines.
+        for e in both_errors(&call, &inputs) {
+            HERE.check(&e, ErrorKind::OutOfBounds, "ragged_copy", &[needle]);
+        }
+        let [a, b] = both_errors(&call, &inputs);
+        assert_eq!(a.message, b.message);
     }
+}
+
+/// Two run-time sizes on the two ends of one copy that disagree when the kernel runs: the same error
+/// in both engines, at the copy's start.
+#[tpu_kernel]
+fn ragged_mismatch_kernel(
+    meta: Ref<i32, Smem>,
+    x: Ref<f32, Any>,
+    o: RefMut<f32>,
+    buf: RefMut<f32>,
+    sem: DmaSem,
+) {
+    let (n, m) = (meta.at(0).load(), meta.at(1).load());
+    buf.store(zeros());
+    let copy = async_copy(x.at(ds(0, n)), buf.at(ds(0, m)), sem);
+    copy.start(); // E:mismatch_copy
+    copy.wait();
+    o.store(buf.load());
+}
+
+#[test]
+fn run_time_sizes_that_disagree_are_the_same_error_in_both_engines() {
+    let call = pallas_call(ragged_mismatch_kernel)
+        .grid([1])
+        .scalar_prefetch(ArrayType::new([2], I32))
+        .input_any(ArrayType::new([64, 128], F32))
+        .output(
+            ArrayType::new([16, 128], F32),
+            BlockSpec::new([16, 128], |[_]| (0, 0)),
+        )
+        .scratch(Vmem::new([16, 128], F32))
+        .scratch(DmaSem::one())
+        .build()
+        .expect("builds");
+    let x = rows(64, 5);
+    let same = [HostArray::from_vec([2], vec![8, 8]).unwrap(), x.clone()];
+    engines_agree(&call, &same);
+    let differ = [HostArray::from_vec([2], vec![8, 5]).unwrap(), x];
+    let [a, b] = both_errors(&call, &differ);
+    for e in [&a, &b] {
+        HERE.check(
+            e,
+            ErrorKind::Shape,
+            "mismatch_copy",
+            &["[8, 128] into a window of shape [5, 128]"],
+        );
+    }
+    assert_eq!(a.message, b.message);
 }
 
 #[tpu_kernel]

@@ -11,11 +11,9 @@
 //! that cannot be satisfied now never will be (nothing runs concurrently on one core), so it is a
 //! `Deadlock` at the op, as in the interpreter.
 
-use super::rewrite::{i32_array, op_name, RefView, Rewriter, SiteKind, Space, Ty, Val};
-use super::rules::window_in_bounds;
-use crate::dtype::DType;
+use super::rewrite::{i32_array, op_name, RefView, Rewriter, SiteKind, Space, Ty, Val, ERR_SLOTS};
+use super::window;
 use crate::error::{kerr, Result};
-use crate::semantics::dma::copy_bytes;
 use melior::ir::operation::{OperationLike, OperationRef};
 use melior::ir::{Value, ValueLike};
 
@@ -53,120 +51,6 @@ fn segments<'c, 'a>(
     (0..op.operand_count()).map(|i| operand(op, i)).collect()
 }
 
-/// `tpu.memref_slice %base[%starts...]` (i32 starts, one per base dim, static sizes from the result
-/// type): a window of the base. Out of bounds, the check is recorded and the window placed at the
-/// base's origin (it fits there: its sizes are at most the base's), so nothing past a buffer is
-/// touched while the failing step runs to its end.
-pub(super) fn memref_slice(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
-    let seg = i32_array(op, "operandSegmentSizes")?;
-    let [1, n_starts, 0] = seg[..] else {
-        return Err(kerr!(
-            Unsupported,
-            "mosaic_cpu: `tpu.memref_slice` with operand segments {seg:?} (dynamic sizes are not supported)"
-        ));
-    };
-    let base = rw.view(operand(op, 0)?)?;
-    let starts: Vec<Val> = (1..1 + n_starts as usize)
-        .map(|i| rw.val(operand(op, i)?))
-        .collect::<Result<_>>()?;
-    let sizes = rw
-        .result_ty(op, 0)?
-        .shape()
-        .ok_or_else(|| bad(op, "the result is not a ref"))?
-        .to_vec();
-    if starts.len() != base.shape.len()
-        || sizes.len() != base.shape.len()
-        || sizes.iter().zip(&base.shape).any(|(s, n)| s > n)
-    {
-        return Err(bad(
-            op,
-            format!(
-                "{} starts and a window of {sizes:?} for a base of shape {:?}",
-                starts.len(),
-                base.shape
-            ),
-        ));
-    }
-    let mut at = Vec::with_capacity(starts.len());
-    for s in &starts {
-        let t = s.ty.text();
-        if t == "index" {
-            at.push(s.clone());
-        } else {
-            let i = rw.fresh();
-            rw.line(format!("{i} = arith.index_cast {} : {t} to index", s.name));
-            at.push(index(i));
-        }
-    }
-    let site = rw.site(
-        op,
-        SiteKind::Slice {
-            sizes: sizes.clone(),
-            shape: base.shape.clone(),
-        },
-        base.ref_id,
-    );
-    let ok = window_in_bounds(rw, &at, &base.shape, &sizes, &vec![1; sizes.len()]);
-    rw.if_else(&ok, |_| Ok(()), |rw| rw.record(site, &at))?;
-    let terms: Vec<(String, usize)> = at
-        .iter()
-        .map(|s| s.name.clone())
-        .zip(base.strides.iter().copied())
-        .collect();
-    let offset = rw.linear(&terms, Some(base.offset.clone()));
-    let safe = rw.fresh();
-    rw.line(format!(
-        "{safe} = arith.select {ok}, {offset}, {} : index",
-        base.offset
-    ));
-    let view = RefView {
-        offset: safe,
-        shape: sizes,
-        ..base
-    };
-    rw.bind_view(
-        op.result(0).map_err(|_| bad(op, "expected a result"))?,
-        view,
-    );
-    Ok(())
-}
-
-/// `tpu.memref_squeeze`: the same window without (some of) its size-1 dims. A size-1 dim has only
-/// index 0, so its stride never matters: which of several size-1 dims go does not change the view.
-pub(super) fn memref_squeeze(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
-    let base = rw.view(operand(op, 0)?)?;
-    let want = rw
-        .result_ty(op, 0)?
-        .shape()
-        .ok_or_else(|| bad(op, "the result is not a ref"))?
-        .to_vec();
-    let (mut shape, mut strides) = (Vec::new(), Vec::new());
-    for (&n, &s) in base.shape.iter().zip(&base.strides) {
-        if want.get(shape.len()) == Some(&n) {
-            shape.push(n);
-            strides.push(s);
-        } else if n != 1 {
-            break;
-        }
-    }
-    if shape != want {
-        return Err(bad(
-            op,
-            format!("{want:?} is not {:?} without size-1 dims", base.shape),
-        ));
-    }
-    let view = RefView {
-        shape,
-        strides,
-        ..base
-    };
-    rw.bind_view(
-        op.result(0).map_err(|_| bad(op, "expected a result"))?,
-        view,
-    );
-    Ok(())
-}
-
 /// The element offset of an element of `v` (`ivs`: one `index` per dim).
 fn element(rw: &mut Rewriter<'_>, v: &RefView, ivs: &[String]) -> String {
     let terms: Vec<(String, usize)> = ivs.iter().cloned().zip(v.strides.iter().copied()).collect();
@@ -202,7 +86,12 @@ pub(super) fn enqueue_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Re
     let ops = segments(op, &[1, 0, 1, 1, 0, 0, 0], "a local copy")?;
     let (src, dst) = (rw.view(ops[0])?, rw.view(ops[1])?);
     let sem = semaphore(rw, op, ops[2], Some(Space::DmaSemaphore))?;
-    if src.shape != dst.shape || src.elem() != dst.elem() {
+    let dynamic = window::is_dynamic(&src) || window::is_dynamic(&dst);
+    let run_time = |v: &RefView, d: usize| v.dynamic.get(d).is_some_and(Option::is_some);
+    let same_static = src.shape.len() == dst.shape.len()
+        && (0..src.shape.len())
+            .all(|d| run_time(&src, d) || run_time(&dst, d) || src.shape[d] == dst.shape[d]);
+    if !same_static || src.elem() != dst.elem() {
         return Err(bad(
             op,
             format!(
@@ -214,7 +103,18 @@ pub(super) fn enqueue_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Re
             ),
         ));
     }
-    let shape = src.shape.clone();
+    let (ext, ok) = if dynamic {
+        shapes_agree(rw, op, &src, &dst)?
+    } else {
+        (window::extents(rw, &src), rw.constant("true", "i1"))
+    };
+    // The bound of every extent: the larger static size of the two ends.
+    let shape: Vec<usize> = src
+        .shape
+        .iter()
+        .zip(&dst.shape)
+        .map(|(a, b)| *a.max(b))
+        .collect();
     let temp = (src.root.name == dst.root.name).then(|| {
         let ty = Ty::Mem {
             shape: shape.clone(),
@@ -231,48 +131,65 @@ pub(super) fn enqueue_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Re
             .collect();
         rw.linear(&terms, None)
     };
-    match &temp {
-        None => rw.nest(&shape, |rw, ivs| {
-            let (from, to) = (element(rw, &src, ivs), element(rw, &dst, ivs));
-            let x = super::views::read(rw, &src, &from);
-            super::views::write(rw, &dst, &to, &x);
-            Ok(())
-        })?,
-        Some(t) => {
-            rw.nest(&shape, |rw, ivs| {
-                let (from, to) = (element(rw, &src, ivs), flat(rw, ivs));
+    rw.if_else(
+        &ok,
+        |rw| match &temp {
+            None => rw.nest_dyn(&ext, |rw, ivs| {
+                let (from, to) = (element(rw, &src, ivs), element(rw, &dst, ivs));
                 let x = super::views::read(rw, &src, &from);
-                rw.store(&x, t, &to);
-                Ok(())
-            })?;
-            rw.nest(&shape, |rw, ivs| {
-                let (from, to) = (flat(rw, ivs), element(rw, &dst, ivs));
-                let x = rw.load(t, &from);
                 super::views::write(rw, &dst, &to, &x);
                 Ok(())
-            })?;
-        }
-    }
-    let bytes = rw.int(window_bytes(op, &shape, src.elem())?, "i32");
+            }),
+            Some(t) => {
+                rw.nest_dyn(&ext, |rw, ivs| {
+                    let (from, to) = (element(rw, &src, ivs), flat(rw, ivs));
+                    let x = super::views::read(rw, &src, &from);
+                    rw.store(&x, t, &to);
+                    Ok(())
+                })?;
+                rw.nest_dyn(&ext, |rw, ivs| {
+                    let (from, to) = (flat(rw, ivs), element(rw, &dst, ivs));
+                    let x = rw.load(t, &from);
+                    super::views::write(rw, &dst, &to, &x);
+                    Ok(())
+                })
+            }
+        },
+        |_| Ok(()),
+    )?;
+    let bytes = window::bytes(rw, op, &src)?;
     add(rw, &sem, &bytes)
 }
 
-/// The bytes of a window of `shape` with elements `elem` (an MLIR element type): the count both
-/// engines use (`semantics::dma::copy_bytes`, bits from the dtype table).
-fn window_bytes(op: OperationRef<'_, '_>, shape: &[usize], elem: &str) -> Result<i64> {
-    let bits = DType::ALL
-        .iter()
-        .find(|d| d.mlir() == elem)
-        .map(|d| d.bit_width())
-        .ok_or_else(|| bad(op, format!("a copy of {elem} elements")))?;
-    let bytes = copy_bytes(shape.iter().product(), bits);
-    if bytes > i32::MAX as i64 {
-        return Err(bad(
-            op,
-            format!("a copy of {bytes} bytes (past an i32 semaphore)"),
+/// The run-time extents of a copy whose ends have run-time sizes, and whether the two ends agree (a
+/// recorded fault, in the interpreter's words, where they do not).
+fn shapes_agree(
+    rw: &mut Rewriter<'_>,
+    op: OperationRef<'_, '_>,
+    src: &RefView,
+    dst: &RefView,
+) -> Result<(Vec<String>, String)> {
+    let rank = src.shape.len();
+    if 2 * rank > ERR_SLOTS - 1 {
+        return Err(kerr!(
+            Unsupported,
+            "mosaic_cpu: a copy of rank {rank} with run-time sizes (at most rank {})",
+            (ERR_SLOTS - 1) / 2
         ));
     }
-    Ok(bytes)
+    let (a, b) = (window::extents(rw, src), window::extents(rw, dst));
+    let mut ok = rw.constant("true", "i1");
+    for (x, y) in a.iter().zip(&b) {
+        let eq = rw.fresh();
+        rw.line(format!("{eq} = arith.cmpi eq, {x}, {y} : index"));
+        let o = rw.fresh();
+        rw.line(format!("{o} = arith.andi {ok}, {eq} : i1"));
+        ok = o;
+    }
+    let site = rw.site(op, SiteKind::DmaShape { rank }, src.ref_id);
+    let details: Vec<Val> = a.iter().chain(&b).map(|n| index(n.clone())).collect();
+    rw.if_else(&ok, |_| Ok(()), |rw| rw.record(site, &details))?;
+    Ok((a, ok))
 }
 
 /// `sem += amount` (an `i32` value).
@@ -290,7 +207,8 @@ fn add(rw: &mut Rewriter<'_>, sem: &RefView, amount: &str) -> Result<()> {
 pub(super) fn wait_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
     let ops = segments(op, &[1, 0, 1, 1, 0, 0, 0], "a local copy")?;
     let (src, dst) = (rw.view(ops[0])?, rw.view(ops[1])?);
-    if src.shape != dst.shape {
+    let dynamic = window::is_dynamic(&src) || window::is_dynamic(&dst);
+    if !dynamic && src.shape != dst.shape {
         return Err(bad(
             op,
             format!(
@@ -300,7 +218,7 @@ pub(super) fn wait_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Resul
         ));
     }
     let sem = semaphore(rw, op, ops[2], Some(Space::DmaSemaphore))?;
-    let bytes = rw.int(window_bytes(op, &dst.shape, dst.elem())?, "i32");
+    let bytes = window::bytes(rw, op, &dst)?;
     let root_shape = sem.root.ty.shape().unwrap_or_default().to_vec();
     let site = rw.site(op, SiteKind::DmaWait { shape: root_shape }, sem.ref_id);
     let v = rw.load(&sem.root, &sem.offset);

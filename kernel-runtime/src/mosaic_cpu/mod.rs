@@ -22,8 +22,10 @@
 //! memory — after checking the layout is the identity; each ref's space is checked against the
 //! kernel's operand), and a ref of semaphores (`semaphore_mem`, `!tpu.dma_semaphore` or
 //! `!tpu.semaphore`) a buffer of `i32` counters. A window of a ref (`tpu.memref_slice`,
-//! `tpu.memref_squeeze`) is no buffer: it is a view of its ref's buffer — an offset and strides —
-//! that DMA and semaphore ops read and write through (`dma.rs`). A `run_scoped` scope's allocations
+//! `tpu.memref_squeeze`, `tpu.memref_reshape`) is no buffer: it is a view of its ref's buffer — an
+//! offset and strides, sizes static or known at run time (`window.rs`) — that loads, stores, DMA and
+//! semaphore ops read and write through; a bitcast view (`tpu.memref_bitcast`) reads and writes the
+//! bits of its ref's elements (`views.rs`). A `run_scoped` scope's allocations
 //! are buffers of the same kinds (`scope.rs`). Everything an op computes is read from the emitted op:
 //!
 //! | emitted op | becomes | read from the op |
@@ -42,8 +44,11 @@
 //! | `tpu.assume_multiple` | the operand, after checking the promise at run time | `multiple` |
 //! | `tpu.logistic` | the vector math's logistic per element (as `math.*` ops; on bf16 through f32, rounded once) | — |
 //! | `tpu.trace_start`, `tpu.trace_stop` (named trace regions) | nothing: profiler markers | — |
-//! | `tpu.memref_slice` | a view: the base's offset + Σ start·stride, the starts bounds-checked (out of bounds: an error, and the view placed at the base's origin) | `operandSegmentSizes` (base, i32 starts; dynamic sizes unsupported), the result type (sizes) |
+//! | `tpu.memref_slice` | a view: the base's offset + Σ start·stride, the starts bounds-checked (out of bounds: an error, and the view placed at the base's origin) | `operandSegmentSizes` (base, i32 starts, i32 run-time sizes for the `?` dims), the result type (sizes); run-time sizes checked per dimension in the interpreter's order, and copies over them loop to the run-time extents |
 //! | `tpu.memref_squeeze` | the same view without size-1 dims | types |
+//! | `tpu.memref_reshape` | the same (contiguous) view in another shape | the result type |
+//! | `tpu.memref_bitcast` | a view whose elements are bits of its ref's: rows packed or unpacked along the second-to-last dimension, lowest bits first (`views.rs`) | the result type |
+//! | `tpu.bitcast` | the value's bits by the same rule, element by element | the result type |
 //! | `tpu.enqueue_dma` | loop nest copying the source view into the target view (through a temporary when both are in one buffer: the source is read as it was), then `+1` on the DMA semaphore | `operandSegmentSizes` (source, target, target semaphore; the remote and other-core segments unsupported), types |
 //! | `tpu.wait_dma` | `-1` on the DMA semaphore; at 0, a `Deadlock` error | `operandSegmentSizes` (as `enqueue_dma`); source and target must be windows of one shape |
 //! | `tpu.sem_signal`, `tpu.sem_wait`, `tpu.sem_read` | `+amount`; `-amount`, or a `Deadlock` error when the semaphore holds less; the value | `operandSegmentSizes` of `sem_signal` (no device or core) |
@@ -179,7 +184,7 @@
 //! `run_scoped` scopes, HBM (`pl.ANY`) inputs and outputs, `input_output_aliases` and nested
 //! pipelines included.
 //! Not supported (an `Unsupported` error): remote or other-core DMA and signals (`source_semaphore`,
-//! `device_id`, `core_id` operands), slices with dynamic sizes, scopes yielding values (`tpu.region`
+//! `device_id`, `core_id` operands), views of windows with run-time sizes, scopes yielding values (`tpu.region`
 //! results) and allocations with dynamic sizes, a window of a ref used by anything but
 //! DMA and semaphore ops, `tpu.matmul` batch dims, iota over several dims, non-splat vector constants.
 //! Refused (a `Lowering` error): a load or store on a ref in HBM (`any`/`hbm`), which would run on the
@@ -207,6 +212,7 @@ mod run;
 mod scalar;
 mod scope;
 mod views;
+mod window;
 
 pub use run::Compiled;
 

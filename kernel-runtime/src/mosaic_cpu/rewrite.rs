@@ -22,7 +22,8 @@ mod types;
 pub(super) use attrs::{attr, attrs_text, i32_array, i64_array, int_attr, op_name};
 pub(super) use sites::{Files, Site, SiteKind, ERR_SLOTS};
 pub(super) use types::{
-    is_float, map_type, ref_space, row_major, Packed, RefId, RefView, Signature, Space, Ty, Val,
+    is_float, map_type, memref_dims, ref_space, row_major, Packed, RefId, RefView, Signature,
+    Space, Ty, Val,
 };
 
 use super::rules;
@@ -167,6 +168,7 @@ impl<'f> Rewriter<'f> {
             shape,
             root,
             packed: None,
+            dynamic: Vec::new(),
         })
     }
 

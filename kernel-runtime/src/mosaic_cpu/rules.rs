@@ -47,8 +47,8 @@ const TABLE: &[(&str, Rule)] = &[
     ("tpu.trace_stop", tpu::profiler_marker),
     // Ref windows, DMA and semaphores (`dma.rs`): windows are views of a kernel ref's buffer, copies
     // happen at their start, semaphores are i32 counters.
-    ("tpu.memref_slice", super::dma::memref_slice),
-    ("tpu.memref_squeeze", super::dma::memref_squeeze),
+    ("tpu.memref_slice", super::window::memref_slice),
+    ("tpu.memref_squeeze", super::window::memref_squeeze),
     ("tpu.memref_bitcast", super::views::memref_bitcast),
     ("tpu.memref_reshape", super::views::memref_reshape),
     ("tpu.enqueue_dma", super::dma::enqueue_dma),

@@ -37,10 +37,19 @@ fn result_view_shape(rw: &Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<(Vec
     }
 }
 
+/// Views of windows with run-time sizes are refused when the kernel is traced; here as a guard.
+fn static_view(op: OperationRef<'_, '_>, v: &RefView) -> Result<()> {
+    if v.dynamic.iter().any(Option::is_some) {
+        return Err(bad(op, "a view of a window with a run-time size"));
+    }
+    Ok(())
+}
+
 /// `tpu.memref_reshape`: the same elements, row-major, in the result's shape. The view must be
 /// contiguous (row-major strides); Mosaic refuses others ("Reshape on a non-contiguous memref").
 pub(super) fn memref_reshape(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
     let v = rw.view(op.operand(0).map_err(|_| bad(op, "expected a ref"))?)?;
+    static_view(op, &v)?;
     let (shape, _) = result_view_shape(rw, op)?;
     if v.strides != row_major(&v.shape)
         || shape.iter().product::<usize>() != v.shape.iter().product::<usize>()
@@ -68,6 +77,7 @@ pub(super) fn memref_reshape(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) ->
 /// `tpu.memref_bitcast`: a view whose elements are bits of the (contiguous) ref's.
 pub(super) fn memref_bitcast(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<()> {
     let v = rw.view(op.operand(0).map_err(|_| bad(op, "expected a ref"))?)?;
+    static_view(op, &v)?;
     let (shape, elem) = result_view_shape(rw, op)?;
     let view = packed_view(rw, v, shape, elem).map_err(|e| bad(op, e))?;
     rw.bind_view(
@@ -117,6 +127,7 @@ fn packed_view(
             ref_bits: rb,
         })),
         shape,
+        dynamic: Vec::new(),
     })
 }
 
@@ -141,6 +152,7 @@ pub(super) fn bitcast_value(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> 
         strides: row_major(&sshape),
         shape: sshape,
         packed: None,
+        dynamic: Vec::new(),
     };
     let view = packed_view(rw, base, shape.clone(), elem).map_err(|e| bad(op, e))?;
     let out = Val {

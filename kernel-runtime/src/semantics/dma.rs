@@ -74,6 +74,21 @@ impl RefView {
         }
     }
 
+    /// The shape the program sees: the window's sizes without its squeezed dimensions, or the
+    /// view's.
+    pub fn value_shape(&self) -> Vec<usize> {
+        match &self.via {
+            Some(p) => p.result().0,
+            None => self
+                .sizes
+                .iter()
+                .zip(&self.squeezed)
+                .filter(|(_, q)| !**q)
+                .map(|(n, _)| *n)
+                .collect(),
+        }
+    }
+
     fn overlaps(&self, o: &RefView) -> bool {
         self.r == o.r
             && self
@@ -103,6 +118,14 @@ pub(crate) trait Refs {
     fn blocked(&self, r: usize) -> bool;
     /// Bits of one element of ref `r`.
     fn elem_bits(&self, r: usize) -> u32;
+}
+
+/// A copy whose two ends differ in shape (run-time sizes that disagree when the kernel runs).
+pub(crate) fn copy_shapes_differ(src: &[usize], dst: &[usize]) -> KernelError {
+    kerr!(
+        Shape,
+        "a DMA from a window of shape {src:?} into a window of shape {dst:?}: the two ends of a copy must have one shape (their run-time sizes differ)"
+    )
 }
 
 /// The bytes of `elements` elements of `bits` bits (what a copy adds to its semaphore, what a wait on
@@ -328,6 +351,10 @@ impl DmaModel {
         sem: Sem,
         loc: SourceLoc,
     ) -> Result<()> {
+        let (a, b) = (src.value_shape(), dst.value_shape());
+        if a != b {
+            return Err(copy_shapes_differ(&a, &b));
+        }
         self.check_access(refs, &src, false)?;
         self.check_access(refs, &dst, true)?;
         let bytes = window_bytes(refs, &dst);

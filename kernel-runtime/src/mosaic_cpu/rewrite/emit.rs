@@ -139,6 +139,27 @@ impl<'f> Rewriter<'f> {
         Ok(())
     }
 
+    /// Loops over extents given as `index` values (run-time sizes); `body` gets the induction
+    /// variables.
+    pub fn nest_dyn(
+        &mut self,
+        extents: &[String],
+        body: impl FnOnce(&mut Self, &[String]) -> Result<()>,
+    ) -> Result<()> {
+        let mut ivs = Vec::with_capacity(extents.len());
+        for n in extents {
+            let (c0, c1) = (self.index(0), self.index(1));
+            let iv = self.fresh();
+            self.open(format!("scf.for {iv} = {c0} to {n} step {c1} {{"));
+            ivs.push(iv);
+        }
+        body(self, &ivs)?;
+        for _ in extents {
+            self.close("}");
+        }
+        Ok(())
+    }
+
     /// Loops over `shape` carrying one scalar of type `ty` from `init`; `body` gets the induction
     /// variables and the carried value and returns its next value. Returns the final value.
     pub fn nest_acc(

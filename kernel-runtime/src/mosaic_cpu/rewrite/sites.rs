@@ -45,6 +45,14 @@ pub(in crate::mosaic_cpu) enum SiteKind {
         sizes: Vec<usize>,
         shape: Vec<usize>,
     },
+    /// A run-time window size (along `dim`) below one element; the size is reported.
+    SliceSize { dim: usize },
+    /// A `tpu.memref_slice` window with run-time sizes leaving its base (of `shape`) along `dim`; the
+    /// start and size are reported.
+    SliceDim { dim: usize, shape: Vec<usize> },
+    /// A `tpu.enqueue_dma` whose ends (of rank `rank`, with run-time sizes) differ in shape; the
+    /// source's extents then the target's are reported.
+    DmaShape { rank: usize },
     /// A `tpu.wait_dma` on a DMA semaphore (of a ref of `shape`) that no copy signalled: it would
     /// never return. The semaphore's element is reported.
     DmaWait { shape: Vec<usize> },

@@ -99,6 +99,9 @@ pub(in crate::mosaic_cpu) struct RefView {
     /// row-major order of [`Packed::shape`], whose elements are bits of [`Packed::base`]'s (read and
     /// written through `mosaic_cpu::views`).
     pub packed: Option<std::rc::Rc<Packed>>,
+    /// Per dimension, the `index` value of a run-time size (`?` in the memref type; `shape` then holds
+    /// the base's size, an upper bound); empty when every size is static.
+    pub dynamic: Vec<Option<String>>,
 }
 
 impl RefView {
@@ -159,6 +162,29 @@ fn static_shape(t: Type<'_>) -> Option<(Vec<usize>, String)> {
             .collect();
         let elem = Type::from_raw(mlir_sys::mlirShapedTypeGetElementType(raw));
         Some((shape, elem.to_string()))
+    }
+}
+
+/// The dimensions of a memref type, `None` for a run-time (`?`) one.
+pub(in crate::mosaic_cpu) fn memref_dims(t: Type<'_>) -> Option<Vec<Option<usize>>> {
+    if !t.is_mem_ref() {
+        return None;
+    }
+    let raw = t.to_raw();
+    // SAFETY: `raw` is a live memref type (checked above).
+    unsafe {
+        if !mlir_sys::mlirShapedTypeHasRank(raw) {
+            return None;
+        }
+        let rank = mlir_sys::mlirShapedTypeGetRank(raw);
+        Some(
+            (0..rank)
+                .map(|d| {
+                    let n = mlir_sys::mlirShapedTypeGetDimSize(raw, d as isize);
+                    (!mlir_sys::mlirShapedTypeIsDynamicSize(n)).then_some(n as usize)
+                })
+                .collect(),
+        )
     }
 }
 

@@ -11,9 +11,12 @@ use crate::error::{kerr, KernelError};
 use crate::mosaic_cpu::rewrite::{RefId, SiteKind, ERR_SLOTS};
 pub(super) use crate::semantics::dma::sem_label;
 use crate::semantics::dma::{
-    deadlock_dma_wait, deadlock_sem_wait, dma_copies_left, semaphore_left, Release,
+    copy_shapes_differ, deadlock_dma_wait, deadlock_sem_wait, dma_copies_left, semaphore_left,
+    Release,
 };
-use crate::semantics::refs::{access_out_of_bounds, first_outside, window_out_of_bounds, Access};
+use crate::semantics::refs::{
+    access_out_of_bounds, first_outside, window_out_of_bounds, window_size_below_one, Access,
+};
 
 impl Compiled {
     /// The error a failed check reports (`err` as the JIT'd code filled it).
@@ -75,6 +78,23 @@ impl Compiled {
                     first_outside(starts, sizes, shape),
                     shape,
                 )
+            }
+            SiteKind::SliceSize { dim } => {
+                window_size_below_one(label.as_deref().unwrap_or("a ref"), *dim, detail[0])
+            }
+            SiteKind::SliceDim { dim, shape } => window_out_of_bounds(
+                label.as_deref().unwrap_or("a ref"),
+                (*dim, detail[0], detail[1].max(0) as usize),
+                shape,
+            ),
+            SiteKind::DmaShape { rank } => {
+                let dims = |k: usize| -> Vec<usize> {
+                    detail[k * rank..(k + 1) * rank]
+                        .iter()
+                        .map(|n| (*n).max(0) as usize)
+                        .collect()
+                };
+                copy_shapes_differ(&dims(0), &dims(1))
             }
             SiteKind::DmaWait { shape } => deadlock_dma_wait(
                 &sem_label(
