@@ -340,6 +340,7 @@ fn view_kernels() -> Vec<(&'static str, PallasCall)> {
         ("bitcast", bitcast_call()),
         ("reshape", reshape_call()),
         ("pages", pages_call()),
+        ("as_ref", as_ref_call()),
     ]
 }
 
@@ -412,4 +413,45 @@ fn export_reshape_sweep() {
         .map(|(f, t, d, ok)| format!("[{f:?}, {t:?}, \"{}\", {ok}]", d.name()))
         .collect();
     std::fs::write(path, lines.join("\n")).expect("write");
+}
+
+/// A window as a ref of its own (`w.as_ref()`, Pallas's `r.at[i]`): its windows, loads and stores
+/// address the ref it was taken from, in both engines.
+fn as_ref_call() -> PallasCall {
+    pallas_call(|x: Ref<f32>, o: RefMut<f32>| {
+        let slot = x.at(1).as_ref();
+        o.at(0).as_ref().store(slot.load() * 2.0f32);
+        o.at(1)
+            .as_ref()
+            .at(ds(8, 8))
+            .store(slot.at(ds(0, 8)).load());
+        o.at(1)
+            .as_ref()
+            .at(ds(0, 8))
+            .store(x.at(0).as_ref().at(ds(8, 8)).load());
+    })
+    .input(
+        ArrayType::new([2, 16, 128], F32),
+        BlockSpec::new([2, 16, 128], |[]| (0, 0, 0)),
+    )
+    .output(
+        ArrayType::new([2, 16, 128], F32),
+        BlockSpec::new([2, 16, 128], |[]| (0, 0, 0)),
+    )
+    .build()
+    .expect("build")
+}
+
+#[test]
+fn a_window_as_a_ref_reads_and_writes_its_ref() {
+    let call = as_ref_call();
+    let xv: Vec<f32> = (0..2 * 16 * 128).map(|i| i as f32 - 100.0).collect();
+    let x = HostArray::from_vec([2, 16, 128], xv.clone()).unwrap();
+    let mut want: Vec<f32> = xv[2048..].iter().map(|v| v * 2.0).collect();
+    want.extend_from_slice(&xv[1024..2048]);
+    want.extend_from_slice(&xv[2048..2048 + 1024]);
+    let out = call.interpret(std::slice::from_ref(&x)).expect("interpret");
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), &want[..]);
+    let got = mosaic_cpu::run(call.ir(), std::slice::from_ref(&x)).expect("mosaic_cpu");
+    assert_eq!(got, out);
 }

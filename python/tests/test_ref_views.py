@@ -73,7 +73,22 @@ def pages_twin():
     return f, [S((1,), i32), S((64, 8, 128), f32)]
 
 
-TWINS = {"bitcast": bitcast_twin, "reshape": reshape_twin, "pages": pages_twin}
+def _as_ref(x_ref, o_ref):
+    slot = x_ref.at[1]
+    o_ref.at[0][...] = slot[...] * 2.0
+    o_ref.at[1][pl.ds(8, 8)] = slot[pl.ds(0, 8)]
+    o_ref.at[1][pl.ds(0, 8)] = x_ref.at[0][pl.ds(8, 8)]
+
+
+def as_ref_twin():
+    def f(x):
+        spec = pl.BlockSpec((2, 16, 128), lambda: (0, 0, 0))
+        return pl.pallas_call(_as_ref, in_specs=[spec], out_specs=spec, out_shape=S((2, 16, 128), f32),
+                              name="as_ref_twin")(x)
+    return f, [S((2, 16, 128), f32)]
+
+
+TWINS = {"bitcast": bitcast_twin, "reshape": reshape_twin, "pages": pages_twin, "as_ref": as_ref_twin}
 
 _exported = {}
 
