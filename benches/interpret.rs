@@ -25,7 +25,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::{activations, add, matmul, rmsnorm, softmax};
+use common::{activations, add, flash_attention, matmul, quantized_matmul, rmsnorm, softmax};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -262,6 +262,36 @@ fn cases() -> Vec<(&'static str, Build)> {
             Box::new(|| transcendental::rotary(4096, 128, 256)),
         ),
         ("activations_f32_256", Box::new(activations::build)),
+        // Where users are (issue 22): a small matmul, flash attention at [4, 512, 128] with 128-blocks,
+        // an int8-weight dequant matmul at 256x512x256, rows 8 lanes wide.
+        (
+            "matmul_bf16_128",
+            Box::new(|| {
+                matmul::matmul(at([128, 128], BF16), at([128, 128], BF16), (128, 128, 128))
+            }),
+        ),
+        (
+            "flash_attention_4x512",
+            Box::new(|| {
+                let a = at([4, 512, 128], BF16);
+                flash_attention::flash_attention(a.clone(), a.clone(), a, false, (128, 128))
+            }),
+        ),
+        (
+            "quantized_matmul_256x512x256",
+            Box::new(|| {
+                quantized_matmul::quantized_matmul(
+                    at([256, 512], BF16),
+                    at([512, 256], tpu_kernel::dtype::I8),
+                    at([1, 256], F32),
+                    (128, 128, 128),
+                )
+            }),
+        ),
+        (
+            "softmax_lanes8",
+            Box::new(|| softmax::softmax(at([8192, 8], F32), 256)),
+        ),
     ];
     for &name in EXAMPLE_CASES {
         let (_, build) = common::EXAMPLES
@@ -597,17 +627,21 @@ fn main() {
         if let (Some(x), Some(p)) = (xla, pallas) {
             baseline.insert(name, (x.0, p.0, x.1));
         }
-        rows.push((name, ours, ours_min, check));
+        let steps: usize = call.ir().grid.iter().product::<usize>().max(1);
+        rows.push((name, ours, ours_min, check, steps));
     }
 
     println!(
-        "\ninterpret mode on CPU ({threads} threads); ms = median of warm runs, best of {rounds} rounds \
-         interleaved with XLA's; ratio = time / XLA time (min/min: fastest single runs)"
+        "\ninterpret mode on CPU ({threads} threads; dispatched to: {}); ms = median of warm runs, best of \
+         {rounds} rounds interleaved with XLA's; ratio = time / XLA time (min/min: fastest single runs); \
+         us/step = ours per grid step",
+        tpu_kernel::runtime::math::cpu::describe()
     );
     println!(
-        "{:<22} {:>9} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {:>9}",
+        "{:<28} {:>9} {:>8} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {:>9}",
         "case",
         "ours ms",
+        "us/step",
         "XLA ms",
         "Pallas ms",
         "ours/XLA",
@@ -618,7 +652,8 @@ fn main() {
     );
     let (mut ours_r, mut min_r, mut pallas_r, mut speedup) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (name, ours, ours_min, (err, ok)) in &rows {
+    for (name, ours, ours_min, (err, ok), steps) in &rows {
+        let per_step = ours * 1e3 / *steps as f64;
         let b = baseline.get(name).copied();
         let err = format!("{err:.2e}{}", if *ok { "" } else { " FAIL" });
         match b {
@@ -628,7 +663,7 @@ fn main() {
                 pallas_r.push(pallas / xla);
                 speedup.push(pallas / ours);
                 println!(
-                    "{name:<22} {ours:>9.3} {xla:>9.3} {pallas:>10.3} {:>9.2} {:>8.2} {:>10.2} {:>11.1} {err:>9}",
+                    "{name:<28} {ours:>9.3} {per_step:>8.1} {xla:>9.3} {pallas:>10.3} {:>9.2} {:>8.2} {:>10.2} {:>11.1} {err:>9}",
                     ours / xla,
                     ours_min / xla_min,
                     pallas / xla,
@@ -636,15 +671,16 @@ fn main() {
                 );
             }
             None => println!(
-                "{name:<22} {ours:>9.3} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {err:>9}",
+                "{name:<28} {ours:>9.3} {per_step:>8.1} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {err:>9}",
                 "-", "-", "-", "-", "-", "-"
             ),
         }
     }
     if !ours_r.is_empty() {
         println!(
-            "{:<22} {:>9} {:>9} {:>10} {:>9.2} {:>8.2} {:>10.2} {:>11.1}",
+            "{:<28} {:>9} {:>8} {:>9} {:>10} {:>9.2} {:>8.2} {:>10.2} {:>11.1}",
             "geomean",
+            "",
             "",
             "",
             "",

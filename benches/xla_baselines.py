@@ -341,6 +341,28 @@ for _name, _jnp in EXAMPLE_CASES.items():
     CASES[_name] = (_jnp, _twin_interpreted(_name), _example_inputs(_name))
 
 
+def _interpreted(twin):
+    def call(*args):
+        with _pallas_interpret():
+            return twin(*args)
+    return call
+
+
+# Where users are (issue 22; the same names in benches/interpret.rs): a small matmul, flash attention
+# at [4, 512, 128], an int8-weight dequant matmul at 256x512x256, rows 8 lanes wide.
+CASES["matmul_bf16_128"] = (matmul_jnp, matmul_pallas,
+                            lambda: [uni((128, 128), jnp.bfloat16), uni((128, 128), jnp.bfloat16)])
+CASES["flash_attention_4x512"] = (
+    flash_attention_jnp, _interpreted(pallas_kernels.flash_attention),
+    lambda: [uni((4, 512, 128), jnp.bfloat16) for _ in range(3)])
+CASES["quantized_matmul_256x512x256"] = (
+    quantized_matmul_jnp, _interpreted(pallas_kernels.quantized_matmul),
+    lambda: [uni((256, 512), jnp.bfloat16), _random(jax.ShapeDtypeStruct((512, 256), jnp.int8)),
+             uni((1, 256), jnp.float32)])
+CASES["softmax_lanes8"] = (softmax_jnp, lambda x: softmax_pallas(x, br=256),
+                           lambda: [uni((8192, 8), jnp.float32)])
+
+
 # `--ops` of benches/interpret.rs: each float op of the op table alone, inputs in (0.5, 4.5).
 def _op_inputs(n):
     return lambda: [uni((1024, 1024), jnp.float32) * 2.0 + 2.5 for _ in range(n)]

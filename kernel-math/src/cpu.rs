@@ -1,15 +1,113 @@
-//! Run-time CPU features: which lane width a loop may take (the answers are cached).
+//! Run-time CPU features: which lane width a loop may take and which dot kernels run (each answer
+//! checked once).
+//!
+//! `TPU_KERNEL_CPU` caps what is used, to run this machine as a smaller one (every path gives the plain
+//! path's bits, so a capped run must give the same outputs): `avx2` — no AVX-512, so neither the
+//! AVX-512 loops nor the AVX-512 BF16 / VNNI dot kernels —, `scalar` — no vector loops either —,
+//! `native` or unset — all the CPU has. [`describe`] says what a run dispatches to. The f32 GEMM
+//! (`gemm` crate) picks its own kernels and is not capped.
 
-/// Whether this CPU has AVX2 and FMA (cached by std after the first call).
+/// How much of the CPU's vector hardware runs (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Scalar,
+    Avx2,
+    Native,
+}
+
+/// The level `TPU_KERNEL_CPU` asks for (`Err` with the value when it names none).
+fn requested() -> Result<Level, String> {
+    match std::env::var("TPU_KERNEL_CPU").as_deref() {
+        Err(_) | Ok("") | Ok("native") => Ok(Level::Native),
+        Ok("avx2") => Ok(Level::Avx2),
+        Ok("scalar") => Ok(Level::Scalar),
+        Ok(other) => Err(other.to_string()),
+    }
+}
+
+/// The level this process runs at (an unknown `TPU_KERNEL_CPU` runs natively; [`describe`] says so).
+pub fn level() -> Level {
+    static LEVEL: std::sync::OnceLock<Level> = std::sync::OnceLock::new();
+    *LEVEL.get_or_init(|| requested().unwrap_or(Level::Native))
+}
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! has {
+    ($($f:tt),+) => {
+        true $(&& std::arch::is_x86_feature_detected!($f))+
+    };
+}
+
+/// Whether loops take 8 lanes (AVX2 and FMA).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub fn avx2() -> bool {
-    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    level() >= Level::Avx2 && has!("avx2", "fma")
 }
 
-/// Whether this CPU has AVX-512F (checked once): the loops then take 16 lanes per step.
+/// Whether loops take 16 lanes (AVX-512F).
 #[cfg(target_arch = "x86_64")]
 pub fn avx512() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"))
+    *HAS.get_or_init(|| level() >= Level::Native && has!("avx512f"))
+}
+
+/// Whether the AVX-512 BF16 dot kernel runs (AVX-512F, BW and BF16).
+#[cfg(target_arch = "x86_64")]
+pub fn avx512_bf16() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| level() >= Level::Native && has!("avx512f", "avx512bw", "avx512bf16"))
+}
+
+/// Whether the AVX-512 VNNI int8 dot kernel runs (AVX-512F and VNNI).
+#[cfg(target_arch = "x86_64")]
+pub fn avx512_vnni() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| level() >= Level::Native && has!("avx512f", "avx512vnni"))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub fn avx2() -> bool {
+    false
+}
+#[cfg(not(target_arch = "x86_64"))]
+pub fn avx512() -> bool {
+    false
+}
+#[cfg(not(target_arch = "x86_64"))]
+pub fn avx512_bf16() -> bool {
+    false
+}
+#[cfg(not(target_arch = "x86_64"))]
+pub fn avx512_vnni() -> bool {
+    false
+}
+
+/// What this process dispatches to, e.g. `avx2+fma avx512f avx512-bf16-dot avx512-vnni-dot` (and the
+/// cap when `TPU_KERNEL_CPU` sets one).
+pub fn describe() -> String {
+    let mut parts = Vec::new();
+    for (on, name) in [
+        (avx2(), "avx2+fma"),
+        (avx512(), "avx512f"),
+        (avx512_bf16(), "avx512-bf16-dot"),
+        (avx512_vnni(), "avx512-vnni-dot"),
+    ] {
+        if on {
+            parts.push(name);
+        }
+    }
+    let mut s = if parts.is_empty() {
+        "scalar".to_string()
+    } else {
+        parts.join(" ")
+    };
+    match requested() {
+        Ok(Level::Native) => {}
+        Ok(l) => s += &format!(" (capped by TPU_KERNEL_CPU: {l:?})"),
+        Err(v) => {
+            s += &format!(" (TPU_KERNEL_CPU={v:?} is not one of native, avx2, scalar: ignored)")
+        }
+    }
+    s
 }

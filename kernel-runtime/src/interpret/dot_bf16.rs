@@ -21,14 +21,9 @@ use std::arch::x86_64::*;
 const MR: usize = 8;
 const NR: usize = 32;
 
-/// Whether this CPU runs the kernel (checked once).
+/// Whether this CPU runs the kernel (checked once; `TPU_KERNEL_CPU=avx2` turns it off).
 pub(crate) fn available() -> bool {
-    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512bf16")
-    })
+    crate::math::cpu::avx512_bf16()
 }
 
 /// A bf16 operand (see [`super::dot::View`]).

@@ -32,13 +32,9 @@ impl View<'_> {
     }
 }
 
-/// Whether this CPU runs the kernel (checked once).
+/// Whether this CPU runs the kernel (checked once; `TPU_KERNEL_CPU=avx2` turns it off).
 pub(crate) fn available() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-    })
+    crate::math::cpu::avx512_vnni()
 }
 
 /// `c = a·b + (accumulate ? c : 0)` (wrapping) for `a: m×k`, `b: k×n` and a row-major `m×n` i32 `c`.
