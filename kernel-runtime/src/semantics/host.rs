@@ -2,7 +2,7 @@
 //! the `half` crate). The data sits behind an `Arc` so input blocks are zero-copy views of the caller's
 //! arrays.
 
-use crate::dtype::{f8e4m3fn, f8e5m2, DType, Element, Literal};
+use crate::dtype::{f8e4m3fn, f8e5m2, i4, DType, Element, Literal};
 use crate::error::{kerr, Result};
 use half::bf16;
 use std::sync::Arc;
@@ -204,6 +204,11 @@ impl HostArray {
                 HostData::F8E4M3FN((0..n).map(|_| f8e4m3fn::from_f32(unit())).collect())
             }
             DType::F8E5M2 => HostData::F8E5M2((0..n).map(|_| f8e5m2::from_f32(unit())).collect()),
+            DType::I4 => HostData::I4(
+                (0..n)
+                    .map(|_| i4::saturating_from_f64((unit() * 8.0).floor() as f64))
+                    .collect(),
+            ),
         };
         Ok(HostArray {
             shape,
@@ -351,7 +356,8 @@ pub struct ArrayViewMut<'a> {
 impl<'a> ArrayView<'a> {
     /// # Safety
     /// `ptr` must point to `shape.iter().product()` initialized elements of `dtype` (bools as bytes
-    /// 0 or 1), aligned for that dtype, not written by anyone while `'a` lasts.
+    /// 0 or 1, int4 as one byte per element holding -8..=7 — XLA's packed S4 buffers are unpacked
+    /// first: `export/ffi.rs`), aligned for that dtype, not written by anyone while `'a` lasts.
     pub unsafe fn from_raw(shape: &'a [usize], dtype: DType, ptr: *const u8) -> Self {
         ArrayView {
             shape,
