@@ -716,11 +716,26 @@ fn int4_lowers_to_mosaic_i4_and_its_casts() {
             "missing `{op} .. {want}` in\n{text}"
         );
     }
-    // The VMEM estimate counts int4 packed: half a byte per element.
-    assert_eq!(
-        tpu_kernel::runtime::check::padded_bytes(&[64, 256], I4),
-        64 * 256 / 2
-    );
+    // The VMEM estimate counts int4 packed: half a byte per element, rows padded to 8 (to 8 below 5
+    // rows too: 32 bits per lane). libtpu 0.0.51 on v5e, a whole-array (rows, 256) int4 copy (two
+    // buffers), `used_scoped_memory_configs`: rows 1..=8 2048 bytes, 9..=16 4096, 17..=24 6144, 32
+    // 8192, 33 10240, 64 16384, 65 18432.
+    use tpu_kernel::runtime::check::padded_bytes;
+    assert_eq!(padded_bytes(&[64, 256], I4), 64 * 256 / 2);
+    for (rows, used) in [
+        (1, 2048),
+        (4, 2048),
+        (5, 2048),
+        (8, 2048),
+        (9, 4096),
+        (17, 6144),
+        (32, 8192),
+        (33, 10240),
+        (64, 16384),
+        (65, 18432),
+    ] {
+        assert_eq!(2 * padded_bytes(&[rows, 256], I4), used, "{rows} rows");
+    }
 }
 
 #[test]
@@ -824,4 +839,20 @@ fn the_ffi_handler_unpacks_and_packs_xlas_s4_buffers() {
     );
     let wants: Vec<i32> = data.iter().map(|v| v.get() as i32 * 3).collect();
     assert_eq!(w.to_host().as_slice::<i32>().unwrap(), &wants[..]);
+}
+
+#[test]
+fn int4_host_arrays_refuse_values_out_of_range() {
+    let ok = HostArray::from_i8_as_i4(
+        [2, 8],
+        &[-8, -1, 0, 7, 1, 2, 3, 4, -8, -1, 0, 7, 1, 2, 3, 4],
+    )
+    .unwrap();
+    assert_eq!(i4_values(&ok)[..4], [-8, -1, 0, 7]);
+    let e = HostArray::from_i8_as_i4([4], &[0, 7, 8, -9]).expect_err("8 is not an int4");
+    assert_eq!(e.kind, ErrorKind::DType);
+    assert!(e.message.contains("int4 element 2 is 8"), "{}", e.message);
+    assert!(HostArray::from_i8_as_i4([1], &[-9]).is_err());
+    assert_eq!(i4::new(8), None);
+    assert_eq!(i4::new(-9), None);
 }

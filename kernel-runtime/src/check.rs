@@ -575,7 +575,8 @@ pub fn vmem_limit(k: &Kernel) -> u64 {
 /// Bytes of VMEM a buffer occupies once padded as libtpu lays it out: the last dim to a multiple of 128
 /// lanes; the second-to-last to a multiple of 8 rows for every dtype (packed bf16/i8 rows are not padded
 /// to 16/32), or, when it has at most 4 rows, to a power of two holding at least 32 bits per lane.
-/// Measured with libtpu 0.0.51 (`used_scoped_memory_configs` of copy kernels, f32/bf16/i8, 1..33 rows);
+/// Measured with libtpu 0.0.51 (`used_scoped_memory_configs` of copy kernels, f32/bf16/i8, 1..33 rows;
+/// int4, packed half a byte per element, 1..65 rows: `tests/dtypes.rs`);
 /// python/tests/test_agreement.py keeps it honest.
 pub fn padded_bytes(shape: &[usize], dtype: DType) -> u64 {
     let min_rows = dtype.packing();

@@ -300,6 +300,7 @@ def test_int4_crosses_torch_as_int8_and_torch_int4_is_refused(user_crate):
     torch = pytest.importorskip("torch")
     import torchax
     import tpu_kernel.torch as tkt
+    assert user_crate.dtypes.torch["int4"] == "int8" and user_crate.dtypes.to_abi["int4"] == "int4"
     v = int4_values((8, 128))
     x = torch.from_numpy(v.copy())
     f, b, i, j, c = tkt.op(user_crate.from_int4)(tkt.int4(x))

@@ -14,7 +14,8 @@ use std::fmt;
 /// - `RustType`: the host element type (`HostData`, `HostElement`);
 /// - `mlir`: the element type inside a Mosaic kernel (signless integers: signedness lives in the ops);
 /// - `stablehlo`: the element type of an array crossing the kernel boundary (unsigned stays unsigned);
-/// - `numpy` / `torch`: the dtype names of the Python side (`bfloat16` is ml_dtypes' / torch's);
+/// - `numpy` / `torch`: the dtype names of the Python side (`bfloat16` is ml_dtypes' / torch's; int4
+///   crosses torch as int8 tensors of -8..7, torchax's mapping of jax's int4);
 /// - `xla_ffi`: XLA's `XLA_FFI_DataType` code (= `PrimitiveType`: PRED 1, S8 2, S32 4, U8 6, U32 8,
 ///   F16 10, F32 11, BF16 16, F8E5M2 19, F8E4M3FN 20, S4 21);
 /// - `bits`: the element's bit width (bool: 1); `vmem_bytes`: its size in bytes on the host and as the
@@ -41,7 +42,7 @@ macro_rules! for_each_dtype {
                 "float8_e4m3fn", "float8_e4m3fn", 20, 8, 1, Float, Storage)
             (F8E5M2, "float8_e5m2", $crate::dtype::f8e5m2, "f8E5M2", "f8E5M2",
                 "float8_e5m2", "float8_e5m2", 19, 8, 1, Float, Storage)
-            (I4, "int4", $crate::dtype::i4, "i4", "i4", "int4", "int4", 21, 4, 1, SignedInt, Storage)
+            (I4, "int4", $crate::dtype::i4, "i4", "i4", "int4", "int8", 21, 4, 1, SignedInt, Storage)
         }
     };
 }
@@ -303,7 +304,7 @@ pub trait Element: Copy + 'static + sealed::Sealed {
 /// Element types with arithmetic (`+ - * / %`, min/max, comparisons, reductions).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has no arithmetic in kernels",
-    note = "arithmetic is defined for f32, bf16, i32, i8, u8 and u32; cast bool masks first (`.cast::<i32>()`) or use `select`"
+    note = "arithmetic is defined for f32, bf16, i32, i8, u8 and u32; cast bool masks and the storage dtypes (f8e4m3fn, f8e5m2, i4) first (`.cast::<i32>()`, `.cast::<f32>()`) or use `select`"
 )]
 pub trait Numeric: Element {}
 

@@ -175,6 +175,19 @@ impl HostArray {
     pub fn from_vec<T: HostElement>(shape: impl AsRef<[usize]>, data: Vec<T>) -> Result<Self> {
         Self::new(shape, T::wrap(data))
     }
+    /// An int4 array from one `i8` per element (ml_dtypes' layout of numpy `int4` arrays): an error
+    /// naming the first element outside int4's -8..=7.
+    pub fn from_i8_as_i4(shape: impl AsRef<[usize]>, v: &[i8]) -> Result<Self> {
+        let data = v
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| {
+                i4::new(x)
+                    .ok_or_else(|| kerr!(DType, "int4 element {i} is {x}, outside int4's -8..=7"))
+            })
+            .collect::<Result<Vec<i4>>>()?;
+        Self::from_vec(shape, data)
+    }
     /// Zeros; an error for a shape whose size overflows.
     pub fn zeros(shape: impl AsRef<[usize]>, dtype: DType) -> Result<Self> {
         let shape = shape.as_ref().to_vec();
