@@ -856,3 +856,33 @@ fn int4_host_arrays_refuse_values_out_of_range() {
     assert_eq!(i4::new(8), None);
     assert_eq!(i4::new(-9), None);
 }
+
+/// An int4 window copied from HBM by DMA (rows 16..32 of a [64, 256] array), then stored.
+#[tpu_kernel]
+fn int4_dma_rows(x_hbm: Ref<i4, Any>, o: RefMut<i4>, buf: RefMut<i4>, sem: DmaSem) {
+    let c = async_copy(x_hbm.at((16..32, ..)), buf, sem);
+    c.start();
+    c.wait();
+    o.store(buf.load());
+}
+
+#[test]
+fn int4_windows_copy_by_dma_in_both_engines() {
+    let call = pallas_call(int4_dma_rows)
+        .input_any(ArrayType::new([64, 256], I4))
+        .output(ArrayType::new([16, 256], I4), whole([16, 256]))
+        .scratch(Vmem::new([16, 256], I4))
+        .scratch(DmaSem::one())
+        .build()
+        .unwrap();
+    let data = i4_data(64 * 256);
+    let x = HostArray::from_vec([64, 256], data.clone()).unwrap();
+    let out = both_engines(&call, &[x]);
+    let want: Vec<i8> = data[16 * 256..32 * 256].iter().map(|v| v.get()).collect();
+    assert_eq!(i4_values(&out[0]), want);
+    let text = call.mosaic_mlir().unwrap();
+    assert!(
+        text.contains("memref<16x256xi4, #tpu.memory_space<vmem>>"),
+        "{text}"
+    );
+}

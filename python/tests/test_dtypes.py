@@ -321,3 +321,17 @@ def test_int4_crosses_torch_as_int8_and_torch_int4_is_refused(user_crate):
         assert torch.equal(out[4].cpu(), x)
         with pytest.raises(tpu_kernel.KernelError, match="outside int4"):
             tkt.op(user_crate.from_int4)(tkt.int4(env.to_xla(torch.full((8, 128), -9, dtype=torch.int8))))
+
+
+@pytest.mark.parametrize("g", GENERATIONS)
+def test_int4_dma_windows_compile_in_libtpu(user_crate, g):
+    """16-row int4 windows DMA'd from HBM (at run-time row offsets) into VMEM: libtpu compiles them."""
+    s = jax.ShapeDtypeStruct((64, 256), jnp.int4)
+    r = tc.compile_jax(lambda a: user_crate.int4_dma_rows(a, target=g), [s], g)
+    assert r.ok, tc.first_line(r.error)
+
+
+def test_int4_dma_windows_run_through_the_packed_boundary(user_crate):
+    v = int4_values((64, 256))
+    out = np.asarray(jax.jit(user_crate.int4_dma_rows)(v.astype(I4)))
+    np.testing.assert_array_equal(out.astype(np.int8), v)

@@ -123,7 +123,8 @@ tpu_kernel::export_library!(
         from_int4,
         int4_dot,
         int4_weight_matmul,
-        int4_copy_1d
+        int4_copy_1d,
+        int4_dma_rows
     ]
 );
 
@@ -422,5 +423,30 @@ pub fn int4_copy_1d(
         .grid([n.div_ceil(block.max(1))])
         .input(x.clone(), spec())
         .output(x, spec())
+        .build()
+}
+
+#[tpu_kernel]
+fn int4_dma_rows_kernel(x_hbm: Ref<i4, Any>, o: RefMut<i4>, buf: RefMut<i4>, sem: DmaSem) {
+    let start = multiple_of(program_id(0) * 16, 16);
+    let c = async_copy(x_hbm.at((ds(start, 16), ..)), buf, sem);
+    c.start();
+    c.wait();
+    o.store(buf.load());
+}
+
+/// An int4 `[m, n]` array in HBM copied 16 rows per grid step by DMA into VMEM, then stored.
+#[export]
+pub fn int4_dma_rows(x: ArrayType) -> Result<PallasCall, KernelError> {
+    let [m, n] = x.dims()?;
+    pallas_call(int4_dma_rows_kernel)
+        .grid([x.blocks(0, 16)?])
+        .input_any(x)
+        .output(
+            ArrayType::new([m, n], I4),
+            BlockSpec::new([16, n], |[i]| (i, 0)),
+        )
+        .scratch(Vmem::new([16, n], I4))
+        .scratch(DmaSem::one())
         .build()
 }
