@@ -886,3 +886,76 @@ fn int4_windows_copy_by_dma_in_both_engines() {
         "{text}"
     );
 }
+
+/// int4 with the unsigned types (sign-extended out, wrapped in — XLA's convert, which jax.jit gives:
+/// int4 -1 → u8 255, u8 200 → int4 -8) and an int4 constant (`full`); libtpu compiles the Pallas
+/// twins of these casts and of `jnp.full(.., int4)` on v4, v5e, v5p, v6e and tpu7x.
+#[tpu_kernel]
+fn i4_unsigned(
+    x: Ref<i4>,
+    u: Ref<u8>,
+    w: Ref<u32>,
+    a: RefMut<u8>,
+    b: RefMut<u32>,
+    c: RefMut<i4>,
+    d: RefMut<i4>,
+) {
+    a.store(x.load().cast::<u8>());
+    b.store(x.load().cast::<u32>());
+    c.store(u.load().cast::<i4>());
+    d.store(w.load().cast::<i4>());
+}
+
+#[tpu_kernel]
+fn i4_constant(k: RefMut<i4>) {
+    k.store(full([ROWS, COLS], i4::wrapping(-3)));
+}
+
+#[test]
+fn int4_and_the_unsigned_types_and_constants_in_both_engines() {
+    let shape = [ROWS, COLS];
+    let t = |d| ArrayType::new(shape, d);
+    let call = pallas_call(i4_unsigned)
+        .input(t(I4), whole(shape))
+        .input(t(U8), whole(shape))
+        .input(t(U32), whole(shape))
+        .output(t(U8), whole(shape))
+        .output(t(U32), whole(shape))
+        .output(t(I4), whole(shape))
+        .output(t(I4), whole(shape))
+        .build()
+        .unwrap();
+    let n = ROWS * COLS;
+    let data = i4_data(n);
+    let us: Vec<u8> = (0..n).map(|i| (i * 37) as u8).collect();
+    let ws: Vec<u32> = (0..n)
+        .map(|i| (i as u32).wrapping_mul(0x9E37_79B9))
+        .collect();
+    let out = both_engines(
+        &call,
+        &[
+            HostArray::from_vec(shape, data.clone()).unwrap(),
+            HostArray::from_vec(shape, us.clone()).unwrap(),
+            HostArray::from_vec(shape, ws.clone()).unwrap(),
+        ],
+    );
+    let a: Vec<u8> = data.iter().map(|v| v.get() as u8).collect();
+    let b: Vec<u32> = data.iter().map(|v| v.get() as i32 as u32).collect();
+    assert_eq!(out[0].as_slice::<u8>().unwrap(), &a[..]);
+    assert_eq!(out[1].as_slice::<u32>().unwrap(), &b[..]);
+    let c: Vec<i8> = us.iter().map(|&u| i4::wrapping(u as i64).get()).collect();
+    let d: Vec<i8> = ws.iter().map(|&w| i4::wrapping(w as i64).get()).collect();
+    assert_eq!(i4_values(&out[2]), c);
+    assert_eq!(i4_values(&out[3]), d);
+    let constant = pallas_call(i4_constant)
+        .output(t(I4), whole(shape))
+        .build()
+        .unwrap();
+    let k = both_engines(&constant, &[]);
+    assert!(i4_values(&k[0]).iter().all(|&v| v == -3));
+    assert_eq!(
+        (i4::wrapping(-1).get() as u8, i4::wrapping(200).get()),
+        (255, -8),
+        "as jax.jit"
+    );
+}
