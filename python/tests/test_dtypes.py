@@ -335,3 +335,19 @@ def test_int4_dma_windows_run_through_the_packed_boundary(user_crate):
     v = int4_values((64, 256))
     out = np.asarray(jax.jit(user_crate.int4_dma_rows)(v.astype(I4)))
     np.testing.assert_array_equal(out.astype(np.int8), v)
+
+
+def test_int4_and_unsigned_casts_and_constants_match_xla_and_compile(user_crate):
+    v = int4_values((16, 128))
+    u = (np.arange(16 * 128) * 37 % 256).astype(np.uint8).reshape(16, 128)
+    a, b, c, k = (np.asarray(o) for o in jax.jit(user_crate.int4_unsigned)(v.astype(I4), u))
+    np.testing.assert_array_equal(a, np.asarray(jax.jit(lambda x: x.astype(jnp.uint8))(v.astype(I4))))
+    np.testing.assert_array_equal(b, np.asarray(jax.jit(lambda x: x.astype(jnp.uint32))(v.astype(I4))))
+    np.testing.assert_array_equal(c.astype(np.int8),
+                                  np.asarray(jax.jit(lambda x: x.astype(jnp.int4))(u)).astype(np.int8))
+    assert (k.astype(np.int8) == -3).all()
+    s = jax.ShapeDtypeStruct
+    for g in GENERATIONS:
+        r = tc.compile_jax(lambda x, y, g=g: user_crate.int4_unsigned(x, y, target=g),
+                           [s((16, 128), jnp.int4), s((16, 128), jnp.uint8)], g)
+        assert r.ok, f"{g}: {tc.first_line(r.error)}"

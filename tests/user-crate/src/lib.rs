@@ -124,7 +124,8 @@ tpu_kernel::export_library!(
         int4_dot,
         int4_weight_matmul,
         int4_copy_1d,
-        int4_dma_rows
+        int4_dma_rows,
+        int4_unsigned
     ]
 );
 
@@ -448,5 +449,37 @@ pub fn int4_dma_rows(x: ArrayType) -> Result<PallasCall, KernelError> {
         )
         .scratch(Vmem::new([16, n], I4))
         .scratch(DmaSem::one())
+        .build()
+}
+
+#[tpu_kernel]
+fn int4_unsigned_kernel(
+    x: Ref<i4>,
+    u: Ref<u8>,
+    a: RefMut<u8>,
+    b: RefMut<u32>,
+    c: RefMut<i4>,
+    k: RefMut<i4>,
+) {
+    a.store(x.load().cast::<u8>());
+    b.store(x.load().cast::<u32>());
+    c.store(u.load().cast::<i4>());
+    k.store(full([8, 128], i4::wrapping(-3)));
+}
+
+/// int4 `x` widened to u8 and u32 (sign-extended), u8 `u` narrowed to int4 (wrapping), and an int4
+/// constant -3; `[m, 128]` arrays in 8-row blocks.
+#[export]
+pub fn int4_unsigned(x: ArrayType, u: ArrayType) -> Result<PallasCall, KernelError> {
+    let [m, n] = x.dims()?;
+    let rows = || BlockSpec::new([8, n], |[i]| (i, 0));
+    pallas_call(int4_unsigned_kernel)
+        .grid([x.blocks(0, 8)?])
+        .input(x, rows())
+        .input(u, rows())
+        .output(ArrayType::new([m, n], U8), rows())
+        .output(ArrayType::new([m, n], U32), rows())
+        .output(ArrayType::new([m, n], I4), rows())
+        .output(ArrayType::new([m, n], I4), rows())
         .build()
 }
