@@ -1,7 +1,11 @@
 """What libtpu compiles, per dtype × op × TPU generation: tiny Pallas kernels (jax's own Pallas, not
 ours) compiled for each generation's topology with no TPU present.
 
-    python python/probe_dtypes.py [--gens v5e,v6e,tpu7x,v4,v5p] [--dtypes f16,...] [--json OUT]
+    python python/probe_dtypes.py [--gens v5e,v6e,tpu7x,v4,v5p] [--dtypes f16,...] [--ops ...] [--json OUT]
+
+`--ops` also takes the casts to and from the integer types and the mixed dots (`INT_OPS`), and
+tiling cases `tile:R:C:BR:BC` (rank 2) / `tile:N:B` (rank 1): a copy of an (R, C) / (N,) array in
+blocks of (BR, BC) / (B,) — how int4's tiling rules were found.
 
 Each case is compiled in a worker process, because libtpu aborts the process on some programs
 instead of raising: the parent starts a worker per generation, feeds it one case per line, and counts
@@ -22,6 +26,8 @@ import sys
 DTYPES = {"f32": "float32", "bf16": "bfloat16", "i8": "int8", "f16": "float16",
           "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2", "int4": "int4"}
 OPS = ["copy", "to_f32", "from_f32", "to_bf16", "from_bf16", "add", "dot"]
+# Casts to and from the integer types and mixed-dtype dots (int4 weights): `--ops` picks them.
+INT_OPS = ["to_i32", "from_i32", "to_i8", "from_i8", "dot_bf16_lhs", "dot_i8_lhs"]
 GENS = ["v5e", "v6e", "tpu7x", "v4", "v5p"]
 SHAPE = (128, 256)
 
@@ -35,8 +41,19 @@ def _case(dtype: str, op: str):
     d = jnp.dtype(DTYPES[dtype])
     acc = jnp.int32 if jnp.issubdtype(d, jnp.integer) else jnp.float32
     f32, bf16 = jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)
+    i32, i8 = jnp.dtype(jnp.int32), jnp.dtype(jnp.int8)
+    if op.startswith("dot_"):
+        # A mixed dot: lhs of another dtype (bf16 activations, i8 activations) times `d` weights.
+        lhs = {"dot_bf16_lhs": bf16, "dot_i8_lhs": i8}[op]
+        acc = jnp.int32 if jnp.issubdtype(lhs, jnp.integer) else jnp.float32
+
+        def kernel(x, y, o):
+            o[...] = jnp.dot(x[...], y[...], preferred_element_type=acc)
+        fn = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((128, 128), acc))
+        return fn, [jax.ShapeDtypeStruct((128, 256), lhs), jax.ShapeDtypeStruct((256, 128), d)]
     src, dst = {"copy": (d, d), "to_f32": (d, f32), "from_f32": (f32, d), "to_bf16": (d, bf16),
-                "from_bf16": (bf16, d), "add": (d, d), "dot": (d, acc)}[op]
+                "from_bf16": (bf16, d), "add": (d, d), "dot": (d, acc), "to_i32": (d, i32),
+                "from_i32": (i32, d), "to_i8": (d, i8), "from_i8": (i8, d)}[op]
     if op == "dot":
         def kernel(x, y, o):
             o[...] = jnp.dot(x[...], y[...], preferred_element_type=acc)
@@ -54,6 +71,25 @@ def _case(dtype: str, op: str):
     return fn, [jax.ShapeDtypeStruct(s, src) for s in shapes]
 
 
+def _tile_case(dtype: str, spec: str):
+    """`tile:R:C:BR:BC` (rank 2) or `tile:N:B` (rank 1): a copy of an array of `dtype` in blocks."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    d = jnp.dtype(DTYPES[dtype])
+    dims = [int(v) for v in spec.split(":")[1:]]
+    shape, block = dims[: len(dims) // 2], dims[len(dims) // 2:]
+    grid = tuple(-(-a // b) for a, b in zip(shape, block))
+
+    def kernel(x, o):
+        o[...] = x[...]
+    spec_ = pl.BlockSpec(tuple(block), (lambda i, j: (i, j)) if len(block) == 2 else (lambda i: (i,)))
+    fn = pl.pallas_call(kernel, grid=grid, in_specs=[spec_], out_specs=spec_,
+                        out_shape=jax.ShapeDtypeStruct(tuple(shape), d))
+    return fn, [jax.ShapeDtypeStruct(tuple(shape), d)]
+
+
 def worker(gen: str) -> None:
     """Compile the cases read from stdin (`dtype op` per line) for `gen`; one verdict line each."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -61,7 +97,7 @@ def worker(gen: str) -> None:
     for line in sys.stdin:
         dtype, op = line.split()
         try:
-            fn, args = _case(dtype, op)
+            fn, args = _tile_case(dtype, op) if op.startswith("tile:") else _case(dtype, op)
             r = tc.compile_jax(fn, args, gen)
             verdict = "ok" if r.ok else "refused: " + tc.first_line(r.error)
         except Exception as e:  # Pallas itself refuses to lower

@@ -49,8 +49,8 @@ pub mod reference;
 pub mod prelude {
     pub use crate::{export, kernel_fn, tpu_kernel};
     pub use half::{bf16, f16};
-    pub use kernel_runtime::dtype::{f8e4m3fn, f8e5m2};
-    pub use kernel_runtime::dtype::{BF16, BOOL, F16, F32, F8E4M3FN, F8E5M2, I32, I8, U32, U8};
+    pub use kernel_runtime::dtype::{f8e4m3fn, f8e5m2, i4};
+    pub use kernel_runtime::dtype::{BF16, BOOL, F16, F32, F8E4M3FN, F8E5M2, I32, I4, I8, U32, U8};
     pub use kernel_runtime::interpret::{HostArray, InterpretOptions};
     pub use kernel_runtime::ir::CostEstimate;
     pub use kernel_runtime::ir::DimensionSemantics::{self, Arbitrary, Parallel};

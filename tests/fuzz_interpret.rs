@@ -73,6 +73,7 @@ fn bits(a: &HostArray) -> Vec<u64> {
             HostData::F16(v) => v[i].to_bits() as u64,
             HostData::F8E4M3FN(v) => v[i].to_bits() as u64,
             HostData::F8E5M2(v) => v[i].to_bits() as u64,
+            HostData::I4(v) => v[i].to_bits() as u64,
         })
         .collect()
 }

@@ -84,13 +84,34 @@ pub fn operand(op: &Operand, grid: &[usize], aliased: bool) -> Result<()> {
     }
     let rank = bs.len();
     // A rank-1 array is laid out in tiles of 128 lanes times the dtype's packing (f32 128, bf16 256,
-    // i8 512 elements): libtpu rejects a block that is not a multiple of the tile ("E2002 ... has tiling
-    // (256)"), measured on v5e with 1-D f32/bf16/i8 arrays of 256..4096 and blocks of 128..2048.
+    // i8 512, int4 1024 elements): libtpu rejects a block that is not a multiple of the tile ("E2002
+    // ... has tiling (256)"), measured on v5e with 1-D f32/bf16/i8 arrays of 256..4096 and blocks of
+    // 128..2048; int4 (probe_dtypes.py, v4..tpu7x): 1024 and 2048 of 4096 compile, 512 is refused by
+    // Pallas ("a multiple of 1024"). Rank-2 int4 blocks take the same (8, 128) as every dtype: (8,
+    // 128), (16, 128), (8, 256) of larger arrays compile on every generation.
     let lane_tile = if rank == 1 {
-        LANES * (4 / op.dtype.size_bytes().max(1)).max(1)
+        LANES * op.dtype.packing()
     } else {
         LANES
     };
+    if rank == 1 && op.dtype == DType::I4 && bs[0] % lane_tile != 0 && bs[0] == arr[0] {
+        // int4 has no whole-array exception: libtpu refuses a rank-1 int4 block of any length not a
+        // multiple of 1024, the whole array's included ("Only 16-bit and 8-bit subelement masking is
+        // currently implemented", probe_dtypes.py: 128, 512, 1536 and 2000 of arrays that long, on
+        // v4..tpu7x); a 1024 block of a 3000-long array (a padded edge block) compiles.
+        let (b, a) = (bs[0], arr[0]);
+        let fix = if a > lane_tile {
+            format!("try {lane_tile}")
+        } else if a % LANES == 0 {
+            format!("or reshape the array to [{}, {LANES}] (2-D int4 blocks take (8, 128) tiles and whole-array blocks)", a / LANES)
+        } else {
+            "or reshape the array to 2-D (2-D int4 blocks may equal the whole array)".to_string()
+        };
+        return Err(kerr!(
+            Tiling,
+            "block shape {bs:?}: a rank-1 int4 block must be a multiple of {lane_tile} elements, even one equal to the whole array ({b}): libtpu cannot mask packed 4-bit rows; {fix}"
+        ));
+    }
     let rules = [
         (rank.wrapping_sub(1), lane_tile, "last"),
         (rank.wrapping_sub(2), SUBLANES, "second-to-last"),
@@ -554,10 +575,11 @@ pub fn vmem_limit(k: &Kernel) -> u64 {
 /// Bytes of VMEM a buffer occupies once padded as libtpu lays it out: the last dim to a multiple of 128
 /// lanes; the second-to-last to a multiple of 8 rows for every dtype (packed bf16/i8 rows are not padded
 /// to 16/32), or, when it has at most 4 rows, to a power of two holding at least 32 bits per lane.
-/// Measured with libtpu 0.0.51 (`used_scoped_memory_configs` of copy kernels, f32/bf16/i8, 1..33 rows);
+/// Measured with libtpu 0.0.51 (`used_scoped_memory_configs` of copy kernels, f32/bf16/i8, 1..33 rows;
+/// int4, packed half a byte per element, 1..65 rows: `tests/dtypes.rs`);
 /// python/tests/test_agreement.py keeps it honest.
 pub fn padded_bytes(shape: &[usize], dtype: DType) -> u64 {
-    let min_rows = (4 / dtype.size_bytes().max(1)).max(1);
+    let min_rows = dtype.packing();
     let mut dims: Vec<usize> = shape.to_vec();
     let r = dims.len();
     if r >= 1 {
@@ -571,9 +593,11 @@ pub fn padded_bytes(shape: &[usize], dtype: DType) -> u64 {
             rows.div_ceil(SUBLANES) * SUBLANES
         };
     }
-    dims.iter().fold(dtype.size_bytes() as u64, |acc, &d| {
+    // In bits, then bytes: int4 packs two elements to a byte.
+    let bits = dims.iter().fold(dtype.vmem_bits() as u64, |acc, &d| {
         acc.saturating_mul(d as u64)
-    })
+    });
+    bits.div_ceil(8)
 }
 
 /// Estimated VMEM use: pipelined blocks are double-buffered (single when the block never changes, as

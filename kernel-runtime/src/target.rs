@@ -36,11 +36,15 @@ const ALL_MATMUL: &[DType] = &[
     DType::I8,
     DType::F8E4M3FN,
     DType::F8E5M2,
+    DType::I4,
 ];
 /// The storage dtypes (`DTypeOps::Storage`) libtpu 0.0.51 loads, stores and casts to and from
 /// f32/bf16 on every generation (measured: `python/probe_dtypes.py`). f16 is not among them: libtpu
 /// refuses every f16 vector, a copy included ("Invalid vector type for load"), on v4 to tpu7x.
-const STORAGE_ALL: &[DType] = &[DType::F8E4M3FN, DType::F8E5M2];
+/// int4 (packed eight to a 32-bit word) too: loads, stores, casts to and from f32/bf16/i32/i8 on
+/// every generation; its arithmetic nowhere ("Only vector<i16> and vector<i32> are supported, but got
+/// 'i4'").
+const STORAGE_ALL: &[DType] = &[DType::F8E4M3FN, DType::F8E5M2, DType::I4];
 
 /// Which dtype pairs a generation's MXU takes without a cast (jax's `TpuInfo.is_matmul_supported`,
 /// restricted to the dtypes kernels have). libtpu compiles other pairs too (it converts them first):
@@ -98,7 +102,8 @@ pub struct TargetInfo {
     pub mxu_inputs: MxuInputs,
     /// The `dot` operand dtypes libtpu compiles a matmul of (measured: 128² blocks, plain and
     /// transposed, f32 and bf16 into f32, i8 into i32; `python/probe_dtypes.py` for the 8-bit floats
-    /// into f32). v4 refuses i8 × i8 and fp8 × fp8 ("E2001: Unsupported matmul RHS type"); tpu7x
+    /// into f32 and int4 × int4 into i32). v4 refuses i8 × i8, fp8 × fp8 and int4 × int4 ("E2001:
+    /// Unsupported matmul RHS type"); tpu7x
     /// compiles i8 though its MXU takes no int8 (`mxu_inputs`), and v5e/v5p/v6e compile fp8 though
     /// theirs take none (libtpu converts).
     pub matmul_dtypes: &'static [DType],

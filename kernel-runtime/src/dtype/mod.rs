@@ -1,9 +1,11 @@
 //! Element types a kernel can use, and the compile-time traits that say which operations each supports.
 
 mod float8;
+pub mod int4;
 
 pub use float8::{f8e4m3fn, f8e5m2};
 use half::{bf16, f16};
+pub use int4::i4;
 use std::fmt;
 
 /// Calls `$m! { (Variant, name, RustType, mlir, stablehlo, numpy, torch, xla_ffi, bits, vmem_bytes,
@@ -12,15 +14,17 @@ use std::fmt;
 /// - `RustType`: the host element type (`HostData`, `HostElement`);
 /// - `mlir`: the element type inside a Mosaic kernel (signless integers: signedness lives in the ops);
 /// - `stablehlo`: the element type of an array crossing the kernel boundary (unsigned stays unsigned);
-/// - `numpy` / `torch`: the dtype names of the Python side (`bfloat16` is ml_dtypes' / torch's);
+/// - `numpy` / `torch`: the dtype names of the Python side (`bfloat16` is ml_dtypes' / torch's; int4
+///   crosses torch as int8 tensors of -8..7, torchax's mapping of jax's int4);
 /// - `xla_ffi`: XLA's `XLA_FFI_DataType` code (= `PrimitiveType`: PRED 1, S8 2, S32 4, U8 6, U32 8,
-///   F16 10, F32 11, BF16 16, F8E5M2 19, F8E4M3FN 20);
-/// - `bits`: the element's bit width (bool: 1); `vmem_bytes`: its size as the VMEM estimate counts it
-///   (bool is stored as 32-bit masks);
+///   F16 10, F32 11, BF16 16, F8E5M2 19, F8E4M3FN 20, S4 21);
+/// - `bits`: the element's bit width (bool: 1); `vmem_bytes`: its size in bytes on the host and as the
+///   VMEM estimate counts it (bool is stored as 32-bit masks: 4; int4 is one byte on the host — see
+///   `dtype/int4.rs` — and packed eight to a 32-bit word in VMEM: [`DType::vmem_bits`]);
 /// - `Class`: `Float`, `SignedInt`, `UnsignedInt` or `Bool`;
 /// - `Ops`: `Arith` (the op table's ops of its class) or `Storage` (loads, stores, casts, and `dot`
-///   where the target's `matmul_dtypes` has it: the narrow floats, whose arithmetic no TPU's VPU
-///   does — a kernel casts them to f32/bf16 first). Which generations compile a storage dtype at all
+///   where the target's `matmul_dtypes` has it: the narrow floats and int4, whose arithmetic no TPU's
+///   VPU does — a kernel casts them to f32/bf16/i32 first). Which generations compile a storage dtype at all
 ///   is the target table's (`TargetInfo::storage_dtypes`).
 #[macro_export]
 macro_rules! for_each_dtype {
@@ -38,6 +42,7 @@ macro_rules! for_each_dtype {
                 "float8_e4m3fn", "float8_e4m3fn", 20, 8, 1, Float, Storage)
             (F8E5M2, "float8_e5m2", $crate::dtype::f8e5m2, "f8E5M2", "f8E5M2",
                 "float8_e5m2", "float8_e5m2", 19, 8, 1, Float, Storage)
+            (I4, "int4", $crate::dtype::i4, "i4", "i4", "int4", "int8", 21, 4, 1, SignedInt, Storage)
         }
     };
 }
@@ -119,7 +124,7 @@ macro_rules! dtype_enum {
 }
 for_each_dtype!(dtype_enum);
 
-pub use DType::{Bool as BOOL, BF16, F16, F32, F8E4M3FN, F8E5M2, I32, I8, U32, U8};
+pub use DType::{Bool as BOOL, BF16, F16, F32, F8E4M3FN, F8E5M2, I32, I4, I8, U32, U8};
 
 impl DType {
     pub const fn is_float(self) -> bool {
@@ -133,6 +138,18 @@ impl DType {
     }
     pub const fn is_unsigned(self) -> bool {
         matches!(self.class(), DTypeClass::UnsignedInt)
+    }
+    /// Bits one element takes in VMEM: bool masks 32, int4 4 (packed), the others their width.
+    pub const fn vmem_bits(self) -> u32 {
+        match self.class() {
+            DTypeClass::Bool => 32,
+            _ => self.bit_width(),
+        }
+    }
+    /// Elements per 32-bit VMEM word (f32 1, bf16 2, i8 4, int4 8): the factor Mosaic's tiles of
+    /// packed types grow by.
+    pub const fn packing(self) -> usize {
+        (32 / self.vmem_bits()) as usize
     }
     /// The dtype called `name` (the spelling of [`DType::name`]: `f32`, `bf16`, `i32`, `i8`, `u8`,
     /// `u32`, `bool`).
@@ -188,6 +205,7 @@ impl Literal {
             DType::F16 => f16::from_f64(v).to_bits() as u64,
             DType::F8E4M3FN => f8e4m3fn::from_f64(v).to_bits() as u64,
             DType::F8E5M2 => f8e5m2::from_f64(v).to_bits() as u64,
+            DType::I4 => i4::saturating_from_f64(v).to_bits() as u64,
         };
         Literal { dtype, bits }
     }
@@ -229,6 +247,7 @@ impl Literal {
             DType::F16 => f16::from_bits(self.bits as u16).to_f64(),
             DType::F8E4M3FN => f8e4m3fn::from_bits(self.bits as u8).to_f64(),
             DType::F8E5M2 => f8e5m2::from_bits(self.bits as u8).to_f64(),
+            DType::I4 => i4::from_bits(self.bits as u8).to_f64(),
         }
     }
     /// The value as i64 for integer and bool dtypes (signed per dtype).
@@ -236,6 +255,7 @@ impl Literal {
         match self.dtype {
             DType::I32 => self.bits as u32 as i32 as i64,
             DType::I8 => self.bits as u8 as i8 as i64,
+            DType::I4 => i4::from_bits(self.bits as u8).get() as i64,
             DType::U32 | DType::U8 | DType::Bool => self.bits as i64,
             DType::F32 | DType::BF16 | DType::F16 | DType::F8E4M3FN | DType::F8E5M2 => {
                 self.as_f64() as i64
@@ -272,7 +292,7 @@ mod sealed {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a kernel element type",
     label = "not a kernel element type",
-    note = "kernel element types are f32, bf16, f16, f8e4m3fn, f8e5m2, i32, i8, u8, u32 and bool"
+    note = "kernel element types are f32, bf16, f16, f8e4m3fn, f8e5m2, i32, i8, i4, u8, u32 and bool"
 )]
 pub trait Element: Copy + 'static + sealed::Sealed {
     const DTYPE: DType;
@@ -284,7 +304,7 @@ pub trait Element: Copy + 'static + sealed::Sealed {
 /// Element types with arithmetic (`+ - * / %`, min/max, comparisons, reductions).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has no arithmetic in kernels",
-    note = "arithmetic is defined for f32, bf16, i32, i8, u8 and u32; cast bool masks first (`.cast::<i32>()`) or use `select`"
+    note = "arithmetic is defined for f32, bf16, i32, i8, u8 and u32; cast bool masks and the storage dtypes (f8e4m3fn, f8e5m2, i4) first (`.cast::<i32>()`, `.cast::<f32>()`) or use `select`"
 )]
 pub trait Numeric: Element {}
 
@@ -306,7 +326,7 @@ pub trait Integer: Numeric {}
 /// Element types `dot` accepts, with the type it accumulates in (f32 for floats, i32 for i8).
 #[diagnostic::on_unimplemented(
     message = "`dot` is not defined for `{Self}`",
-    note = "the MXU multiplies bf16, f32, f8e4m3fn and f8e5m2 (accumulating in f32) and i8 (accumulating in i32)"
+    note = "the MXU multiplies bf16, f32, f8e4m3fn and f8e5m2 (accumulating in f32) and i8 and i4 (accumulating in i32)"
 )]
 pub trait DotElement: Element {
     type Acc: Numeric;
@@ -353,6 +373,11 @@ element!(f8e4m3fn, DType::F8E4M3FN, |v| v.to_bits() as u64, |b| {
 element!(f8e5m2, DType::F8E5M2, |v| v.to_bits() as u64, |b| {
     f8e5m2::from_bits(b as u8)
 });
+// int4 is a storage type too (libtpu: "Only vector<i16> and vector<i32> are supported, but got
+// 'i4'"): cast to i32 (or a float) to compute.
+element!(i4, DType::I4, |v| v.to_bits() as u64, |b| i4::from_bits(
+    b as u8
+));
 
 impl Numeric for f32 {}
 impl Numeric for bf16 {}
@@ -384,6 +409,9 @@ impl DotElement for f8e4m3fn {
 }
 impl DotElement for f8e5m2 {
     type Acc = f32;
+}
+impl DotElement for i4 {
+    type Acc = i32;
 }
 
 #[cfg(test)]
@@ -419,6 +447,12 @@ mod table_tests {
         assert_eq!(DType::from_xla_ffi_code(10), Some(F16));
         assert_eq!(DType::from_xla_ffi_code(20), Some(F8E4M3FN));
         assert_eq!(DType::from_xla_ffi_code(19), Some(F8E5M2));
+        assert_eq!(DType::from_xla_ffi_code(21), Some(I4));
+        assert_eq!(I4.packing(), 8);
+        assert_eq!(
+            (F32.packing(), BF16.packing(), I8.packing(), BOOL.packing()),
+            (1, 2, 4, 1)
+        );
         let json = DType::table_json();
         assert_eq!(json.as_array().map(Vec::len), Some(DType::ALL.len()));
         assert_eq!(json[1]["numpy"], "bfloat16");

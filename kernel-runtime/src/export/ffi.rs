@@ -12,7 +12,7 @@
 //! fresh process once the library is loaded there.
 
 use super::{Built, Library, Request};
-use crate::dtype::DType;
+use crate::dtype::{i4, int4, DType};
 use crate::error::panic_message;
 use crate::error::{kerr, Result};
 use crate::interpret::{interpret_into, ArrayView, ArrayViewMut, InterpretOptions};
@@ -311,20 +311,59 @@ unsafe fn handle_frame(lib: &Library, frame: &mut CallFrame) -> Result<()> {
                 ));
             }
         }
+        // int4: XLA's S4 buffers are packed two per byte; the engines take one byte per element
+        // (`dtype/int4.rs`). Unpacked copies of the inputs, and outputs written unpacked, then packed.
+        let unpacked_in: Vec<Option<Vec<i4>>> = inputs
+            .iter()
+            .map(|(t, p)| {
+                (t.dtype == DType::I4).then(|| {
+                    let n = t.shape.iter().product::<usize>();
+                    let packed = std::slice::from_raw_parts(*p as *const u8, int4::packed_len(n));
+                    int4::unpack(packed, n)
+                })
+            })
+            .collect();
+        let mut unpacked_out: Vec<Option<Vec<i4>>> = outputs
+            .iter()
+            .map(|(t, _)| {
+                (t.dtype == DType::I4).then(|| vec![i4::default(); t.shape.iter().product()])
+            })
+            .collect();
         let views: Vec<ArrayView<'_>> = inputs
             .iter()
-            .map(|(t, p)| ArrayView::from_raw(&t.shape, t.dtype, *p as *const u8))
+            .zip(&unpacked_in)
+            .map(|((t, p), u)| {
+                let ptr = u
+                    .as_ref()
+                    .map_or(*p as *const u8, |v| v.as_ptr() as *const u8);
+                ArrayView::from_raw(&t.shape, t.dtype, ptr)
+            })
             .collect();
         let mut outs: Vec<ArrayViewMut<'_>> = outputs
             .iter()
-            .map(|(t, p)| ArrayViewMut::from_raw(&t.shape, t.dtype, *p as *mut u8))
+            .zip(&mut unpacked_out)
+            .map(|((t, p), u)| {
+                let ptr = u
+                    .as_mut()
+                    .map_or(*p as *mut u8, |v| v.as_mut_ptr() as *mut u8);
+                ArrayViewMut::from_raw(&t.shape, t.dtype, ptr)
+            })
             .collect();
         interpret_into(
             &built.call.kernel,
             &views,
             &mut outs,
             &InterpretOptions::default(),
-        )
+        )?;
+        drop(outs);
+        for ((t, p), u) in outputs.iter().zip(&unpacked_out) {
+            if let Some(v) = u {
+                let n = t.shape.iter().product::<usize>();
+                let packed = std::slice::from_raw_parts_mut(*p as *mut u8, int4::packed_len(n));
+                int4::pack(v, packed);
+            }
+        }
+        Ok(())
     }
 }
 

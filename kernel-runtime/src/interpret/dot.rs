@@ -1,5 +1,6 @@
 //! `dot` on the MXU's terms: bf16/f32 operands multiplied exactly and accumulated in f32 (a bf16 product
-//! is exact in f32), i8 operands accumulated in wrapping i32; an optional accumulator operand is added in.
+//! is exact in f32), i8 (and int4, widened to i8) operands accumulated in wrapping i32; an optional
+//! accumulator operand is added in.
 //!
 //! i8 × i8 → i32 is exact whatever the order of the sums, so its fast paths (`dot_i8` with AVX-512
 //! VNNI, else the f32 GEMM below in chunks whose sums f32 holds exactly) give one result on every CPU.
@@ -48,6 +49,10 @@ pub(crate) fn dot(
         // f32/bf16 and the 8-bit floats (widened to f32: their products are exact in f32).
         (a, b, DType::F32) if a.is_float() && b.is_float() => dot_f32(lhs, rhs, acc, tl, tr),
         (DType::I8, DType::I8, DType::I32) => dot_i8(lhs, rhs, acc, tl, tr),
+        // int4 × int4: widened to i8 (exact), then i8's exact product.
+        (DType::I4, DType::I4, DType::I32) => {
+            dot_i8(&cast(lhs, DType::I8)?, &cast(rhs, DType::I8)?, acc, tl, tr)
+        }
         (a, b, o) => Err(kerr!(
             Unsupported,
             "dot of {a} x {b} -> {o} is not supported by the interpreter"
@@ -111,6 +116,14 @@ pub(crate) fn dot_into(
     match (lhs.dtype, rhs.dtype, acc) {
         (a, b, HostData::F32(c)) if a.is_float() && b.is_float() => mul(lhs, rhs, tl, tr, c, 1.0),
         (DType::I8, DType::I8, HostData::I32(c)) => gemm_i8(lhs, rhs, tl, tr, c, true),
+        (DType::I4, DType::I4, HostData::I32(c)) => gemm_i8(
+            &cast(lhs, DType::I8)?,
+            &cast(rhs, DType::I8)?,
+            tl,
+            tr,
+            c,
+            true,
+        ),
         _ => Err(internal("dot accumulator dtype")),
     }
 }

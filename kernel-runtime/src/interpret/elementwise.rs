@@ -275,6 +275,10 @@ macro_rules! with_dtype {
                 type $T = $crate::dtype::f8e5m2;
                 $body
             }
+            DType::I4 => {
+                type $T = $crate::dtype::i4;
+                $body
+            }
         }
     };
 }

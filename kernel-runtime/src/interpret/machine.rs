@@ -60,6 +60,7 @@ pub(crate) fn fill_literal(d: DType, poison: bool) -> Literal {
         DType::F16 => 0x7E00,
         DType::F8E4M3FN => 0x7F,
         DType::F8E5M2 => 0x7E,
+        DType::I4 => 0x8, // -8
     };
     Literal { dtype: d, bits }
 }

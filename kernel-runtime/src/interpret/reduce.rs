@@ -127,7 +127,7 @@ pub(crate) fn reduce(
         DType::U32 => by_kind!(|K| int_reduce::<u32, K>(t, axes, out_shape)),
         DType::Bool => Err(internal("reduction of bool values")),
         // Storage dtypes: `check` refuses their arithmetic before a kernel runs.
-        DType::F16 | DType::F8E4M3FN | DType::F8E5M2 => {
+        DType::F16 | DType::F8E4M3FN | DType::F8E5M2 | DType::I4 => {
             Err(internal("reduction of a storage dtype"))
         }
     }

@@ -2,7 +2,7 @@
 //! the `half` crate). The data sits behind an `Arc` so input blocks are zero-copy views of the caller's
 //! arrays.
 
-use crate::dtype::{f8e4m3fn, f8e5m2, DType, Element, Literal};
+use crate::dtype::{f8e4m3fn, f8e5m2, i4, DType, Element, Literal};
 use crate::error::{kerr, Result};
 use half::bf16;
 use std::sync::Arc;
@@ -175,6 +175,19 @@ impl HostArray {
     pub fn from_vec<T: HostElement>(shape: impl AsRef<[usize]>, data: Vec<T>) -> Result<Self> {
         Self::new(shape, T::wrap(data))
     }
+    /// An int4 array from one `i8` per element (ml_dtypes' layout of numpy `int4` arrays): an error
+    /// naming the first element outside int4's -8..=7.
+    pub fn from_i8_as_i4(shape: impl AsRef<[usize]>, v: &[i8]) -> Result<Self> {
+        let data = v
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| {
+                i4::new(x)
+                    .ok_or_else(|| kerr!(DType, "int4 element {i} is {x}, outside int4's -8..=7"))
+            })
+            .collect::<Result<Vec<i4>>>()?;
+        Self::from_vec(shape, data)
+    }
     /// Zeros; an error for a shape whose size overflows.
     pub fn zeros(shape: impl AsRef<[usize]>, dtype: DType) -> Result<Self> {
         let shape = shape.as_ref().to_vec();
@@ -204,6 +217,11 @@ impl HostArray {
                 HostData::F8E4M3FN((0..n).map(|_| f8e4m3fn::from_f32(unit())).collect())
             }
             DType::F8E5M2 => HostData::F8E5M2((0..n).map(|_| f8e5m2::from_f32(unit())).collect()),
+            DType::I4 => HostData::I4(
+                (0..n)
+                    .map(|_| i4::saturating_from_f64((unit() * 8.0).floor() as f64))
+                    .collect(),
+            ),
         };
         Ok(HostArray {
             shape,
@@ -351,7 +369,8 @@ pub struct ArrayViewMut<'a> {
 impl<'a> ArrayView<'a> {
     /// # Safety
     /// `ptr` must point to `shape.iter().product()` initialized elements of `dtype` (bools as bytes
-    /// 0 or 1), aligned for that dtype, not written by anyone while `'a` lasts.
+    /// 0 or 1, int4 as one byte per element holding -8..=7 — XLA's packed S4 buffers are unpacked
+    /// first: `export/ffi.rs`), aligned for that dtype, not written by anyone while `'a` lasts.
     pub unsafe fn from_raw(shape: &'a [usize], dtype: DType, ptr: *const u8) -> Self {
         ArrayView {
             shape,

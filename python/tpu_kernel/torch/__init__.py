@@ -19,6 +19,12 @@ the kernel's `jax.custom_vjp`, i.e. the backward kernels written in Rust. `loss.
 them. A kernel without backward kernels raises a `KernelError` naming it when asked for a gradient.
 
 Static parameters are keyword-only, as in `tpu_kernel`: `op(*tensors, block=(...))`.
+
+int4: torch has no int4 tensor torchax carries (torchax maps no torch dtype to jax's `int4` and maps
+jax `int4` arrays to `torch.int8`), so int4 data crosses as **int8 tensors holding -8..7, one value
+per element** — torchax's convention, not a packed uint8 one. An int4 *result* comes back as such an
+int8 tensor; an int4 *argument* is an int8 tensor wrapped in `int4(t)` (values checked, then cast to
+jax's int4 for the call). A `torch.int4` tensor is refused naming the argument.
 """
 from __future__ import annotations
 
@@ -34,7 +40,38 @@ from torchax.ops import mappings
 from .._errors import KernelError
 from .._library import Kernel, Library
 
-__all__ = ["Linear", "RMSNorm", "op", "ops"]
+__all__ = ["Linear", "RMSNorm", "int4", "op", "ops"]
+
+
+class int4:  # noqa: N801 (named as the dtype it stands for)
+    """An int8 tensor (CPU or torchax) holding int4 values -8..7, passed to a kernel's int4 parameter:
+    `op(kernel)(int4(t))`. Checked when the call is made: int8, values in range (not checkable while
+    traced inside `jax_jit`)."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+
+def _unwrap(tensors: Sequence[Any]) -> tuple[list, set]:
+    """The tensors with `int4(..)` wrappers removed, and the positions that were wrapped."""
+    return ([t.tensor if isinstance(t, int4) else t for t in tensors],
+            {i for i, t in enumerate(tensors) if isinstance(t, int4)})
+
+
+def _as_int4(a, i: int, kernel: str):
+    """jax array `a` (argument `i`, an int8 tensor wrapped in `int4`) as jax's int4, its range checked
+    when its values are known."""
+    if a.dtype == jax.numpy.int4:  # already jax's int4 (a jax array handed through torchax)
+        return a
+    if a.dtype != jax.numpy.int8:
+        raise KernelError(f"{kernel}(): argument {i} is wrapped in int4(..) but holds {a.dtype}; int4 data "
+                          f"crosses as an int8 tensor of values -8..7", argument=str(i), kernel=kernel)
+    if not isinstance(a, jax.core.Tracer):
+        lo, hi = int(a.min()), int(a.max())
+        if lo < -8 or hi > 7:
+            raise KernelError(f"{kernel}(): argument {i} (int4) holds {lo if lo < -8 else hi}, outside int4's "
+                              f"-8..7", argument=str(i), kernel=kernel)
+    return a.astype(jax.numpy.int4)
 
 
 def _is_torchax(t: Any) -> bool:
@@ -42,11 +79,13 @@ def _is_torchax(t: Any) -> bool:
 
 
 def _to_jax(tensors: Sequence[torch.Tensor], kernel: str) -> list:
+    tensors, wrapped = _unwrap(tensors)
     out = []
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
             raise KernelError(f"{kernel}(): argument {i} is a {type(t).__name__}, expected a torch tensor "
                               f"(a torchax tensor or a CPU tensor)", argument=str(i), kernel=kernel)
+        _refuse_torch_int4(t, i, kernel)
         if _is_torchax(t):
             out.append(interop.jax_view(t))
         elif t.device.type != "cpu":
@@ -55,7 +94,14 @@ def _to_jax(tensors: Sequence[torch.Tensor], kernel: str) -> list:
                               kernel=kernel)
         else:
             out.append(_cpu_to_jax(t))
-    return out
+    return [_as_int4(a, i, kernel) if i in wrapped else a for i, a in enumerate(out)]
+
+
+def _refuse_torch_int4(t: torch.Tensor, i: int, kernel: str) -> None:
+    if t.dtype == getattr(torch, "int4", None):
+        raise KernelError(f"{kernel}(): argument {i} is a torch.int4 tensor, which torchax cannot carry (it "
+                          f"maps no torch dtype to jax's int4); pass int4 data as an int8 tensor of values "
+                          f"-8..7 wrapped in tpu_kernel.torch.int4(t)", argument=str(i), kernel=kernel)
 
 
 def _cpu_to_jax(t: torch.Tensor):
@@ -73,6 +119,8 @@ def _jax_to_cpu(a) -> torch.Tensor:
         return torch.from_dlpack(a).clone()
     except (TypeError, RuntimeError, BufferError):  # e.g. an array sharded over several devices
         host = np.array(jax.device_get(a))  # gathered, writable
+        if host.dtype == jax.numpy.int4:  # torchax's convention: one int8 per int4 value
+            return torch.from_numpy(host.astype(np.int8))
         if host.dtype == jax.numpy.bfloat16:
             return torch.from_numpy(host.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(host)
@@ -109,21 +157,32 @@ def op(kernel: Kernel) -> Callable:
     def call(*tensors: torch.Tensor, **params: Any):
         kernel._check_arity(tensors)
         kernel.canonical_params(params)  # unknown / missing / mistyped static parameters fail here (Rust's verdict)
-        kinds = {_is_torchax(t) for t in tensors if isinstance(t, torch.Tensor)}
+        raw, wrapped = _unwrap(tensors)
+        kinds = {_is_torchax(t) for t in raw if isinstance(t, torch.Tensor)}
         if len(kinds) > 1:
             raise KernelError(f"{kernel.name}(): mixes torchax tensors and plain CPU tensors; move them all "
                               f"with torchax.default_env().to_xla(t) or keep them all on the CPU",
                               kernel=kernel.name)
         torchax_out = kinds == {True}
         wants_grad = torch.is_grad_enabled() and any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+            isinstance(t, torch.Tensor) and t.requires_grad for t in raw)
         if wants_grad:
             if not kernel.grad:
                 raise KernelError(f"{kernel.name}(): an input requires grad but the kernel declares no "
                                   f"backward kernels (Rust: #[export(grad(...))])", kernel=kernel.name)
             return _KernelGrad.apply(kernel, params, torchax_out, *tensors)
         if torchax_out:
-            return interop.call_jax(lambda *a: kernel(*a, **params), *tensors)
+            for i, t in enumerate(raw):
+                _refuse_torch_int4(t, i, kernel.name)
+
+            def call_with_int4(*a):
+                out = kernel(*(_as_int4(x, i, kernel.name) if i in wrapped else x
+                               for i, x in enumerate(a)), **params)
+                # int4 results as int8 (torchax would label them torch.int8 over a jax int4 array,
+                # which its `.cpu()` cannot convert).
+                return jax.tree.map(lambda r: r.astype(jax.numpy.int8) if r.dtype == jax.numpy.int4 else r,
+                                    out)
+            return interop.call_jax(call_with_int4, *raw)
         return _to_torch(kernel(*_to_jax(tensors, kernel.name), **params), False)
 
     call.__name__ = call.__qualname__ = kernel.name

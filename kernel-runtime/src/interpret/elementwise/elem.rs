@@ -191,6 +191,26 @@ macro_rules! convert_narrow_float {
     )*};
 }
 convert_narrow_float!(half::f16, crate::dtype::f8e4m3fn, crate::dtype::f8e5m2);
+/// int4: floats round toward zero and saturate (NaN → 0), integers wrap to their low 4 bits (XLA's
+/// `convert` and Mosaic's `fptosi` / `trunci`).
+impl Convert for crate::dtype::i4 {
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    #[inline(always)]
+    fn to_i64(self) -> i64 {
+        self.get() as i64
+    }
+    #[inline(always)]
+    fn from_f64_sat(x: f64) -> Self {
+        Self::saturating_from_f64(x)
+    }
+    #[inline(always)]
+    fn from_i64(x: i64) -> Self {
+        Self::wrapping(x)
+    }
+}
 
 impl Convert for bool {
     #[inline(always)]

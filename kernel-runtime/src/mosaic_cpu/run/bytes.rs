@@ -14,7 +14,8 @@ pub(super) fn elem_size(d: DType) -> usize {
     match d {
         DType::F32 | DType::I32 | DType::U32 => 4,
         DType::BF16 | DType::F16 => 2,
-        DType::I8 | DType::U8 | DType::Bool | DType::F8E4M3FN | DType::F8E5M2 => 1,
+        // int4 is one byte per element here as on the host (LLVM stores an `i4` in a byte).
+        DType::I8 | DType::U8 | DType::Bool | DType::F8E4M3FN | DType::F8E5M2 | DType::I4 => 1,
     }
 }
 
@@ -83,6 +84,7 @@ pub(super) fn to_bytes(d: &HostData) -> Vec<u8> {
         HostData::F16(v) => bytes_of(v).to_vec(),
         HostData::F8E4M3FN(v) => bytes_of(v).to_vec(),
         HostData::F8E5M2(v) => bytes_of(v).to_vec(),
+        HostData::I4(v) => v.iter().map(|x| x.get() as u8).collect(),
     }
 }
 
@@ -98,6 +100,8 @@ pub(super) fn from_bytes(dtype: DType, b: &[u8]) -> HostData {
         DType::F16 => HostData::F16(from_plain_bytes(b)),
         DType::F8E4M3FN => HostData::F8E4M3FN(from_plain_bytes(b)),
         DType::F8E5M2 => HostData::F8E5M2(from_plain_bytes(b)),
+        // LLVM leaves the bits above an `i4` store unspecified: the low nibble is the value.
+        DType::I4 => HostData::I4(b.iter().map(|x| crate::dtype::i4::from_bits(*x)).collect()),
     }
 }
 
