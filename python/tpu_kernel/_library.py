@@ -37,7 +37,7 @@ import json
 import math
 import os
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -382,6 +382,9 @@ class Library:
 
 
 _LOADED: dict[str, Library] = {}
+#: Called with every newly loaded `Library` (`tpu_kernel.torch` adds the one defining its torch ops),
+#: so a package that never imports torch never pays for it.
+ON_LOAD: list[Callable[[Library], Any]] = []
 _FFI_TARGETS: dict[str, str] = {}  # ffi target -> path of the library that registered it
 _LOAD_LOCK = threading.Lock()
 
@@ -495,4 +498,6 @@ def load(path: str | os.PathLike) -> Library:
         lib = Library(path, cdll, description)
         _register_ffi(lib)
         _LOADED[path] = lib
+        for hook in ON_LOAD:
+            hook(lib)
         return lib

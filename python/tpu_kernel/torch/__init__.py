@@ -33,29 +33,13 @@ from torchax.ops import mappings
 
 from .._errors import KernelError
 from .._library import Kernel, Library
+from . import _ops
 
-__all__ = ["Linear", "RMSNorm", "op", "ops"]
+__all__ = ["Attention", "Linear", "RMSNorm", "op", "ops"]
 
 
 def _is_torchax(t: Any) -> bool:
     return isinstance(t, (torchax.tensor.Tensor, torchax.tensor.View))
-
-
-def _to_jax(tensors: Sequence[torch.Tensor], kernel: str) -> list:
-    out = []
-    for i, t in enumerate(tensors):
-        if not isinstance(t, torch.Tensor):
-            raise KernelError(f"{kernel}(): argument {i} is a {type(t).__name__}, expected a torch tensor "
-                              f"(a torchax tensor or a CPU tensor)", argument=str(i), kernel=kernel)
-        if _is_torchax(t):
-            out.append(interop.jax_view(t))
-        elif t.device.type != "cpu":
-            raise KernelError(f"{kernel}(): argument {i} is on device {t.device}; pass CPU tensors or "
-                              f"torchax tensors (torchax.default_env().to_xla(t))", argument=str(i),
-                              kernel=kernel)
-        else:
-            out.append(_cpu_to_jax(t))
-    return out
 
 
 def _cpu_to_jax(t: torch.Tensor):
@@ -78,59 +62,65 @@ def _jax_to_cpu(a) -> torch.Tensor:
         return torch.from_numpy(host)
 
 
-def _to_torch(value: Any, torchax_out: bool):
-    """A jax result as torch: torchax tensors when the call had torchax inputs, else CPU tensors."""
-    if torchax_out:
-        return interop.torch_view(value)
-    return jax.tree.map(_jax_to_cpu, value)
+def op(kernel: Kernel) -> Callable[..., Any]:
+    """The torch-facing callable of one kernel: `f(*tensors, **static_params)` → torch tensor(s).
 
+    It calls the kernel's `torch.library` op (`f.op`, i.e. `torch.ops.tpu_kernel_{lib}.{name}.default`;
+    see `_ops`) and returns one tensor or a tuple, as the JAX op does. Outside `torch.compile` /
+    `torch.export` tracing it first checks the call in Python (arity, Rust's verdict on the static
+    parameters, tensor kinds), so a mistake is a `KernelError` naming the argument before torch's
+    dispatcher sees it; under tracing the op's fake implementation asks Rust the same."""
+    tk = _ops.register(kernel.library)[kernel.name]
+    overload = tk.op
 
-class _KernelGrad(torch.autograd.Function):
-    """One differentiable kernel call: forward runs `jax.vjp` of the op, backward its vjp function."""
-
-    @staticmethod
-    def forward(ctx, kernel: Kernel, params: dict, torchax_out: bool, *tensors):
-        xs = _to_jax(tensors, kernel.name)
-        outs, vjp = jax.vjp(lambda *a: kernel(*a, **params), *xs)
-        ctx.vjp, ctx.torchax_out, ctx.single = vjp, torchax_out, not isinstance(outs, tuple)
-        ctx.kernel = kernel.name
-        return _to_torch(outs, torchax_out)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        cts = _to_jax(grads, ctx.kernel)
-        in_grads = ctx.vjp(cts[0] if ctx.single else tuple(cts))
-        return (None, None, None, *(_to_torch(g, ctx.torchax_out) for g in in_grads))
-
-
-def op(kernel: Kernel) -> Callable:
-    """The torch-facing callable of one kernel: `f(*tensors, **static_params)` → torch tensor(s)."""
-
-    def call(*tensors: torch.Tensor, **params: Any):
-        kernel._check_arity(tensors)
-        kernel.canonical_params(params)  # unknown / missing / mistyped static parameters fail here (Rust's verdict)
-        kinds = {_is_torchax(t) for t in tensors if isinstance(t, torch.Tensor)}
-        if len(kinds) > 1:
-            raise KernelError(f"{kernel.name}(): mixes torchax tensors and plain CPU tensors; move them all "
-                              f"with torchax.default_env().to_xla(t) or keep them all on the CPU",
-                              kernel=kernel.name)
-        torchax_out = kinds == {True}
-        wants_grad = torch.is_grad_enabled() and any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
-        if wants_grad:
-            if not kernel.grad:
-                raise KernelError(f"{kernel.name}(): an input requires grad but the kernel declares no "
-                                  f"backward kernels (Rust: #[export(grad(...))])", kernel=kernel.name)
-            return _KernelGrad.apply(kernel, params, torchax_out, *tensors)
-        if torchax_out:
-            return interop.call_jax(lambda *a: kernel(*a, **params), *tensors)
-        return _to_torch(kernel(*_to_jax(tensors, kernel.name), **params), False)
+    def call(*tensors: torch.Tensor, target: str | None = None, **params: Any):
+        kwargs = tk.op_kwargs(params)
+        if target is not None:
+            kwargs["target"] = target
+        if torch.compiler.is_compiling():
+            outs = overload(*tensors, **kwargs)
+        else:
+            torchax_env = _check_call(kernel, tensors, params)
+            if torchax_env is not None and not torchax_env.enabled:
+                with torchax_env:
+                    outs = overload(*tensors, **kwargs)
+            else:
+                outs = overload(*tensors, **kwargs)
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     call.__name__ = call.__qualname__ = kernel.name
     call.__doc__ = kernel.__doc__
-    call.__signature__ = kernel.__signature__
-    call.kernel = kernel
+    call.__signature__ = kernel.__signature__  # type: ignore[attr-defined]
+    call.kernel = kernel  # type: ignore[attr-defined]
+    call.op = overload  # type: ignore[attr-defined]
     return call
+
+
+def _check_call(kernel: Kernel, tensors: Sequence[Any], params: dict[str, Any]):
+    """The eager call's checks; the torchax environment of its tensors (None for CPU tensors)."""
+    kernel._check_arity(tensors)
+    kernel.canonical_params(params)  # unknown / missing / mistyped static parameters fail here (Rust's verdict)
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise KernelError(f"{kernel.name}(): argument {i} ({kernel.inputs[i]}) is a {type(t).__name__}, "
+                              f"expected a torch tensor (a torchax tensor or a CPU tensor)",
+                              argument=kernel.inputs[i], kernel=kernel.name)
+        if not _is_torchax(t) and t.device.type != "cpu":
+            raise KernelError(f"{kernel.name}(): argument {i} ({kernel.inputs[i]}) is on device {t.device}; "
+                              f"pass CPU tensors or torchax tensors (torchax.default_env().to_xla(t))",
+                              argument=kernel.inputs[i], kernel=kernel.name)
+    kinds = {_is_torchax(t) for t in tensors}
+    if len(kinds) > 1:
+        raise KernelError(f"{kernel.name}(): mixes torchax tensors and plain CPU tensors; move them all "
+                          f"with torchax.default_env().to_xla(t) or keep them all on the CPU",
+                          kernel=kernel.name)
+    if torch.is_grad_enabled() and not kernel.grad and any(t.requires_grad for t in tensors):
+        raise KernelError(f"{kernel.name}(): an input requires grad but the kernel declares no "
+                          f"backward kernels (Rust: #[export(grad(...))])", kernel=kernel.name)
+    if kinds == {True}:
+        return next(t for t in tensors if isinstance(t, torchax.tensor.Tensor))._env \
+            if any(isinstance(t, torchax.tensor.Tensor) for t in tensors) else torchax.default_env()
+    return None
 
 
 class _Ops:
@@ -154,6 +144,10 @@ class _Ops:
 def ops(library: Library) -> _Ops:
     """Every kernel of `library` as a torch op."""
     return _Ops(library)
+
+
+# Every library loaded, now or later, gets its torch ops (`torch.ops.tpu_kernel_{lib}.{name}`).
+_ops.on_load()
 
 
 def _examples():
@@ -181,11 +175,16 @@ class RMSNorm(torch.nn.Module):
     (rows a multiple of `block_rows`), weight f32 `[dim]` (initialized to ones). Differentiable in x
     and weight through the Rust backward kernel.
 
+    `kernel` is the op to run (any loaded library's torch op taking `(x [rows, dim], w [1, dim], *,
+    eps, block_rows)`, e.g. `tkt.ops(lib).rmsnorm`); by default the examples' `rmsnorm`.
+
     With `mesh` (a `jax.sharding.Mesh`), the kernel runs per shard inside `jax.shard_map`: rows split
     over `data_axis`, the weight replicated (torchax tensors only; forward only)."""
 
-    def __init__(self, dim: int, eps: float = 1e-6, block_rows: int = 16, *, mesh=None, data_axis: str = "x"):
+    def __init__(self, dim: int, eps: float = 1e-6, block_rows: int = 16, *, mesh: Any = None,
+                 data_axis: str = "x", kernel: Callable[..., Any] | None = None):
         super().__init__()
+        self.kernel = _layer_kernel(kernel, "rmsnorm", "kernel")
         self.dim, self.eps, self.block_rows = dim, eps, block_rows
         self.mesh, self.data_axis = mesh, data_axis
         self.weight = torch.nn.Parameter(torch.ones(dim, dtype=torch.float32))
@@ -195,11 +194,11 @@ class RMSNorm(torch.nn.Module):
         w = self.weight.reshape(1, self.dim)
         params = dict(eps=self.eps, block_rows=self.block_rows)
         if self.mesh is None:
-            y = _examples().rmsnorm(rows, w, **params)
+            y = self.kernel(rows, w, **params)
         else:
             from jax.sharding import PartitionSpec as P
             _check_sharded_input(self, x)
-            k = _examples().library.kernels["rmsnorm"]
+            k = self.kernel.kernel
             f = _shard_map(self, "rmsnorm", lambda xs, ws: k(xs, ws, **params),
                            (P(self.data_axis, None), P(None, None)), P(self.data_axis, None))
             y = interop.call_jax(f, rows, w)
@@ -207,7 +206,7 @@ class RMSNorm(torch.nn.Module):
 
     def extra_repr(self) -> str:
         sharded = f", mesh axes {self.mesh.axis_names}, rows over {self.data_axis!r}" if self.mesh else ""
-        return f"{self.dim}, eps={self.eps}, block_rows={self.block_rows}{sharded}"
+        return f"{self.dim}, eps={self.eps}, block_rows={self.block_rows}, kernel={_kernel_name(self.kernel)}{sharded}"
 
 
 class Linear(torch.nn.Module):
@@ -222,11 +221,16 @@ class Linear(torch.nn.Module):
     - `parallel="row"`: weight `P(axes[1], None)`, x `P(axes[0], axes[1])`, per-shard partial products
       summed with `psum` over `axes[1]` (in f32), y `P(axes[0], None)`.
     Place the weight accordingly (`weight.apply_jax_(jax.device_put, NamedSharding(mesh, spec))`);
-    jit reshards whatever is not."""
+    jit reshards whatever is not.
 
-    def __init__(self, in_features: int, out_features: int, block: tuple = (128, 128, 128), *,
-                 mesh=None, parallel: str | None = None, axes: tuple = ("x", "y")):
+    `kernel` is the op to run (any loaded library's torch op taking `(x [m, k], w [k, n], *, block)`);
+    by default the examples' `matmul`."""
+
+    def __init__(self, in_features: int, out_features: int, block: tuple[int, ...] = (128, 128, 128), *,
+                 mesh: Any = None, parallel: str | None = None, axes: tuple[str, str] = ("x", "y"),
+                 kernel: Callable[..., Any] | None = None):
         super().__init__()
+        self.kernel = _layer_kernel(kernel, "matmul", "kernel")
         if (mesh is None) != (parallel is None) or parallel not in (None, "column", "row"):
             raise ValueError("Linear: give both mesh and parallel ('column' or 'row'), or neither")
         self.in_features, self.out_features, self.block = in_features, out_features, tuple(block)
@@ -243,11 +247,11 @@ class Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
         if self.mesh is None:
-            y = _examples().matmul(rows, self.weight, block=self.block)
+            y = self.kernel(rows, self.weight, block=self.block)
         else:
             from jax.sharding import PartitionSpec as P
             _check_sharded_input(self, x)
-            k = _examples().library.kernels["matmul"]
+            k = self.kernel.kernel
             d, m = self.axes
             if self.parallel == "column":
                 f = _shard_map(self, "column", lambda xs, ws: k(xs, ws, block=self.block),
@@ -262,4 +266,54 @@ class Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         sharded = f", {self.parallel}-parallel over mesh axes {self.axes}" if self.mesh else ""
-        return f"{self.in_features}, {self.out_features}, block={self.block}{sharded}"
+        return (f"{self.in_features}, {self.out_features}, block={self.block}, "
+                f"kernel={_kernel_name(self.kernel)}{sharded}")
+
+
+class Attention(torch.nn.Module):
+    """Scaled dot-product attention on the `flash_attention` kernel: `forward(q, k, v)` with q, k, v
+    bf16 `[batch, heads, seq, head_dim]` (as `torch.nn.functional.scaled_dot_product_attention` takes
+    them; head_dim 128, seq a multiple of the blocks) → bf16 `[batch, heads, seq, head_dim]`, softmax
+    scale `1/sqrt(head_dim)`, causal or not. Differentiable in q, k and v through the Rust dK/dV and dQ
+    kernels. No parameters.
+
+    `kernel` is the op to run (any loaded library's torch op taking `(q, k, v [batch*heads, seq,
+    head_dim], *, causal, block)`); by default the examples' `flash_attention`."""
+
+    def __init__(self, causal: bool = False, block: tuple[int, int] = (128, 128), *,
+                 kernel: Callable[..., Any] | None = None):
+        super().__init__()
+        self.causal, self.block = bool(causal), tuple(block)
+        self.kernel = _layer_kernel(kernel, "flash_attention", "kernel")
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.dim() != 4:
+                raise KernelError(f"Attention: {name} must be [batch, heads, seq, head_dim], got shape "
+                                  f"{tuple(t.shape)}", argument=name)
+        batch, heads, seq, dim = q.shape
+        flat = [t.reshape(-1, t.shape[2], t.shape[3]) for t in (q, k, v)]
+        o = self.kernel(*flat, causal=self.causal, block=self.block)
+        return o.reshape(batch, heads, seq, dim)
+
+    def extra_repr(self) -> str:
+        return f"causal={self.causal}, block={self.block}, kernel={_kernel_name(self.kernel)}"
+
+
+def _layer_kernel(kernel: Callable[..., Any] | None, default: str, argument: str) -> Callable[..., Any]:
+    """A layer's kernel: a torch op of `op()` / `ops()` (or a `tpu_kernel.Kernel`, made one), by
+    default the examples' `default`."""
+    if kernel is None:
+        return getattr(_examples(), default)
+    if isinstance(kernel, Kernel):
+        return op(kernel)
+    if not callable(kernel) or not isinstance(getattr(kernel, "kernel", None), Kernel):
+        raise KernelError(f"{argument}={kernel!r:.80} is not a tpu_kernel torch op; pass one of "
+                          f"tpu_kernel.torch.ops(library) (e.g. tpu_kernel.torch.examples.{default}) or a "
+                          f"tpu_kernel.Kernel", argument=argument)
+    return kernel
+
+
+def _kernel_name(kernel: Callable[..., Any]) -> str:
+    k = kernel.kernel  # type: ignore[attr-defined]
+    return f"{k.library.name}.{k.name}"
