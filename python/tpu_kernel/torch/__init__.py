@@ -33,7 +33,9 @@ from torchax.ops import mappings
 
 from .._errors import KernelError
 from .._library import Kernel, Library
-from . import _ops
+from . import _compat, _ops
+
+_compat.fix_torchax_accelerator()
 
 __all__ = ["Attention", "Linear", "RMSNorm", "op", "ops"]
 
