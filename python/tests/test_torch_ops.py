@@ -206,3 +206,49 @@ def test_opcheck(name, torchax_rng_state_fixed):
         tensors = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in tensors]
     kwargs = tkt._ops.register(ex.library)[name].op_kwargs(params)
     torch.library.opcheck(getattr(NS, name).default, tuple(tensors), kwargs)
+
+
+# -- layers over any library (item 5)
+
+def test_layers_take_the_kernel_op_to_use():
+    lin_default = tkt.Linear(128, 256)
+    assert lin_default.kernel is tex.matmul and tkt.RMSNorm(128).kernel is tex.rmsnorm
+    assert tkt.Attention().kernel is tex.flash_attention
+    # any library's op, through tkt.ops(library), or a tpu_kernel.Kernel (made its op)
+    ops = tkt.ops(ex.library)
+    norm = tkt.RMSNorm(256, kernel=ops.rmsnorm)
+    lin = tkt.Linear(256, 128, kernel=ex.matmul)
+    assert norm.kernel is ops.rmsnorm and lin.kernel.op is NS.matmul.default
+    assert "kernel=examples.matmul" in repr(lin)
+    x = rand(2, 64, 256, dtype=bf16)
+    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda a: lin(norm(a)))(x)
+    assert {n.target for n in gm.graph.nodes if n.op == "call_function"} >= {NS.rmsnorm.default, NS.matmul.default}
+    with pytest.raises(tpu_kernel.KernelError, match="kernel=.* is not a tpu_kernel torch op") as e:
+        tkt.Linear(256, 128, kernel=torch.matmul)
+    assert e.value.argument == "kernel"
+
+
+def test_a_layer_runs_another_librarys_op(user_crate):
+    """A layer's kernel is only an op with the layer's signature: a user library's op runs in one (here
+    `scale` stands in for RMSNorm's op: rows × factor, the weight ignored by a wrapper op)."""
+    scale = tkt.ops(user_crate).scale
+
+    def rows_times_two(x, w, *, eps, block_rows):  # RMSNorm's call, answered by the user crate's kernel
+        return scale(x, factor=2.0)
+    rows_times_two.kernel = scale.kernel
+    norm = tkt.RMSNorm(128, kernel=rows_times_two)
+    x = rand(2, 8, 128)
+    torch.testing.assert_close(norm(x), 2 * x)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_layer_matches_scaled_dot_product_attention(causal):
+    q, k, v = (rand(2, 2, 256, 128, dtype=bf16, seed=s) for s in range(3))
+    out = tkt.Attention(causal=causal)(q, k, v)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    assert out.dtype == bf16 and out.shape == q.shape
+    err = (out.float() - ref).abs().max().item()
+    assert err <= 0.02 * ref.abs().max().item(), err
+    with pytest.raises(tpu_kernel.KernelError, match=r"q must be \[batch, heads, seq, head_dim\]") as e:
+        tkt.Attention()(q[0], k, v)
+    assert e.value.argument == "q"
