@@ -22,7 +22,7 @@ Static parameters are keyword-only, as in `tpu_kernel`: `op(*tensors, block=(...
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence, cast
 
 import jax
 import numpy as np
@@ -37,14 +37,24 @@ from . import _compat, _ops
 
 _compat.fix_torchax_accelerator()
 
-__all__ = ["Attention", "Linear", "RMSNorm", "op", "ops"]
+__all__ = ["Attention", "Linear", "RMSNorm", "TorchOp", "op", "ops"]
+
+
+class TorchOp(Protocol):
+    """What `op()` returns: the torch-facing callable of one kernel, with its `tpu_kernel.Kernel` and
+    its `torch.library` op (`torch.ops.tpu_kernel_{lib}.{name}.default`)."""
+
+    kernel: Kernel
+    op: torch._ops.OpOverload
+
+    def __call__(self, *tensors: torch.Tensor, target: str | None = None, **params: Any) -> Any: ...
 
 
 def _is_torchax(t: Any) -> bool:
     return isinstance(t, (torchax.tensor.Tensor, torchax.tensor.View))
 
 
-def _cpu_to_jax(t: torch.Tensor):
+def _cpu_to_jax(t: torch.Tensor) -> Any:
     """A copy (the caller may change its tensor while jax still reads it: dispatch is asynchronous)."""
     t = t.detach().contiguous()
     try:
@@ -53,7 +63,7 @@ def _cpu_to_jax(t: torch.Tensor):
         return jax.numpy.array(mappings.t2j(t), copy=True)
 
 
-def _jax_to_cpu(a) -> torch.Tensor:
+def _jax_to_cpu(a: Any) -> torch.Tensor:
     """A copy (jax arrays are immutable; the torch tensor given out may be written to)."""
     try:
         return torch.from_dlpack(a).clone()
@@ -64,7 +74,7 @@ def _jax_to_cpu(a) -> torch.Tensor:
         return torch.from_numpy(host)
 
 
-def op(kernel: Kernel) -> Callable[..., Any]:
+def op(kernel: Kernel) -> TorchOp:
     """The torch-facing callable of one kernel: `f(*tensors, **static_params)` → torch tensor(s).
 
     It calls the kernel's `torch.library` op (`f.op`, i.e. `torch.ops.tpu_kernel_{lib}.{name}.default`;
@@ -75,7 +85,7 @@ def op(kernel: Kernel) -> Callable[..., Any]:
     tk = _ops.register(kernel.library)[kernel.name]
     overload = tk.op
 
-    def call(*tensors: torch.Tensor, target: str | None = None, **params: Any):
+    def call(*tensors: torch.Tensor, target: str | None = None, **params: Any) -> Any:
         kwargs = tk.op_kwargs(params)
         if target is not None:
             kwargs["target"] = target
@@ -95,10 +105,10 @@ def op(kernel: Kernel) -> Callable[..., Any]:
     call.__signature__ = kernel.__signature__  # type: ignore[attr-defined]
     call.kernel = kernel  # type: ignore[attr-defined]
     call.op = overload  # type: ignore[attr-defined]
-    return call
+    return cast(TorchOp, call)
 
 
-def _check_call(kernel: Kernel, tensors: Sequence[Any], params: dict[str, Any]):
+def _check_call(kernel: Kernel, tensors: Sequence[Any], params: dict[str, Any]) -> Any:
     """The eager call's checks; the torchax environment of its tensors (None for CPU tensors)."""
     kernel._check_arity(tensors)
     kernel.canonical_params(params)  # unknown / missing / mistyped static parameters fail here (Rust's verdict)
@@ -132,7 +142,7 @@ class _Ops:
         self.library = library
         self._ops = {name: op(k) for name, k in library.kernels.items()}
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Callable[..., Any]:
         try:
             return self.__dict__["_ops"][name]
         except KeyError:
@@ -184,7 +194,7 @@ class RMSNorm(torch.nn.Module):
     over `data_axis`, the weight replicated (torchax tensors only; forward only)."""
 
     def __init__(self, dim: int, eps: float = 1e-6, block_rows: int = 16, *, mesh: Any = None,
-                 data_axis: str = "x", kernel: Callable[..., Any] | None = None):
+                 data_axis: str = "x", kernel: TorchOp | Kernel | None = None):
         super().__init__()
         self.kernel = _layer_kernel(kernel, "rmsnorm", "kernel")
         self.dim, self.eps, self.block_rows = dim, eps, block_rows
@@ -194,7 +204,7 @@ class RMSNorm(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.dim)
         w = self.weight.reshape(1, self.dim)
-        params = dict(eps=self.eps, block_rows=self.block_rows)
+        params: dict[str, Any] = dict(eps=self.eps, block_rows=self.block_rows)
         if self.mesh is None:
             y = self.kernel(rows, w, **params)
         else:
@@ -230,7 +240,7 @@ class Linear(torch.nn.Module):
 
     def __init__(self, in_features: int, out_features: int, block: tuple[int, ...] = (128, 128, 128), *,
                  mesh: Any = None, parallel: str | None = None, axes: tuple[str, str] = ("x", "y"),
-                 kernel: Callable[..., Any] | None = None):
+                 kernel: TorchOp | Kernel | None = None):
         super().__init__()
         self.kernel = _layer_kernel(kernel, "matmul", "kernel")
         if (mesh is None) != (parallel is None) or parallel not in (None, "column", "row"):
@@ -283,7 +293,7 @@ class Attention(torch.nn.Module):
     head_dim], *, causal, block)`); by default the examples' `flash_attention`."""
 
     def __init__(self, causal: bool = False, block: tuple[int, int] = (128, 128), *,
-                 kernel: Callable[..., Any] | None = None):
+                 kernel: TorchOp | Kernel | None = None):
         super().__init__()
         self.causal, self.block = bool(causal), tuple(block)
         self.kernel = _layer_kernel(kernel, "flash_attention", "kernel")
@@ -302,7 +312,7 @@ class Attention(torch.nn.Module):
         return f"causal={self.causal}, block={self.block}, kernel={_kernel_name(self.kernel)}"
 
 
-def _layer_kernel(kernel: Callable[..., Any] | None, default: str, argument: str) -> Callable[..., Any]:
+def _layer_kernel(kernel: TorchOp | Kernel | None, default: str, argument: str) -> TorchOp:
     """A layer's kernel: a torch op of `op()` / `ops()` (or a `tpu_kernel.Kernel`, made one), by
     default the examples' `default`."""
     if kernel is None:
@@ -316,6 +326,6 @@ def _layer_kernel(kernel: Callable[..., Any] | None, default: str, argument: str
     return kernel
 
 
-def _kernel_name(kernel: Callable[..., Any]) -> str:
-    k = kernel.kernel  # type: ignore[attr-defined]
+def _kernel_name(kernel: TorchOp) -> str:
+    k = kernel.kernel
     return f"{k.library.name}.{k.name}"

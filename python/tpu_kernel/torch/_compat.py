@@ -26,5 +26,5 @@ def fix_torchax_accelerator() -> bool:
     except RuntimeError:
         pass
     module = torch.get_device_module("jax")
-    module.is_available = lambda: False  # type: ignore[attr-defined]
+    module.is_available = lambda: False
     return True

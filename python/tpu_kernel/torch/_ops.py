@@ -111,7 +111,7 @@ class TorchKernel:
         self.qualname = f"{namespace}::{kernel.name}"
         self.json_params: set[str] = set()  # parameters whose type the schema has no name for
         args = [f"Tensor {name}" for name in kernel.inputs]
-        kwargs = []
+        kwargs: list[tuple[bool, str]] = []
         for p in kernel.params:
             typ = schema_type(p.get("type", ""))
             if typ is None:
@@ -120,9 +120,9 @@ class TorchKernel:
             default = f"={_default_text(p['default'], typ)}" if "default" in p else ""
             kwargs.append((default != "", f"{typ} {p['name']}{default}"))
         # Required keyword-only parameters first (schema syntax wants no default after a default).
-        kwargs = [text for has_default, text in sorted(kwargs, key=lambda k: k[0])]
-        kwargs.append("str? target=None")
-        self.schema = f"({', '.join(args + ['*'] + kwargs)}) -> Tensor[]"
+        keywords = [text for has_default, text in sorted(kwargs, key=lambda k: k[0])]
+        keywords.append("str? target=None")
+        self.schema = f"({', '.join(args + ['*'] + keywords)}) -> Tensor[]"
 
     @property
     def op(self) -> torch._ops.OpOverload:
@@ -172,11 +172,11 @@ class TorchKernel:
 
     # -- autograd --------------------------------------------------------------------------------
 
-    def setup_context(self, ctx, inputs, keyword_only_inputs, output) -> None:
+    def setup_context(self, ctx: Any, inputs: tuple, keyword_only_inputs: dict, output: list) -> None:
         ctx.save_for_backward(*inputs, *output)
         ctx.n_inputs, ctx.kwargs = len(inputs), dict(keyword_only_inputs)
 
-    def backward(self, ctx, grads: list) -> tuple:
+    def backward(self, ctx: Any, grads: list) -> tuple:
         k = self.kernel
         if not k.grad:
             raise KernelError(f"{k.name}(): differentiated, but the kernel declares no backward kernels "

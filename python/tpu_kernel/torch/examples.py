@@ -7,13 +7,15 @@ on torch tensors — torchax tensors or plain CPU tensors — and returns torch 
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .. import examples as _jax_examples
 from . import op as _op
 
 library = _jax_examples.library
 
 
-def group_metadata(sizes, m: int, tm: int = 128):
+def group_metadata(sizes: Any, m: int, tm: int = 128) -> tuple[Any, ...]:
     """`tpu_kernel.examples.group_metadata` for torch: i32 group sizes (a tensor or a list) to the
     `(offsets, group_ids, m_tiles)` int32 tensors `grouped_matmul` takes first.
 
