@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import KernelError, LibraryError
-from ._library import load
+from ._library import Kernel, load
 
 #: Environment variable naming the examples library file to load instead of the bundled one.
 ENV_VAR = "TPU_KERNEL_EXAMPLES_LIB"
@@ -100,3 +100,9 @@ if _clashes:  # a kernel named like this module's own attributes would silently 
                        f"tpu_kernel.examples; use tpu_kernel.examples.library.kernels[name]", path=library.path)
 globals().update(library.kernels)
 __all__ = sorted(library.kernels)
+
+
+def __getattr__(name: str) -> Kernel:
+    """Only reached for names that are not kernels (the kernels are module globals): an AttributeError
+    listing them. Its annotation tells type checkers that `examples.<kernel>` is a `Kernel`."""
+    raise AttributeError(f"tpu_kernel.examples has no kernel {name!r}; its kernels: {', '.join(__all__)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import examples as _jax_examples
-from . import op as _op
+from . import TorchOp as _TorchOp, op as _op
 
 library = _jax_examples.library
 
@@ -29,3 +29,9 @@ def group_metadata(sizes: Any, m: int, tm: int = 128) -> tuple[Any, ...]:
 
 globals().update({name: _op(k) for name, k in library.kernels.items()})
 __all__ = sorted(library.kernels)
+
+
+def __getattr__(name: str) -> _TorchOp:
+    """Only reached for names that are not kernels (the ops are module globals): an AttributeError
+    listing them. Its annotation tells type checkers that `examples.<kernel>` is a `TorchOp`."""
+    raise AttributeError(f"tpu_kernel.torch.examples has no kernel {name!r}; its kernels: {', '.join(__all__)}")
