@@ -54,13 +54,25 @@ def _is_torchax(t: Any) -> bool:
     return isinstance(t, (torchax.tensor.Tensor, torchax.tensor.View))
 
 
-def _cpu_to_jax(t: torch.Tensor) -> Any:
-    """A copy (the caller may change its tensor while jax still reads it: dispatch is asynchronous)."""
-    t = t.detach().contiguous()
+def _cpu_to_host(t: torch.Tensor) -> np.ndarray:
+    """A numpy copy of a CPU tensor, for jax (the caller may change its tensor while jax still reads
+    it: dispatch is asynchronous); `jax.jit` takes it as an argument in its C++ fast path. Dtypes numpy
+    has no type for (bfloat16, the float8s) travel as same-width integers, viewed as ml_dtypes' type of
+    the same name."""
+    t = t.detach().resolve_conj().resolve_neg().contiguous()
     try:
-        return jax.numpy.array(jax.dlpack.from_dlpack(t), copy=True)
-    except (TypeError, RuntimeError, BufferError):
-        return jax.numpy.array(mappings.t2j(t), copy=True)
+        host = t.numpy()
+    except TypeError:
+        host = t.view(_SAME_WIDTH_INT[t.element_size()]).numpy().view(np.dtype(str(t.dtype).removeprefix("torch.")))
+    return host.copy()
+
+
+def _cpu_to_jax(t: torch.Tensor) -> Any:
+    """A jax array holding a copy of a CPU tensor."""
+    return jax.device_put(_cpu_to_host(t))
+
+
+_SAME_WIDTH_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _jax_to_cpu(a: Any) -> torch.Tensor:
