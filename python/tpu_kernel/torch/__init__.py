@@ -7,16 +7,27 @@
     norm = tkt.RMSNorm(1024)                                # nn.Modules on our rmsnorm / matmul
     proj = tkt.Linear(1024, 4096)
 
-Tensors may be torchax tensors (device `jax`, `torchax.default_env().to_xla(t)`), which stay torchax
-tensors, or plain CPU tensors, which come back as plain CPU tensors. The call is the JAX op of
-`tpu_kernel` applied to the tensors' jax views (`torchax.interop.jax_view` / `torch_view` for torchax
-tensors; a dlpack copy for CPU ones), so the same op runs inside `torchax.interop.jax_jit` (traced
-into the jitted program), on TPU as the `tpu_custom_call`, and on CPU through XLA FFI.
+Every kernel of every loaded library is a `torch.library` custom op, `torch.ops.tpu_kernel_{lib}.{name}`
+(defined when the library is loaded, or when this package is imported for libraries loaded before;
+see `_ops`): fake tensors get Rust's output shapes, `torch.compile(fullgraph=True)` and
+`torch.export` capture the op as one graph node, `torch.library.opcheck` passes. `op(kernel)` (and
+`tpu_kernel.torch.examples.<name>`, `ops(lib).<name>`) is the Python face of that op: the JAX
+signature, one tensor or a tuple back, the call's mistakes as `KernelError`s naming the argument.
 
-Gradients: when a kernel declares backward kernels (the examples' `matmul`, `rmsnorm`) and an input
-requires grad, the call is a `torch.autograd.Function` whose backward is `jax.vjp` of the op, i.e.
-the kernel's `jax.custom_vjp`, i.e. the backward kernels written in Rust. `loss.backward()` reaches
-them. A kernel without backward kernels raises a `KernelError` naming it when asked for a gradient.
+Tensors may be torchax tensors (device `jax`, `torchax.default_env().to_xla(t)`), which stay torchax
+tensors, or plain CPU tensors, which come back as plain CPU tensors. The op is the JAX op of
+`tpu_kernel` applied to the tensors' jax arrays (torchax tensors' own, through a
+`register_torch_dispatch` rule; a numpy copy of CPU ones), so the same op runs inside
+`torchax.interop.jax_jit` (traced into the jitted program), on TPU as the `tpu_custom_call`, and on
+CPU through XLA FFI.
+
+Gradients: the op's autograd formula is the export's grad rules — the backward kernels, which are ops
+of the same namespace (`matmul_dx`, `matmul_dw`, `rmsnorm_bwd`, flash attention's `dkv`/`dq`), so
+`loss.backward()` reaches the Rust backward kernels, in eager mode and in a compiled backward graph. A
+kernel without backward kernels raises a `KernelError` naming it when asked for a gradient.
+
+Layers: `RMSNorm`, `Linear` and `Attention` run the examples' `rmsnorm`, `matmul` and
+`flash_attention` by default, or the op given as `kernel=` (any library's op with the same call).
 
 Static parameters are keyword-only, as in `tpu_kernel`: `op(*tensors, block=(...))`.
 """
