@@ -202,7 +202,8 @@ def torchax_rng_state_fixed(monkeypatch):
 def test_opcheck(name, torchax_rng_state_fixed):
     tensors, params = all_calls()[name]
     kernel = ex.library.kernels[name]
-    if kernel.grad:  # differentiable: the float inputs require grad, so autograd is checked too
+    differentiable = kernel.grad or any(k.fwd == name for k in ex.library.kernels.values())
+    if differentiable:  # the float inputs require grad, so autograd is checked too
         tensors = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in tensors]
     kwargs = tkt._ops.register(ex.library)[name].op_kwargs(params)
     torch.library.opcheck(getattr(NS, name).default, tuple(tensors), kwargs)
@@ -252,3 +253,34 @@ def test_attention_layer_matches_scaled_dot_product_attention(causal):
     with pytest.raises(tpu_kernel.KernelError, match=r"q must be \[batch, heads, seq, head_dim\]") as e:
         tkt.Attention()(q[0], k, v)
     assert e.value.argument == "q"
+
+
+def test_eager_flash_attention_grads_run_the_fwd_kernel_once_and_no_plain_forward():
+    """With inputs requiring grad the wrapper runs flash_attention_fwd (outputs and residuals) and the
+    backward reads its residuals: no recomputation. The op itself, differentiated directly, recomputes
+    them — same gradients."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func)
+            return func(*args, **(kwargs or {}))
+
+    tensors, params = FORWARD["flash_attention"]()
+    a = [t.clone().requires_grad_() for t in tensors]
+    with Log() as log:
+        o = tex.flash_attention(*a, **params)
+        o.float().sum().backward()
+    ours = [op for op in log.ops if op.namespace == "tpu_kernel_examples"]
+    assert ours == [NS.flash_attention_fwd.default, NS.flash_attention_dkv.default, NS.flash_attention_dq.default] \
+        or ours == [NS.flash_attention_fwd.default, NS.flash_attention_dq.default, NS.flash_attention_dkv.default], ours
+    b = [t.clone().requires_grad_() for t in tensors]
+    (o2,) = NS.flash_attention(*b, **params)
+    o2.float().sum().backward()
+    assert torch.equal(o, o2)
+    for x, y in zip(a, b):
+        assert torch.equal(x.grad, y.grad)

@@ -105,8 +105,10 @@ def op(kernel: Kernel) -> TorchOp:
     `torch.export` tracing it first checks the call in Python (arity, Rust's verdict on the static
     parameters, tensor kinds), so a mistake is a `KernelError` naming the argument before torch's
     dispatcher sees it; under tracing the op's fake implementation asks Rust the same."""
-    tk = _ops.register(kernel.library)[kernel.name]
+    ops_ = _ops.register(kernel.library)
+    tk = ops_[kernel.name]
     overload = tk.op
+    fwd = ops_.get(kernel.fwd) if kernel.fwd else None
 
     def call(*tensors: torch.Tensor, target: str | None = None, **params: Any) -> Any:
         kwargs = tk.op_kwargs(params)
@@ -116,11 +118,16 @@ def op(kernel: Kernel) -> TorchOp:
             outs = overload(*tensors, **kwargs)
         else:
             torchax_env = _check_call(kernel, tensors, params)
+            target_op, own = overload, None
+            if fwd is not None and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+                # the differentiation forward: the outputs and the residuals the backward kernels read
+                target_op, own = fwd.op, fwd.own_outputs(tensors, kwargs)
             if torchax_env is not None and not torchax_env.enabled:
                 with torchax_env:
-                    outs = overload(*tensors, **kwargs)
+                    outs = target_op(*tensors, **kwargs)
             else:
-                outs = overload(*tensors, **kwargs)
+                outs = target_op(*tensors, **kwargs)
+            outs = outs[:own] if own is not None else outs
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     call.__name__ = call.__qualname__ = kernel.name

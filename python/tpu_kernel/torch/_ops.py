@@ -22,10 +22,12 @@ Registrations:
   torchax's dispatch mode applies the JAX op to the tensors' jax arrays (traced into `jax_jit`
   programs, the `tpu_custom_call` on TPU);
 - autograd: the export's grad rules (`#[export(grad(..))]`): the backward kernels are ops of the
-  same namespace, called on the saved inputs, outputs and cotangents. A kernel with a `fwd` kernel
-  (flash attention) has its residuals recomputed by that op in the backward pass (torch's op sees
-  only the forward's outputs). A kernel without grad rules raises a `KernelError` naming it when
-  differentiated.
+  same namespace, called on the saved inputs, outputs and cotangents. A kernel's `fwd` kernel
+  (flash attention's `flash_attention_fwd`: its outputs, then residuals) is differentiable by the
+  same rules; the Python wrapper runs it instead of the kernel when an input requires grad, as jax's
+  custom_vjp does. Differentiating the kernel's own op (`torch.ops` directly, or under tracing, where
+  the wrapper calls the plain op) recomputes the residuals with the `fwd` op in the backward pass. A
+  kernel without grad rules raises a `KernelError` naming it when differentiated.
 
 A kernel's `input_output_aliases` stay functional here (XLA copies the aliased input, as under jax):
 the library description does not say which kernels alias before they are built, and an op's
@@ -111,6 +113,9 @@ class TorchKernel:
         self.qualname = f"{namespace}::{kernel.name}"
         self.json_params: set[str] = set()  # parameters whose type the schema has no name for
         self._jitted: dict[tuple[str, str | None], Any] = {}
+        #: The op this kernel is the differentiation forward of (`#[export(fwd = ..)]` of that one):
+        #: its grad rules are this op's, over this op's outputs (the forward's, then residuals).
+        self.differentiates: TorchKernel | None = None
         args = [f"Tensor {name}" for name in kernel.inputs]
         kwargs: list[tuple[bool, str]] = []
         for p in kernel.params:
@@ -165,15 +170,25 @@ class TorchKernel:
         arrays = [_cpu_to_host(t) for t in tensors]
         return [_jax_to_cpu(a) for a in self.run_jax(arrays, kwargs, jit=True)]
 
+    def avals(self, tensors: Sequence[torch.Tensor]) -> list:
+        """The tensors' shapes and dtypes as jax sees them (a dynamic size is specialized)."""
+        return [jax.ShapeDtypeStruct(tuple(int(d) for d in t.shape),
+                                     numpy_dtype(self.kernel.library, t.dtype, self.kernel, i))
+                for i, t in enumerate(tensors)]
+
     def fake(self, *tensors: torch.Tensor, **kwargs: Any) -> list[torch.Tensor]:
         params, target = self.jax_params(kwargs)
-        library = self.kernel.library
-        avals = [jax.ShapeDtypeStruct(tuple(int(d) for d in t.shape), numpy_dtype(library, t.dtype, self.kernel, i))
-                 for i, t in enumerate(tensors)]
-        answer = self.kernel.build(*avals, target=target, **params)
+        answer = self.kernel.build(*self.avals(tensors), target=target, **params)
         like = tensors[0]
-        return [like.new_empty(tuple(o["shape"]), dtype=torch_dtype(library, o["dtype"]))
+        return [like.new_empty(tuple(o["shape"]), dtype=torch_dtype(self.kernel.library, o["dtype"]))
                 for o in answer["outputs"]]
+
+    def own_outputs(self, tensors: Sequence[torch.Tensor], kwargs: dict[str, Any]) -> int:
+        """How many outputs the kernel this one is the differentiation forward of has (the rest of
+        this one's outputs are residuals)."""
+        assert self.differentiates is not None
+        params, target = self.jax_params(kwargs)
+        return len(self.differentiates.kernel.build(*self.avals(tensors), target=target, **params)["outputs"])
 
     def torchax(self, _mode_or_cls: Any, _func: Any, _types: Any, args: tuple, kwargs: dict | None) -> list:
         """The JAX op on torchax tensors' jax arrays; torchax tensors out."""
@@ -187,7 +202,7 @@ class TorchKernel:
         ctx.n_inputs, ctx.kwargs = len(inputs), dict(keyword_only_inputs)
 
     def backward(self, ctx: Any, grads: list) -> tuple:
-        k = self.kernel
+        k = (self.differentiates or self).kernel
         if not k.grad:
             raise KernelError(f"{k.name}(): differentiated, but the kernel declares no backward kernels "
                               f"(Rust: #[export(grad(...))])", kind="Grad", kernel=k.name)
@@ -195,7 +210,9 @@ class TorchKernel:
         inputs, outs = list(saved[:ctx.n_inputs]), list(saved[ctx.n_inputs:])
         params, target = self.jax_params(ctx.kwargs)
         forward_params = json.loads(k.canonical_params(params))  # Rust's canonical values
-        if k.fwd:  # residuals: the differentiation forward again (torch saw the plain forward's outputs)
+        if self.differentiates is not None:  # this op's outputs: the forward's, then residuals
+            grads = list(grads[:self.own_outputs(inputs, ctx.kwargs)])
+        elif k.fwd:  # residuals: the differentiation forward again (torch saw the plain forward's outputs)
             outs = list(getattr(getattr(torch.ops, self.namespace), k.fwd).default(
                 *inputs, **self.op_kwargs(params), target=target))
         grads = [g if g is not None else torch.zeros_like(o) for g, o in zip(grads, outs)]
@@ -264,6 +281,9 @@ def register(library: Library) -> dict[str, TorchKernel]:
             for cls in _torchax_classes():
                 torch.library.register_torch_dispatch(tk.qualname, cls, tk.torchax, lib=lib)
             _BY_KERNEL[id(kernel)] = tk
+        for tk in ops.values():
+            if tk.kernel.fwd in ops:
+                ops[tk.kernel.fwd].differentiates = tk
         _LIBS[id(library)] = (lib, ops)
         return ops
 
