@@ -160,8 +160,7 @@ def _check_call(kernel: Kernel, tensors: Sequence[Any], params: dict[str, Any]) 
         raise KernelError(f"{kernel.name}(): an input requires grad but the kernel declares no "
                           f"backward kernels (Rust: #[export(grad(...))])", kernel=kernel.name)
     if kinds == {True}:
-        return next(t for t in tensors if isinstance(t, torchax.tensor.Tensor))._env \
-            if any(isinstance(t, torchax.tensor.Tensor) for t in tensors) else torchax.default_env()
+        return getattr(tensors[0], "_env", None) or torchax.default_env()
     return None
 
 

@@ -18,8 +18,8 @@ Registrations:
   answer for the input shapes and dtypes (cached; the kernel is never run), so every shape, dtype and
   parameter check is Rust's and its `KernelError` names the argument at trace time;
 - CPU: the JAX op on a dlpack copy of the tensors, i.e. the XLA FFI call into the library;
-- torchax tensors: a `torch.library.register_torch_dispatch` rule for `torchax.tensor.Tensor` and for
-  torchax's dispatch mode applies the JAX op to the tensors' jax arrays (traced into `jax_jit`
+- torchax tensors: a `torch.library.register_torch_dispatch` rule for `torchax.tensor.Tensor`, its
+  `View` and torchax's dispatch mode applies the JAX op to the tensors' jax arrays (traced into `jax_jit`
   programs, the `tpu_custom_call` on TPU);
 - autograd: the export's grad rules (`#[export(grad(..))]`): the backward kernels are ops of the
   same namespace, called on the saved inputs, outputs and cotangents. A kernel's `fwd` kernel
@@ -192,7 +192,7 @@ class TorchKernel:
 
     def torchax(self, _mode_or_cls: Any, _func: Any, _types: Any, args: tuple, kwargs: dict | None) -> list:
         """The JAX op on torchax tensors' jax arrays; torchax tensors out."""
-        arrays = [interop.jax_view(t) for t in args]
+        arrays = [t.jax() for t in args]  # torchax Tensors and Views alike
         return [interop.torch_view(a) for a in self.run_jax(arrays, kwargs or {})]
 
     # -- autograd --------------------------------------------------------------------------------
@@ -261,7 +261,7 @@ _LOCK = threading.Lock()
 
 
 def _torchax_classes() -> list[type]:
-    return [torchax.tensor.Tensor, torchax.tensor.XLADispatchMode]
+    return [torchax.tensor.Tensor, torchax.tensor.View, torchax.tensor.XLADispatchMode]
 
 
 def register(library: Library) -> dict[str, TorchKernel]:
