@@ -2,7 +2,7 @@
 block (RMSNorm → Linear → GELU → Linear) and an attention block on `flash_attention` compile with
 `fullgraph=True` and zero graph breaks, give eager's numbers forward and backward, and
 `torch.export.export` captures them with our ops as graph nodes; the exported program runs and gives
-eager's numbers."""
+eager's numbers, also after `torch.export.save` / `load`."""
 import pytest
 import torch
 
@@ -135,3 +135,12 @@ def test_torch_export_captures_our_ops_and_runs(kind):
     with torch.no_grad():
         out = exported.module()(x)
     torch.testing.assert_close(out, eager, rtol=0, atol=0)  # the same ops on the same inputs: same bits
+    # saved and loaded (a .pt2 archive): our ops are named in it and found again by name
+    import io
+    buf = io.BytesIO()
+    torch.export.save(exported, buf)
+    buf.seek(0)
+    loaded = torch.export.load(buf)
+    assert kernels_in(loaded.graph) == kernels_in(exported.graph)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.module()(x), eager, rtol=0, atol=0)
