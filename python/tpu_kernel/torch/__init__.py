@@ -87,14 +87,24 @@ _SAME_WIDTH_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64
 
 
 def _jax_to_cpu(a: Any) -> torch.Tensor:
-    """A copy (jax arrays are immutable; the torch tensor given out may be written to)."""
+    """A copy (jax arrays are immutable; the torch tensor given out may be written to), through numpy:
+    `np.asarray` of a CPU array is a view (a sharded array is gathered), the cheapest way out for numpy's
+    own dtypes. ml_dtypes' (bfloat16, the float8s), which torch.from_numpy refuses, go through dlpack, or
+    — for an array dlpack cannot export — as same-width integers viewed as torch's type of that name."""
+    dtype = np.dtype(a.dtype)
+    via = _VIA_INT.get(dtype)
+    if via is None:
+        try:
+            return torch.from_numpy(np.array(a, copy=True))
+        except TypeError:
+            via = _VIA_INT[dtype] = (np.dtype(f"int{8 * dtype.itemsize}"), getattr(torch, dtype.name))
     try:
         return torch.from_dlpack(a).clone()
     except (TypeError, RuntimeError, BufferError):  # e.g. an array sharded over several devices
-        host = np.array(jax.device_get(a))  # gathered, writable
-        if host.dtype == jax.numpy.bfloat16:
-            return torch.from_numpy(host.view(np.int16)).view(torch.bfloat16)
-        return torch.from_numpy(host)
+        return torch.from_numpy(np.asarray(a).view(via[0]).copy()).view(via[1])
+
+
+_VIA_INT: dict[np.dtype, tuple[np.dtype, torch.dtype]] = {}  # ml_dtypes' dtype -> (same-width int, torch's)
 
 
 def op(kernel: Kernel) -> TorchOp:
