@@ -47,7 +47,7 @@ import torchax
 from torchax import interop
 
 from .. import _primitive
-from .._errors import KernelError
+from .._errors import KernelError, LibraryError
 from .._library import Kernel, Library
 
 _INT = {"u8", "u16", "u32", "u64", "usize", "i8", "i16", "i32", "i64", "isize"}
@@ -274,7 +274,11 @@ def register(library: Library) -> dict[str, TorchKernel]:
         ops: dict[str, TorchKernel] = {}
         for name, kernel in library.kernels.items():
             tk = ops[name] = TorchKernel(ns, kernel)
-            lib.define(f"{name}{tk.schema}")
+            try:
+                lib.define(f"{name}{tk.schema}")
+            except RuntimeError as e:
+                raise LibraryError(f"{library.path}: kernel {name} cannot be defined as the torch op "
+                                   f"{tk.qualname}{tk.schema}: {e}", path=library.path) from None
             lib.impl(name, tk.cpu, "CPU")
             torch.library.register_fake(tk.qualname, tk.fake, lib=lib)
             torch.library.register_autograd(tk.qualname, tk.backward, setup_context=tk.setup_context, lib=lib)
