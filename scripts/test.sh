@@ -25,6 +25,8 @@ if [ -d python/tests ] && ls python/tests/test_*.py >/dev/null 2>&1; then
     # The tpu_kernel package, installed as a user would (its build runs cargo on examples-lib/, into
     # the same target/), and the user-crate fixture of the error tests.
     .venv/bin/pip install -q --disable-pip-version-check .
+    echo "== mypy (the package's type hints; pyproject.toml [tool.mypy])"
+    .venv/bin/mypy
     cargo build --quiet -p tpu-kernel-user-crate
     echo "== a kernel crate builds and runs with no LLVM/MLIR (fresh target, empty MLIR prefix)"
     scripts/no_mlir_build.sh

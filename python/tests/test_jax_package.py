@@ -237,3 +237,51 @@ def test_group_metadata_mistakes_are_rusts_errors():
     # a traced call checks m and tm when it is traced
     with pytest.raises(tpu_kernel.KernelError, match="not a multiple"):
         jax.jit(ex.group_metadata, static_argnums=(1, 2))(jnp.array([50, 50], jnp.int32), 100, 8)
+
+
+# -- private jax names and the supported jax range (issue 24, item 6)
+
+def test_every_private_jax_name_resolves_in_this_jax():
+    from tpu_kernel import _jax_private as private
+    import importlib
+    assert private.NAMES, "the list of private names is empty"
+    for module, name in private.NAMES:
+        assert getattr(private, name) is getattr(importlib.import_module(module), name), (module, name)
+
+
+def test_no_other_module_imports_private_jax():
+    package = Path(tpu_kernel.__file__).parent
+    sources = sorted(package.rglob("*.py"))
+    assert len(sources) >= 10
+    for path in sources:
+        if path.name == "_jax_private.py":
+            continue
+        text = path.read_text()
+        assert "import jax._src" not in text and "from jax._src" not in text, f"{path}: import it in _jax_private.py"
+
+
+def test_an_unsupported_jax_fails_loudly_at_import():
+    import subprocess
+    import sys
+    for version in ("0.13.0", "0.11.2"):
+        code = f"import jax; jax.__version__ = {version!r}; import tpu_kernel"
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={k: v for k, v in os.environ.items() if k != "TPU_KERNEL_ALLOW_ANY_JAX"})
+        assert p.returncode != 0
+        assert f"tpu_kernel supports jax >= 0.12.0, < 0.13.0 (it uses private jax APIs that move between " \
+               f"releases); this is jax {version}" in p.stderr, p.stderr[-2000:]
+    from tpu_kernel import _jax_private as private
+    private.check_version(jax.__version__)
+    private.check_version("0.12.9")
+    with pytest.raises(ImportError, match="TPU_KERNEL_ALLOW_ANY_JAX"):
+        private.check_version("1.0")
+
+
+def test_the_package_metadata_bounds_jax_as_the_module_does_and_ships_py_typed():
+    from importlib.metadata import requires
+    from tpu_kernel import _jax_private as private
+    low, high = (".".join(map(str, v)) for v in private.SUPPORTED)
+    reqs = {r.split(">")[0].split("<")[0].strip(): r for r in requires("tpu-kernel")}
+    for dist in ("jax", "jaxlib"):
+        assert f"<{high[:-2]}" in reqs[dist] and ">=0.12" in reqs[dist], reqs[dist]
+    assert (Path(tpu_kernel.__file__).parent / "py.typed").is_file()

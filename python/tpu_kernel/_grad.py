@@ -21,6 +21,7 @@ Forward inputs that no entry covers (e.g. integer operands) get a zero cotangent
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import jax
 
@@ -31,7 +32,7 @@ def _names(prefix: str, n: int) -> list[str]:
     return [prefix] if n == 1 else [f"{prefix}{i}" for i in range(n)]
 
 
-def make_vjp(kernel, params_json: str, target: str | None = None):
+def make_vjp(kernel: Any, params_json: str, target: str | None = None) -> Any:
     """The `jax.custom_vjp` function of `kernel` at `params_json` and `target`: takes the tuple of
     arrays, returns the tuple of outputs."""
     from . import _primitive

@@ -37,7 +37,7 @@ import json
 import math
 import os
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -159,7 +159,7 @@ class Kernel:
                                  default=_display(p["default"]) if "default" in p else inspect.Parameter.empty)
                for p in self.params]
             + [inspect.Parameter("target", inspect.Parameter.KEYWORD_ONLY, default=None)])
-        self._vjp_cache: dict[str, Any] = {}
+        self._vjp_cache: dict[tuple[str, str | None], Any] = {}
         self._canonical: dict[str, str] = {}  # raw JSON text of the given parameters -> Rust's canonical text
 
     def __repr__(self) -> str:
@@ -202,7 +202,7 @@ class Kernel:
 
     # -- calling -----------------------------------------------------------------------------------
 
-    def __call__(self, *arrays: Any, target: str | None = None, **params: Any):
+    def __call__(self, *arrays: Any, target: str | None = None, **params: Any) -> Any:
         """`target` (a TPU generation, `"v6e"`, or a jax device kind) builds the kernel for it; by
         default the TPU lowering takes the generation of the devices it lowers for (see `_primitive`)."""
         from . import _primitive
@@ -215,7 +215,7 @@ class Kernel:
         outs = tuple(outs)
         return outs[0] if len(outs) == 1 else outs
 
-    def _differentiable(self, params_json: str, target: str | None = None):
+    def _differentiable(self, params_json: str, target: str | None = None) -> Any:
         """The `jax.custom_vjp` function of this kernel at these static parameters and target (made
         once)."""
         f = self._vjp_cache.get((params_json, target))
@@ -382,6 +382,9 @@ class Library:
 
 
 _LOADED: dict[str, Library] = {}
+#: Called with every newly loaded `Library` (`tpu_kernel.torch` adds the one defining its torch ops),
+#: so a package that never imports torch never pays for it.
+ON_LOAD: list[Callable[[Library], Any]] = []
 _FFI_TARGETS: dict[str, str] = {}  # ffi target -> path of the library that registered it
 _LOAD_LOCK = threading.Lock()
 
@@ -477,7 +480,7 @@ def load(path: str | os.PathLike) -> Library:
         _symbols(cdll, path)
         raw = cdll.tpu_kernel_library_json()
         try:
-            description = json.loads(raw.decode("utf-8")) if raw else None
+            description: Any = json.loads(raw.decode("utf-8")) if raw else None
             if isinstance(description, dict) and description.get("problems"):
                 raise LibraryError(f"{path}: the library reports problems:\n  "
                                    + "\n  ".join(map(str, description["problems"])), path=path)
@@ -495,4 +498,6 @@ def load(path: str | os.PathLike) -> Library:
         lib = Library(path, cdll, description)
         _register_ffi(lib)
         _LOADED[path] = lib
+        for hook in ON_LOAD:
+            hook(lib)
         return lib

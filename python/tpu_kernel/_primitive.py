@@ -33,17 +33,15 @@ Rules:
 from __future__ import annotations
 
 from functools import partial
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-# Private jax modules: the same ones jax's own tpu_custom_call lowering uses (jax is pinned).
-from jax._src import dispatch as _dispatch
-from jax._src import sharding_impls as _sharding_impls
-from jax._src.interpreters import pxla as _pxla
-from jax._src.interpreters import mlir as _mlir
+# Private jax names (the ones jax's own tpu_custom_call lowering uses), gathered and version-checked.
+from . import _jax_private as _private
 from jaxlib.mlir import ir
 
 from ._errors import KernelError
@@ -52,7 +50,8 @@ tpu_kernel_p = Primitive("tpu_kernel")
 tpu_kernel_p.multiple_results = True
 
 
-def bind(library, kernel: str, params: str, arrays, batch: tuple = (), target: str | None = None):
+def bind(library: Any, kernel: str, params: str, arrays: Sequence[Any], batch: tuple = (),
+         target: str | None = None) -> Any:
     """Bind the primitive (the list of outputs)."""
     return tpu_kernel_p.bind(*arrays, library=library, kernel=kernel, params=params, batch=batch,
                              target=target)
@@ -60,7 +59,7 @@ def bind(library, kernel: str, params: str, arrays, batch: tuple = (), target: s
 
 # -- the target -------------------------------------------------------------------------------------
 
-def _tpu_kind(device) -> str | None:
+def _tpu_kind(device: Any) -> str | None:
     """A device's (or abstract device's) kind when it is a TPU."""
     if device is None or getattr(device, "platform", None) != "tpu":
         return None
@@ -75,20 +74,20 @@ def _abstract_mesh_kind() -> str | None:
 def _default_device_kind() -> str | None:
     """The default device's kind when it is a TPU (Pallas's fallback, `pxla.get_default_device()`)."""
     try:
-        return _tpu_kind(_pxla.get_default_device())
+        return _tpu_kind(_private.get_default_device())
     except RuntimeError:  # no backend at all
         return None
 
 
-def _lowering_devices_kind(ctx) -> str | None:
+def _lowering_devices_kind(ctx: Any) -> str | None:
     """The kind of the devices a program is lowered for: a shard_map's mesh, the jit's device
     assignment, else the devices of the client it is lowered with (a cross-lowering for a
     `jax.experimental.topologies` topology lowers with that topology's compile-only client)."""
     axis_context = ctx.module_context.axis_context
     kind = None
-    if isinstance(axis_context, _sharding_impls.SPMDAxisContext):
+    if isinstance(axis_context, _private.SPMDAxisContext):
         kind = _tpu_kind(next(iter(axis_context.mesh.devices.flat), None))
-    elif isinstance(axis_context, _sharding_impls.ShardingContext):
+    elif isinstance(axis_context, _private.ShardingContext):
         mesh = axis_context.abstract_mesh
         kind = (_tpu_kind(mesh.abstract_device) if mesh is not None else None) or \
             _tpu_kind((axis_context.device_assignment or (None,))[0])
@@ -104,7 +103,7 @@ def trace_target(target: str | None) -> str | None:
     return target or _abstract_mesh_kind() or _default_device_kind()
 
 
-def _lowering_target(ctx, target: str | None) -> str | None:
+def _lowering_target(ctx: Any, target: str | None) -> str | None:
     """The target of a TPU lowering: as `trace_target`, with the devices lowered for before the
     default device."""
     return target or _abstract_mesh_kind() or _lowering_devices_kind(ctx) or _default_device_kind()
@@ -116,7 +115,7 @@ def _abstract_eval(*avals, library, kernel, params, batch, target):
 
 
 tpu_kernel_p.def_abstract_eval(_abstract_eval)
-tpu_kernel_p.def_impl(partial(_dispatch.apply_primitive, tpu_kernel_p))
+tpu_kernel_p.def_impl(partial(_private.apply_primitive, tpu_kernel_p))
 
 
 # -- CPU: the library's XLA FFI handler runs the interpreter on XLA's buffers ------------------------
@@ -128,15 +127,15 @@ class _Named:
         self.name = name
 
 
-def _kernel_location(ctx, kernel_name: str) -> ir.Location:
+def _kernel_location(ctx: Any, kernel_name: str) -> ir.Location:
     """The op's location as jax makes it for a primitive (`name_stack/<name>` over the user's frame),
     with the Rust kernel's name in place of the primitive's: XLA names the HLO instruction after it,
     so profiler events (XProf; CPU thunks and TPU ops alike) carry the kernel's name."""
-    return _mlir.source_info_to_location(ctx.module_context, _Named(kernel_name), ctx.name_stack,
+    return _private.source_info_to_location(ctx.module_context, _Named(kernel_name), ctx.name_stack,
                                          ctx.traceback)
 
 
-def _aliases(answer) -> dict[int, int] | None:
+def _aliases(answer: dict) -> dict[int, int] | None:
     """The kernel's `input_output_aliases` as XLA's operand -> result map (None when there are none)."""
     pairs = answer.get("input_output_aliases") or []
     return {int(i): int(o) for i, o in pairs} or None
@@ -159,17 +158,17 @@ def _row_major(avals):
     return [tuple(range(a.ndim - 1, -1, -1)) for a in avals]
 
 
-def _check_not_auto_partitioned(kernel: str, ctx) -> None:
+def _check_not_auto_partitioned(kernel: str, ctx: Any) -> None:
     """A Mosaic kernel sees whole per-device arrays; XLA cannot split it across devices by itself.
     Same rule (and advice) as jax's lowering of Pallas kernels."""
     axis_context = ctx.module_context.axis_context
-    if isinstance(axis_context, _sharding_impls.SPMDAxisContext):
+    if isinstance(axis_context, _private.SPMDAxisContext):
         manual = axis_context.manual_axes | set(axis_context.mesh.manual_axes)
         if axis_context.manual_axes and manual != frozenset(axis_context.mesh.axis_names):
             raise KernelError(f"{kernel}: a TPU kernel cannot be partitioned automatically over the mesh "
                               f"axes {sorted(set(axis_context.mesh.axis_names) - manual)}; call it inside a "
                               f"jax.shard_map that is manual over every mesh axis", kernel=kernel)
-    elif isinstance(axis_context, _sharding_impls.ShardingContext) and axis_context.num_devices != 1:
+    elif isinstance(axis_context, _private.ShardingContext) and axis_context.num_devices != 1:
         raise KernelError(f"{kernel}: a TPU kernel cannot be partitioned automatically over "
                           f"{axis_context.num_devices} devices; call it inside jax.shard_map", kernel=kernel)
 
@@ -184,7 +183,7 @@ def _tpu_lowering(ctx, *operands, library, kernel, params, batch, target):
 
 
 def _custom_call(operands, result_types, ctx, answer):
-    return _mlir.custom_call(
+    return _private.custom_call(
         "tpu_custom_call",
         result_types=result_types,
         operands=list(operands),
@@ -203,7 +202,7 @@ mlir.register_lowering(tpu_kernel_p, _tpu_lowering, platform="tpu")
 
 # -- vmap ------------------------------------------------------------------------------------------
 
-_NOT_MAPPED = None  # how jax marks an operand without a batch axis (jax._src.interpreters.batching.not_mapped)
+_NOT_MAPPED = None  # how jax marks an operand without a batch axis (batching.not_mapped)
 
 def _batching_rule(axis_data, args, dims, *, library, kernel, params, batch, target):
     if all(d is _NOT_MAPPED for d in dims):

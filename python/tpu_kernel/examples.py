@@ -20,11 +20,12 @@ from __future__ import annotations
 import glob
 import importlib.machinery
 import os
+from typing import Any
 
 import numpy as np
 
 from ._errors import KernelError, LibraryError
-from ._library import load
+from ._library import Kernel, load
 
 #: Environment variable naming the examples library file to load instead of the bundled one.
 ENV_VAR = "TPU_KERNEL_EXAMPLES_LIB"
@@ -55,7 +56,7 @@ def library_path() -> str:
         f"library (cargo build --release -p tpu-kernel-examples -> target/release/{_STEM}.so)", path=here)
 
 
-def group_metadata(sizes, m: int, tm: int = 128):
+def group_metadata(sizes: Any, m: int, tm: int = 128) -> tuple[Any, Any, Any]:
     """The scalar-prefetched metadata `grouped_matmul` takes first, for tokens sorted by group with i32
     group sizes `sizes` (summing to `m`, zeros allowed) in `tm`-row tiles: `(offsets [G + 1], group_ids,
     m_tiles)`, the last two `[m // tm + G - 1]` — each non-empty group visits the tiles its rows touch, in
@@ -84,7 +85,7 @@ def group_metadata(sizes, m: int, tm: int = 128):
     return tuple(jnp.asarray(a) for a in _group_metadata(sizes, m, tm))
 
 
-def _group_metadata(sizes, m: int, tm: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _group_metadata(sizes: Any, m: int, tm: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`group_metadata` as numpy i32 arrays, from the library's host function."""
     result = library.host("group_metadata", np.asarray(sizes), m, tm)
     return tuple(np.asarray(a, np.int32) for a in result)
@@ -99,3 +100,9 @@ if _clashes:  # a kernel named like this module's own attributes would silently 
                        f"tpu_kernel.examples; use tpu_kernel.examples.library.kernels[name]", path=library.path)
 globals().update(library.kernels)
 __all__ = sorted(library.kernels)
+
+
+def __getattr__(name: str) -> Kernel:
+    """Only reached for names that are not kernels (the kernels are module globals): an AttributeError
+    listing them. Its annotation tells type checkers that `examples.<kernel>` is a `Kernel`."""
+    raise AttributeError(f"tpu_kernel.examples has no kernel {name!r}; its kernels: {', '.join(__all__)}")

@@ -7,13 +7,15 @@ on torch tensors — torchax tensors or plain CPU tensors — and returns torch 
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .. import examples as _jax_examples
-from . import op as _op
+from . import TorchOp as _TorchOp, op as _op
 
 library = _jax_examples.library
 
 
-def group_metadata(sizes, m: int, tm: int = 128):
+def group_metadata(sizes: Any, m: int, tm: int = 128) -> tuple[Any, ...]:
     """`tpu_kernel.examples.group_metadata` for torch: i32 group sizes (a tensor or a list) to the
     `(offsets, group_ids, m_tiles)` int32 tensors `grouped_matmul` takes first.
 
@@ -27,3 +29,9 @@ def group_metadata(sizes, m: int, tm: int = 128):
 
 globals().update({name: _op(k) for name, k in library.kernels.items()})
 __all__ = sorted(library.kernels)
+
+
+def __getattr__(name: str) -> _TorchOp:
+    """Only reached for names that are not kernels (the ops are module globals): an AttributeError
+    listing them. Its annotation tells type checkers that `examples.<kernel>` is a `TorchOp`."""
+    raise AttributeError(f"tpu_kernel.torch.examples has no kernel {name!r}; its kernels: {', '.join(__all__)}")
