@@ -291,6 +291,15 @@ fn view_mistakes_are_errors_at_their_lines() {
     .build();
     check(call, odd, "use a multiple of 2 rows");
 
+    let int4 = line!() + 2;
+    let call = pallas_call(|x: Ref<i8>, o: RefMut<i8>| {
+        o.store(x.load().cast::<tpu_kernel::dtype::i4>().bitcast::<i8>());
+    })
+    .input(ArrayType::new([64, 128], I8), spec([64, 128]))
+    .output(ArrayType::new([32, 128], I8), spec([32, 128]))
+    .build();
+    check(call, int4, "cannot bitcast a value of int4");
+
     let smem = line!() + 2;
     let call = pallas_call(|t: Ref<i32, Smem>, o: RefMut<f32>| {
         let _ = t.reshape([2, 4]);

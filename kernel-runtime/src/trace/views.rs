@@ -33,6 +33,12 @@ use crate::ir::{MemSpace, OpKind, Type, DYNAMIC};
 /// of the bit widths (one shape rule for refs and values).
 fn bitcast_shape(what: &str, shape: &[usize], from: DType, to: DType) -> Result<Vec<usize>> {
     for d in [from, to] {
+        if d == DType::I4 {
+            return Err(kerr!(
+                DType,
+                "cannot bitcast {what} of int4 (to or from): int4 packs 8 elements a word in its own layout, and libtpu's verdict on an int4 bitcast is unmeasured; cast instead (`.cast::<i8>()`)"
+            ));
+        }
         if d == DType::Bool {
             return Err(kerr!(
                 DType,
