@@ -383,3 +383,54 @@ fn the_description_lists_the_targets() {
     assert_eq!(k["name"], "by_target");
     assert_eq!(k["params"], json!([]));
 }
+
+/// v4 cannot mask 8-bit elements within a word: a rank-1 i8/u8 block equal to its whole array must be
+/// a multiple of 512 elements there (libtpu: "8-bit subelement masking is only supported for TPU v5+",
+/// measured for 128, 640 and 2000; 512 and 1536 compile), at the operand's declaration; the hints —
+/// 512-element blocks, or the array as rows of 128 — build, and libtpu compiles both on v4.
+#[test]
+fn v4_refuses_rank_1_8_bit_blocks_it_cannot_mask() {
+    fn copy(x: Ref<i8>, o: RefMut<i8>) {
+        o.store(x.load());
+    }
+    let launch = |n: usize, b: usize, target: Target| {
+        pallas_call(copy)
+            .target(target)
+            .grid([n.div_ceil(b)])
+            .input(ArrayType::new([n], I8), BlockSpec::new([b], |[i]| [i]))
+            .output(ArrayType::new([n], I8), BlockSpec::new([b], |[i]| [i]))
+            .build()
+    };
+    let line = line!() - 4;
+    for n in [128usize, 640, 2000] {
+        let e = launch(n, n, Target::V4).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Tiling, "{e}");
+        assert!(e.message.contains("8-bit subelement masking"), "{e}");
+        assert_eq!(e.location.map(|l| l.line), Some(line), "{e}");
+        for &t in &Target::ALL[1..] {
+            assert!(launch(n, n, t).is_ok(), "{t} {n}");
+        }
+    }
+    for n in [512usize, 1536] {
+        assert!(launch(n, n, Target::V4).is_ok(), "{n}");
+    }
+    // The hints: 512-element blocks of a longer array; rows of 128.
+    let e = launch(2000, 2000, Target::V4).unwrap_err();
+    assert!(e.message.contains("use blocks of 512 elements"), "{e}");
+    assert!(launch(2000, 512, Target::V4).is_ok());
+    let e = launch(128, 128, Target::V4).unwrap_err();
+    assert!(e.message.contains("reshape the array to [1, 128]"), "{e}");
+    let rows = pallas_call(copy)
+        .target(Target::V4)
+        .grid([1])
+        .input(
+            ArrayType::new([1, 128], I8),
+            BlockSpec::new([1, 128], |[_]| (0, 0)),
+        )
+        .output(
+            ArrayType::new([1, 128], I8),
+            BlockSpec::new([1, 128], |[_]| (0, 0)),
+        )
+        .build();
+    assert!(rows.is_ok());
+}

@@ -487,6 +487,7 @@ pub fn aliases(pairs: &[(usize, usize)], operands: &[Operand]) -> Result<()> {
 /// TensorCore of that generation has (libtpu takes a limit above it, but no more VMEM).
 pub fn kernel(k: &Kernel) -> Result<()> {
     target_ops(k)?;
+    target_blocks(k)?;
     let used = vmem_estimate(k);
     let limit = vmem_limit(k);
     let t = k.target.info();
@@ -517,6 +518,39 @@ pub fn kernel(k: &Kernel) -> Result<()> {
             mib(t.vmem_usable_bytes),
             t.name
         ));
+    }
+    Ok(())
+}
+
+/// Blocks the kernel's target does not compile, at the operand's declaration: a rank-1 8-bit block
+/// equal to its whole array but not a multiple of its 512-element tile where libtpu cannot mask 8-bit
+/// elements (`TargetInfo::masks_8bit`: v4).
+fn target_blocks(k: &Kernel) -> Result<()> {
+    let t = k.target.info();
+    if t.masks_8bit {
+        return Ok(());
+    }
+    for op in &k.operands {
+        let Some(block) = &op.block else { continue };
+        let tile = LANES * op.dtype.packing();
+        let (bs, arr) = (&block.block_shape, &op.shape);
+        if op.dtype.bit_width() == 8 && bs.len() == 1 && bs[0] == arr[0] && bs[0] % tile != 0 {
+            let fix = if arr[0] > tile {
+                format!("use blocks of {tile} elements (the last one padded)")
+            } else if arr[0] % LANES == 0 {
+                format!("reshape the array to [{}, {LANES}]", arr[0] / LANES)
+            } else {
+                "reshape the array to 2-D".to_string()
+            };
+            return Err(kerr!(
+                Tiling,
+                "block shape {bs:?}: {} cannot mask 8-bit elements within a word (libtpu: \"8-bit subelement masking is only supported for TPU v5+\"), so a rank-1 {} block must be a multiple of {tile} elements, even one equal to the whole array; {fix}",
+                t.name,
+                op.dtype
+            )
+            .at(op.loc)
+            .for_argument(op.label()));
+        }
     }
     Ok(())
 }
