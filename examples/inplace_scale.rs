@@ -8,8 +8,9 @@ fn inplace_scale_kernel(x: Ref<f32>, o: RefMut<f32>) {
     o.store(x.load() * 3.0);
 }
 
-/// `x *= 3` for an f32 array of shape `[m, n]`, in `bm`-row blocks, the output aliasing the input.
-#[export]
+/// `x *= 3` for an f32 array of shape `[m, n]`, in `bm`-row blocks, the output aliasing the input
+/// (a torch op writes `x`).
+#[export(mutates(x))]
 pub fn inplace_scale(x: ArrayType, #[default(128)] bm: usize) -> Result<PallasCall, KernelError> {
     let [_, n] = x.dims()?;
     let spec = || BlockSpec::new([bm, n], |[i]| (i, 0));

@@ -448,3 +448,81 @@ fn group_metadata_is_a_host_function_of_the_examples() {
         .to_string();
     assert!(loc.contains("examples/grouped_matmul.rs"), "{loc}");
 }
+
+mod aliasing {
+    use tpu_kernel::prelude::*;
+
+    #[tpu_kernel]
+    fn scale_kernel(x: Ref<f32>, o: RefMut<f32>) {
+        o.store(x.load() * 2.0f32);
+    }
+
+    fn launch(x: ArrayType, alias: bool) -> Result<PallasCall, KernelError> {
+        let spec = || BlockSpec::new([8, 128], |[i]| (i, 0));
+        let call = pallas_call(scale_kernel)
+            .grid([x.blocks(0, 8)?])
+            .input(x.clone(), spec())
+            .output(x, spec());
+        if alias {
+            call.input_output_aliases([(0, 0)]).build()
+        } else {
+            call.build()
+        }
+    }
+
+    /// Declared and aliased.
+    #[export(mutates(x))]
+    pub fn writes(x: ArrayType) -> Result<PallasCall, KernelError> {
+        launch(x, true)
+    }
+
+    /// Aliased, not declared.
+    #[export]
+    pub fn writes_silently(x: ArrayType) -> Result<PallasCall, KernelError> {
+        launch(x, true)
+    }
+
+    /// Declared, not aliased.
+    #[export(mutates(x))]
+    pub fn claims_to_write(x: ArrayType) -> Result<PallasCall, KernelError> {
+        launch(x, false)
+    }
+}
+
+/// `#[export(mutates(x))]` (what torch ops declare mutated) must be the launch's
+/// `input_output_aliases`, checked when the kernel is built; the description lists it.
+#[test]
+fn mutates_is_held_to_the_launchs_aliases() {
+    let lib = Library::new(
+        "aliasing",
+        vec![
+            aliasing::__tpu_kernel_export_writes(),
+            aliasing::__tpu_kernel_export_writes_silently(),
+            aliasing::__tpu_kernel_export_claims_to_write(),
+        ],
+    );
+    let req = |k: &str| json!({"kernel": k, "inputs": [{"shape": [16, 128], "dtype": "f32"}]});
+    assert!(lib.build(&request(req("writes"))).is_ok());
+    let e = err_of(&lib, req("writes_silently"));
+    assert_eq!(e.kind, ErrorKind::Signature, "{e}");
+    assert!(e.message.contains("write `#[export(mutates(x))]`"), "{e}");
+    let e = err_of(&lib, req("claims_to_write"));
+    assert!(
+        e.message
+            .contains("declares `mutates(x)` but its launch aliases no output"),
+        "{e}"
+    );
+    let d: serde_json::Value =
+        serde_json::from_str(lib.description().to_str().expect("utf8")).expect("json");
+    let mutates = |k: &str| {
+        d["kernels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == k)
+            .unwrap()["mutates"]
+            .clone()
+    };
+    assert_eq!(mutates("writes"), json!(["x"]));
+    assert_eq!(mutates("writes_silently"), json!([]));
+}

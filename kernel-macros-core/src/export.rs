@@ -39,6 +39,8 @@ struct ExportArgs {
     /// residuals the backward kernels read (as `outN`).
     fwd: Option<Ident>,
     grad: Option<(Ident, Vec<GradEntry>)>,
+    /// The array parameters whose buffers the kernel's outputs alias (`mutates(x)`).
+    mutates: Vec<Ident>,
 }
 
 /// `(x, w) = rmsnorm_bwd(x, w, g, eps = eps)`.
@@ -108,6 +110,12 @@ impl Parse for ExportArgs {
             } else if key == "fwd" {
                 input.parse::<Token![=]>()?;
                 out.fwd = Some(input.parse()?);
+            } else if key == "mutates" {
+                let content;
+                parenthesized!(content in input);
+                out.mutates = Punctuated::<Ident, Token![,]>::parse_terminated(&content)?
+                    .into_iter()
+                    .collect();
             } else if key == "grad" {
                 let content;
                 parenthesized!(content in input);
@@ -116,7 +124,7 @@ impl Parse for ExportArgs {
             } else {
                 return Err(syn::Error::new_spanned(
                     key,
-                    "#[export] takes `name = \"...\"`, `fwd = forward_kernel_with_residuals` and `grad(input = backward_kernel(args..), ..)`",
+                    "#[export] takes `name = \"...\"`, `fwd = forward_kernel_with_residuals`, `grad(input = backward_kernel(args..), ..)` and `mutates(input, ..)`",
                 ));
             }
             if !input.is_empty() {
@@ -187,6 +195,22 @@ pub(crate) fn export(attr: TokenStream2, item: TokenStream2) -> TokenStream2 {
             &args.grad.as_ref().map(|g| g.0.clone()),
             &mut errors,
         );
+    }
+    for m in &args.mutates {
+        let arrays: Vec<String> = params
+            .iter()
+            .filter(|p| p.is_array())
+            .map(|p| p.name.to_string())
+            .collect();
+        if !arrays.contains(&m.to_string()) {
+            errors.error(
+                m,
+                format!(
+                    "`{m}` is not an array parameter of this kernel; `mutates(..)` names the inputs its outputs alias: {}",
+                    arrays.join(", ")
+                ),
+            );
+        }
     }
     if let (Some(fwd), None) = (&args.fwd, &args.grad) {
         errors.error(
@@ -517,6 +541,7 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
             quote!(::core::option::Option::Some(#f))
         }
     };
+    let mutates = args.mutates.iter().map(|m| m.to_string());
     let n_arrays = inputs.len();
     let here = quote_spanned!(fn_name.span()=> ::tpu_kernel::SourceLoc { file: ::core::file!(), line: ::core::line!(), col: ::core::column!() });
     quote! {
@@ -553,6 +578,7 @@ fn generate_export(func: &ItemFn, args: &ExportArgs, params: &[Param]) -> TokenS
                 params: ::std::vec![#(#specs),*],
                 fwd: #fwd,
                 grad: #grad,
+                mutates: &[#(#mutates),*],
                 launch: __tpu_kernel_launch,
             }
         }

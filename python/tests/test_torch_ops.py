@@ -284,3 +284,25 @@ def test_eager_flash_attention_grads_run_the_fwd_kernel_once_and_no_plain_forwar
     assert torch.equal(o, o2)
     for x, y in zip(a, b):
         assert torch.equal(x.grad, y.grad)
+
+
+def test_an_aliased_input_is_a_mutated_argument_the_op_writes():
+    """`inplace_scale` aliases its output to x (`#[export(mutates(x))]`): the op's schema marks x
+    mutated (`Tensor(a!) x`) and returns nothing; it writes x — CPU and torchax tensors alike — and
+    `tex.inplace_scale(x)` returns x; opcheck (above) holds the declaration to what the op does."""
+    assert str(NS.inplace_scale.default._schema) == (
+        "tpu_kernel_examples::inplace_scale(Tensor(a!) x, *, int bm=128, str? target=None) -> ()")
+    assert ex.library.kernels["inplace_scale"].mutates == ["x"]
+    assert all(not k.mutates for n, k in ex.library.kernels.items() if n != "inplace_scale")
+    x = rand(128, 128)
+    want = x * 3
+    out = tex.inplace_scale(x)
+    assert out is x and torch.equal(x, want)
+    assert NS.inplace_scale(x) is None and torch.equal(x, want * 3)
+    x2 = rand(128, 128, seed=2)
+    want = x2 * 3
+    with ENV:
+        xt = ENV.to_xla(x2)
+        assert tex.inplace_scale(xt) is xt
+        got = xt.cpu()
+    assert torch.equal(got, want)

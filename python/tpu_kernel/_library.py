@@ -151,6 +151,8 @@ class Kernel:
         self.params: list[dict] = list(spec.get("params") or [])
         self.grad: list[dict] | None = spec.get("grad")
         self.fwd: str | None = spec.get("fwd")  # run instead under differentiation, residuals appended
+        #: the array parameters the kernel's outputs alias (`#[export(mutates(x))]`): torch ops write them
+        self.mutates: list[str] = list(spec.get("mutates") or [])
         self.__name__ = self.__qualname__ = self.name
         self.__doc__ = spec.get("doc") or f"The `{self.name}` kernel of library {library.name!r}."
         self.__signature__ = inspect.Signature(

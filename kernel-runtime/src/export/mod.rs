@@ -57,6 +57,52 @@ pub trait ExportedKernel {
     fn export() -> KernelExport;
 }
 
+/// The inputs a built kernel's outputs alias (`input_output_aliases`) must be the ones its
+/// `#[export(mutates(..))]` declares (torch defines the op's mutations from the declaration, before
+/// anything is built).
+fn check_mutates(export: &KernelExport, call: &PallasCall) -> Result<()> {
+    // Input operands in the launch function's array order when no scalar-prefetch operand precedes
+    // them (then operand `i` is array parameter `i`); else only the count is checked.
+    if call.kernel.scalar_prefetch > 0 {
+        if call.kernel.aliases.len() != export.mutates.len() {
+            return Err(kerr!(
+                Signature,
+                "kernel `{}` aliases {} inputs to outputs (`input_output_aliases`) but its `#[export]` declares `mutates(..)` of {}: name each aliased input",
+                export.name,
+                call.kernel.aliases.len(),
+                export.mutates.len()
+            )
+            .at(export.location));
+        }
+        return Ok(());
+    }
+    let aliased: Vec<&str> = call
+        .kernel
+        .aliases
+        .iter()
+        .filter_map(|(i, _)| export.inputs.get(*i).copied())
+        .collect();
+    let declared = |n: &&str| export.mutates.contains(n);
+    if let Some(n) = aliased.iter().find(|n| !declared(n)) {
+        return Err(kerr!(
+            Signature,
+            "kernel `{}` aliases its input `{n}` to an output (`input_output_aliases`) but its `#[export]` does not say so: write `#[export(mutates({n}))]`, so that torch ops know they write `{n}`",
+            export.name
+        )
+        .at(export.location));
+    }
+    if let Some(n) = export.mutates.iter().find(|n| !aliased.contains(n)) {
+        return Err(kerr!(
+            Signature,
+            "kernel `{}` declares `mutates({n})` but its launch aliases no output to `{n}`: add `.input_output_aliases([({}, 0)])` or drop `{n}` from `mutates(..)`",
+            export.name,
+            export.inputs.iter().position(|i| i == n).unwrap_or(0)
+        )
+        .at(export.location));
+    }
+    Ok(())
+}
+
 /// One exported kernel, as `#[export]` declares it.
 #[derive(Clone, Debug)]
 pub struct KernelExport {
@@ -72,6 +118,10 @@ pub struct KernelExport {
     /// kernels (named `outN` after this kernel's outputs in the gradient rules).
     pub fwd: Option<&'static str>,
     pub grad: Option<Vec<GradSpec>>,
+    /// The array parameters whose buffers the kernel's outputs alias (`#[export(mutates(x))]`; the
+    /// launch's `input_output_aliases`, checked equal when it is built): torch ops declare them
+    /// mutated and write them.
+    pub mutates: &'static [&'static str],
     pub launch: LaunchFn,
 }
 
@@ -328,7 +378,8 @@ impl Library {
     }
 
     /// The library description (JSON): ABI version, FFI target, every kernel's inputs, static
-    /// parameters with types and defaults, and gradient rules; every host function's argument types.
+    /// parameters with types and defaults, gradient rules and the inputs it writes (`mutates`); every
+    /// host function's argument types.
     pub fn description(&self) -> &CString {
         &self.description
     }
@@ -390,6 +441,7 @@ impl Library {
             )
             .at(export.location));
         }
+        check_mutates(export, &call)?;
         let mut call = call;
         for level in req.batch.iter().rev() {
             call = call.batched(level.size, &level.inputs)?;
@@ -728,6 +780,7 @@ fn describe(
                 "params": params,
                 "fwd": k.fwd,
                 "grad": grad,
+                "mutates": k.mutates,
             })
         })
         .collect();

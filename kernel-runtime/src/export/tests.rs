@@ -16,6 +16,7 @@ fn norm() -> KernelExport {
         ],
         fwd: None,
         grad: None,
+        mutates: &[],
         launch: |_, _| Err(kerr!(Unsupported, "not built in these tests")),
     }
 }

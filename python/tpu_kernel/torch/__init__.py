@@ -210,6 +210,8 @@ def op(kernel: Kernel) -> TorchOp:
             else:
                 outs = target_op(*tensors, **kwargs)
             outs = outs[:own] if own is not None else outs
+        if tk.mutated:  # the op wrote these inputs and returns nothing else
+            outs = [tensors[i] for i in tk.mutated]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     call.__name__ = call.__qualname__ = kernel.name

@@ -116,7 +116,11 @@ class TorchKernel:
         #: The op this kernel is the differentiation forward of (`#[export(fwd = ..)]` of that one):
         #: its grad rules are this op's, over this op's outputs (the forward's, then residuals).
         self.differentiates: TorchKernel | None = None
-        args = [f"Tensor {name}" for name in kernel.inputs]
+        #: inputs the kernel's outputs alias, written by the op (`Tensor(a!)` in the schema)
+        self.mutated = [kernel.inputs.index(n) for n in kernel.mutates]
+        letters = iter("abcdefghijklmnopqrstuvwxyz")
+        args = [f"Tensor({next(letters)}!) {name}" if i in self.mutated else f"Tensor {name}"
+                for i, name in enumerate(kernel.inputs)]
         kwargs: list[tuple[bool, str]] = []
         for p in kernel.params:
             typ = schema_type(p.get("type", ""))
@@ -128,7 +132,10 @@ class TorchKernel:
         # Required keyword-only parameters first (schema syntax wants no default after a default).
         keywords = [text for has_default, text in sorted(kwargs, key=lambda k: k[0])]
         keywords.append("str? target=None")
-        self.schema = f"({', '.join(args + ['*'] + keywords)}) -> Tensor[]"
+        # An op that writes inputs returns nothing (torch functionalizes mutable custom ops only with
+        # fixed returns; a kernel's output count is its launch's): its results are the inputs it wrote.
+        returns = "()" if self.mutated else "Tensor[]"
+        self.schema = f"({', '.join(args + ['*'] + keywords)}) -> {returns}"
 
     @property
     def op(self) -> torch._ops.OpOverload:
@@ -165,10 +172,30 @@ class TorchKernel:
                 lambda *a: _primitive.bind(library, name, params_json, a, target=target))
         return list(f(*arrays))
 
-    def cpu(self, *tensors: torch.Tensor, **kwargs: Any) -> list[torch.Tensor]:
+    def cpu(self, *tensors: torch.Tensor, **kwargs: Any) -> list[torch.Tensor] | None:
         from . import _cpu_to_host, _jax_to_cpu
         arrays = [_cpu_to_host(t) for t in tensors]
-        return [_jax_to_cpu(a) for a in self.run_jax(arrays, kwargs, jit=True)]
+        outs = [_jax_to_cpu(a) for a in self.run_jax(arrays, kwargs, jit=True)]
+        if not self.mutated:
+            return outs
+        for i, o in self.aliased(tensors, kwargs):
+            tensors[i].copy_(outs[o])
+        return None
+
+    def aliased(self, tensors: Sequence[torch.Tensor], kwargs: dict[str, Any]) -> list[tuple[int, int]]:
+        """(input, output) pairs of the built kernel's `input_output_aliases`: the inputs the op
+        writes, with the output each receives. A kernel writing inputs may have no other output (its
+        op returns nothing)."""
+        if not self.mutated:
+            return []
+        params, target = self.jax_params(kwargs)
+        answer = self.kernel.build(*self.avals(tensors), target=target, **params)
+        pairs = [(int(i), int(o)) for i, o in answer.get("input_output_aliases") or []]
+        if len(answer["outputs"]) != len(pairs):
+            raise KernelError(f"{self.kernel.name}(): writes {len(pairs)} input(s) (mutates) but has "
+                              f"{len(answer['outputs'])} outputs; as a torch op a kernel that writes its "
+                              f"inputs returns nothing else", kernel=self.kernel.name)
+        return pairs
 
     def avals(self, tensors: Sequence[torch.Tensor]) -> list:
         """The tensors' shapes and dtypes as jax sees them (a dynamic size is specialized)."""
@@ -176,7 +203,10 @@ class TorchKernel:
                                      numpy_dtype(self.kernel.library, t.dtype, self.kernel, i))
                 for i, t in enumerate(tensors)]
 
-    def fake(self, *tensors: torch.Tensor, **kwargs: Any) -> list[torch.Tensor]:
+    def fake(self, *tensors: torch.Tensor, **kwargs: Any) -> list[torch.Tensor] | None:
+        if self.mutated:
+            self.aliased(tensors, kwargs)  # Rust's verdict on the call, and the output check
+            return None
         params, target = self.jax_params(kwargs)
         answer = self.kernel.build(*self.avals(tensors), target=target, **params)
         like = tensors[0]
@@ -190,11 +220,21 @@ class TorchKernel:
         params, target = self.jax_params(kwargs)
         return len(self.differentiates.kernel.build(*self.avals(tensors), target=target, **params)["outputs"])
 
-    def torchax(self, _mode_or_cls: Any, _func: Any, _types: Any, args: tuple, kwargs: dict | None) -> list:
+    def torchax(self, _mode_or_cls: Any, _func: Any, _types: Any, args: tuple, kwargs: dict | None) -> list | None:
         """The JAX op on torchax tensors' jax arrays; torchax tensors out."""
         arrays = [t.jax() for t in args]  # torchax Tensors and Views alike
         from . import _int8_if_int4
-        return [interop.torch_view(_int8_if_int4(a)) for a in self.run_jax(arrays, kwargs or {})]
+        outs = self.run_jax(arrays, kwargs or {})
+        for i, o in self.aliased(args, kwargs or {}):
+            target = args[i]
+            if not isinstance(target, torchax.tensor.Tensor):
+                raise KernelError(f"{self.kernel.name}(): writes its input {self.kernel.inputs[i]}, which "
+                                  f"is a torchax View; pass a torchax tensor", kernel=self.kernel.name,
+                                  argument=self.kernel.inputs[i])
+            target._elem = outs[o]  # the input's new contents (torchax tensors hold a jax array)
+        if self.mutated:
+            return None
+        return [interop.torch_view(_int8_if_int4(a)) for a in outs]
 
     # -- autograd --------------------------------------------------------------------------------
 
@@ -282,7 +322,9 @@ def register(library: Library) -> dict[str, TorchKernel]:
                                    f"{tk.qualname}{tk.schema}: {e}", path=library.path) from None
             lib.impl(name, tk.cpu, "CPU")
             torch.library.register_fake(tk.qualname, tk.fake, lib=lib)
-            torch.library.register_autograd(tk.qualname, tk.backward, setup_context=tk.setup_context, lib=lib)
+            if not tk.mutated:  # torch differentiates no op that writes its inputs
+                torch.library.register_autograd(tk.qualname, tk.backward, setup_context=tk.setup_context,
+                                                lib=lib)
             for cls in _torchax_classes():
                 torch.library.register_torch_dispatch(tk.qualname, cls, tk.torchax, lib=lib)
             _BY_KERNEL[id(kernel)] = tk
