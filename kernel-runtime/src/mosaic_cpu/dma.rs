@@ -11,27 +11,13 @@
 //! that cannot be satisfied now never will be (nothing runs concurrently on one core), so it is a
 //! `Deadlock` at the op, as in the interpreter.
 
-use super::rewrite::{i32_array, op_name, RefView, Rewriter, SiteKind, Space, Ty, Val, ERR_SLOTS};
+use super::rewrite::{
+    bad, i32_array, op_name, operand, RefView, Rewriter, SiteKind, Space, Ty, Val, ERR_SLOTS,
+};
 use super::window;
 use crate::error::{kerr, Result};
 use melior::ir::operation::{OperationLike, OperationRef};
 use melior::ir::{Value, ValueLike};
-
-fn bad(op: OperationRef<'_, '_>, what: impl std::fmt::Display) -> crate::error::KernelError {
-    kerr!(Lowering, "mosaic_cpu: `{}`: {what}", op_name(op))
-}
-
-fn index(name: String) -> Val {
-    Val {
-        name,
-        ty: Ty::Scalar("index".into()),
-    }
-}
-
-fn operand<'c, 'a>(op: OperationRef<'c, 'a>, i: usize) -> Result<Value<'c, 'a>> {
-    op.operand(i)
-        .map_err(|_| bad(op, format!("expected an operand {i}")))
-}
 
 /// The operands of `op`, whose `operandSegmentSizes` must be `want` (the optional segments — remote
 /// devices, other cores — are not supported).
@@ -187,7 +173,7 @@ fn shapes_agree(
         ok = o;
     }
     let site = rw.site(op, SiteKind::DmaShape { rank }, src.ref_id);
-    let details: Vec<Val> = a.iter().chain(&b).map(|n| index(n.clone())).collect();
+    let details: Vec<Val> = a.iter().chain(&b).map(|n| Val::index(n.clone())).collect();
     rw.if_else(&ok, |_| Ok(()), |rw| rw.record(site, &details))?;
     Ok((a, ok))
 }
@@ -225,7 +211,7 @@ pub(super) fn wait_dma(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Resul
     let short = rw.fresh();
     rw.line(format!("{short} = arith.cmpi slt, {v}, {bytes} : i32"));
     let details = [
-        index(sem.offset.clone()),
+        Val::index(sem.offset.clone()),
         Val {
             name: bytes.clone(),
             ty: Ty::Scalar("i32".into()),
@@ -277,7 +263,7 @@ pub(super) fn sem_wait(rw: &mut Rewriter<'_>, op: OperationRef<'_, '_>) -> Resul
     let short = rw.fresh();
     rw.line(format!("{short} = arith.cmpi slt, {v}, {amount} : i32"));
     let details = [
-        index(sem.offset.clone()),
+        Val::index(sem.offset.clone()),
         Val {
             name: amount.clone(),
             ty: Ty::Scalar("i32".into()),

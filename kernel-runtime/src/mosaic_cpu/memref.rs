@@ -3,14 +3,10 @@
 //! (its memory space dropped, see `rewrite::map_type`): the indices are bounds-checked, as the
 //! interpreter checks them, and linearized row-major.
 
-use super::rewrite::{key, op_name, row_major, Rewriter, SiteKind, Ty, Val};
+use super::rewrite::{bad, key, row_major, Rewriter, SiteKind, Ty, Val};
 use super::rules::window_in_bounds;
-use crate::error::{kerr, Result};
+use crate::error::Result;
 use melior::ir::operation::{OperationLike, OperationRef};
-
-fn bad(op: OperationRef<'_, '_>, what: impl std::fmt::Display) -> crate::error::KernelError {
-    kerr!(Lowering, "mosaic_cpu: `{}`: {what}", op_name(op))
-}
 
 /// The ref (operand `base`) and its `index` indices, checked against each other.
 fn ref_and_indices(

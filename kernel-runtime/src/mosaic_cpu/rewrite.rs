@@ -19,11 +19,11 @@ mod emit;
 mod sites;
 mod types;
 
-pub(super) use attrs::{attr, attrs_text, i32_array, i64_array, int_attr, op_name};
+pub(super) use attrs::{attr, attrs_text, bad, i32_array, i64_array, int_attr, op_name, operand};
 pub(super) use sites::{Files, Site, SiteKind, ERR_SLOTS};
 pub(super) use types::{
-    is_float, map_type, memref_dims, ref_space, row_major, Packed, RefId, RefView, Signature,
-    Space, Ty, Val,
+    elem_bits, is_float, map_type, memref_dims, ref_space, row_major, Packed, RefId, RefView,
+    Signature, Space, Ty, Val,
 };
 
 use super::rules;

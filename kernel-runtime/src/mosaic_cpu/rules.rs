@@ -21,8 +21,8 @@ mod vector;
 
 pub(super) use load_store::{not_in_hbm, window_in_bounds};
 
-use super::rewrite::{is_float, op_name, row_major, Rewriter, SiteKind, Ty, Val};
-use crate::error::{kerr, Result};
+use super::rewrite::{bad, is_float, row_major, Rewriter, SiteKind, Ty, Val};
+use crate::error::Result;
 use melior::ir::operation::OperationRef;
 
 pub(super) type Rule = fn(&mut Rewriter<'_>, OperationRef<'_, '_>) -> Result<()>;
@@ -101,10 +101,6 @@ pub(super) fn rule(name: &str) -> Option<Rule> {
                 .any(|d| name.starts_with(d))
                 .then_some(elementwise::elementwise as Rule)
         })
-}
-
-fn bad(op: OperationRef<'_, '_>, what: impl std::fmt::Display) -> crate::error::KernelError {
-    kerr!(Lowering, "mosaic_cpu: `{}`: {what}", op_name(op))
 }
 
 fn mem(op: OperationRef<'_, '_>, v: &Val, what: &str) -> Result<(Vec<usize>, String)> {

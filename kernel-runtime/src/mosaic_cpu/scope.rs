@@ -9,7 +9,7 @@
 //! every semaphore it allocated must be back at zero, as the interpreter requires: one that is not is
 //! a `Race` error at the `run_scoped` line.
 
-use super::rewrite::{is_float, op_name, RefId, Rewriter, SiteKind, Space, Ty, Val};
+use super::rewrite::{bad, is_float, op_name, RefId, Rewriter, SiteKind, Space, Ty, Val};
 use crate::error::{kerr, Result};
 use melior::ir::block::BlockLike;
 use melior::ir::operation::{OperationLike, OperationRef};
@@ -27,10 +27,6 @@ struct ScopedSemaphore {
     /// Its allocation number in the scope.
     k: usize,
     dma: bool,
-}
-
-fn bad(op: OperationRef<'_, '_>, what: impl std::fmt::Display) -> crate::error::KernelError {
-    kerr!(Lowering, "mosaic_cpu: `{}`: {what}", op_name(op))
 }
 
 /// `tpu.region`: the body in place between a fresh [`Scope`] and its end check.

@@ -11,24 +11,10 @@
 //!
 //! May depend on: `rewrite` (the [`Rewriter`], its types); nothing else of `mosaic_cpu`.
 
-use super::rewrite::{op_name, row_major, Packed, RefView, Rewriter, Ty, Val};
-use crate::error::{kerr, Result};
+use super::rewrite::{bad, elem_bits, row_major, Packed, RefView, Rewriter, Ty, Val};
+use crate::error::Result;
 use melior::ir::operation::{OperationLike, OperationRef};
 use std::rc::Rc;
-
-fn bad(op: OperationRef<'_, '_>, what: impl std::fmt::Display) -> crate::error::KernelError {
-    kerr!(Lowering, "mosaic_cpu: `{}`: {what}", op_name(op))
-}
-
-/// The bit width of an element type (`f32`, `bf16`, `i8`, `f8E4M3FN`, ...).
-fn bits(elem: &str) -> Option<usize> {
-    match elem {
-        "f32" | "i32" => Some(32),
-        "bf16" | "f16" | "i16" => Some(16),
-        "i8" | "f8E4M3FN" | "f8E5M2" => Some(8),
-        _ => None,
-    }
-}
 
 fn result_view_shape(rw: &Rewriter<'_>, op: OperationRef<'_, '_>) -> Result<(Vec<usize>, String)> {
     match rw.result_ty(op, 0)? {
@@ -94,8 +80,8 @@ fn packed_view(
     shape: Vec<usize>,
     elem: String,
 ) -> std::result::Result<RefView, String> {
-    let (rb, vb) = (bits(base.elem()), bits(&elem));
-    let (Some(rb), Some(vb)) = (rb, vb) else {
+    let (rb, vb) = (elem_bits(base.elem()), elem_bits(&elem));
+    let (Some(rb), Some(vb)) = (rb.map(|b| b as usize), vb.map(|b| b as usize)) else {
         return Err(format!("a bitcast of {} to {elem}", base.elem()));
     };
     let rank = shape.len();

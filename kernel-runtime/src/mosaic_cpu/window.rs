@@ -11,29 +11,14 @@
 //! May depend on: `rewrite` (the [`Rewriter`], its types and check sites), the shared bounds check of
 //! `rules`; nothing else of `mosaic_cpu`.
 
-use super::rewrite::{i32_array, memref_dims, op_name, RefView, Rewriter, SiteKind, Ty, Val};
+use super::rewrite::{
+    bad, elem_bits, i32_array, memref_dims, operand, RefView, Rewriter, SiteKind, Val,
+};
 use super::rules::window_in_bounds;
-use crate::dtype::DType;
-use crate::error::{kerr, Result};
+use crate::error::Result;
 use crate::semantics::dma::copy_bytes;
-use melior::ir::operation::{OperationLike, OperationRef};
-use melior::ir::{Value, ValueLike};
-
-fn bad(op: OperationRef<'_, '_>, what: impl std::fmt::Display) -> crate::error::KernelError {
-    kerr!(Lowering, "mosaic_cpu: `{}`: {what}", op_name(op))
-}
-
-fn index(name: String) -> Val {
-    Val {
-        name,
-        ty: Ty::Scalar("index".into()),
-    }
-}
-
-fn operand<'c, 'a>(op: OperationRef<'c, 'a>, i: usize) -> Result<Value<'c, 'a>> {
-    op.operand(i)
-        .map_err(|_| bad(op, format!("expected an operand {i}")))
-}
+use melior::ir::operation::OperationRef;
+use melior::ir::ValueLike;
 
 /// An `index` copy of an integer value.
 fn as_index(rw: &mut Rewriter<'_>, v: &Val) -> Val {
@@ -43,7 +28,7 @@ fn as_index(rw: &mut Rewriter<'_>, v: &Val) -> Val {
     }
     let i = rw.fresh();
     rw.line(format!("{i} = arith.index_cast {} : {t} to index", v.name));
-    index(i)
+    Val::index(i)
 }
 
 /// `tpu.memref_slice %base[%starts...][%sizes...]`: i32 starts, one per base dim; sizes from the
@@ -193,7 +178,7 @@ fn dynamic_checks(
                 all = a;
                 v.clone()
             }
-            None => index(rw.index(sizes[d])),
+            None => Val::index(rw.index(sizes[d])),
         };
         let site = rw.site(
             op,
@@ -303,11 +288,7 @@ pub(super) fn bytes(
     v: &RefView,
 ) -> Result<String> {
     let elem = v.elem();
-    let bits = DType::ALL
-        .iter()
-        .find(|d| d.mlir() == elem)
-        .map(|d| d.bit_width())
-        .ok_or_else(|| bad(op, format!("a copy of {elem} elements")))?;
+    let bits = elem_bits(elem).ok_or_else(|| bad(op, format!("a copy of {elem} elements")))?;
     if !is_dynamic(v) {
         let bytes = copy_bytes(v.shape.iter().product(), bits);
         if bytes > i32::MAX as i64 {

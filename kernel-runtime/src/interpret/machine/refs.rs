@@ -156,29 +156,48 @@ impl<'k> Machine<'k> {
             ),
         };
         let mut buf = base.buf;
-        let rs = row_major_strides(&shape);
-        let mut dst_off = 0;
-        let mut dst_strides = Vec::new();
-        for d in 0..shape.len() {
-            dst_off += starts[d] * rs[d];
-            if !squeezed[d] {
-                dst_strides.push(rs[d] * steps[d]);
-            }
-        }
-        let data = buf.make_mut(dtype)?;
-        with_dtype!(dtype, T => {
-            let dst = T::vec_mut(data).ok_or_else(|| internal("ref buffer type"))?;
-            write_view(dst, dst_off, &dst_strides, &value, mask.as_ref())?;
-        });
+        write_window_into(
+            &mut buf,
+            (dtype, &shape),
+            (starts, squeezed, steps),
+            &value,
+            mask.as_ref(),
+        )?;
         self.refs[r].content = Some(Tensor {
             dtype,
-            strides: rs,
+            strides: row_major_strides(&shape),
             shape: shape.into(),
             offset: 0,
             buf,
         });
         Ok(())
     }
+}
+
+/// Write `value` (where `mask`) into the window at `starts` (`squeezed` dimensions dropped from the
+/// value, elements `steps` apart) of `buf`, a contiguous row-major `dtype` array of `shape`.
+pub(super) fn write_window_into(
+    buf: &mut Buf,
+    (dtype, shape): (DType, &[usize]),
+    (starts, squeezed, steps): (&[usize], &[bool], &[usize]),
+    value: &Tensor,
+    mask: Option<&Tensor>,
+) -> Result<()> {
+    let rs = row_major_strides(shape);
+    let mut off = 0;
+    let mut strides = Vec::new();
+    for d in 0..shape.len() {
+        off += starts[d] * rs[d];
+        if !squeezed[d] {
+            strides.push(rs[d] * steps[d]);
+        }
+    }
+    let data = buf.make_mut(dtype)?;
+    with_dtype!(dtype, T => {
+        let dst = T::vec_mut(data).ok_or_else(|| internal("ref buffer type"))?;
+        write_view(dst, off, &strides, value, mask)?;
+    });
+    Ok(())
 }
 
 /// The elements of ref `r` a window at `starts` reaches, as the DMA model sees them: a strided

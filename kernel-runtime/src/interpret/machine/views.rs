@@ -212,17 +212,15 @@ impl<'k> Machine<'k> {
             stages.push(next.materialize()?);
         }
         let mut cur = stages.pop().ok_or_else(|| internal("view stages"))?;
-        cur = write_window_of(cur, window, steps, &value, mask.as_ref())?;
+        cur = write_window_of(cur, (window.0, window.2), steps, &value, mask.as_ref())?;
         for (s, before) in p.steps.iter().zip(stages).rev() {
             cur = match s {
                 ViewStep::Window {
-                    starts,
-                    sizes,
-                    squeezed,
+                    starts, squeezed, ..
                 } => write_window_of(
                     before,
-                    (starts, sizes, squeezed),
-                    &vec![1; sizes.len()],
+                    (starts, squeezed),
+                    &vec![1; starts.len()],
                     &cur,
                     None,
                 )?,
@@ -242,30 +240,23 @@ impl<'k> Machine<'k> {
     }
 }
 
-/// `base` (contiguous) with `value` written into a window of it, where `mask`.
+/// `base` with `value` written into its window at `starts` (`squeezed` dimensions dropped from the
+/// value, elements `steps` apart), where `mask`: a contiguous copy.
 fn write_window_of(
     base: Tensor,
-    (starts, sizes, squeezed): (&[usize], &[usize], &[bool]),
+    (starts, squeezed): (&[usize], &[bool]),
     steps: &[usize],
     value: &Tensor,
     mask: Option<&Tensor>,
 ) -> Result<Tensor> {
     let mut base = base.materialize()?;
-    let rs = row_major_strides(&base.shape);
-    let mut off = 0;
-    let mut strides = Vec::new();
-    for d in 0..base.shape.len() {
-        off += starts[d] * rs[d];
-        if !squeezed[d] {
-            strides.push(rs[d] * steps[d]);
-        }
-    }
-    let _ = sizes;
-    let dtype = base.dtype;
-    let data = base.buf.make_mut(dtype)?;
-    with_dtype!(dtype, T => {
-        let dst = T::vec_mut(data).ok_or_else(|| internal("view buffer type"))?;
-        write_view(dst, off, &strides, value, mask)?;
-    });
+    let shape = base.shape.to_vec();
+    refs::write_window_into(
+        &mut base.buf,
+        (base.dtype, &shape),
+        (starts, squeezed, steps),
+        value,
+        mask,
+    )?;
     Ok(base)
 }

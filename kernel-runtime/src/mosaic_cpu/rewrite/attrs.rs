@@ -9,6 +9,24 @@ use melior::ir::operation::{OperationLike, OperationRef};
 use melior::ir::Attribute;
 use std::fmt::Write;
 
+/// A malformed emitted op: `mosaic_cpu: \`name\`: what` (a `Lowering` error: the lowering wrote
+/// something this engine's rules do not read).
+pub(in crate::mosaic_cpu) fn bad(
+    op: OperationRef<'_, '_>,
+    what: impl std::fmt::Display,
+) -> crate::error::KernelError {
+    kerr!(Lowering, "mosaic_cpu: `{}`: {what}", op_name(op))
+}
+
+/// Operand `i` of `op` (a malformed op without it is [`bad`]).
+pub(in crate::mosaic_cpu) fn operand<'c, 'a>(
+    op: OperationRef<'c, 'a>,
+    i: usize,
+) -> Result<melior::ir::Value<'c, 'a>> {
+    op.operand(i)
+        .map_err(|_| bad(op, format!("expected an operand {i}")))
+}
+
 /// The name of an op (`arith.addf`, `tpu.matmul`, ...).
 pub(in crate::mosaic_cpu) fn op_name(op: OperationRef<'_, '_>) -> String {
     op.name()

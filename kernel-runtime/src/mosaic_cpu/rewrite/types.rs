@@ -4,7 +4,8 @@
 //! where a ref lives ([`Space`]); and the mapping from an emitted MLIR type to these ([`map_type`],
 //! [`ref_space`]), which refuses what the rewrite cannot model.
 //!
-//! May depend on: melior and mlir-sys (reading types), `crate::error`; nothing else of `mosaic_cpu`.
+//! May depend on: melior and mlir-sys (reading types), `crate::error`, the dtype table (bit widths);
+//! nothing else of `mosaic_cpu`.
 
 use crate::error::{kerr, Result};
 use melior::ir::r#type::TypeLike;
@@ -131,6 +132,24 @@ pub(in crate::mosaic_cpu) struct Packed {
 pub(in crate::mosaic_cpu) struct Val {
     pub name: String,
     pub ty: Ty,
+}
+
+impl Val {
+    /// The `index` value named `name`.
+    pub fn index(name: String) -> Val {
+        Val {
+            name,
+            ty: Ty::Scalar("index".into()),
+        }
+    }
+}
+
+/// The bit width of an emitted element type (`f32`, `bf16`, `i8`, `f8E4M3FN`, ...): the dtype table's.
+pub(in crate::mosaic_cpu) fn elem_bits(elem: &str) -> Option<u32> {
+    crate::dtype::DType::ALL
+        .iter()
+        .find(|d| d.mlir() == elem)
+        .map(|d| d.bit_width())
 }
 
 /// Whether an element type is a float (`f32`, `bf16`, ...).
