@@ -1,8 +1,9 @@
 //! Every dispatch path gives the plain path's bits (issue 22): each example and op-coverage kernel run
 //! natively (AVX-512, its BF16 and VNNI dot kernels where the CPU has them), then in a child process
 //! capped by `TPU_KERNEL_CPU=avx2` (the AVX2 loops, the portable dots) and `TPU_KERNEL_CPU=scalar`; the
-//! outputs must be equal bit for bit (but for [`BF16_DOT_ORDER`]), and each child must report the cap
-//! it ran under.
+//! outputs must be equal bit for bit — bf16 × bf16 dots included, which every path adds in
+//! `vdpbf16ps`'s order (`interpret/dot_bf16_order.rs`) — and each child must report the cap it ran
+//! under.
 
 mod common;
 
@@ -11,19 +12,6 @@ use std::process::Command;
 use tpu_kernel::reference;
 use tpu_kernel::runtime::interpret::HostArray;
 use tpu_kernel::runtime::math::cpu;
-
-/// The kernels with a bf16 × bf16 `dot`: on a CPU with AVX-512 BF16 its kernel (`vdpbf16ps`: pairs of
-/// exact products, each added with one rounding, subnormals flushed) adds in another order than the
-/// f32 GEMM the capped paths widen to (`interpret/dot_bf16.rs`), so their outputs agree within bf16
-/// rounding, not bit for bit — the one known exception, to be closed by giving every bf16 path
-/// `vdpbf16ps`'s order (issue 22).
-const BF16_DOT_ORDER: &[&str] = &[
-    "matmul",
-    "grouped_matmul",
-    "quantized_matmul",
-    "flash_attention",
-    "coverage dot",
-];
 
 /// Every example's and coverage kernel's outputs on seeded random inputs, as f64 bit patterns (exact
 /// for every dtype the kernels produce, NaN payloads included).
@@ -126,18 +114,6 @@ fn capped_paths_give_the_native_bits() {
                 .collect();
             at += 8 * want.len() + 1;
             let diff = got.iter().zip(want).position(|(a, b)| a != b);
-            if cpu::avx512_bf16() && BF16_DOT_ORDER.contains(&name.as_str()) {
-                // Not yet one order: within bf16 rounding of the native result.
-                let close = got.iter().zip(want).all(|(a, b)| {
-                    let (a, b) = (f64::from_bits(*a), f64::from_bits(*b));
-                    (a - b).abs() <= 2e-2 * b.abs().max(1.0) || (a.is_nan() && b.is_nan())
-                });
-                assert!(
-                    close,
-                    "{level}: {name} is not within bf16 rounding of the native path"
-                );
-                continue;
-            }
             assert!(
                 diff.is_none(),
                 "{level}: {name} differs from the native path at element {diff:?}"

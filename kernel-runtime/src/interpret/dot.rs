@@ -9,9 +9,11 @@
 //! AVX2/FMA kernels, arbitrary row/column strides — so transposed operands (`dot_nt`,
 //! `dot_tn`, `.t()` views) and strided windows are multiplied in place with no copy — and run
 //! single-threaded here (the grid supplies the parallelism). On a 128³ block it does 84 GFLOP/s per core
-//! here where `matrixmultiply` did 69. bf16 operands are widened to f32 first — except on CPUs with
-//! AVX-512 BF16, where bf16 × bf16 goes to `dot_bf16` (the MXU's pairwise bf16 products in hardware,
-//! ~2× the f32 path): every path calls [`mul`], so on one machine all give the same bits.
+//! here where `matrixmultiply` did 69. bf16 × bf16 has one order of its own on every CPU
+//! (`dot_bf16_order`: `vdpbf16ps`'s pairs): `dot_bf16` runs it in hardware with AVX-512 BF16 (~2×
+//! the f32 path), `dot_bf16_order` writes it out elsewhere; every path calls [`mul`], so every
+//! machine gives the same bits. Other float operands (bf16 × f32, the 8-bit floats) are widened to
+//! f32 (exact) and go to the f32 GEMM.
 
 use super::elementwise::cast;
 use super::tensor::{internal, recycle, take_vec, Tensor};
@@ -68,18 +70,6 @@ fn widen(t: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// Whether bf16 × bf16 products run natively (then bf16 operands must not be widened first).
-pub(crate) fn bf16_native() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        super::dot_bf16::available()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 fn dot_f32(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool) -> Result<Tensor> {
     let (m, k, _, _) = matrix(lhs, tl)?;
     let (k2, n, _, _) = matrix(rhs, tr)?;
@@ -130,8 +120,7 @@ pub(crate) fn dot_into(
 
 /// `c = lhs·rhs + beta·c` (beta 0 or 1): natively for bf16 × bf16 where the CPU can, else in f32.
 fn mul(lhs: &Tensor, rhs: &Tensor, tl: bool, tr: bool, c: Vec<f32>, beta: f32) -> Result<Tensor> {
-    #[cfg(target_arch = "x86_64")]
-    if lhs.dtype == DType::BF16 && rhs.dtype == DType::BF16 && bf16_native() {
+    if lhs.dtype == DType::BF16 && rhs.dtype == DType::BF16 {
         return gemm_bf16(lhs, rhs, tl, tr, c, beta);
     }
     gemm(&widen(lhs)?, &widen(rhs)?, tl, tr, c, beta)
@@ -147,7 +136,6 @@ fn in_bounds(len: usize, off: usize, rows: usize, cols: usize, rs: isize, cs: is
 
 /// An operand of the native GEMMs (`dot_bf16`, `dot_i8`): element (r, c) of the logical matrix is
 /// `data[off + r·rs + c·cs]`.
-#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 pub(crate) struct View<'a, T> {
     pub data: &'a [T],
@@ -157,12 +145,10 @@ pub(crate) struct View<'a, T> {
 }
 
 /// `(m, n, k)` and the two factors of a product.
-#[cfg(target_arch = "x86_64")]
 type CheckedViews<'a, T> = ((usize, usize, usize), View<'a, T>, View<'a, T>);
 
 /// The operands of `lhs · rhs` (each transposed as asked) as views checked to lie inside their
 /// buffers, with `(m, n, k)`; `c_len`, the result's length, must be `m · n`.
-#[cfg(target_arch = "x86_64")]
 fn checked_views<'a, T: crate::semantics::host::HostElement>(
     lhs: &'a Tensor,
     rhs: &'a Tensor,
@@ -195,7 +181,8 @@ fn checked_views<'a, T: crate::semantics::host::HostElement>(
     ))
 }
 
-#[cfg(target_arch = "x86_64")]
+/// bf16 × bf16 in the one order of `dot_bf16_order`: `vdpbf16ps` where the CPU has it, else that
+/// order written out.
 fn gemm_bf16(
     a: &Tensor,
     b: &Tensor,
@@ -206,7 +193,12 @@ fn gemm_bf16(
 ) -> Result<Tensor> {
     let ((m, n, k), va, vb) = checked_views::<half::bf16>(a, b, tl, tr, c.len())?;
     if m * n > 0 && k > 0 {
-        super::dot_bf16::gemm(m, n, k, va, vb, &mut c, beta != 0.0);
+        #[cfg(target_arch = "x86_64")]
+        if super::dot_bf16::available() {
+            super::dot_bf16::gemm(m, n, k, va, vb, &mut c, beta != 0.0);
+            return Ok(Tensor::from_vec(vec![m, n], c));
+        }
+        super::dot_bf16_order::gemm(m, n, k, va, vb, &mut c, beta != 0.0);
     } else if beta == 0.0 {
         c.iter_mut().for_each(|x| *x = 0.0);
     }

@@ -9,7 +9,7 @@
 //! (checked by evaluating the index maps).
 
 use super::elementwise::RawDest;
-use super::machine::{fill_literal, Machine, RefState, WidenCache};
+use super::machine::{fill_literal, Machine, RefState};
 use super::plan::{plan, Plan};
 use super::tensor::{internal, recycle, row_major_strides, Buf, Foreign, Tensor};
 use super::InterpretOptions;

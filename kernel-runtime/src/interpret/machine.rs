@@ -18,7 +18,6 @@ mod refs;
 mod values;
 mod views;
 pub(crate) use dma::{DmaModel, RefView};
-pub(crate) use dots::WidenCache;
 use refs::read_dest;
 pub(crate) use refs::{write_view, write_view_raw};
 
@@ -72,15 +71,12 @@ pub(crate) struct Machine<'k> {
     pub refs: Vec<RefState>,
     /// Per ref: the current output block inside the output array, when it may be written directly.
     pub dests: Vec<Option<RawDest>>,
-    /// f32 copies of bf16 `dot` operands that are views of the caller's input arrays (see
-    /// [`WidenCache`]).
-    widened: WidenCache,
     /// Copies in flight and semaphore counts.
     pub dma: DmaModel,
 }
 
 impl<'k> Machine<'k> {
-    pub fn new(func: &'k Func, refs: Vec<RefState>, poison: bool, widened: WidenCache) -> Self {
+    pub fn new(func: &'k Func, refs: Vec<RefState>, poison: bool) -> Self {
         let dests = refs.iter().map(|_| None).collect();
         Machine {
             func,
@@ -88,7 +84,6 @@ impl<'k> Machine<'k> {
             env: vec![None; func.values.len()],
             refs,
             dests,
-            widened,
             dma: DmaModel::default(),
         }
     }

@@ -23,8 +23,8 @@
 //!   AVX2+FMA and picked at run time, with bit-identical results.
 //!
 //! Deliberate differences from the hardware: f32 `dot` is exact f32 (the MXU may use bf16 passes);
-//! bf16 `dot` sums exact products in f32 — on CPUs with AVX-512 BF16 pairwise in hardware, with bf16
-//! subnormals read as zero (`dot_bf16`), so its last bits depend on the CPU; `rsqrt`/`exp` are accurate to a few ulp (the TPU's are approximations), and reductions sum in a fixed
+//! bf16 `dot` sums exact products in f32 in one order on every CPU (`dot_bf16_order`: pairs, the odd
+//! product first, bf16 subnormals read as zero; in hardware with AVX-512 BF16, `dot_bf16`); `rsqrt`/`exp` are accurate to a few ulp (the TPU's are approximations), and reductions sum in a fixed
 //! 16-lane order. Memory the kernel never wrote reads as zeros, or as NaN / `0xDEADBEEF` with
 //! [`InterpretOptions::poison_uninitialized`].
 //!
@@ -35,6 +35,7 @@ mod coalesce;
 mod dot;
 #[cfg(target_arch = "x86_64")]
 mod dot_bf16;
+mod dot_bf16_order;
 #[cfg(target_arch = "x86_64")]
 mod dot_i8;
 mod elementwise;

@@ -95,8 +95,7 @@ impl<'a> Runner<'a> {
                 blocked: o.block.is_some(),
             })
             .collect();
-        let inputs = self.inputs.iter().map(|a| a.buf.clone()).collect();
-        Machine::new(&self.k.body, refs, self.poison, WidenCache::new(inputs))
+        Machine::new(&self.k.body, refs, self.poison)
     }
 
     /// Run every grid point whose parallel coordinates are `key`, in order, then write back.
