@@ -137,6 +137,9 @@ mod transcendental {
 
 type Build = Box<dyn Fn() -> Result<PallasCall, KernelError>>;
 
+#[path = "interpret/paged_once.rs"]
+mod paged_once;
+
 /// `--ops`: every float op of the op table alone on an f32 `[1024, 1024]` array (inputs in (0.5, 4.5)).
 mod ops {
     use super::Build;
@@ -292,6 +295,7 @@ fn cases() -> Vec<(&'static str, Build)> {
             "softmax_lanes8",
             Box::new(|| softmax::softmax(at([8192, 8], F32), 256)),
         ),
+        ("paged_decode_wait_once", Box::new(paged_once::build)),
     ];
     for &name in EXAMPLE_CASES {
         let (_, build) = common::EXAMPLES

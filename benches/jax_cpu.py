@@ -5,6 +5,7 @@ the interpreter behind XLA FFI, call overhead included) vs the XLA-fused jnp bas
     .venv/bin/python benches/jax_cpu.py            # 3 interleaved rounds, ~1 s per case, engine and round
     .venv/bin/python benches/jax_cpu.py --quick    # 1 round, shorter budgets
     .venv/bin/python benches/jax_cpu.py --no-pallas
+    .venv/bin/python benches/jax_cpu.py --concurrent  # beside XLA's own work: thread oversubscription
 
 Needs the package installed (`pip install .`, or TPU_KERNEL_EXAMPLES_LIB pointing at a built library).
 Each figure is the median of warm runs (`block_until_ready` each); rounds interleave the engines case by
@@ -20,6 +21,9 @@ import os
 import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# `--concurrent` runs one call per device of an 8-device CPU mesh at once (set before jax starts).
+if "--concurrent" in sys.argv:
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
@@ -43,6 +47,12 @@ OURS = {
     "flash_attention": lambda q, k, v: ex.flash_attention(q, k, v, causal=False, block=(128, 128)),
     "paged_attention": lambda lengths, table, q, kp, vp: ex.paged_attention(lengths, table, q, kp, vp,
                                                                             pages_per_compute_block=8),
+    # Where users are (issue 22): a small matmul, flash attention at [4, 512, 128], a dequant matmul at
+    # 256x512x256, rows 8 lanes wide.
+    "matmul_bf16_128": lambda x, y: ex.matmul(x, y, block=(128, 128, 128)),
+    "flash_attention_4x512": lambda q, k, v: ex.flash_attention(q, k, v, causal=False, block=(128, 128)),
+    "quantized_matmul_256x512x256": lambda x, w, s: ex.quantized_matmul(x, w, s, block=(128, 128, 128)),
+    "softmax_lanes8": lambda x: ex.softmax(x, block_rows=256),
 }
 # The Rust benchmark's kernels that are not in the examples library (its bench-only kernels and the
 # `--ops` cases) are not timed here.
@@ -65,6 +75,54 @@ def check(name: str, ours, ref) -> str | None:
     return f"{int(bad.sum())} elements differ (max |diff| {float(np.max(np.abs(o - r))):.3g})" if bad.any() else None
 
 
+CONCURRENT_CASES = ["matmul_bf16_256", "softmax_f32_1024", "flash_attention_4x512", "softmax_lanes8"]
+
+
+def concurrent(budget: float, rounds: int) -> None:
+    """Our op where XLA runs other work at the same time, vs XLA's own op in the same place, so that
+    any fight between our worker threads and XLA's thread pool shows as a ratio worse than alone.
+
+    - `beside`: one jit program of the case and an independent XLA matmul (1024² f32), which XLA may
+      run concurrently; time / (case alone + matmul alone).
+    - `8 devices`: the case on each of 8 CPU devices at once (`jax.shard_map`, inputs replicated, one
+      call per device); time / (8 x the case alone) — below 1 when the calls overlap usefully.
+    Each is printed for ours and for XLA's jnp version; ours/XLA under concurrency is the last column.
+    """
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    devices = jax.devices()
+    mesh = Mesh(np.array(devices), ("d",))
+    big = [xb.uni((1024, 1024), jnp.float32), xb.uni((1024, 1024), jnp.float32)]
+    side = jax.jit(lambda a, b: a @ b)
+    print(f"# concurrency ({len(devices)} CPU devices, {os.cpu_count()} cores): median ms, best of {rounds}")
+    print(f"{'case':<24} {'engine':<6} {'alone':>8} {'beside':>8} {'b/sum':>6} {'8 dev':>8} {'8d/8x':>6}")
+    for name in [c for c in CONCURRENT_CASES if c in OURS]:
+        ref, _, make = xb.CASES[name]
+        args = make()
+        row = {}
+        for engine, f in (("ours", OURS[name]), ("xla", ref)):
+            alone = jax.jit(f)
+            pair = jax.jit(lambda a, b, f=f: (f(*a), side(*b)))
+            n = len(args)
+            per_dev = jax.jit(jax.shard_map(lambda *xs, f=f: f(*xs)[None], mesh=mesh,
+                                            in_specs=tuple(P() for _ in range(n)), out_specs=P("d"),
+                                            check_vma=False))
+            for fn, a in ((alone, args), (side, big), (pair, (args, big)), (per_dev, args)):
+                jax.block_until_ready(fn(*a))
+            t = {k: math.inf for k in ("alone", "side", "pair", "dev")}
+            for _ in range(rounds):
+                t["alone"] = min(t["alone"], median_ms(alone, args, budget))
+                t["side"] = min(t["side"], median_ms(side, big, budget))
+                t["pair"] = min(t["pair"], median_ms(pair, (args, big), budget))
+                t["dev"] = min(t["dev"], median_ms(per_dev, args, budget))
+            row[engine] = t
+            print(f"{name:<24} {engine:<6} {t['alone']:>8.3f} {t['pair']:>8.3f} "
+                  f"{t['pair'] / (t['alone'] + t['side']):>6.2f} {t['dev']:>8.3f} {t['dev'] / (8 * t['alone']):>6.2f}")
+        o, x = row["ours"], row["xla"]
+        print(f"{'':<24} {'o/x':<6} {o['alone'] / x['alone']:>8.2f} {o['pair'] / x['pair']:>8.2f} "
+              f"{'':>6} {o['dev'] / x['dev']:>8.2f}")
+
+
 def geomean(xs):
     xs = [x for x in xs if x and x > 0]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
@@ -76,9 +134,14 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--no-pallas", action="store_true", help="skip Pallas interpret=True (slow)")
     ap.add_argument("--only", default=None, help="cases whose name contains this")
+    ap.add_argument("--concurrent", action="store_true",
+                    help="only the concurrency table (beside XLA work, 8 devices at once)")
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)
     budget = 0.3 if args.quick else 1.0
+    if args.concurrent:
+        concurrent(budget, rounds)
+        return 0
 
     engines = ["ours", "xla"] + ([] if args.no_pallas else ["pallas"])
     cases = [c for c in OURS if not args.only or args.only in c]
@@ -107,7 +170,7 @@ def main() -> int:
 
     print(f"# CPU inside jax.jit, median ms of warm runs (best of {rounds} interleaved round(s)); "
           f"jax {jax.__version__}, {os.cpu_count()} cores")
-    head = f"{'case':<22} {'ours':>9} {'XLA':>9} {'ours/XLA':>9}"
+    head = f"{'case':<28} {'ours':>9} {'XLA':>9} {'ours/XLA':>9}"
     if "pallas" in engines:
         head += f" {'Pallas':>10} {'Pallas/ours':>12}"
     print(head)
@@ -115,13 +178,13 @@ def main() -> int:
     for name in cases:
         o, x = best[(name, "ours")], best[(name, "xla")]
         r_xla.append(o / x)
-        line = f"{name:<22} {o:>9.3f} {x:>9.3f} {o / x:>9.2f}"
+        line = f"{name:<28} {o:>9.3f} {x:>9.3f} {o / x:>9.2f}"
         if "pallas" in engines:
             p = best[(name, "pallas")]
             r_pallas.append(p / o)
             line += f" {p:>10.3f} {p / o:>12.1f}"
         print(line)
-    line = f"{'geomean':<22} {'':>9} {'':>9} {geomean(r_xla):>9.2f}"
+    line = f"{'geomean':<28} {'':>9} {'':>9} {geomean(r_xla):>9.2f}"
     if "pallas" in engines:
         line += f" {'':>10} {geomean(r_pallas):>12.1f}"
     print(line)

@@ -362,6 +362,82 @@ CASES["quantized_matmul_256x512x256"] = (
 CASES["softmax_lanes8"] = (softmax_jnp, lambda x: softmax_pallas(x, br=256),
                            lambda: [uni((8192, 8), jnp.float32)])
 
+_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+def _paged_wait_once_kernel(lengths_ref, page_indices_ref, q_ref, k_hbm, v_hbm, o_ref, k_buf, v_buf, sems):
+    """benches/interpret/paged_once.rs in Pallas: every group copies all its pages (past the last one,
+    the last one again, masked by position) and waits once per slot for the whole slot."""
+    f32 = jnp.float32
+    b, h = pl.program_id(0), pl.program_id(1)
+    _, per_group, page_size, _ = k_buf.shape
+    heads, head_dim = q_ref.shape
+    tokens = per_group * page_size
+    length = lengths_ref[b]
+    n_pages = lax.div(length + (page_size - 1), page_size)
+    n_groups = lax.div(length + (tokens - 1), tokens)
+
+    def start_slot(g, slot):
+        def copy(j, carry):
+            page = page_indices_ref[b, jnp.minimum(g * per_group + j, n_pages - 1)]
+            pltpu.make_async_copy(k_hbm.at[h, page], k_buf.at[slot, j], sems.at[0, slot]).start()
+            pltpu.make_async_copy(v_hbm.at[h, page], v_buf.at[slot, j], sems.at[1, slot]).start()
+            return carry
+
+        lax.fori_loop(0, per_group, copy, None)
+
+    @pl.when(n_groups > 0)
+    def _():
+        start_slot(0, 0)
+
+    q = q_ref[...]
+
+    def body(g, carry):
+        m, l, acc = carry
+        slot = lax.rem(g, 2)
+
+        @pl.when(g + 1 < n_groups)
+        def _():
+            start_slot(g + 1, 1 - slot)
+
+        pltpu.make_async_copy(k_buf.at[slot], k_buf.at[slot], sems.at[0, slot]).wait()
+        pltpu.make_async_copy(v_buf.at[slot], v_buf.at[slot], sems.at[1, slot]).wait()
+        k = k_buf[slot].reshape(tokens, head_dim)
+        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=f32)
+        position = lax.broadcasted_iota(jnp.int32, (heads, tokens), 1) + g * tokens
+        s = jnp.where(position < length, s, _MASK_VALUE)
+        m_next = jnp.maximum(m, jnp.max(s, axis=1, keepdims=True))
+        alpha = jnp.exp(m - m_next)
+        p = jnp.exp(s - m_next)
+        l = alpha * l + jnp.sum(p, axis=1, keepdims=True)
+        v = v_buf[slot].reshape(tokens, head_dim)
+        acc = acc * alpha + jnp.dot(p.astype(jnp.bfloat16), v, preferred_element_type=f32)
+        return m_next, l, acc
+
+    init = (jnp.full((heads, 1), -jnp.inf, f32), jnp.zeros((heads, 1), f32), jnp.zeros((heads, head_dim), f32))
+    _, l, acc = lax.fori_loop(0, n_groups, body, init)
+    o_ref[...] = (acc / jnp.maximum(l, 1.0)).astype(o_ref.dtype)
+
+
+def paged_wait_once_pallas(lengths, page_indices, q, k_pages, v_pages, per_group=8):
+    batch, heads, head_dim = q.shape
+    kv_heads, _, page_size, _ = k_pages.shape
+    group = heads // kv_heads
+    q_spec = pl.BlockSpec((pl.Squeezed(), group, head_dim), lambda b, h, *_: (b, h, 0))
+    buf = pltpu.VMEM((2, per_group, page_size, head_dim), k_pages.dtype)
+    return pl.pallas_call(
+        _paged_wait_once_kernel, out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=2, grid=(batch, kv_heads),
+            in_specs=[q_spec, pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=q_spec, scratch_shapes=[buf, buf, pltpu.SemaphoreType.DMA((2, 2))]),
+        name="paged_attention_kernel")(lengths, page_indices, q, k_pages, v_pages)
+
+
+# A paged decode that waits once per slot (benches/interpret/paged_once.rs): the example's inputs.
+CASES["paged_decode_wait_once"] = (paged_attention_jnp, _interpreted(paged_wait_once_pallas),
+                                   _example_inputs("paged_attention"))
+
 
 # `--ops` of benches/interpret.rs: each float op of the op table alone, inputs in (0.5, 4.5).
 def _op_inputs(n):
