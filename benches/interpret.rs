@@ -415,6 +415,16 @@ struct Baselines {
     stdout: BufReader<ChildStdout>,
 }
 
+/// The baselines' `XLA_FLAGS` when this run is capped (`TPU_KERNEL_CPU=avx2` or `scalar`): XLA:CPU held
+/// to the same ISA (`--xla_cpu_max_isa=AVX2`), so both sides stand in for a CPU without AVX-512.
+fn baseline_xla_flags() -> Option<String> {
+    use tpu_kernel::runtime::math::cpu::{level, Level};
+    (level() < Level::Native).then(|| {
+        let old = std::env::var("XLA_FLAGS").unwrap_or_default();
+        format!("{old} --xla_cpu_max_isa=AVX2").trim().to_string()
+    })
+}
+
 impl Baselines {
     fn start(quick: bool) -> Result<Self, String> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -429,6 +439,9 @@ impl Baselines {
             .stderr(Stdio::null());
         if quick {
             cmd.arg("--quick");
+        }
+        if let Some(flags) = baseline_xla_flags() {
+            cmd.env("XLA_FLAGS", flags);
         }
         let mut child = cmd
             .spawn()
@@ -641,6 +654,9 @@ fn main() {
          us/step = ours per grid step",
         tpu_kernel::runtime::math::cpu::describe()
     );
+    if let Some(flags) = baseline_xla_flags() {
+        println!("baselines capped alike: XLA_FLAGS={flags}");
+    }
     println!(
         "{:<28} {:>9} {:>8} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {:>9}",
         "case",

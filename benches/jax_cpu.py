@@ -21,6 +21,9 @@ import os
 import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# A capped run (`TPU_KERNEL_CPU=avx2`, standing in for a CPU without AVX-512) holds XLA:CPU to the same ISA.
+if os.environ.get("TPU_KERNEL_CPU", "native") not in ("", "native"):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_max_isa=AVX2").strip()
 # `--concurrent` runs one call per device of an 8-device CPU mesh at once (set before jax starts).
 if "--concurrent" in sys.argv:
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()

@@ -126,6 +126,13 @@ impl RowAcc<f32> {
 /// without NaNs whose extremum is not a zero takes plain `vmaxps` / `vminps` (see
 /// [`super::simd::max_min_no_nan`]: provably the same answer).
 pub(crate) fn row_f32<const K: u8>(row: &[f32]) -> f32 {
+    if K != SUM && row.len() < LANES {
+        // A max / min over a row narrower than a group (rows a few lanes wide): every element goes to
+        // `rest` and the lanes stay at the identity, whose tree is the identity, so the order is this
+        // fold — without the vector paths' fixed cost, which dominates a row of a few elements.
+        let id = identity_f32::<K>();
+        return comb_f32::<K>(id, row.iter().fold(id, |a, &x| comb_f32::<K>(a, x)));
+    }
     #[cfg(target_arch = "x86_64")]
     if K != SUM && super::simd::avx2() {
         // SAFETY: the CPU has AVX2 and FMA (checked at run time).
@@ -212,6 +219,14 @@ mod tests {
         all(&[f32::NEG_INFINITY; 35]);
         all(&[f32::INFINITY; 35]);
         all(&[f32::from_bits(1), -f32::from_bits(1), 0.0, -0.0]);
+        // Rows shorter than a group (no max/min shortcut): empty, one element, 8 lanes wide, zero
+        // ties, a NaN.
+        all(&[]);
+        all(&row[..1]);
+        all(&row[..8]);
+        all(&neg[38..46]);
+        all(&pos[38..46]);
+        all(&[1.0, f32::from_bits(0xffc0_0001), -2.0, 3.0]);
         // Two NaN payloads in different lanes (the tree decides which one survives), and zero ties
         // across lanes (the tree's -0 / +0 ordering).
         let mut nans: Vec<f32> = (0..48).map(|i| i as f32 - 20.0).collect();
