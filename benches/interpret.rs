@@ -78,6 +78,24 @@ mod transcendental {
         o2.store(b * c + a * s);
     }
 
+    /// The per-step cost (issue 22 item 2): a copy over many small blocks that reads its grid index
+    /// (each block scaled by its step number + 1), so the steps cannot be merged into larger bands.
+    #[tpu_kernel]
+    pub fn step_copy_kernel(x: Ref<f32>, o: RefMut<f32>) {
+        let k = program_id(0) + 1;
+        o.store(x.load() * k.cast::<f32>());
+    }
+
+    /// `step_copy_kernel` on f32 `[m, n]`, `bm` rows a step.
+    pub fn step_copy(m: usize, n: usize, bm: usize) -> Result<PallasCall, KernelError> {
+        pallas_call(step_copy_kernel)
+            .grid([m / bm])
+            .input(a(m, n), rows(bm, n))
+            .output(a(m, n), rows(bm, n))
+            .dimension_semantics([Parallel])
+            .build()
+    }
+
     fn rows(bm: usize, n: usize) -> BlockSpec<'static> {
         BlockSpec::new([bm, n], |[i]| (i, 0))
     }
@@ -296,6 +314,10 @@ fn cases() -> Vec<(&'static str, Build)> {
             Box::new(|| softmax::softmax(at([8192, 8], F32), 256)),
         ),
         ("paged_decode_wait_once", Box::new(paged_once::build)),
+        (
+            "step_copy_1024x8x128",
+            Box::new(|| transcendental::step_copy(1024 * 8, 128, 8)),
+        ),
     ];
     for &name in EXAMPLE_CASES {
         let (_, build) = common::EXAMPLES
@@ -371,6 +393,15 @@ fn bench_reference(name: &str, inputs: &[HostArray]) -> Option<Vec<HostArray>> {
             }),
         )],
         "softcap_kernel" => vec![out(shape, map(f(0), &|x| (x / 30.0).tanh() * 30.0))],
+        "step_copy_kernel" => {
+            // Block i (8 rows) scaled by i + 1.
+            let n = shape[1];
+            let v = f(0).into_iter().enumerate();
+            vec![out(
+                shape,
+                v.map(|(t, x)| x * (t / n / 8 + 1) as f64).collect(),
+            )]
+        }
         "swiglu_kernel" => {
             let (x, g) = (f(0), f(1));
             let v = x.iter().zip(&g).map(|(x, g)| g / (1.0 + (-g).exp()) * x);

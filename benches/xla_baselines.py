@@ -439,6 +439,21 @@ CASES["paged_decode_wait_once"] = (paged_attention_jnp, _interpreted(paged_wait_
                                    _example_inputs("paged_attention"))
 
 
+def _step_copy_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * (pl.program_id(0) + 1).astype(jnp.float32)
+
+
+def step_copy_jnp(x):
+    m, n = x.shape
+    k = (jnp.arange(m // 8, dtype=jnp.float32) + 1.0)[:, None, None]
+    return (x.reshape(m // 8, 8, n) * k).reshape(m, n)
+
+
+# The per-step cost: a copy over 1024 blocks of [8, 128] that reads its grid index (benches/interpret.rs).
+CASES["step_copy_1024x8x128"] = (step_copy_jnp, rows_pallas(_step_copy_kernel, 1, 1, 8),
+                                 lambda: [uni((1024 * 8, 128), jnp.float32)])
+
+
 # `--ops` of benches/interpret.rs: each float op of the op table alone, inputs in (0.5, 4.5).
 def _op_inputs(n):
     return lambda: [uni((1024, 1024), jnp.float32) * 2.0 + 2.5 for _ in range(n)]
