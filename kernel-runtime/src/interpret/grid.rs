@@ -20,7 +20,7 @@ use crate::ir::{BlockIr, DimensionSemantics, Func, Kernel, OpKind, OperandRole};
 use crate::semantics::host::{
     take_output, ArrayView, ArrayViewMut, HostArray, HostData, HostElement,
 };
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 mod steps;
@@ -265,6 +265,30 @@ pub(crate) fn describe(k: &Kernel, opts: &InterpretOptions) -> Result<(String, s
     Ok((out, counts))
 }
 
+/// Launches interpreting now in this process, on any thread (see [`Running`]).
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// One running launch, counted in [`RUNNING`] while it lives. Each launch takes an equal share of
+/// rayon's threads: when XLA runs our op on several devices at once (`shard_map` on a CPU mesh) or
+/// beside its own work, the launches' own threads already fill the cores, and helpers on top would
+/// only queue and spin. Any share gives the same bits (parallel and sequential runs agree bit for
+/// bit: `interpret.rs::parallel_and_sequential_runs_agree_bit_for_bit`).
+struct Running;
+
+impl Running {
+    /// Count this launch in; returns its guard and its number of threads (at least 1).
+    fn enter() -> (Running, usize) {
+        let now = RUNNING.fetch_add(1, Ordering::Relaxed) + 1;
+        (Running, (rayon::current_num_threads() / now).max(1))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Run every grid step of `k`, writing every block of every output into `targets`.
 fn execute(
     k: &Kernel,
@@ -272,8 +296,8 @@ fn execute(
     targets: &[ArrayViewMut<'_>],
     opts: &InterpretOptions,
 ) -> Result<()> {
+    let (_running, threads) = Running::enter();
     // Kernels that never mix rows run over larger row bands (same bits, see `coalesce`).
-    let threads = rayon::current_num_threads();
     let coalesced = if opts.fuse && k.scalar_prefetch == 0 {
         super::coalesce::coalesce(k, threads).or_else(|| super::coalesce::coalesce_rows(k, threads))
     } else {
