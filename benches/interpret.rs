@@ -157,6 +157,8 @@ type Build = Box<dyn Fn() -> Result<PallasCall, KernelError>>;
 
 #[path = "interpret/paged_once.rs"]
 mod paged_once;
+#[path = "interpret/peak.rs"]
+mod peak;
 
 /// `--ops`: every float op of the op table alone on an f32 `[1024, 1024]` array (inputs in (0.5, 4.5)).
 mod ops {
@@ -556,6 +558,38 @@ fn ab_fusion(only: Option<&str>) {
     }
 }
 
+/// A measured case: name, ours (median, min) ms, (max error, within tolerance), grid steps.
+type Row = (&'static str, f64, f64, (f64, bool), usize);
+
+/// The machine's multiply-add peak per dot dtype as this run dispatches ([`peak`]), and the fraction of
+/// the bf16 peak each `matmul_bf16_N` case reaches (2N³ flops in its time).
+fn print_peaks(threads: usize, rows: &[Row]) {
+    let peaks = peak::peaks(threads);
+    let line: Vec<String> = peaks
+        .iter()
+        .map(|(d, instr, g)| format!("{d} {g:.0} ({instr})"))
+        .collect();
+    println!(
+        "peak GFLOP/s (i8: GOP/s) on {threads} threads: {}",
+        line.join(", ")
+    );
+    let Some(&(_, _, bf16)) = peaks.iter().find(|p| p.0 == "bf16") else {
+        return;
+    };
+    for (name, ours, ..) in rows {
+        if let Some(n) = name
+            .strip_prefix("matmul_bf16_")
+            .and_then(|n| n.parse::<f64>().ok())
+        {
+            let gflops = 2.0 * n * n * n / (ours * 1e-3) / 1e9;
+            println!(
+                "  {name}: {gflops:.0} GFLOP/s, {:.0}% of the bf16 peak (target: >= 60% at 1024)",
+                100.0 * gflops / bf16
+            );
+        }
+    }
+}
+
 fn geomean(v: &[f64]) -> f64 {
     (v.iter().map(|x| x.ln()).sum::<f64>() / v.len().max(1) as f64).exp()
 }
@@ -601,7 +635,7 @@ fn main() {
         eprintln!("baselines unavailable: {e}");
     }
     let mut baseline = HashMap::new();
-    let mut rows = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     // `--ops`: each float op of the table alone (no reference check) instead of the kernels.
     let list = if args.iter().any(|a| a == "--ops") {
         ops::cases()
@@ -727,6 +761,7 @@ fn main() {
             ),
         }
     }
+    print_peaks(threads, &rows);
     if !ours_r.is_empty() {
         println!(
             "{:<28} {:>9} {:>8} {:>9} {:>10} {:>9.2} {:>8.2} {:>10.2} {:>11.1}",
