@@ -144,6 +144,43 @@ pub(crate) struct View<'a, T> {
     pub cs: usize,
 }
 
+/// The edge tiles of the GEMM kernels (`dot_bf16`, `dot_bf16_order`, `dot_i8`), which compute whole
+/// `rows × nr` tiles: the `mr × nc` corner of the row-major `c` (row stride `n`) at `at` copied into a
+/// local `tile` of `nr` columns, zeros elsewhere (and everywhere when `accumulate` is false)...
+pub(crate) fn edge_tile_load<T: Copy + Default>(
+    tile: &mut [T],
+    nr: usize,
+    c: &[T],
+    n: usize,
+    (i0, j0): (usize, usize),
+    (mr, nc): (usize, usize),
+    accumulate: bool,
+) {
+    for (r, row) in tile.chunks_mut(nr).enumerate() {
+        for (cc, t) in row.iter_mut().enumerate() {
+            *t = if accumulate && r < mr && cc < nc {
+                c[(i0 + r) * n + j0 + cc]
+            } else {
+                T::default()
+            };
+        }
+    }
+}
+
+/// ...and the corner written back from the tile once computed.
+pub(crate) fn edge_tile_store<T: Copy>(
+    tile: &[T],
+    nr: usize,
+    c: &mut [T],
+    n: usize,
+    (i0, j0): (usize, usize),
+    (mr, nc): (usize, usize),
+) {
+    for r in 0..mr {
+        c[(i0 + r) * n + j0..][..nc].copy_from_slice(&tile[r * nr..][..nc]);
+    }
+}
+
 /// `(m, n, k)` and the two factors of a product.
 type CheckedViews<'a, T> = ((usize, usize, usize), View<'a, T>, View<'a, T>);
 

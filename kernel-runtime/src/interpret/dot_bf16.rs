@@ -15,6 +15,7 @@
 //! 128-row blocks split evenly into 8-row tiles). An odd k is padded with a zero column; edge tiles
 //! are computed whole and written back clipped.
 
+use super::dot::{edge_tile_load, edge_tile_store};
 use half::bf16;
 use std::arch::x86_64::*;
 
@@ -103,21 +104,10 @@ pub(crate) fn gemm(
                     )
                 };
             } else {
-                for (r, row) in tile.chunks_mut(NR).enumerate() {
-                    for (cc, t) in row.iter_mut().enumerate() {
-                        *t = if accumulate && r < mr && cc < nc {
-                            c[(i0 + r) * n + j0 + cc]
-                        } else {
-                            0.0
-                        };
-                    }
-                }
+                edge_tile_load(&mut tile, NR, c, n, (i0, j0), (mr, nc), accumulate);
                 // SAFETY: as above, into the local 8×32 tile (row stride 32).
                 unsafe { tile_8x32(kp, a_at, pb.as_ptr().cast(), tile.as_mut_ptr(), NR, true) };
-                for r in 0..mr {
-                    c[(i0 + r) * n + j0..(i0 + r) * n + j0 + nc]
-                        .copy_from_slice(&tile[r * NR..r * NR + nc]);
-                }
+                edge_tile_store(&tile, NR, c, n, (i0, j0), (mr, nc));
             }
         }
     }

@@ -124,6 +124,7 @@ impl Drop for DazFtz {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
+    use super::super::dot::{edge_tile_load, edge_tile_store};
     use super::{widen, DazFtz, View};
     use half::bf16;
     use std::arch::x86_64::*;
@@ -198,15 +199,7 @@ mod avx2 {
                     let (out, ldc) = if direct {
                         (c[i0 * n + j0..].as_mut_ptr(), n)
                     } else {
-                        for (r, row) in tile.chunks_mut(NR).enumerate() {
-                            for (cc, t) in row.iter_mut().enumerate() {
-                                *t = if r < mr && cc < nc {
-                                    c[(i0 + r) * n + j0 + cc]
-                                } else {
-                                    0.0
-                                };
-                            }
-                        }
+                        edge_tile_load(&mut tile, NR, c, n, (i0, j0), (mr, nc), true);
                         (tile.as_mut_ptr(), NR)
                     };
                     // SAFETY: `avx2()` (avx2 + fma); block i0/6 of the band holds kc·6 f32, pb
@@ -217,10 +210,7 @@ mod avx2 {
                         tile_6x16(kc / 2, a_at, pb.as_ptr(), out, ldc)
                     };
                     if !direct {
-                        for r in 0..mr {
-                            c[(i0 + r) * n + j0..(i0 + r) * n + j0 + nc]
-                                .copy_from_slice(&tile[r * NR..r * NR + nc]);
-                        }
+                        edge_tile_store(&tile, NR, c, n, (i0, j0), (mr, nc));
                     }
                 }
             }

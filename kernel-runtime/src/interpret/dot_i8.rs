@@ -15,6 +15,7 @@
 //! multiply-adds each). k is padded to a multiple of 4 with zeros in B; edge tiles are computed whole
 //! and written back clipped.
 
+use super::dot::{edge_tile_load, edge_tile_store};
 use super::simd::multiversion;
 
 const MR: usize = 8;
@@ -75,21 +76,10 @@ pub(crate) fn gemm(
                 unsafe { tile_8x32(kq, pa.as_ptr(), pb.as_ptr(), &bias, dst.as_mut_ptr(), n) };
                 continue;
             }
-            for (r, row) in tile.chunks_mut(NR).enumerate() {
-                for (cc, t) in row.iter_mut().enumerate() {
-                    *t = if r < mr && cc < nc {
-                        c[(i0 + r) * n + j0 + cc]
-                    } else {
-                        0
-                    };
-                }
-            }
+            edge_tile_load(&mut tile, NR, c, n, (i0, j0), (mr, nc), true);
             // SAFETY: as above, into the local 8×32 tile (row stride 32).
             unsafe { tile_8x32(kq, pa.as_ptr(), pb.as_ptr(), &bias, tile.as_mut_ptr(), NR) };
-            for r in 0..mr {
-                c[(i0 + r) * n + j0..(i0 + r) * n + j0 + nc]
-                    .copy_from_slice(&tile[r * NR..r * NR + nc]);
-            }
+            edge_tile_store(&tile, NR, c, n, (i0, j0), (mr, nc));
         }
     }
 }
