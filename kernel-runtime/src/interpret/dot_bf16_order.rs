@@ -346,6 +346,78 @@ mod tests {
         }
     }
 
+    /// Fuzz: random shapes (edge tiles, odd k, several k bands), operands at random offsets inside
+    /// larger buffers with padded row strides, either layout, with and without an accumulator — every
+    /// kernel gives the definition's bits.
+    #[test]
+    fn random_shapes_and_views_give_the_definitions_bits() {
+        let mut state = 0xf022u64;
+        let mut next = |below: usize| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) as usize) % below
+        };
+        for round in 0..120 {
+            let (m, n, k) = (
+                1 + next(30),
+                1 + next(40),
+                1 + next(if round % 4 == 0 { 700 } else { 70 }),
+            );
+            let mut bits = 0x5eedu64 + round;
+            let mut operand =
+                |rows: usize, cols: usize, transposed: bool, pad: usize, off: usize| {
+                    // Logical rows × cols; stored row-major with `pad` extra columns, or transposed.
+                    let (outer, inner) = if transposed {
+                        (cols, rows)
+                    } else {
+                        (rows, cols)
+                    };
+                    let stride = inner + pad;
+                    let data: Vec<bf16> = (0..off + outer * stride)
+                        .map(|_| element(&mut bits))
+                        .collect();
+                    let (rs, cs) = if transposed { (1, stride) } else { (stride, 1) };
+                    (data, off, rs, cs)
+                };
+            let (ta, tb) = (next(2) == 1, next(2) == 1);
+            let (ad, aoff, ars, acs) = operand(m, k, ta, next(3), next(5));
+            let (bd, boff, brs, bcs) = operand(k, n, tb, next(3), next(5));
+            let a = View {
+                data: &ad,
+                off: aoff,
+                rs: ars,
+                cs: acs,
+            };
+            let b = View {
+                data: &bd,
+                off: boff,
+                rs: brs,
+                cs: bcs,
+            };
+            let accumulate = next(2) == 1;
+            let init: Vec<f32> = (0..m * n).map(|_| widen(element(&mut bits))).collect();
+            let mut want = init.clone();
+            gemm_scalar(m, n, k, a, b, &mut want, accumulate);
+            let mut got = init.clone();
+            avx2::gemm(m, n, k, a, b, &mut got, accumulate);
+            let same =
+                |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+            assert!(
+                same(&got, &want),
+                "avx2 ({m},{n},{k}) ta {ta} tb {tb} acc {accumulate}"
+            );
+            if super::super::dot_bf16::available() {
+                let mut hw = init.clone();
+                super::super::dot_bf16::gemm(m, n, k, a, b, &mut hw, accumulate);
+                assert!(
+                    same(&hw, &want),
+                    "vdpbf16ps ({m},{n},{k}) ta {ta} tb {tb} acc {accumulate}"
+                );
+            }
+        }
+    }
+
     fn view(data: &[bf16], rs: usize, cs: usize) -> View<'_, bf16> {
         View {
             data,
