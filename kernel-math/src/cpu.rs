@@ -42,7 +42,8 @@ macro_rules! has {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub fn avx2() -> bool {
-    level() >= Level::Avx2 && has!("avx2", "fma")
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| level() >= Level::Avx2 && has!("avx2", "fma"))
 }
 
 /// Whether loops take 16 lanes (AVX-512F).
