@@ -115,6 +115,8 @@ fn cases() -> Vec<Case> {
             rmsnorm::rmsnorm(bf16s(&[64, 256]), f32s(&[1, 256]), 1e-6, 16),
         ),
         ("softmax", softmax::softmax(f32s(&[64, 256]), 8)),
+        // Rows 5 lanes wide: the fused chain's narrow pass (`fused/narrow.rs`).
+        ("softmax narrow", softmax::softmax(f32s(&[48, 5]), 16)),
         (
             "transpose",
             transpose::transpose(f32s(&[256, 256]), (128, 128)),

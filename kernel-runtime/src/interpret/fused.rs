@@ -3,6 +3,8 @@
 //! pass and one block-sized temporary per op. Each op still rounds its result to its own dtype, so the
 //! values are exactly those of the unfused ops.
 
+#[cfg(target_arch = "x86_64")]
+mod narrow;
 mod rows;
 
 use super::elementwise::RawDest;
@@ -357,6 +359,28 @@ fn chain_impl(
         && super::simd::avx2();
     let leading = leading_vector(links, exts.len());
     let mut rows = rows::RowsN::new(&shape, &strides, &offsets);
+    // `exp(x - m)` (and its rows' sums) over rows a few lanes wide: many rows at a time.
+    #[cfg(target_arch = "x86_64")]
+    if sub_exp && links.len() == 2 && exts.len() == 1 && out_dtype == DType::F32 {
+        let red = match epi.map(|e| e.kind) {
+            None => Some(None),
+            Some(ReduceKind::Sum) => Some(Some(&mut red[..])),
+            Some(_) => None,
+        };
+        if let Some(red) = red {
+            // SAFETY: `sub_exp` implies AVX2 and FMA; `ptr` is the destination the row loop would
+            // write, checked above to hold every offset the rows reach.
+            unsafe {
+                narrow::try_pass(
+                    &mut rows,
+                    &offsets,
+                    (&first_d, &ext_d[0]),
+                    (ptr, store),
+                    red,
+                )
+            };
+        }
+    }
     let inner = rows.inner;
     let inner_strides = rows.inner_strides.clone();
     let k = exts.len();

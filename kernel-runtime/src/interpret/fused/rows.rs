@@ -70,4 +70,17 @@ impl RowsN {
         }
         Some(&self.cur)
     }
+
+    /// The one outer axis's length and per-operand strides, when the rows have exactly one.
+    pub(super) fn single_outer(&self) -> Option<(usize, &[usize])> {
+        match &self.outer[..] {
+            [(n, s)] if !self.done => Some((*n, s)),
+            _ => None,
+        }
+    }
+
+    /// Leave no rows (a caller that did them all another way).
+    pub(super) fn skip_all(&mut self) {
+        self.done = true;
+    }
 }
