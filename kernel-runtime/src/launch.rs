@@ -355,6 +355,18 @@ kernel_fn!(A, B, C, D, E, F, G, H, I);
 kernel_fn!(A, B, C, D, E, F, G, H, I, J);
 kernel_fn!(A, B, C, D, E, F, G, H, I, J, K);
 kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S, T);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S, T, U);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S, T, U, V);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S, T, U, V, W);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S, T, U, V, W, X);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S, T, U, V, W, X, Y);
 
 /// Start describing a kernel launch (`pl.pallas_call`).
 #[track_caller]

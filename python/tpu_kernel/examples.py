@@ -106,3 +106,31 @@ def __getattr__(name: str) -> Kernel:
     """Only reached for names that are not kernels (the kernels are module globals): an AttributeError
     listing them. Its annotation tells type checkers that `examples.<kernel>` is a `Kernel`."""
     raise AttributeError(f"tpu_kernel.examples has no kernel {name!r}; its kernels: {', '.join(__all__)}")
+
+
+#: tpu-inference's order of `ragged_paged_attention`'s arrays (the launch takes the tables first).
+_RPA_ARRAYS = ("queries", "keys", "values", "kv_cache", "kv_lens", "page_indices", "cu_q_lens", "distribution")
+
+
+def ragged_paged_attention(queries: Any, keys: Any, values: Any, kv_cache: Any, kv_lens: Any,
+                           page_indices: Any, cu_q_lens: Any, distribution: Any, **options: Any) -> Any:
+    """tpu-inference's ragged paged attention v3 (vLLM TPU's attention), with its signature:
+    `(output, updated_kv_cache)` for `queries [T, Hq, D]`, the new tokens' `keys`/`values [T, Hkv, D]`,
+    `kv_cache [pages, page_size, 2 Hkv / packing, packing, D]` (`get_kv_cache_shape`), i32 `kv_lens
+    [S]`, `page_indices [S * pages_per_seq]`, `cu_q_lens [S + 1]`, `distribution [3]`, and its keyword
+    arguments (`use_causal_mask`, `update_kv_cache`, `skip_kv_mask`, `sm_scale`, `sliding_window`,
+    `soft_cap`, `out_dtype`, `mask_value`, `q_scale`, `k_scale`, `v_scale`, `chunk_prefill_size`,
+    `d_block_sizes`, `p_block_sizes`, `m_block_sizes`, `vmem_limit_bytes`; `target=`). The cache is
+    aliased to the output (donate it under `jax.jit` to update it in place). One Rust launch,
+    `ragged_paged_attention_launch` in examples/ragged_paged_attention.rs, whose module docs list
+    where it differs from tpu-inference."""
+    if "out_dtype" in options and options["out_dtype"] is not None:
+        options["out_dtype"] = np.dtype(options["out_dtype"]).name
+    for name in ("d_block_sizes", "p_block_sizes", "m_block_sizes"):
+        if options.get(name) is not None:
+            options[name] = [int(b) for b in options[name]]
+    return library.kernels["ragged_paged_attention_launch"](
+        kv_lens, page_indices, cu_q_lens, distribution, queries, keys, values, kv_cache, **options)
+
+
+__all__ = sorted([*__all__, "ragged_paged_attention"])
