@@ -1,42 +1,61 @@
 //! Ragged paged attention (issue 23): the algorithm of tpu-inference's ragged paged attention v3 —
-//! vLLM TPU's production attention — with its Python signature and KV cache layout, written with
-//! this crate's primitives.
+//! vLLM TPU's production attention — with its Python signature, its KV cache layout and its
+//! kernel's operands, written with this crate's primitives.
 //!
-//! **Inputs** (tpu-inference's): `queries [T, Hq, D]`, the new tokens' `keys` and `values`
-//! `[T, Hkv, D]`, the paged `kv_cache [pages, page_size, 2 Hkv / packing, packing, D]` (a token's
-//! row holds key 0, value 0, key 1, value 1, …; bf16 packs a key and its value into one 32-bit word,
-//! key in the low half), i32 `kv_lens [S]`, `page_indices [S * pages_per_seq]` (the block table,
-//! flattened), `cu_q_lens [S + 1]` (sequence `s` owns query tokens `cu_q_lens[s]..cu_q_lens[s+1]`,
-//! the last `q_len` of its `kv_len` tokens) and `distribution [3]`: sequences `0..d0` decode (one
-//! query token), `d0..d1` prefill in chunks, `d1..d2` are mixed. **Outputs**: the attention
-//! `[T, Hq, D]` of every query token against its sequence's first `kv_len` tokens (causal), and
-//! the KV cache with the new tokens written into their pages (aliased to `kv_cache`).
+//! **Operands** (tpu-inference's kernel's, made from its Python arguments by
+//! `tpu_kernel.examples.ragged_paged_attention` as its `prepare_inputs` makes them): `q [Hkv, T,
+//! Gp / pk, pk, D]` (the `G = Hq / Hkv` query heads of a kv head, padded to `Gp`, a multiple of the
+//! packing `pk` — 2 for bf16, 1 for f32), the new tokens' keys and values merged into the cache's
+//! row layout `kv [T, 2 Hkv / pk, pk, D]` (a token's row holds key 0, value 0, key 1, value 1, …;
+//! bf16 packs a key and its value into one 32-bit word, the key in the low half), the paged
+//! `kv_cache [pages, page_size, 2 Hkv / pk, pk, D]`, and the scalar-prefetched i32 `kv_lens [S]`,
+//! `page_indices [S * pages_per_seq]` (the block table, flattened), `cu_q_lens [S + 1]` (sequence
+//! `s` owns query tokens `cu_q_lens[s]..cu_q_lens[s+1]`, the last `q_len` of its `kv_len` tokens)
+//! and `distribution [3]`: sequences `0..d0` decode (one query token), `d0..d1` prefill, `d1..d2`
+//! are mixed. **Outputs**: the attention in `q`'s layout (aliased to `q`) and the cache with the new
+//! tokens written into their pages (aliased to `kv_cache`).
 //!
-//! **One launch, `grid = (1,)`, everything in HBM** (`input_any`): the kernel walks the sequences
-//! of each case (decode, prefill, mixed — one specialised loop each, the range read from
-//! `distribution`, block sizes per case), and for each sequence
-//! 1. writes its new keys and values into the cache: they are copied into VMEM per kv head,
-//!    interleaved into the cache's row layout (for bf16: one u32 word per key/value pair, through a
-//!    `u32` view of the buffer and strided stores), and copied to their pages — one copy per page
-//!    touched, of a run-time number of rows (`ds(row, n)`), all counted on one semaphore and
-//!    retired by one wait;
-//! 2. for each block of `bq` query tokens (fetched by DMA) walks its KV blocks of `bkv` tokens:
-//!    block `b + 1`'s pages are copied into one slot of a double buffer (one copy per page, of only
-//!    the rows the sequence owns) while block `b` is computed from the other; keys and values come
-//!    out of the slot through a `u32` view by strided loads (a kv head's rows are `2 Hkv / packing`
-//!    apart), `bkv_c` tokens at a time; an online softmax (flash attention) carries the running
-//!    max, sum and output of every query row in VMEM scratch;
-//! 3. divides by the sum and sends the block's output to HBM.
+//! **One launch, `grid = (1,)`, every operand in HBM** (`input_any`): the kernel walks the sequences
+//! of each case (decode, prefill, mixed — one loop each, traced with the case's block sizes and the
+//! range read from `distribution`), and for each sequence
+//! 1. copies its new rows of `kv` into their cache pages: one HBM-to-HBM copy per page touched, of
+//!    a run-time number of rows (`ds(row, n)`), all counted on one semaphore, retired by one wait;
+//! 2. for each block of `bq` query tokens (one copy of `[Hkv, n, Gp / pk, pk, D]`) walks its KV
+//!    blocks of `bkv` tokens: block `b + 1`'s pages are copied into one slot of a double buffer (one
+//!    copy per page, of only the rows the sequence owns) while block `b` is computed from the other.
+//!    Keys and values come out of the slot through a `u32` view by strided loads (a kv head's rows
+//!    are `2 Hkv / pk` apart; for bf16 a word is split into its key and value), queries through a
+//!    `u32` view bitcast back (token-major rows `t · Gp + g`), `bkv_c` tokens and `bq_c` query tokens
+//!    at a time; an online softmax (flash attention) carries each query row's running max, sum and
+//!    output in f32 VMEM scratch;
+//! 3. divides by the sum and copies the block's output to HBM.
 //!
-//! Grouped-query attention: the `G = Hq / Hkv` query heads of a kv head share one `[G·rows, D]`
-//! matrix product. Decode blocks hold one token, so its `G` heads are `G` rows of one `[Hq, D]`
-//! fetch; prefill and mixed blocks are fetched head by head into `[Hq, bq, D]` so a kv head's
-//! queries are one `[G, bq_c, D]` window (`bq_c` rows per head, a multiple of the sublane tile).
+//! Masks: a key after the query's position (causal; not in decode, whose one query is the last
+//! token), at or past `kv_len`, or, with `sliding_window = w`, `w` or more positions before the
+//! query, scores `mask_value`; values past `kv_len` are zeroed (a copy fills only the rows the
+//! sequence owns; the rest of a slot is stale). KV blocks wholly before a query block's window are
+//! not fetched.
 //!
-//! Masks: a key past the sequence's query position (causal; not in decode, whose one query is the
-//! last token), past `kv_len`, or, with `sliding_window = w`, `w` or more tokens before the query,
-//! scores `mask_value`; values past `kv_len` are zeroed (the rows a copy did not fill hold stale
-//! data). KV blocks wholly before a query block's window are not fetched.
+//! **Where it differs from tpu-inference** (measured against its `ref_ragged_paged_attention` in
+//! `python/tests/test_ragged_paged_attention.py`):
+//! - The cases are loops of one launch, not one launch each; the prefill loop runs whether or not
+//!   `chunk_prefill_size` is given (tpu-inference's mixed launch starts at `distribution[1]`, so
+//!   without it the prefill range is not computed at all); `chunk_prefill_size` only selects
+//!   `p_block_sizes` over `m_block_sizes` — the query length stays dynamic.
+//! - The softmax statistics and accumulator are f32 whatever `out_dtype` says (tpu-inference keeps
+//!   them in `out_dtype`, bf16 by default for bf16 queries): `out_dtype` other than None/float32 is
+//!   refused, naming it. The output is divided exactly (tpu-inference: an approximate reciprocal).
+//! - The new tokens reach the cache by HBM-to-HBM copies before the attention reads them back from
+//!   the cache; tpu-inference copies them into the KV block in VMEM and writes the cache from there.
+//!   The query block, output block and the pages of the next sequence are not prefetched across
+//!   sequences and query blocks (tpu-inference's pipeline runs on across them).
+//! - The KV buffer is not padded against VMEM bank conflicts (tpu-inference adds a row when
+//!   `2 Hkv / pk` strides conflict); pages past a sequence's are skipped by a branch, not copied with
+//!   size 0 (this crate's windows hold at least one row).
+//! - Block sizes: tpu-inference's defaults per generation (`default_blocks`); v4 takes the v5e rule
+//!   (tpu-inference raises). A KV chunk must divide its block and a query chunk its block (a default
+//!   that does not is rounded; a given one is refused, naming its argument).
+//! - bf16 and f32 caches; fp8 caches are refused naming `kv_cache`.
 
 use tpu_kernel::dtype::{DotElement, Element};
 use tpu_kernel::prelude::*;
@@ -49,17 +68,12 @@ pub trait KvElement: DotElement<Acc = f32> + Element {
     const PACKING: usize;
     /// The keys and values of words loaded from the key row and the value row of a head.
     fn unpack(k_words: Array<u32>, v_words: Array<u32>) -> (Array<Self>, Array<Self>);
-    /// The words of the key row and the value row of a head (for bf16, one word twice).
-    fn pack(k: Array<Self>, v: Array<Self>) -> (Array<u32>, Array<u32>);
 }
 
 impl KvElement for f32 {
     const PACKING: usize = 1;
     fn unpack(k_words: Array<u32>, v_words: Array<u32>) -> (Array<f32>, Array<f32>) {
         (k_words.bitcast::<f32>(), v_words.bitcast::<f32>())
-    }
-    fn pack(k: Array<f32>, v: Array<f32>) -> (Array<u32>, Array<u32>) {
-        (k.bitcast::<u32>(), v.bitcast::<u32>())
     }
 }
 
@@ -70,12 +84,6 @@ impl KvElement for bf16 {
         let k = (k_words << 16u32).bitcast::<f32>().cast::<bf16>();
         let v = (v_words & 0xFFFF_0000u32).bitcast::<f32>().cast::<bf16>();
         (k, v)
-    }
-    fn pack(k: Array<bf16>, v: Array<bf16>) -> (Array<u32>, Array<u32>) {
-        let lo = k.cast::<f32>().bitcast::<u32>() >> 16u32;
-        let hi = v.cast::<f32>().bitcast::<u32>() & 0xFFFF_0000u32;
-        let w = lo | hi;
-        (w, w)
     }
 }
 
@@ -150,87 +158,42 @@ fn seq_range(distribution: Ref<i32, Smem>, case: Case) -> (Scalar<i32>, Scalar<i
     }
 }
 
-/// Write sequence `seq`'s new keys and values (query tokens `q0..q0 + q_len`, positions
-/// `kv_len - q_len..kv_len`) into its cache pages, `bkv` tokens at a time through `merged`.
+/// Write sequence `seq`'s new keys and values (rows `q0..q0 + q_len` of `kv`, in the cache's row
+/// layout; positions `kv_len - q_len..kv_len`) into its cache pages: one copy per page touched, of
+/// a run-time number of rows, HBM to HBM, all counted on one semaphore and retired by one wait.
 #[kernel_fn]
-#[allow(clippy::too_many_arguments)]
 fn update_cache<T: KvElement>(
     page_indices: Ref<i32, Smem>,
-    (keys, values): (Ref<T, Any>, Ref<T, Any>),
+    kv: Ref<T, Any>,
     cache: RefMut<T, Any>,
-    (stage, merged): (RefMut<T>, RefMut<T>),
     sems: DmaSem,
     (seq, q0, q_len, kv_len): (Scalar<i32>, Scalar<i32>, Scalar<i32>, Scalar<i32>),
     plan: Plan,
 ) {
     let (ps, pps) = (plan.page_size as i32, plan.pages_per_seq as i32);
-    let stage_shape = stage.shape();
-    let (kv_heads, chunk) = (stage_shape[1], stage_shape[2]);
-    let cache_shape = cache.shape();
-    let rows_per_token = cache_shape[2];
-    let cache_rows = cache.reshape([
-        cache_shape[0] * cache_shape[1],
-        cache_shape[2],
-        cache_shape[3],
-        cache_shape[4],
-    ]);
-    let words = merged
-        .bitcast::<u32>()
-        .reshape([chunk * rows_per_token, cache_shape[4]]);
-    let gap = kv_len - q_len;
-    let n_chunks = (q_len + (chunk as i32 - 1)) / chunk as i32;
-    for c in 0..n_chunks {
-        let t0 = c * chunk as i32;
-        let n = (q_len - t0).min(chunk as i32);
-        for h in unroll(0..kv_heads) {
-            let sem = sems.at((4, 0));
-            async_copy(
-                keys.at((ds(q0 + t0, n), h)),
-                stage.at((0, h, ds(0, n))),
-                sem,
-            )
-            .start();
-            async_copy(
-                values.at((ds(q0 + t0, n), h)),
-                stage.at((1, h, ds(0, n))),
-                sem,
-            )
-            .start();
-        }
-        for h in unroll(0..kv_heads) {
-            let sem = sems.at((4, 0));
-            let k_dst = stage.at((0, h, ds(0, n)));
-            async_copy(stage.at((0, h, ds(0, n))), k_dst, sem).wait();
-            let v_dst = stage.at((1, h, ds(0, n)));
-            async_copy(stage.at((1, h, ds(0, n))), v_dst, sem).wait();
-        }
-        for h in unroll(0..kv_heads) {
-            let (kw, vw) = T::pack(stage.at((0, h)).load(), stage.at((1, h)).load());
-            let (kr, vr) = kv_rows::<T>(h);
-            let stride = rows_per_token;
-            words
-                .at(ds(kr as i32, chunk as i32).stride(stride))
-                .store(kw);
-            words
-                .at(ds(vr as i32, chunk as i32).stride(stride))
-                .store(vw);
-        }
-        // Positions p0..p0 + n of the sequence, over the pages they fall in.
-        let p0 = gap + t0;
-        let first = p0 / ps;
-        let last = (p0 + n - 1) / ps;
-        let mut done = scalar(0i32);
-        for i in first..last + 1 {
-            let at = p0 + done;
-            let sz = ((i + 1) * ps - at).min(n - done);
-            let page = page_indices.at(seq * pps + i).load();
-            let dst = cache_rows.at(ds(page * ps + (at - i * ps), sz));
-            async_copy(merged.at(ds(done, sz)), dst, sems.at((3, 0))).start();
-            done += sz;
-        }
-        // One wait for every page's rows: the semaphore counts bytes.
-        async_copy(merged.at(ds(0, n)), merged.at(ds(0, n)), sems.at((3, 0))).wait();
+    let cache_rows = token_rows(cache);
+    let p0 = kv_len - q_len;
+    let first = p0 / ps;
+    let last = (kv_len - 1) / ps;
+    let mut done = scalar(0i32);
+    for i in first..last + 1 {
+        let at = p0 + done;
+        let sz = ((i + 1) * ps - at).min(q_len - done);
+        let page = page_indices.at(seq * pps + i).load();
+        let dst = cache_rows.at(ds(page * ps + (at - i * ps), sz));
+        async_copy(kv.at(ds(q0 + done, sz)), dst, sems.at((3, 0))).start();
+        done += sz;
     }
+    // One wait for every page's rows: the semaphore counts bytes.
+    let all = cache_rows.at(ds(0, q_len));
+    async_copy(cache_rows.at(ds(0, q_len)), all, sems.at((3, 0))).wait();
+}
+
+/// The cache `[pages, page_size, rows, packing, D]` as token rows `[pages · page_size, rows,
+/// packing, D]` (tpu-inference's `kv_cache_hbm_ref.reshape(..)`).
+fn token_rows<T: KvElement>(cache: RefMut<T, Any>) -> RefMut<T, Any> {
+    let shape = cache.shape();
+    cache.reshape([shape[0] * shape[1], shape[2], shape[3], shape[4]])
 }
 
 /// Start (or, with `wait`, retire) the copies of KV block `b` of sequence `seq` (its first `rows`
@@ -248,13 +211,7 @@ fn fetch_kv<T: KvElement>(
     wait: bool,
 ) {
     let (ps, pps) = (plan.page_size as i32, plan.pages_per_seq as i32);
-    let cache_shape = cache.shape();
-    let cache_rows = cache.reshape([
-        cache_shape[0] * cache_shape[1],
-        cache_shape[2],
-        cache_shape[3],
-        cache_shape[4],
-    ]);
+    let cache_rows = token_rows(cache);
     let rows = (kv_len - b * bkv as i32).min(bkv as i32);
     let sem = sems.at((0, slot));
     if wait {
@@ -366,34 +323,34 @@ fn scaled_queries<T: KvElement>(q: Array<T>, options: Options) -> Array<T> {
     }
 }
 
-/// The queries of kv head `h`, chunk `c` of the query block in `q_buf`: decode (`[Hq, D]` rows of one
-/// token) `[G, D]`; otherwise (`[Hq, bq, D]`, head-major) `[G · bq_c, D]`, row `g · bq_c + t`.
-fn head_queries<T: KvElement>(
-    q_buf: RefMut<T>,
-    h: usize,
-    c: usize,
-    g: usize,
-    bq_c: usize,
-    decode: bool,
-) -> Array<T> {
-    if decode {
-        q_buf.at(h * g..(h + 1) * g).load()
-    } else {
-        let d = q_buf.shape()[2];
-        q_buf
-            .at((h * g..(h + 1) * g, c * bq_c..(c + 1) * bq_c))
-            .load()
-            .reshape([g * bq_c, d])
-    }
+/// The query rows of kv head `h`, tokens `t0..t0 + n` of the block in `q_buf` (`[Hkv, bq, Gp / pk,
+/// pk, D]`, tpu-inference's layout): `[n · Gp, D]`, token-major (row `t · Gp + g`), read as `u32`
+/// words (a word packs `pk` heads) and bitcast back, as tpu-inference's `load_bq`.
+fn head_queries<T: KvElement>(q_buf: RefMut<T>, h: usize, t0: usize, n: usize) -> Array<T> {
+    let s = q_buf.shape();
+    let rows_per_token = s[2];
+    let words = q_buf
+        .bitcast::<u32>()
+        .at(h)
+        .reshape([s[1] * rows_per_token, s[4]]);
+    words
+        .at(t0 * rows_per_token..(t0 + n) * rows_per_token)
+        .load()
+        .bitcast::<T>()
 }
 
-/// The query token (0-based within the block) of each row of [`head_queries`], `[R, cols]`.
-fn row_tokens(g: usize, bq_c: usize, cols: usize, decode: bool) -> Array<i32> {
-    if decode || bq_c == 1 {
-        full([g * bq_c, cols], 0i32)
-    } else {
-        iota::<i32>([g, bq_c, cols], 1).reshape([g * bq_c, cols])
-    }
+/// Store `out` (`[n · Gp, D]`, as [`head_queries`]) as the output rows of kv head `h`, tokens
+/// `t0..t0 + n` of the block in `o_buf`.
+fn store_head_output<T: KvElement>(o_buf: RefMut<T>, h: usize, t0: usize, n: usize, out: Array<T>) {
+    let s = o_buf.shape();
+    let rows_per_token = s[2];
+    let words = o_buf
+        .bitcast::<u32>()
+        .at(h)
+        .reshape([s[1] * rows_per_token, s[4]]);
+    words
+        .at(t0 * rows_per_token..(t0 + n) * rows_per_token)
+        .store(out.bitcast::<u32>());
 }
 
 /// Attention of sequence `seq`'s query tokens (`q0..q0 + q_len`, the last of its `kv_len` tokens)
@@ -402,9 +359,8 @@ fn row_tokens(g: usize, bq_c: usize, cols: usize, decode: bool) -> Array<i32> {
 #[allow(clippy::too_many_arguments)]
 fn attend<T: KvElement>(
     page_indices: Ref<i32, Smem>,
-    queries: Ref<T, Any>,
-    o: RefMut<T, Any>,
-    cache: RefMut<T, Any>,
+    q: Ref<T, Any>,
+    (o, cache): (RefMut<T, Any>, RefMut<T, Any>),
     (bkv_buf, q_buf, o_buf): (RefMut<T>, RefMut<T>, RefMut<T>),
     sems: DmaSem,
     (stats, acc): (RefMut<f32>, RefMut<f32>),
@@ -416,10 +372,8 @@ fn attend<T: KvElement>(
     let decode = case == Case::Decode;
     let causal = options.causal && !decode;
     let (bq, bkv, bq_c, bkv_c) = (blocks.bq, blocks.bkv, blocks.bq_c, blocks.bkv_c);
-    let kv_heads = acc.shape()[0];
-    let heads = queries.shape()[1];
-    let d = queries.shape()[2];
-    let g = heads / kv_heads;
+    let q_shape = q.shape();
+    let (kv_heads, gp, d) = (q_shape[0], q_shape[2] * q_shape[3], q_shape[4]);
     let rows_per_token = cache.shape()[2];
     let stats_shape = [stats.shape()[1], stats.shape()[2], stats.shape()[3]];
     let gap = kv_len - q_len;
@@ -427,21 +381,9 @@ fn attend<T: KvElement>(
     for bi in 0..num_bq {
         let qs = bi * bq as i32;
         let sz = (q_len - qs).min(bq as i32);
-        // The query block.
-        let q_sem = sems.at((1, 0));
-        if decode {
-            let dst = q_buf.reshape([1, heads, d]);
-            sync_copy(queries.at(ds(q0 + qs, 1)), dst, q_sem);
-        } else {
-            for head in unroll(0..heads) {
-                let dst = q_buf.at((head, ds(0, sz)));
-                async_copy(queries.at((ds(q0 + qs, sz), head)), dst, q_sem).start();
-            }
-            for head in unroll(0..heads) {
-                let dst = q_buf.at((head, ds(0, sz)));
-                async_copy(q_buf.at((head, ds(0, sz))), dst, q_sem).wait();
-            }
-        }
+        // The query block: every kv head's tokens q0 + qs.. in one copy.
+        let q_win = q_buf.at((.., ds(0, sz)));
+        sync_copy(q.at((.., ds(q0 + qs, sz))), q_win, sems.at((1, 0)));
         stats.at(0).store(full(stats_shape, f32::NEG_INFINITY));
         stats.at(1).store(zeros());
         acc.store(zeros());
@@ -503,8 +445,9 @@ fn attend<T: KvElement>(
                 let kv0 = ci * bkv_c as i32;
                 let k_first = b * bkv as i32 + kv0;
                 for c in unroll(0..bq / bq_c) {
-                    let rows = g * bq_c;
-                    let q_pos = row_tokens(g, bq_c, bkv_c, decode) + (q_first + (c * bq_c) as i32);
+                    let rows = gp * bq_c;
+                    let q_pos =
+                        iota::<i32>([rows, bkv_c], 0) / gp as i32 + (q_first + (c * bq_c) as i32);
                     for h in unroll(0..kv_heads) {
                         let (kr, vr) = kv_rows::<T>(h);
                         let stride = rows_per_token;
@@ -516,9 +459,9 @@ fn attend<T: KvElement>(
                             .at(ds(start + vr as i32, bkv_c as i32).stride(stride))
                             .load();
                         let (k, v) = T::unpack(kw, vw);
-                        let q = scaled_queries(head_queries(q_buf, h, c, g, bq_c, decode), options);
+                        let qh = scaled_queries(head_queries(q_buf, h, c * bq_c, bq_c), options);
                         fold_chunk(
-                            q,
+                            qh,
                             (k, v),
                             q_pos,
                             (k_first, kv_len),
@@ -533,36 +476,18 @@ fn attend<T: KvElement>(
         }
         // The block's output: acc / l, per kv head and query chunk.
         for c in unroll(0..bq / bq_c) {
-            let rows = g * bq_c;
+            let rows = gp * bq_c;
             for h in unroll(0..kv_heads) {
                 let l = stats
                     .at((1, h, c * rows..(c + 1) * rows))
                     .load()
                     .slice((.., 0..1));
                 let out = (acc.at((h, c * rows..(c + 1) * rows)).load() / l).cast::<T>();
-                if decode {
-                    o_buf.at(h * g..(h + 1) * g).store(out);
-                } else {
-                    o_buf
-                        .at((h * g..(h + 1) * g, c * bq_c..(c + 1) * bq_c))
-                        .store(out.reshape([g, bq_c, d]));
-                }
+                store_head_output(o_buf, h, c * bq_c, bq_c, out);
             }
         }
-        let o_sem = sems.at((2, 0));
-        if decode {
-            let src = o_buf.reshape([1, heads, d]);
-            sync_copy(src, o.at(ds(q0 + qs, 1)), o_sem);
-        } else {
-            for head in unroll(0..heads) {
-                let src = o_buf.at((head, ds(0, sz)));
-                async_copy(src, o.at((ds(q0 + qs, sz), head)), o_sem).start();
-            }
-            for head in unroll(0..heads) {
-                let src = o_buf.at((head, ds(0, sz)));
-                async_copy(o_buf.at((head, ds(0, sz))), src, o_sem).wait();
-            }
-        }
+        let o_win = o_buf.at((.., ds(0, sz)));
+        sync_copy(o_win, o.at((.., ds(q0 + qs, sz))), sems.at((2, 0)));
     }
 }
 
@@ -574,90 +499,38 @@ type Tables = (
     Ref<i32, Smem>,
 );
 
-/// One case's VMEM buffers: the KV double buffer, the staged and merged new tokens, the query and
-/// output blocks.
-type Buffers<T> = (RefMut<T>, RefMut<T>, RefMut<T>, RefMut<T>, RefMut<T>);
-
 /// One case's sequences: each one's cache update, then its attention.
 #[kernel_fn]
 #[allow(clippy::too_many_arguments)]
 fn run_case<T: KvElement>(
     (kv_lens, page_indices, cu_q_lens, distribution): Tables,
-    (queries, keys, values): (Ref<T, Any>, Ref<T, Any>, Ref<T, Any>),
+    (q, kv): (Ref<T, Any>, Ref<T, Any>),
     (o, cache): (RefMut<T, Any>, RefMut<T, Any>),
-    (bkv_buf, stage, merged, q_buf, o_buf): Buffers<T>,
+    bufs: (RefMut<T>, RefMut<T>, RefMut<T>),
     sems: DmaSem,
-    (stats, acc): (RefMut<f32>, RefMut<f32>),
+    stats: (RefMut<f32>, RefMut<f32>),
     plan: Plan,
-    (case, blocks): (Case, Blocks),
+    case: (Case, Blocks),
 ) {
-    let (lo, hi) = seq_range(distribution, case);
+    let (lo, hi) = seq_range(distribution, case.0);
     for seq in lo..hi {
         let q0 = cu_q_lens.at(seq).load();
         let q_len = cu_q_lens.at(seq + 1).load() - q0;
         let kv_len = kv_lens.at(seq).load();
+        let at = (seq, q0, q_len, kv_len);
         if plan.options.update_kv_cache {
-            update_cache(
-                page_indices,
-                (keys, values),
-                cache,
-                (stage, merged),
-                sems,
-                (seq, q0, q_len, kv_len),
-                plan,
-            );
+            update_cache(page_indices, kv, cache, sems, at, plan);
         }
         attend(
             page_indices,
-            queries,
-            o,
-            cache,
-            (bkv_buf, q_buf, o_buf),
-            sems,
-            (stats, acc),
-            (seq, q0, q_len, kv_len),
-            plan,
-            (case, blocks),
-        );
-    }
-}
-
-/// The kernel's scratch, grouped: the KV double buffer, the new tokens' staging and merged rows, the
-/// decode and block query/output buffers, the semaphores, the softmax statistics and accumulator.
-type Scratch<T> = (
-    (RefMut<T>, RefMut<T>, RefMut<T>),
-    (RefMut<T>, RefMut<T>, RefMut<T>, RefMut<T>),
-    DmaSem,
-    (RefMut<f32>, RefMut<f32>),
-);
-
-/// Every case of `plan`, in tpu-inference's order (decode, prefill, mixed), one after the other.
-#[allow(clippy::too_many_arguments)]
-fn run_cases<T: KvElement>(
-    prefetch: Tables,
-    new: (Ref<T, Any>, Ref<T, Any>, Ref<T, Any>),
-    out: (RefMut<T, Any>, RefMut<T, Any>),
-    scratch: Scratch<T>,
-    plan: Plan,
-) {
-    let ((bkv_buf, stage, merged), (q_decode, o_decode, q_block, o_block), sems, stats) = scratch;
-    for (case, blocks) in plan.cases {
-        let Some(blocks) = blocks else { continue };
-        let (q_buf, o_buf) = if case == Case::Decode {
-            (q_decode, o_decode)
-        } else {
-            (q_block, o_block)
-        };
-        let _scope = named_scope(case.name());
-        run_case(
-            prefetch,
-            new,
-            out,
-            (bkv_buf, stage, merged, q_buf, o_buf),
+            q,
+            (o, cache),
+            bufs,
             sems,
             stats,
+            at,
             plan,
-            (case, blocks),
+            case,
         );
     }
 }
@@ -669,19 +542,14 @@ fn ragged_paged_attention_kernel<T: KvElement>(
     page_indices: Ref<i32, Smem>,
     cu_q_lens: Ref<i32, Smem>,
     distribution: Ref<i32, Smem>,
-    queries: Ref<T, Any>,
-    keys: Ref<T, Any>,
-    values: Ref<T, Any>,
+    q: Ref<T, Any>,
+    kv: Ref<T, Any>,
     _kv_cache: Ref<T, Any>,
     o: RefMut<T, Any>,
     cache: RefMut<T, Any>,
     bkv_buf: RefMut<T>,
-    stage: RefMut<T>,
-    merged: RefMut<T>,
-    q_decode: RefMut<T>,
-    o_decode: RefMut<T>,
-    q_block: RefMut<T>,
-    o_block: RefMut<T>,
+    q_buf: RefMut<T>,
+    o_buf: RefMut<T>,
     sems: DmaSem,
     stats: RefMut<f32>,
     acc: RefMut<f32>,
@@ -689,16 +557,40 @@ fn ragged_paged_attention_kernel<T: KvElement>(
 ) {
     run_cases(
         (kv_lens, page_indices, cu_q_lens, distribution),
-        (queries, keys, values),
+        (q, kv),
         (o, cache),
-        (
-            (bkv_buf, stage, merged),
-            (q_decode, o_decode, q_block, o_block),
-            sems,
-            (stats, acc),
-        ),
+        (bkv_buf, q_buf, o_buf),
+        sems,
+        (stats, acc),
         plan,
     );
+}
+
+/// Every case of `plan`, in tpu-inference's order (decode, prefill, mixed), one after the other.
+#[allow(clippy::too_many_arguments)]
+fn run_cases<T: KvElement>(
+    tables: Tables,
+    inputs: (Ref<T, Any>, Ref<T, Any>),
+    outputs: (RefMut<T, Any>, RefMut<T, Any>),
+    bufs: (RefMut<T>, RefMut<T>, RefMut<T>),
+    sems: DmaSem,
+    stats: (RefMut<f32>, RefMut<f32>),
+    plan: Plan,
+) {
+    for (case, blocks) in plan.cases {
+        let Some(blocks) = blocks else { continue };
+        let _scope = named_scope(case.name());
+        run_case(
+            tables,
+            inputs,
+            outputs,
+            bufs,
+            sems,
+            stats,
+            plan,
+            (case, blocks),
+        );
+    }
 }
 
 fn cdiv(a: usize, b: usize) -> usize {
@@ -760,14 +652,12 @@ fn arg_error(argument: &str, message: String) -> KernelError {
 }
 
 /// `blocks` (tpu-inference's defaults, or the caller's `argument`) made what this kernel computes
-/// with: decode blocks hold one token; a query chunk divides its block; with more than one query
-/// head per kv head a chunk of more than one token is a multiple of the sublane tile (`tile`), as
-/// its `[G, bq_c, D]` queries fold into `[G · bq_c, D]` rows; a KV chunk divides its block. The
-/// defaults are rounded to fit; the caller's must fit as given.
+/// with: decode blocks hold one token; a query chunk divides its block; a KV chunk divides its
+/// block. The defaults are rounded to fit; the caller's must fit as given.
 fn fit_blocks(
     mut b: Blocks,
     case: Case,
-    (page_size, group, tile): (usize, usize, usize),
+    page_size: usize,
     given: Option<&str>,
 ) -> Result<Blocks, KernelError> {
     let refuse = |what: String| match given {
@@ -810,38 +700,31 @@ fn fit_blocks(
         b.bq_c = 1;
         return Ok(b);
     }
-    if !b.bq.is_multiple_of(b.bq_c) && b.bq_c < b.bq {
-        refuse(format!("bq_csz {} must divide bq_sz {}", b.bq_c, b.bq))?;
-    }
     b.bq_c = b.bq_c.min(b.bq);
-    if group > 1 && b.bq_c > 1 && !b.bq_c.is_multiple_of(tile) {
-        refuse(format!(
-            "with {group} query heads per kv head, bq_csz {} must be 1 or a multiple of {tile} (the sublane tile of the query dtype)",
-            b.bq_c
-        ))?;
-        b.bq_c = align_to(b.bq_c, tile);
-    }
     if !b.bq.is_multiple_of(b.bq_c) {
+        refuse(format!("bq_csz {} must divide bq_sz {}", b.bq_c, b.bq))?;
         b.bq = align_to(b.bq, b.bq_c);
     }
     Ok(b)
 }
 
-/// Ragged paged attention, tpu-inference v3's `ragged_paged_attention` with its keyword arguments,
-/// returning the attention `[T, Hq, D]` and the updated cache (aliased to `kv_cache`). The arrays
-/// come in the launch's operand order — the scalar-prefetched tables first, as Pallas orders a
-/// launch's operands; `tpu_kernel.examples.ragged_paged_attention` (Python) takes them in
-/// tpu-inference's order and calls this. See the module docs for the layouts and the differences.
-#[export(mutates(kv_cache))]
+/// Ragged paged attention, the launch behind tpu-inference v3's `ragged_paged_attention` (its
+/// keyword arguments, its kernel's operands): `q [Hkv, T, Gp / pk, pk, D]` and `kv [T, 2 Hkv / pk, pk,
+/// D]` as tpu-inference's `prepare_inputs` makes them (Python: `tpu_kernel.examples.
+/// ragged_paged_attention` takes tpu-inference's `queries, keys, values, kv_cache, kv_lens, ..` and
+/// makes them), `kv_cache` (`get_kv_cache_shape`), and the tables, first, as Pallas orders a launch's
+/// operands. Returns the attention in `q`'s layout (aliased to `q`) and the updated cache (aliased
+/// to `kv_cache`). `actual_num_q_heads` (the heads before padding `G` to `Gp`) only feeds the
+/// default block sizes. See the module docs for the differences from tpu-inference.
+#[export(mutates(q, kv_cache))]
 #[allow(clippy::too_many_arguments)]
 pub fn ragged_paged_attention_launch(
     kv_lens: ArrayType,
     page_indices: ArrayType,
     cu_q_lens: ArrayType,
     distribution: ArrayType,
-    queries: ArrayType,
-    keys: ArrayType,
-    values: ArrayType,
+    q: ArrayType,
+    kv: ArrayType,
     kv_cache: ArrayType,
     #[default(true)] use_causal_mask: bool,
     #[default(true)] update_kv_cache: bool,
@@ -859,35 +742,24 @@ pub fn ragged_paged_attention_launch(
     #[default(None)] p_block_sizes: Option<[usize; 4]>,
     #[default(None)] m_block_sizes: Option<[usize; 4]>,
     #[default(None)] vmem_limit_bytes: Option<i64>,
+    #[default(None)] actual_num_q_heads: Option<usize>,
     target: Target,
 ) -> Result<PallasCall, KernelError> {
     let arrays = Arrays {
-        queries,
-        keys,
-        values,
+        q,
+        kv,
         kv_cache,
         kv_lens,
         page_indices,
         cu_q_lens,
         distribution,
     };
-    let [tokens, heads, head_dim] = arrays
-        .queries
-        .dims()
-        .map_err(|e| e.for_argument("queries"))?;
-    let [_, kv_heads, _] = arrays.keys.dims().map_err(|e| e.for_argument("keys"))?;
-    let [_, page_size, _, _, _] = arrays
-        .kv_cache
-        .dims()
-        .map_err(|e| e.for_argument("kv_cache"))?;
-    let [max_seqs] = arrays
-        .kv_lens
-        .dims()
-        .map_err(|e| e.for_argument("kv_lens"))?;
-    let [indices] = arrays
-        .page_indices
-        .dims()
-        .map_err(|e| e.for_argument("page_indices"))?;
+    check_arrays(&arrays)?;
+    let [kv_heads, tokens, _, _, head_dim] = arrays.q.dims()?;
+    let [_, page_size, _, _, _] = arrays.kv_cache.dims()?;
+    let [max_seqs] = arrays.kv_lens.dims()?;
+    let [indices] = arrays.page_indices.dims()?;
+    let heads = actual_num_q_heads.unwrap_or(arrays.q.shape[2] * arrays.q.shape[3] * kv_heads);
     if use_causal_mask && skip_kv_mask {
         return Err(arg_error(
             "skip_kv_mask",
@@ -921,14 +793,14 @@ pub fn ragged_paged_attention_launch(
             ));
         }
     }
-    let q_dtype = arrays.queries.dtype;
+    let q_dtype = arrays.q.dtype;
     let default_out = if q_dtype == F32 {
         "float32"
     } else {
         "bfloat16"
     };
     match out_dtype.as_deref() {
-        None | Some("float32") | Some("f32") => {}
+        None | Some("float32") => {}
         Some(other) => {
             return Err(arg_error(
                 "out_dtype",
@@ -953,17 +825,8 @@ pub fn ragged_paged_attention_launch(
         k_scale,
         v_scale,
     };
-    require(max_seqs > 0, "kv_lens must hold at least one sequence")
-        .map_err(|e| e.for_argument("kv_lens"))?;
-    require(
-        indices % max_seqs == 0,
-        format!("page_indices has {indices} entries, not a multiple of the {max_seqs} sequences of kv_lens"),
-    )
-    .map_err(|e| e.for_argument("page_indices"))?;
     let pages_per_seq = indices / max_seqs;
     let kv_dtype = arrays.kv_cache.dtype;
-    let group = heads / kv_heads.max(1);
-    let tile = 8 * (32 / q_dtype.bit_width() as usize).max(1);
     let dims = (heads, kv_heads, head_dim);
     let sizes = (page_size, pages_per_seq, tokens);
     let mut cases = [
@@ -971,17 +834,14 @@ pub fn ragged_paged_attention_launch(
         (Case::Prefill, None),
         (Case::Mixed, None),
     ];
+    let prefill_name = if p_block_sizes.is_some() {
+        "p_block_sizes"
+    } else {
+        "m_block_sizes"
+    };
     for (i, (case, given, name)) in [
         (Case::Decode, d_block_sizes, "d_block_sizes"),
-        (
-            Case::Prefill,
-            p_block_sizes.or(m_block_sizes),
-            if p_block_sizes.is_some() {
-                "p_block_sizes"
-            } else {
-                "m_block_sizes"
-            },
-        ),
+        (Case::Prefill, p_block_sizes.or(m_block_sizes), prefill_name),
         (Case::Mixed, m_block_sizes, "m_block_sizes"),
     ]
     .into_iter()
@@ -994,41 +854,30 @@ pub fn ragged_paged_attention_launch(
                 bq_c,
                 bkv_c,
             },
-            None => default_blocks(
-                target,
-                if case == Case::Prefill {
-                    Case::Mixed
+            None => {
+                let like = if case == Case::Decode {
+                    Case::Decode
                 } else {
-                    case
-                },
-                kv_dtype,
-                dims,
-                sizes,
-            ),
+                    Case::Mixed
+                };
+                default_blocks(target, like, kv_dtype, dims, sizes)
+            }
         };
-        let given = given.map(|_| name);
-        cases[i].1 = Some(fit_blocks(
-            blocks,
-            case,
-            (page_size.max(1), group, tile),
-            given,
-        )?);
+        cases[i].1 = Some(fit_blocks(blocks, case, page_size, given.map(|_| name))?);
     }
     build_cases(
         arrays,
         options,
         cases,
-        pages_per_seq,
         vmem_limit_bytes.map(|v| v as u64),
         target,
     )
 }
 
-/// The eight arrays of a call, by tpu-inference's names.
+/// The arrays of a launch, by tpu-inference's kernel operand names.
 pub struct Arrays {
-    pub queries: ArrayType,
-    pub keys: ArrayType,
-    pub values: ArrayType,
+    pub q: ArrayType,
+    pub kv: ArrayType,
     pub kv_cache: ArrayType,
     pub kv_lens: ArrayType,
     pub page_indices: ArrayType,
@@ -1042,16 +891,13 @@ pub fn build_cases(
     a: Arrays,
     options: Options,
     cases: [(Case, Option<Blocks>); 3],
-    pages_per_seq: usize,
     vmem_limit_bytes: Option<u64>,
     target: Target,
 ) -> Result<PallasCall, KernelError> {
     check_arrays(&a)?;
     match a.kv_cache.dtype {
-        BF16 => {
-            launch::<bf16>(a, options, cases, pages_per_seq, vmem_limit_bytes, target)
-        }
-        F32 => launch::<f32>(a, options, cases, pages_per_seq, vmem_limit_bytes, target),
+        BF16 => launch::<bf16>(a, options, cases, vmem_limit_bytes, target),
+        F32 => launch::<f32>(a, options, cases, vmem_limit_bytes, target),
         d => Err(arg_error(
             "kv_cache",
             format!("a {d} KV cache is not supported yet (bfloat16 and float32 are)"),
@@ -1059,66 +905,35 @@ pub fn build_cases(
     }
 }
 
-/// tpu-inference's `static_validate_inputs`, each mistake naming its argument.
+/// The launch's operands as tpu-inference's `static_validate_inputs` and kernel asserts hold them,
+/// each mistake naming its argument.
 fn check_arrays(a: &Arrays) -> Result<(), KernelError> {
-    let named = |arg: &str, r: Result<(), KernelError>| r.map_err(|e| e.for_argument(arg));
-    let [tokens, heads, head_dim] = a.queries.dims().map_err(|e| e.for_argument("queries"))?;
-    let [kt, kv_heads, kd] = a.keys.dims().map_err(|e| e.for_argument("keys"))?;
-    named(
-        "values",
-        require(
-            a.values.shape == a.keys.shape,
-            format!(
-                "values is {:?} but keys is {:?}",
-                a.values.shape, a.keys.shape
-            ),
-        ),
-    )?;
-    named(
-        "keys",
-        require(
-            kt == tokens,
-            format!("keys has {kt} tokens, queries {tokens}"),
-        ),
-    )?;
-    named(
-        "keys",
-        require(
-            kd == head_dim,
-            format!("keys has head_dim {kd}, queries {head_dim}"),
-        ),
-    )?;
-    named(
-        "keys",
-        require(
-            kv_heads > 0 && heads % kv_heads == 0,
-            format!("{heads} query heads do not split over {kv_heads} kv heads"),
-        ),
-    )?;
-    named(
-        "queries",
-        require(head_dim % 128 == 0, format!("head_dim {head_dim} is not supported: it must be a multiple of 128 (tpu-inference pads it to one; this kernel does not yet)")),
-    )?;
+    let named = |arg: &str, ok: bool, m: String| -> Result<(), KernelError> {
+        if ok {
+            Ok(())
+        } else {
+            Err(arg_error(arg, m))
+        }
+    };
+    let dims5 = |arg: &str, t: &ArrayType| -> Result<[usize; 5], KernelError> {
+        t.dims().map_err(|e| e.for_argument(arg))
+    };
+    let [kv_heads, tokens, gq, q_pk, head_dim] = dims5("q", &a.q)?;
     let dt = a.kv_cache.dtype;
-    for (name, arr) in [
-        ("queries", &a.queries),
-        ("keys", &a.keys),
-        ("values", &a.values),
-    ] {
-        named(
-            name,
-            require(
-                arr.dtype == dt,
-                format!(
-                    "{name} is {} but kv_cache is {dt}: they must agree",
-                    arr.dtype
-                ),
-            ),
-        )?;
-    }
     let packing = (32 / dt.bit_width() as usize).max(1);
-    let [pages, page_size, rows, pk, cd] =
-        a.kv_cache.dims().map_err(|e| e.for_argument("kv_cache"))?;
+    let [pages, page_size, rows, pk, cd] = dims5("kv_cache", &a.kv_cache)?;
+    named(
+        "q",
+        a.q.dtype == dt,
+        format!("q is {} but kv_cache is {dt}: they must agree", a.q.dtype),
+    )?;
+    named(
+        "kv",
+        a.kv.dtype == dt,
+        format!("kv is {} but kv_cache is {dt}: they must agree", a.kv.dtype),
+    )?;
+    named("q", q_pk == packing && gq > 0, format!("q is {:?}: expected [kv_heads, tokens, heads per kv head / {packing}, {packing}, head_dim]", a.q.shape))?;
+    named("q", head_dim % 128 == 0 && head_dim > 0, format!("head_dim {head_dim} must be a multiple of 128 (tpu-inference's prepare_inputs pads it)"))?;
     let want = [
         pages,
         page_size,
@@ -1128,19 +943,23 @@ fn check_arrays(a: &Arrays) -> Result<(), KernelError> {
     ];
     named(
         "kv_cache",
-        require(
-            [pages, page_size, rows, pk, cd] == want,
-            format!(
-                "kv_cache is {:?}, expected {want:?} (tpu-inference's get_kv_cache_shape)",
-                a.kv_cache.shape
-            ),
+        [pages, page_size, rows, pk, cd] == want && pages > 0,
+        format!(
+            "kv_cache is {:?}, expected {want:?} (tpu-inference's get_kv_cache_shape)",
+            a.kv_cache.shape
         ),
     )?;
     named(
         "kv_cache",
-        require(
-            page_size % packing == 0 && page_size > 0,
-            format!("page_size {page_size} must be a positive multiple of {packing}"),
+        page_size > 0 && page_size % packing == 0,
+        format!("page_size {page_size} must be a positive multiple of {packing}"),
+    )?;
+    named(
+        "kv",
+        a.kv.shape == [tokens, rows, pk, head_dim],
+        format!(
+            "kv is {:?}, expected [{tokens}, {rows}, {pk}, {head_dim}] (tpu-inference's merge_kv)",
+            a.kv.shape
         ),
     )?;
     for (name, arr) in [
@@ -1151,37 +970,40 @@ fn check_arrays(a: &Arrays) -> Result<(), KernelError> {
     ] {
         named(
             name,
-            require(
-                arr.dtype == I32,
-                format!("{name} is {}: it must be int32", arr.dtype),
-            ),
+            arr.dtype == I32,
+            format!("{name} is {}: it must be int32", arr.dtype),
         )?;
         named(
             name,
-            require(
-                arr.shape.len() == 1,
-                format!("{name} is {:?}: it must be one-dimensional", arr.shape),
-            ),
+            arr.shape.len() == 1,
+            format!("{name} is {:?}: it must be one-dimensional", arr.shape),
         )?;
     }
     let seqs = a.kv_lens.shape[0];
+    let indices = a.page_indices.shape[0];
+    named(
+        "kv_lens",
+        seqs > 0,
+        "kv_lens must hold at least one sequence".into(),
+    )?;
+    named(
+        "page_indices",
+        indices > 0 && indices.is_multiple_of(seqs),
+        format!("page_indices has {indices} entries, not a positive multiple of the {seqs} sequences of kv_lens"),
+    )?;
     named(
         "cu_q_lens",
-        require(
-            a.cu_q_lens.shape == [seqs + 1],
-            format!(
-                "cu_q_lens is {:?}, expected [{}]",
-                a.cu_q_lens.shape,
-                seqs + 1
-            ),
+        a.cu_q_lens.shape == [seqs + 1],
+        format!(
+            "cu_q_lens is {:?}, expected [{}]",
+            a.cu_q_lens.shape,
+            seqs + 1
         ),
     )?;
     named(
         "distribution",
-        require(
-            a.distribution.shape == [3],
-            format!("distribution is {:?}, expected [3]", a.distribution.shape),
-        ),
+        a.distribution.shape == [3],
+        format!("distribution is {:?}, expected [3]", a.distribution.shape),
     )?;
     Ok(())
 }
@@ -1190,28 +1012,21 @@ fn launch<T: KvElement>(
     a: Arrays,
     options: Options,
     cases: [(Case, Option<Blocks>); 3],
-    pages_per_seq: usize,
     vmem_limit_bytes: Option<u64>,
     target: Target,
 ) -> Result<PallasCall, KernelError> {
-    let [_, heads, head_dim] = a.queries.dims()?;
-    let [_, kv_heads, _] = a.keys.dims()?;
+    let [kv_heads, _, gq, q_pk, head_dim] = a.q.dims()?;
     let [_, page_size, rows, pk, _] = a.kv_cache.dims()?;
     let dt = a.kv_cache.dtype;
-    let group = heads / kv_heads;
+    let gp = gq * q_pk;
     let live = || cases.iter().filter_map(|(c, b)| b.map(|b| (*c, b)));
     let bkv_max = live().map(|(_, b)| b.bkv).max().unwrap_or(page_size);
-    let bq_block = live()
-        .filter(|(c, _)| *c != Case::Decode)
-        .map(|(_, b)| b.bq)
-        .max()
-        .unwrap_or(1);
     let bq_max = live().map(|(_, b)| b.bq).max().unwrap_or(1);
     let plan = Plan {
         options,
         cases,
         page_size,
-        pages_per_seq,
+        pages_per_seq: a.page_indices.shape[0] / a.kv_lens.shape[0],
     };
     let mut call = pallas_call(ragged_paged_attention_kernel::<T>.bind(plan))
         .target(target)
@@ -1220,23 +1035,18 @@ fn launch<T: KvElement>(
         .scalar_prefetch(a.page_indices)
         .scalar_prefetch(a.cu_q_lens)
         .scalar_prefetch(a.distribution)
-        .input_any(a.queries.clone())
-        .input_any(a.keys)
-        .input_any(a.values)
+        .input_any(a.q.clone())
+        .input_any(a.kv)
         .input_any(a.kv_cache.clone())
-        .output_any(a.queries)
+        .output_any(a.q)
         .output_any(a.kv_cache)
         .scratch(Vmem::new([2, bkv_max, rows, pk, head_dim], dt))
-        .scratch(Vmem::new([2, kv_heads, bkv_max, head_dim], dt))
-        .scratch(Vmem::new([bkv_max, rows, pk, head_dim], dt))
-        .scratch(Vmem::new([heads, head_dim], dt))
-        .scratch(Vmem::new([heads, head_dim], dt))
-        .scratch(Vmem::new([heads, bq_block, head_dim], dt))
-        .scratch(Vmem::new([heads, bq_block, head_dim], dt))
-        .scratch(DmaSem::array([5, 2]))
-        .scratch(Vmem::new([2, kv_heads, group * bq_max, 128], F32))
-        .scratch(Vmem::new([kv_heads, group * bq_max, head_dim], F32))
-        .input_output_aliases([(7, 1)])
+        .scratch(Vmem::new([kv_heads, bq_max, gq, q_pk, head_dim], dt))
+        .scratch(Vmem::new([kv_heads, bq_max, gq, q_pk, head_dim], dt))
+        .scratch(DmaSem::array([4, 2]))
+        .scratch(Vmem::new([2, kv_heads, gp * bq_max, 128], F32))
+        .scratch(Vmem::new([kv_heads, gp * bq_max, head_dim], F32))
+        .input_output_aliases([(4, 0), (6, 1)])
         .dimension_semantics([Arbitrary]);
     if let Some(v) = vmem_limit_bytes {
         call = call.vmem_limit_bytes(v);
@@ -1254,14 +1064,14 @@ pub fn build_example() -> Result<PallasCall, KernelError> {
         ArrayType::new([seqs * pps], I32),
         ArrayType::new([seqs + 1], I32),
         ArrayType::new([3], I32),
-        ArrayType::new([tokens, heads, head_dim], BF16),
-        ArrayType::new([tokens, kv_heads, head_dim], BF16),
-        ArrayType::new([tokens, kv_heads, head_dim], BF16),
+        ArrayType::new([kv_heads, tokens, heads / kv_heads / 2, 2, head_dim], BF16),
+        ArrayType::new([tokens, kv_heads, 2, head_dim], BF16),
         ArrayType::new([pages, page_size, kv_heads, 2, head_dim], BF16),
         true,
         true,
         false,
         1.0,
+        None,
         None,
         None,
         None,
