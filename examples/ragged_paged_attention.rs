@@ -642,13 +642,44 @@ pub fn default_blocks(
     }
 }
 
+/// [`default_blocks`] as a host function of the examples library (what the Python tests compare with
+/// tpu-inference's `get_default_block_sizes`): `target` a generation's name, `case` "decode" or
+/// "mixed", `kv_dtype` a dtype name, `[heads, kv_heads, head_dim]`, `[page_size, pages_per_seq,
+/// max_tokens]` → `[bq, bkv, bq_c, bkv_c]`.
+#[allow(dead_code)] // the example binary does not call it; examples-lib exports it
+pub fn rpa_default_block_sizes(
+    target: String,
+    case: String,
+    kv_dtype: String,
+    [heads, kv_heads, head_dim]: [usize; 3],
+    sizes: [usize; 3],
+) -> Result<[usize; 4], KernelError> {
+    let target = Target::parse(&target)?;
+    let case = match case.as_str() {
+        "decode" => Case::Decode,
+        "mixed" | "prefill" => Case::Mixed,
+        other => {
+            return Err(arg_error(
+                "case",
+                format!("{other:?} is not decode, prefill or mixed"),
+            ))
+        }
+    };
+    let dtype = DType::from_name(&kv_dtype)
+        .ok_or_else(|| arg_error("kv_dtype", format!("{kv_dtype:?} is not a dtype")))?;
+    let b = default_blocks(
+        target,
+        case,
+        dtype,
+        (heads, kv_heads, head_dim),
+        (sizes[0].max(1), sizes[1], sizes[2]),
+    );
+    Ok([b.bq, b.bkv, b.bq_c, b.bkv_c])
+}
+
 /// An argument error naming the Python argument.
 fn arg_error(argument: &str, message: String) -> KernelError {
-    KernelError::new(
-        tpu_kernel::ErrorKind::Signature,
-        format!("{argument}: {message}"),
-    )
-    .for_argument(argument)
+    KernelError::new(tpu_kernel::ErrorKind::Signature, message).for_argument(argument)
 }
 
 /// `blocks` (tpu-inference's defaults, or the caller's `argument`) made what this kernel computes
@@ -715,7 +746,8 @@ fn fit_blocks(
 /// makes them), `kv_cache` (`get_kv_cache_shape`), and the tables, first, as Pallas orders a launch's
 /// operands. Returns the attention in `q`'s layout (aliased to `q`) and the updated cache (aliased
 /// to `kv_cache`). `actual_num_q_heads` (the heads before padding `G` to `Gp`) only feeds the
-/// default block sizes. See the module docs for the differences from tpu-inference.
+/// default block sizes; `only_case` ("decode", "prefill" or "mixed") traces that case alone — what
+/// the parity tests compare with tpu-inference's launch of the case. See the module docs for the differences from tpu-inference.
 #[export(mutates(q, kv_cache))]
 #[allow(clippy::too_many_arguments)]
 pub fn ragged_paged_attention_launch(
@@ -743,6 +775,7 @@ pub fn ragged_paged_attention_launch(
     #[default(None)] m_block_sizes: Option<[usize; 4]>,
     #[default(None)] vmem_limit_bytes: Option<i64>,
     #[default(None)] actual_num_q_heads: Option<usize>,
+    #[default(None)] only_case: Option<String>,
     target: Target,
 ) -> Result<PallasCall, KernelError> {
     let arrays = Arrays {
@@ -790,6 +823,14 @@ pub fn ragged_paged_attention_launch(
             return Err(arg_error(
                 "vmem_limit_bytes",
                 format!("{v} must be positive"),
+            ));
+        }
+    }
+    if let Some(only) = only_case.as_deref() {
+        if !["decode", "prefill", "mixed"].contains(&only) {
+            return Err(arg_error(
+                "only_case",
+                format!("{only:?} is not a case: decode, prefill or mixed"),
             ));
         }
     }
@@ -863,7 +904,11 @@ pub fn ragged_paged_attention_launch(
                 default_blocks(target, like, kv_dtype, dims, sizes)
             }
         };
-        cases[i].1 = Some(fit_blocks(blocks, case, page_size, given.map(|_| name))?);
+        let fitted = fit_blocks(blocks, case, page_size, given.map(|_| name))?;
+        cases[i].1 = match only_case.as_deref() {
+            Some(only) if only != case.name() => None,
+            _ => Some(fitted),
+        };
     }
     build_cases(
         arrays,
@@ -1071,6 +1116,7 @@ pub fn build_example() -> Result<PallasCall, KernelError> {
         true,
         false,
         1.0,
+        None,
         None,
         None,
         None,

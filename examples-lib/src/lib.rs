@@ -102,5 +102,8 @@ tpu_kernel::export_library!(
         values::values,
     ],
     // plain Rust the Python package calls instead of re-implementing it
-    host = [grouped_matmul::group_metadata],
+    host = [
+        grouped_matmul::group_metadata,
+        ragged_paged_attention::rpa_default_block_sizes
+    ],
 );

@@ -108,6 +108,10 @@ def __getattr__(name: str) -> Kernel:
     raise AttributeError(f"tpu_kernel.examples has no kernel {name!r}; its kernels: {', '.join(__all__)}")
 
 
+#: tpu-inference's order of `ragged_paged_attention`'s arrays (the launch takes the tables first).
+_RPA_ARRAYS = ("queries", "keys", "values", "kv_cache", "kv_lens", "page_indices", "cu_q_lens", "distribution")
+
+
 def _packing(dtype: Any) -> int:
     return max(1, 32 // (np.dtype(dtype).itemsize * 8))
 
