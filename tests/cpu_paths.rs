@@ -22,6 +22,7 @@ const BF16_DOT_ORDER: &[&str] = &[
     "grouped_matmul",
     "quantized_matmul",
     "flash_attention",
+    "ragged_paged_attention",
     "coverage dot",
 ];
 
