@@ -147,13 +147,19 @@ pub struct Plan {
     pub cases: [(Case, Option<Blocks>); 3],
     pub page_size: usize,
     pub pages_per_seq: usize,
+    /// The prefill sequences run in the mixed loop (`distribution[0]..distribution[2]`): their block
+    /// sizes are the same, so one loop of that code serves both (half the code to lower).
+    pub prefill_in_mixed: bool,
 }
 
 /// The sequences `case` covers, read from `distribution`.
-fn seq_range(distribution: Ref<i32, Smem>, case: Case) -> (Scalar<i32>, Scalar<i32>) {
+fn seq_range(distribution: Ref<i32, Smem>, case: Case, plan: Plan) -> (Scalar<i32>, Scalar<i32>) {
     match case {
         Case::Decode => (scalar(0i32), distribution.at(0).load()),
         Case::Prefill => (distribution.at(0).load(), distribution.at(1).load()),
+        Case::Mixed if plan.prefill_in_mixed => {
+            (distribution.at(0).load(), distribution.at(2).load())
+        }
         Case::Mixed => (distribution.at(1).load(), distribution.at(2).load()),
     }
 }
@@ -375,7 +381,9 @@ fn attend<T: KvElement>(
     let q_shape = q.shape();
     let (kv_heads, gp, d) = (q_shape[0], q_shape[2] * q_shape[3], q_shape[4]);
     let rows_per_token = cache.shape()[2];
-    let stats_shape = [stats.shape()[1], stats.shape()[2], stats.shape()[3]];
+    // The rows this case uses (the scratch is sized for the case with the largest query block).
+    let live = gp * bq;
+    let stats_shape = [kv_heads, live, stats.shape()[3]];
     let gap = kv_len - q_len;
     let num_bq = (q_len + (bq as i32 - 1)) / bq as i32;
     for bi in 0..num_bq {
@@ -384,9 +392,11 @@ fn attend<T: KvElement>(
         // The query block: every kv head's tokens q0 + qs.. in one copy.
         let q_win = q_buf.at((.., ds(0, sz)));
         sync_copy(q.at((.., ds(q0 + qs, sz))), q_win, sems.at((1, 0)));
-        stats.at(0).store(full(stats_shape, f32::NEG_INFINITY));
-        stats.at(1).store(zeros());
-        acc.store(zeros());
+        stats
+            .at((0, .., 0..live))
+            .store(full(stats_shape, f32::NEG_INFINITY));
+        stats.at((1, .., 0..live)).store(zeros());
+        acc.at((.., 0..live)).store(zeros());
         let q_first = gap + qs;
         let mut first_block = scalar(0i32);
         if options.sliding_window.is_some() {
@@ -512,7 +522,7 @@ fn run_case<T: KvElement>(
     plan: Plan,
     case: (Case, Blocks),
 ) {
-    let (lo, hi) = seq_range(distribution, case.0);
+    let (lo, hi) = seq_range(distribution, case.0, plan);
     for seq in lo..hi {
         let q0 = cu_q_lens.at(seq).load();
         let q_len = cu_q_lens.at(seq + 1).load() - q0;
@@ -1067,11 +1077,17 @@ fn launch<T: KvElement>(
     let live = || cases.iter().filter_map(|(c, b)| b.map(|b| (*c, b)));
     let bkv_max = live().map(|(_, b)| b.bkv).max().unwrap_or(page_size);
     let bq_max = live().map(|(_, b)| b.bq).max().unwrap_or(1);
+    let mut cases = cases;
+    let prefill_in_mixed = cases[1].1.is_some() && cases[1].1 == cases[2].1;
+    if prefill_in_mixed {
+        cases[1].1 = None;
+    }
     let plan = Plan {
         options,
         cases,
         page_size,
         pages_per_seq: a.page_indices.shape[0] / a.kv_lens.shape[0],
+        prefill_in_mixed,
     };
     let mut call = pallas_call(ragged_paged_attention_kernel::<T>.bind(plan))
         .target(target)
@@ -1092,7 +1108,13 @@ fn launch<T: KvElement>(
         .scratch(Vmem::new([2, kv_heads, gp * bq_max, 128], F32))
         .scratch(Vmem::new([kv_heads, gp * bq_max, head_dim], F32))
         .input_output_aliases([(4, 0), (6, 1)])
-        .dimension_semantics([Arbitrary]);
+        .dimension_semantics([Arbitrary])
+        // As tpu-inference (its defaults): libtpu's checks around each small page copy cost more
+        // than the copy; the CPU engines check every access.
+        .disable_bounds_checks()
+        .disable_semaphore_checks()
+        // tpu-inference's operands are `pltpu.HBM`: XLA keeps them out of VMEM.
+        .any_in_hbm();
     if let Some(v) = vmem_limit_bytes {
         call = call.vmem_limit_bytes(v);
     }
@@ -1100,7 +1122,9 @@ fn launch<T: KvElement>(
 }
 
 /// The example's shapes (small: the CI's): 64 tokens, 8 query heads over 2 kv heads, head_dim 128,
-/// bf16, pages of 16 tokens, 4 sequences of up to 8 pages, 64 pages.
+/// bf16, pages of 16 tokens, 4 sequences of up to 8 pages, 64 pages; the block sizes tpu-inference's
+/// heuristic picks for v5e, given explicitly so that every generation builds the same kernel (the
+/// Pallas twin, `python/tests/pallas_rpa.py`, has them too).
 pub fn build_example() -> Result<PallasCall, KernelError> {
     let (tokens, heads, kv_heads, head_dim) = (64, 8, 2, 128);
     let (pages, page_size, seqs, pps) = (64, 16, 4, 8);
@@ -1124,13 +1148,13 @@ pub fn build_example() -> Result<PallasCall, KernelError> {
         None,
         None,
         None,
+        Some([1, 128, 1, 128]),
         None,
+        Some([32, 128, 32, 64]),
         None,
+        Some(heads),
         None,
-        None,
-        None,
-        None,
-        Target::DEFAULT,
+        Target::current(),
     )
 }
 

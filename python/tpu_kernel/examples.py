@@ -174,4 +174,8 @@ def ragged_paged_attention(queries: Any, keys: Any, values: Any, kv_cache: Any, 
     return out.reshape(tokens, heads, head_dim), cache
 
 
-__all__ = sorted([*__all__, "ragged_paged_attention"])
+#: Examples whose Python face is a function over a kernel of the library (its name: the example's):
+#: example name -> the kernel it calls, whose operands the example's Rust `build()` has.
+WRAPPERS = {"ragged_paged_attention": "ragged_paged_attention_launch"}
+
+__all__ = sorted([*__all__, *WRAPPERS])
