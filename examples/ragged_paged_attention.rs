@@ -22,12 +22,13 @@
 //!    a run-time number of rows (`ds(row, n)`), all counted on one semaphore, retired by one wait;
 //! 2. for each block of `bq` query tokens (one copy of `[Hkv, n, Gp / pk, pk, D]`) walks its KV
 //!    blocks of `bkv` tokens: block `b + 1`'s pages are copied into one slot of a double buffer (one
-//!    copy per page, of only the rows the sequence owns) while block `b` is computed from the other.
+//!    copy per page it owns, of only the rows the sequence owns) while block `b` is computed from
+//!    the other.
 //!    Keys and values come out of the slot through a `u32` view by strided loads (a kv head's rows
 //!    are `2 Hkv / pk` apart; for bf16 a word is split into its key and value), queries through a
 //!    `u32` view bitcast back (token-major rows `t · Gp + g`), `bkv_c` tokens and `bq_c` query tokens
-//!    at a time; an online softmax (flash attention) carries each query row's running max, sum and
-//!    output in f32 VMEM scratch;
+//!    at a time, kv head after kv head; an online softmax (flash attention) carries each query row's
+//!    running max, sum and output in f32 VMEM scratch;
 //! 3. divides by the sum and copies the block's output to HBM.
 //!
 //! Masks: a key after the query's position (causal; not in decode, whose one query is the last
@@ -50,8 +51,18 @@
 //!   The query block, output block and the pages of the next sequence are not prefetched across
 //!   sequences and query blocks (tpu-inference's pipeline runs on across them).
 //! - The KV buffer is not padded against VMEM bank conflicts (tpu-inference adds a row when
-//!   `2 Hkv / pk` strides conflict); pages past a sequence's are skipped by a branch, not copied with
-//!   size 0 (this crate's windows hold at least one row).
+//!   `2 Hkv / pk` strides conflict). A block's page copies and its kv heads are traced loops, where
+//!   tpu-inference unrolls both (issuing the copies back to back, and overlapping one head's `p @ v`
+//!   with the next head's `q kᵀ`): a smaller static schedule (fewer LLO ops and scheduled bundles,
+//!   `python/tests/test_ragged_paged_attention_tpu.py`), whether faster on a TPU is unmeasured. Only
+//!   the pages a block owns are copied (tpu-inference also issues size-0 copies for the others,
+//!   which this crate's windows refuse).
+//! - A decode sequence is one query block (tpu-inference's static query length 1): a "decode"
+//!   sequence with more query tokens gets its first one computed.
+//! - When the prefill and mixed block sizes agree (always, unless `p_block_sizes` differs), the
+//!   prefill sequences run in the mixed loop: one copy of that code.
+//! - libtpu's bounds and semaphore checks are off and the operands are pinned to HBM, as
+//!   tpu-inference's (`disable_bounds_checks`, `disable_semaphore_checks`, `pltpu.HBM`).
 //! - Block sizes: tpu-inference's defaults per generation (`default_blocks`); v4 takes the v5e rule
 //!   (tpu-inference raises). A KV chunk must divide its block and a query chunk its block (a default
 //!   that does not is rounded; a given one is refused, naming its argument).
@@ -88,9 +99,9 @@ impl KvElement for bf16 {
 }
 
 /// The rows of a cache row's `u32` view holding kv head `h`'s key and value.
-fn kv_rows<T: KvElement>(h: usize) -> (usize, usize) {
+fn kv_rows<T: KvElement>(h: Scalar<i32>) -> (Scalar<i32>, Scalar<i32>) {
     if T::PACKING == 1 {
-        (2 * h, 2 * h + 1)
+        (h * 2, h * 2 + 1)
     } else {
         (h, h)
     }
@@ -225,21 +236,14 @@ fn fetch_kv<T: KvElement>(
         async_copy(bkv_buf.at((slot, ds(0, rows))), dst, sem).wait();
     } else {
         let n_pages = bkv / plan.page_size;
-        let last_index = page_indices.shape()[0] as i32 - 1;
-        for i in unroll(0..n_pages) {
-            let sz = (rows - (i * plan.page_size) as i32).max(0).min(ps);
-            let index = (seq * pps + b * n_pages as i32 + i as i32).min(last_index);
-            // Pages past the sequence's are not copied (a window holds at least one row).
-            if sz > 0 {
-                let page = page_indices.at(index).load();
-                let src = cache_rows.at(ds(page * ps, sz));
-                async_copy(
-                    src,
-                    bkv_buf.at((slot, ds((i * plan.page_size) as i32, sz))),
-                    sem,
-                )
-                .start();
-            }
+        // The pages the block owns, one copy each (a traced loop: only the owned ones, no branch).
+        let owned = (rows + (ps - 1)) / ps;
+        let first = seq * pps + b * n_pages as i32;
+        for i in 0..owned {
+            let sz = (rows - i * ps).min(ps);
+            let page = page_indices.at(first + i).load();
+            let dst = bkv_buf.at((slot, ds(i * ps, sz)));
+            async_copy(cache_rows.at(ds(page * ps, sz)), dst, sem).start();
         }
     }
 }
@@ -280,7 +284,7 @@ fn fold_chunk<T: KvElement>(
     q_pos: Array<i32>,
     (k_first, kv_end): (Scalar<i32>, Scalar<i32>),
     (stats, acc): (RefMut<f32>, RefMut<f32>),
-    (h, r0): (usize, usize),
+    (h, r0): (Scalar<i32>, usize),
     options: Options,
     causal: bool,
 ) {
@@ -332,7 +336,7 @@ fn scaled_queries<T: KvElement>(q: Array<T>, options: Options) -> Array<T> {
 /// The query rows of kv head `h`, tokens `t0..t0 + n` of the block in `q_buf` (`[Hkv, bq, Gp / pk,
 /// pk, D]`, tpu-inference's layout): `[n · Gp, D]`, token-major (row `t · Gp + g`), read as `u32`
 /// words (a word packs `pk` heads) and bitcast back, as tpu-inference's `load_bq`.
-fn head_queries<T: KvElement>(q_buf: RefMut<T>, h: usize, t0: usize, n: usize) -> Array<T> {
+fn head_queries<T: KvElement>(q_buf: RefMut<T>, h: Scalar<i32>, t0: usize, n: usize) -> Array<T> {
     let s = q_buf.shape();
     let rows_per_token = s[2];
     let words = q_buf
@@ -347,7 +351,13 @@ fn head_queries<T: KvElement>(q_buf: RefMut<T>, h: usize, t0: usize, n: usize) -
 
 /// Store `out` (`[n · Gp, D]`, as [`head_queries`]) as the output rows of kv head `h`, tokens
 /// `t0..t0 + n` of the block in `o_buf`.
-fn store_head_output<T: KvElement>(o_buf: RefMut<T>, h: usize, t0: usize, n: usize, out: Array<T>) {
+fn store_head_output<T: KvElement>(
+    o_buf: RefMut<T>,
+    h: Scalar<i32>,
+    t0: usize,
+    n: usize,
+    out: Array<T>,
+) {
     let s = o_buf.shape();
     let rows_per_token = s[2];
     let words = o_buf
@@ -385,7 +395,11 @@ fn attend<T: KvElement>(
     let live = gp * bq;
     let stats_shape = [kv_heads, live, stats.shape()[3]];
     let gap = kv_len - q_len;
-    let num_bq = (q_len + (bq as i32 - 1)) / bq as i32;
+    // A decode sequence has one query token (tpu-inference's static query length 1): one block.
+    let mut num_bq = (q_len + (bq as i32 - 1)) / bq as i32;
+    if decode {
+        num_bq = scalar(1i32);
+    }
     for bi in 0..num_bq {
         let qs = bi * bq as i32;
         let sz = (q_len - qs).min(bq as i32);
@@ -458,16 +472,13 @@ fn attend<T: KvElement>(
                     let rows = gp * bq_c;
                     let q_pos =
                         iota::<i32>([rows, bkv_c], 0) / gp as i32 + (q_first + (c * bq_c) as i32);
-                    for h in unroll(0..kv_heads) {
+                    // A traced loop over kv heads: one copy of the compute in the code.
+                    for h in 0..kv_heads as i32 {
                         let (kr, vr) = kv_rows::<T>(h);
                         let stride = rows_per_token;
                         let start = kv0 * stride as i32;
-                        let kw = words
-                            .at(ds(start + kr as i32, bkv_c as i32).stride(stride))
-                            .load();
-                        let vw = words
-                            .at(ds(start + vr as i32, bkv_c as i32).stride(stride))
-                            .load();
+                        let kw = words.at(ds(start + kr, bkv_c as i32).stride(stride)).load();
+                        let vw = words.at(ds(start + vr, bkv_c as i32).stride(stride)).load();
                         let (k, v) = T::unpack(kw, vw);
                         let qh = scaled_queries(head_queries(q_buf, h, c * bq_c, bq_c), options);
                         fold_chunk(
@@ -487,7 +498,7 @@ fn attend<T: KvElement>(
         // The block's output: acc / l, per kv head and query chunk.
         for c in unroll(0..bq / bq_c) {
             let rows = gp * bq_c;
-            for h in unroll(0..kv_heads) {
+            for h in 0..kv_heads as i32 {
                 let l = stats
                     .at((1, h, c * rows..(c + 1) * rows))
                     .load()
