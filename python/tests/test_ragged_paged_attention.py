@@ -168,3 +168,23 @@ def test_torch_cpu_tensors_match_the_jax_function():
     assert np.array_equal(out[:n].float().numpy(), np.asarray(want_o[:n], np.float32))
     # (the NaN padding went through f32 on its way into torch: equal as values, not as payloads)
     assert np.array_equal(cache.float().numpy(), np.asarray(want_c, np.float32), equal_nan=True)
+
+
+def test_torchax_tensors_match_the_jax_function():
+    """On torchax tensors the torch face runs the JAX function inside torchax's environment."""
+    import torch
+    import torchax
+    import tpu_kernel.torch.examples as tex
+    env = torchax.default_env()
+    cfg = dict(seqs=2, q_lens=[1, 6], kv_lens=[9, 30], **BASE)
+    inp = tir.make_inputs(**cfg)
+    args = tir.positional(inp)
+    want_o, want_c = jax.jit(ex.ragged_paged_attention)(*args)
+    tensors = [torch.from_numpy(np.asarray(a.astype(jnp.float32) if a.dtype == jnp.bfloat16 else a))
+               for a in args]
+    tensors = [env.to_xla(t.to(torch.bfloat16) if i < 4 else t) for i, t in enumerate(tensors)]
+    out, cache = tex.ragged_paged_attention(*tensors)
+    n = int(inp["cu_q_lens"][-1])
+    got_o = np.asarray(out.jax()[:n], np.float32)
+    assert np.array_equal(got_o, np.asarray(want_o[:n], np.float32))
+    assert np.array_equal(np.asarray(cache.jax(), np.float32), np.asarray(want_c, np.float32), equal_nan=True)
