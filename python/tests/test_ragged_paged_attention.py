@@ -77,6 +77,11 @@ BASE = dict(heads=8, kv_heads=2, page_size=16, pages_per_seq=8)
     ("head_dim 64", dict(seqs=3, q_lens=[1, 3, 20], kv_lens=[40, 3, 33], head_dim=64, **BASE), {}),
     ("f32 cache", dict(seqs=3, q_lens=[1, 37, 70], kv_lens=[5, 100, 128], heads=4, kv_heads=2, page_size=16,
                        pages_per_seq=8, dtype="float32"), dict(sliding_window=40, soft_cap=30.0)),
+    ("q, k, v scales and a mask value", dict(seqs=3, q_lens=[1, 9, 20], kv_lens=[33, 9, 70], **BASE),
+     dict(q_scale=0.5, k_scale=1.5, v_scale=0.75, mask_value=-1e30)),
+    ("not causal", dict(seqs=3, q_lens=[1, 9, 20], kv_lens=[33, 9, 70], **BASE), dict(use_causal_mask=False)),
+    ("not causal, kv mask skipped", dict(seqs=3, q_lens=[1, 16, 20], kv_lens=[32, 16, 64], **BASE),
+     dict(use_causal_mask=False, skip_kv_mask=True, m_block_sizes=(16, 32, 16, 16), d_block_sizes=(1, 32, 1, 16))),
 ])
 def test_matches_tpu_inference_reference(name, cfg, options):
     check(cfg, **options)
