@@ -321,10 +321,11 @@ def oom_bytes(error: str | None) -> int | None:
     return int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)])
 
 
-def compile_jax(fn, args, topo: str) -> Compiled:
+def compile_jax(fn, args, topo: str, donate_argnums: tuple = ()) -> Compiled:
     """Compile `jax.jit(fn)` on `args` (ShapeDtypeStructs) with libtpu for `topo`: traced and lowered
     for that generation (inside the topology's abstract mesh, where Pallas's `get_tpu_info()` and our
-    JAX op read the device kind), on one of its devices."""
+    JAX op read the device kind), on one of its devices. `donate_argnums` as `jax.jit`'s (an aliased
+    input that is not donated is copied by XLA first — into VMEM when it is small)."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     name, desc = topology(topo)
     mesh = Mesh(np.array(desc.devices[:1]), ("x",))
@@ -335,7 +336,7 @@ def compile_jax(fn, args, topo: str) -> Compiled:
     t = time.perf_counter()
     try:
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-            compiled = jax.jit(fn).trace(*sds).lower().compile()
+            compiled = jax.jit(fn, donate_argnums=donate_argnums).trace(*sds).lower().compile()
         res.ok = True
         hlo = compiled.as_text()
     except Exception as e:

@@ -35,4 +35,8 @@ if [ "${1:-}" = "--python" ]; then
         "$py" -m venv .venv
     fi
     .venv/bin/pip install -q --disable-pip-version-check -r python/requirements.txt
+    # tpu-inference (vLLM's TPU backend) for its ragged paged attention kernel and reference, which
+    # python/tests/test_ragged_paged_attention.py compares ours with. Its own pins (jax 0.11.2, vllm)
+    # are not installed: its kernel modules run under our jax (python/tests/tpu_inference_rpa.py).
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps tpu-inference==0.32.0
 fi

@@ -88,6 +88,11 @@ pub fn random_inputs(call: &PallasCall, seed: u64) -> Vec<HostArray> {
             return inputs;
         }
     }
+    if k.name == "ragged_paged_attention_kernel" {
+        if let Some(inputs) = ragged_paged_attention_inputs(call, seed) {
+            return inputs;
+        }
+    }
     let blocks = k
         .operands
         .iter()
@@ -189,6 +194,68 @@ fn paged_attention_inputs(call: &PallasCall, seed: u64) -> Option<Vec<HostArray>
         HostArray::random(&q.shape, q.dtype, seed + 2).expect("build() checked these shapes"),
         HostArray::random(&kp.shape, kp.dtype, seed + 3).expect("build() checked these shapes"),
         HostArray::random(&vp.shape, vp.dtype, seed + 4).expect("build() checked these shapes"),
+    ])
+}
+
+/// Valid inputs for `ragged_paged_attention_kernel` (inputs: `kv_lens [S]`, `page_indices [S * P]`,
+/// `cu_q_lens [S + 1]`, `distribution [3]`, `q`, `kv`, `kv_cache [N, ps, ..]`): the first half of
+/// the sequences decode (one query token), the rest take random query lengths that fit the tokens,
+/// each `kv_len` random in `q_len..=P * ps`; pages handed out from a random permutation of the pool
+/// (distinct while the pool lasts), the table's unused entries pointing at pages too.
+fn ragged_paged_attention_inputs(call: &PallasCall, seed: u64) -> Option<Vec<HostArray>> {
+    let k = call.ir();
+    let ops: Vec<_> = k.inputs().collect();
+    let [kv_lens, table, cu, dist, q, kv, cache] = ops.as_slice() else {
+        return None;
+    };
+    let seqs = *kv_lens.shape.first()?;
+    let pages_per_seq = *table.shape.first()? / seqs.max(1);
+    let tokens = *kv.shape.first()?;
+    let (pool, page_size) = (*cache.shape.first()?, *cache.shape.get(1)?);
+    let max_kv = (pages_per_seq * page_size) as u64;
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n.max(1)
+    };
+    let decode = seqs / 2;
+    let mut budget = tokens.saturating_sub(seqs) as u64;
+    let (mut q_lens, mut lens) = (Vec::new(), Vec::new());
+    for s in 0..seqs {
+        let extra = if s < decode {
+            0
+        } else {
+            let e = next(budget.min(max_kv.saturating_sub(1)) + 1);
+            budget -= e;
+            e
+        };
+        let q_len = 1 + extra;
+        q_lens.push(q_len as i32);
+        lens.push((q_len + next(max_kv - q_len + 1)) as i32);
+    }
+    let mut cu_q = vec![0i32];
+    for l in &q_lens {
+        cu_q.push(cu_q.last().copied().unwrap_or(0) + l);
+    }
+    let mut pages: Vec<i32> = (0..pool as i32).collect();
+    for i in (1..pages.len()).rev() {
+        pages.swap(i, next(i as u64 + 1) as usize);
+    }
+    let entries = (0..seqs * pages_per_seq)
+        .map(|i| pages[i % pool.max(1)])
+        .collect();
+    let d = decode as i32;
+    Some(vec![
+        HostArray::from_vec(&kv_lens.shape, lens).ok()?,
+        HostArray::from_vec(&table.shape, entries).ok()?,
+        HostArray::from_vec(&cu.shape, cu_q).ok()?,
+        HostArray::from_vec(&dist.shape, vec![d, d, seqs as i32]).ok()?,
+        HostArray::random(&q.shape, q.dtype, seed + 4).expect("build() checked these shapes"),
+        HostArray::random(&kv.shape, kv.dtype, seed + 5).expect("build() checked these shapes"),
+        HostArray::random(&cache.shape, cache.dtype, seed + 6)
+            .expect("build() checked these shapes"),
     ])
 }
 

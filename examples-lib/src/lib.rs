@@ -52,6 +52,9 @@ mod quantized_matmul;
 #[path = "../../examples/quantized_matmul_w8a8.rs"]
 mod quantized_matmul_w8a8;
 #[allow(dead_code)]
+#[path = "../../examples/ragged_paged_attention.rs"]
+mod ragged_paged_attention;
+#[allow(dead_code)]
 #[path = "../../examples/rmsnorm.rs"]
 mod rmsnorm;
 #[allow(dead_code)]
@@ -90,6 +93,7 @@ tpu_kernel::export_library!(
         paged_gather::paged_gather,
         quantized_matmul::quantized_matmul,
         quantized_matmul_w8a8::quantized_matmul_w8a8,
+        ragged_paged_attention::ragged_paged_attention_launch,
         rmsnorm::rmsnorm,
         rmsnorm::rmsnorm_bwd,
         softmax::softmax,
@@ -98,5 +102,8 @@ tpu_kernel::export_library!(
         values::values,
     ],
     // plain Rust the Python package calls instead of re-implementing it
-    host = [grouped_matmul::group_metadata],
+    host = [
+        grouped_matmul::group_metadata,
+        ragged_paged_attention::rpa_default_block_sizes
+    ],
 );

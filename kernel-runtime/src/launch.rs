@@ -355,6 +355,18 @@ kernel_fn!(A, B, C, D, E, F, G, H, I);
 kernel_fn!(A, B, C, D, E, F, G, H, I, J);
 kernel_fn!(A, B, C, D, E, F, G, H, I, J, K);
 kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S, T);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S, T, U);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S, T, U, V);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S, T, U, V, W);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S, T, U, V, W, X);
+kernel_fn!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, Q, R, S, T, U, V, W, X, Y);
 
 /// Start describing a kernel launch (`pl.pallas_call`).
 #[track_caller]
@@ -370,6 +382,8 @@ pub fn pallas_call<'a, Args, K: KernelFn<Args> + 'a>(kernel: K) -> PallasCallBui
         cost_estimate: None,
         aliases: None,
         target: None,
+        checks_off: (false, false),
+        any_in_hbm: false,
         loc: SourceLoc::caller(),
         _args: std::marker::PhantomData,
     }
@@ -397,6 +411,8 @@ pub struct PallasCallBuilder<'a, K, Args> {
     cost_estimate: Option<CostEstimate>,
     aliases: Option<(Vec<(usize, usize)>, SourceLoc)>,
     target: Option<Target>,
+    checks_off: (bool, bool),
+    any_in_hbm: bool,
     loc: SourceLoc,
     _args: std::marker::PhantomData<fn(Args)>,
 }
@@ -513,6 +529,27 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
     #[track_caller]
     pub fn input_output_aliases(mut self, pairs: impl AsRef<[(usize, usize)]>) -> Self {
         self.aliases = Some((pairs.as_ref().to_vec(), SourceLoc::caller()));
+        self
+    }
+    /// Turn off libtpu's run-time bounds checks of this kernel's copies and ref accesses (Pallas's
+    /// `disable_bounds_checks=True`; tpu-inference's paged attention does: a check per small page
+    /// copy costs more than the copy). The CPU engines still check every access.
+    pub fn disable_bounds_checks(mut self) -> Self {
+        self.checks_off.0 = true;
+        self
+    }
+    /// Turn off libtpu's run-time semaphore checks (Pallas's `disable_semaphore_checks=True`: a
+    /// semaphore left counting at the kernel's end is not reported on the TPU). The CPU engines still
+    /// report races, deadlocks and semaphores left counting.
+    pub fn disable_semaphore_checks(mut self) -> Self {
+        self.checks_off.1 = true;
+        self
+    }
+    /// Pin the whole-array operands (`input_any`, `output_any`) to HBM: their refs are
+    /// `#tpu.memory_space<hbm>` (Pallas's `BlockSpec(memory_space=pltpu.HBM)`) instead of `any`, which
+    /// lets XLA place a small array in VMEM — where libtpu turns its copies into vector loops.
+    pub fn any_in_hbm(mut self) -> Self {
+        self.any_in_hbm = true;
         self
     }
     /// A cost estimate passed to XLA's scheduler.
@@ -672,6 +709,9 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
             vmem_limit_bytes: self.vmem_limit_bytes,
             cost_estimate: self.cost_estimate,
             target: self.target.unwrap_or_else(Target::current),
+            disable_bounds_checks: self.checks_off.0,
+            disable_semaphore_checks: self.checks_off.1,
+            any_in_hbm: self.any_in_hbm,
         };
         crate::expand::run(&mut kernel);
         check::kernel(&kernel).map_err(|e| e.at(loc))?;

@@ -17,6 +17,8 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tpu_kernel.examples import group_metadata
 
+import pallas_rpa  # the ragged_paged_attention twin (its own module: the algorithm is long)
+
 S = jax.ShapeDtypeStruct
 f32, bf16, i32, i8 = jnp.float32, jnp.bfloat16, jnp.int32, jnp.int8
 
@@ -765,6 +767,7 @@ KERNELS = {
                                                       S((1, 512), f32)]),
     "flash_attention": (flash_attention, [S((2, 1024, 128), bf16)] * 3),
     "values": (values, [S((64, 256), f32)]),
+    "ragged_paged_attention": pallas_rpa.KERNEL,
 }
 
 
@@ -788,6 +791,8 @@ def valid_inputs(name, xs):
     empty and boundaries fall inside tiles); sequence lengths and block tables made ragged and in range
     (`paged_attention_inputs`)."""
     xs = list(xs)
+    if name == "ragged_paged_attention":
+        return pallas_rpa.valid_inputs(xs)
     for i, hi in INDEX_OPERANDS.get(name, {}).items():
         xs[i] = jnp.mod(xs[i], hi).astype(xs[i].dtype)
     if name in GROUP_OPERANDS:
@@ -844,4 +849,5 @@ REFERENCES = {
                                                    ).astype(bf16),
     "flash_attention": attention_ref,
     "values": _values_ref,
+    "ragged_paged_attention": pallas_rpa.reference,
 }

@@ -122,12 +122,23 @@ KNOWN_MISMATCHES: dict[str, tuple[str, set]] = {
     # now says `lax.rem`, the same algorithm, and matches)
 }
 
+# Twins not held op for op (their ops and attributes, test_ops_and_attributes_match_pallas), with why:
+# the structural comparison wants a twin written op for op; these are the same algorithm in Pallas's
+# idioms, held by LLO ops and bundles (test_examples.py) and their numbers elsewhere. Not yet done:
+# an op-for-op ragged paged attention twin (its module differs in 670 op signatures: Pallas's loop and
+# index forms).
+NOT_OP_FOR_OP: dict[str, str] = {
+    "ragged_paged_attention": "the algorithm in Pallas's idioms (pl.loop, fori_loop carries): LLO ops and "
+                              "bundles compared in test_examples.py",
+}
+
 
 # ------------------------------------------------------------------------------------------ modules
 
 def our_kernel(name: str):
     """The installed `tpu_kernel.examples` kernel of a twin; a twin without one is a failure (the
     package is installed from examples-lib/ by `pip install .`: a new example needs a reinstall)."""
+    name = ex.WRAPPERS.get(name, name)  # an example whose Python face wraps a kernel: that kernel
     if name not in ex.library.kernels:
         pytest.fail(f"the installed tpu_kernel.examples library ({ex.library.path}) has no kernel `{name}`, "
                     f"which pallas_kernels.py twins: reinstall the package (`.venv/bin/pip install .`)",
@@ -144,7 +155,7 @@ def our_module(name: str) -> str:
 
 
 def pallas_module(fn, args) -> str:
-    calls = tc.tpu_custom_calls(tc.lower_jax_for_tpu(fn, args))
+    calls = tc.tpu_custom_calls(tc.lower_jax_for_tpu(fn, args, "v5e"))
     assert len(calls) == 1, f"expected one tpu_custom_call from the Pallas twin, got {len(calls)}"
     return tc.deserialize_body(tc.b64_body(calls[0]["config"]))
 
@@ -497,7 +508,7 @@ def modules(name: str) -> tuple[str, str]:
 
 
 def _parity_cases():
-    for name in TWINS:
+    for name in (n for n in TWINS if n not in NOT_OP_FOR_OP):
         marks = [pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES[name][0])] if name in KNOWN_MISMATCHES else []
         yield pytest.param(name, marks=marks, id=name)
 
@@ -515,7 +526,8 @@ def test_every_example_has_a_twin():
     example's gradient; flash attention's have twins of their own, compared in test_flash_attention)."""
     kernels = ex.library.kernels.values()
     backward = {e["kernel"] for k in kernels for e in k.grad or []} | {k.fwd for k in kernels if k.fwd}
-    exported = {k.name for k in kernels} - backward
+    wrapped = {kernel: name for name, kernel in ex.WRAPPERS.items()}  # twins take the example's name
+    exported = {wrapped.get(k.name, k.name) for k in kernels} - backward
     assert exported == set(TWINS), (
         f"installed examples without a twin in pallas_kernels.py: {sorted(exported - set(TWINS))}; twins whose "
         f"example is not in the installed package (reinstall it: `.venv/bin/pip install .`): "
@@ -673,11 +685,14 @@ def pallas_interpret():
     real = pallas_kernels.pl
     proxy = types.SimpleNamespace(**{k: getattr(real, k) for k in dir(real) if not k.startswith("__")})
     proxy.pallas_call = lambda *a, **kw: real.pallas_call(*a, **{**kw, "interpret": True})
-    pallas_kernels.pl = proxy
+    twins = (pallas_kernels, pallas_kernels.pallas_rpa)
+    for m in twins:
+        m.pl = proxy
     try:
         yield
     finally:
-        pallas_kernels.pl = real
+        for m in twins:
+            m.pl = real
 
 
 def random_inputs(args, seed):
@@ -735,6 +750,12 @@ def test_numbers_match_pallas_interpret(name):
     fn, args = pallas_kernels.KERNELS[name]
     kernel = our_kernel(name)
     xs = pallas_kernels.valid_inputs(name, random_inputs(args, seed=sum(map(ord, name))))
+    if name in PALLAS_CANNOT_INTERPRET:
+        # Its numbers are held elsewhere (see the table); here: Pallas's interpreter still refuses it.
+        with pytest.raises(Exception, match=PALLAS_CANNOT_INTERPRET[name]):
+            with pallas_interpret():
+                jax.block_until_ready(jax.jit(lambda *a: fn(*a))(*xs))
+        return
     with pallas_interpret():
         theirs = jax.jit(lambda *a: fn(*a))(*xs)  # a new function: no jit cache hit on the TPU trace
     ours = kernel(*xs)
@@ -745,6 +766,13 @@ def test_numbers_match_pallas_interpret(name):
         t = np.asarray(t)
         assert np.isfinite(t.astype(np.float32)).any(), f"{name} output {k}: Pallas produced no finite values"
         check_close(f"{name} output {k}", np.asarray(o), t, tolerance(name, t.dtype))
+
+
+# Twins Pallas's interpreter cannot run, with the reason it gives; their numbers are checked against
+# another reference: ragged_paged_attention's against tpu-inference's `ref_ragged_paged_attention`
+# and a jnp reference (test_ragged_paged_attention.py, test_jax_transforms.py), and in both of our
+# engines (tests/ragged_paged_attention.rs).
+PALLAS_CANNOT_INTERPRET = {"ragged_paged_attention": "Shapes must be 1D sequences of concrete values"}  # run-time DMA sizes
 
 
 def test_tolerances_reject_real_errors():

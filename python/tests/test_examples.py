@@ -123,7 +123,7 @@ def test_llo_not_above_pallas(example, generation):
         pytest.fail(f"no Pallas version of `{example.name}`: add it to python/tests/pallas_kernels.py", pytrace=False)
     fn, args = pallas_kernels.KERNELS[example.name]
     # Same kernel, same shapes: the Pallas custom call has our operand and result types.
-    pallas_call = tc.tpu_custom_calls(tc.lower_jax_for_tpu(fn, args))
+    pallas_call = tc.tpu_custom_calls(tc.lower_jax_for_tpu(fn, args, generation))
     assert len(pallas_call) == 1
     ours_call = tc.tpu_custom_calls(example.stablehlo_for(generation))[0]
     assert (ours_call["operand_types"], ours_call["result_types"]) == \

@@ -37,9 +37,11 @@ def test_every_example_is_exported_with_its_pallas_surface():
     names = set(ex.__all__)
     missing = set(example_names()) - names
     assert not missing, f"examples/ kernels not exported by the examples library: {sorted(missing)}"
-    assert set(ex.__all__) == set(ex.library.kernels)
-    for name in ex.__all__:
+    assert set(ex.__all__) == set(ex.library.kernels) | set(ex.WRAPPERS)
+    for name in set(ex.__all__) - set(ex.WRAPPERS):
         assert getattr(ex, name) is ex.library.kernels[name]
+    for name, kernel in ex.WRAPPERS.items():  # a Python function over the kernel its example builds
+        assert callable(getattr(ex, name)) and kernel in ex.library.kernels
 
     def surface(kernel):
         sig = inspect.signature(kernel)
@@ -82,7 +84,9 @@ def test_library_description_follows_the_abi():
         covered = [i for e in kernels[name]["grad"] for i in e["inputs"]]
         assert sorted(covered) == sorted(kernels[name]["inputs"]), covered
     assert kernels["softmax"]["grad"] is None
-    assert d["host"] == [{"name": "group_metadata", "args": ["Vec<i32>", "usize", "usize"]}]
+    assert d["host"] == [{"name": "group_metadata", "args": ["Vec<i32>", "usize", "usize"]},
+                         {"name": "rpa_default_block_sizes",
+                          "args": ["String", "String", "String", "[usize; 3]", "[usize; 3]"]}]
 
 
 def test_load_returns_one_library_per_file_and_registers_ffi_once():

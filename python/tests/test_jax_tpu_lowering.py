@@ -24,7 +24,7 @@ def only_custom_call(text):
 @pytest.mark.parametrize("name", example_names())
 def test_tpu_lowering_is_our_custom_call_and_compiles_for_v5e(name):
     args = pk.KERNELS[name][1]
-    kernel = getattr(ex, name)
+    kernel = ex.library.kernels[ex.WRAPPERS.get(name, name)]
     expected = kernel.lower(*args)
     text = tc.lower_jax_for_tpu(kernel, args)
     call = only_custom_call(text)
@@ -33,7 +33,7 @@ def test_tpu_lowering_is_our_custom_call_and_compiles_for_v5e(name):
     # the custom call is the one jax emits for the Pallas version of the kernel: same attributes
     # (api_version 1 and no side effect are the defaults, so neither is printed), same result types
     pallas_fn = pk.KERNELS[name][0]
-    pallas = only_custom_call(tc.lower_jax_for_tpu(pallas_fn, args))
+    pallas = only_custom_call(tc.lower_jax_for_tpu(pallas_fn, args, "v5e"))
     pallas["attrs"].pop("mhlo.frontend_attributes", None)  # Pallas's (empty) kernel_metadata
     assert call["attrs"] == pallas["attrs"]
     assert call["result_types"] == pallas["result_types"] and call["operand_types"] == pallas["operand_types"]

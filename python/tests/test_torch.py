@@ -64,6 +64,10 @@ def test_every_example_has_a_torch_op_with_the_jax_signature():
     assert tex.__all__ == ex.__all__
     for name in ex.__all__:
         op = getattr(tex, name)
+        if name in ex.WRAPPERS:  # a function over a kernel: its torch face takes the same arrays
+            params = list(inspect.signature(getattr(ex, name)).parameters)
+            assert list(inspect.signature(op).parameters) == params, name
+            continue
         assert inspect.signature(op) == inspect.signature(getattr(ex, name)), name
         assert op.kernel is getattr(ex, name)
 

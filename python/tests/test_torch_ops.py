@@ -52,6 +52,13 @@ FORWARD = {
                                  rand(4, 8, 128, dtype=bf16, seed=5), rand(1, 16, 16, 128, dtype=bf16, seed=6),
                                  rand(1, 16, 16, 128, dtype=bf16, seed=7)], dict(pages_per_compute_block=2)),
     "paged_gather": lambda: ([ints(8, 8, high=64), rand(64, 16, 128)], {}),
+    # the launch behind tpu_kernel.torch.examples.ragged_paged_attention (tables first; q and kv in
+    # tpu-inference's kernel layouts): a decode and a 4-token sequence, 1 kv head of 4 query heads
+    "ragged_paged_attention_launch": lambda: ([
+        torch.tensor([5, 20], dtype=torch.int32), torch.tensor([2, 0, 3, 1], dtype=torch.int32),
+        torch.tensor([0, 1, 5], dtype=torch.int32), torch.tensor([1, 1, 2], dtype=torch.int32),
+        rand(1, 8, 2, 2, 128, dtype=bf16, seed=1), rand(8, 1, 2, 128, dtype=bf16, seed=2),
+        rand(4, 16, 1, 2, 128, dtype=bf16, seed=3)], dict(sm_scale=0.1)),
     "quantized_matmul": lambda: ([rand(128, 256, dtype=bf16), torch.randint(-128, 128, (256, 128), dtype=torch.int8),
                                   rand(1, 128) / 64], {}),
     "quantized_matmul_w8a8": lambda: ([torch.randint(-128, 128, (128, 256), dtype=torch.int8), rand(128, 1) / 64,
@@ -293,7 +300,9 @@ def test_an_aliased_input_is_a_mutated_argument_the_op_writes():
     assert str(NS.inplace_scale.default._schema) == (
         "tpu_kernel_examples::inplace_scale(Tensor(a!) x, *, int bm=128, str? target=None) -> ()")
     assert ex.library.kernels["inplace_scale"].mutates == ["x"]
-    assert all(not k.mutates for n, k in ex.library.kernels.items() if n != "inplace_scale")
+    assert ex.library.kernels["ragged_paged_attention_launch"].mutates == ["q", "kv_cache"]
+    assert all(not k.mutates for n, k in ex.library.kernels.items()
+               if n not in ("inplace_scale", "ragged_paged_attention_launch"))
     x = rand(128, 128)
     want = x * 3
     out = tex.inplace_scale(x)

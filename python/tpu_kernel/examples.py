@@ -106,3 +106,76 @@ def __getattr__(name: str) -> Kernel:
     """Only reached for names that are not kernels (the kernels are module globals): an AttributeError
     listing them. Its annotation tells type checkers that `examples.<kernel>` is a `Kernel`."""
     raise AttributeError(f"tpu_kernel.examples has no kernel {name!r}; its kernels: {', '.join(__all__)}")
+
+
+#: tpu-inference's order of `ragged_paged_attention`'s arrays (the launch takes the tables first).
+_RPA_ARRAYS = ("queries", "keys", "values", "kv_cache", "kv_lens", "page_indices", "cu_q_lens", "distribution")
+
+
+def _packing(dtype: Any) -> int:
+    return max(1, 32 // (np.dtype(dtype).itemsize * 8))
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def ragged_paged_attention(queries: Any, keys: Any, values: Any, kv_cache: Any, kv_lens: Any,
+                           page_indices: Any, cu_q_lens: Any, distribution: Any, **options: Any) -> Any:
+    """tpu-inference's ragged paged attention v3 (vLLM TPU's attention), with its signature:
+    `(output, updated_kv_cache)` for `queries [T, Hq, D]`, the new tokens' `keys`/`values [T, Hkv, D]`,
+    `kv_cache [pages, page_size, 2 Hkv / packing, packing, D']` (tpu-inference's `get_kv_cache_shape`,
+    `D'` = D rounded up to 128), i32 `kv_lens [S]`, `page_indices [S * pages_per_seq]`, `cu_q_lens
+    [S + 1]`, `distribution [3]`, and its keyword arguments (`use_causal_mask`, `update_kv_cache`,
+    `skip_kv_mask`, `sm_scale`, `sliding_window`, `soft_cap`, `out_dtype`, `mask_value`, `q_scale`,
+    `k_scale`, `v_scale`, `chunk_prefill_size`, `d_block_sizes`, `p_block_sizes`, `m_block_sizes`,
+    `vmem_limit_bytes`; and `target=`).
+
+    As tpu-inference does, the queries are laid out per kv head (`[Hkv, T, Gp / pk, pk, D']`, the
+    group of query heads padded to the packing `pk`, head_dim to 128) and the keys and values merged
+    into the cache's row layout with jnp; then one Rust launch (`ragged_paged_attention_launch`,
+    examples/ragged_paged_attention.rs, whose module docs list where it differs from tpu-inference)
+    updates the cache (aliased: donate it under `jax.jit` to update it in place) and computes the
+    attention."""
+    import jax.numpy as jnp
+    q, k, v = queries, keys, values
+    for name, a, rank in (("queries", q, 3), ("keys", k, 3), ("values", v, 3)):
+        if getattr(a, "ndim", None) != rank:
+            raise KernelError(f"ragged_paged_attention(): {name} must be [tokens, heads, head_dim], got shape "
+                              f"{getattr(a, 'shape', None)}", argument=name, kernel="ragged_paged_attention")
+    if k.shape != v.shape or k.dtype != v.dtype:
+        raise KernelError(f"ragged_paged_attention(): keys {k.shape} {k.dtype} and values {v.shape} {v.dtype} "
+                          f"must agree", argument="values", kernel="ragged_paged_attention")
+    tokens, heads, head_dim = q.shape
+    kv_heads = k.shape[1]
+    if k.shape[0] != tokens or k.shape[2] != head_dim or kv_heads == 0 or heads % kv_heads:
+        raise KernelError(f"ragged_paged_attention(): queries {q.shape} and keys {k.shape} do not fit "
+                          f"(same tokens and head_dim; query heads a multiple of kv heads)", argument="keys",
+                          kernel="ragged_paged_attention")
+    group = heads // kv_heads
+    q_pk, kv_pk = _packing(q.dtype), _packing(k.dtype)
+    gp, dp = _round_up(group, q_pk), _round_up(head_dim, 128)
+    qp = jnp.pad(q.reshape(tokens, kv_heads, group, head_dim),
+                 ((0, 0), (0, 0), (0, gp - group), (0, dp - head_dim)))
+    qp = qp.reshape(tokens, kv_heads, gp // q_pk, q_pk, dp).swapaxes(0, 1)
+    rows = _round_up(2 * kv_heads, kv_pk)
+    kv = jnp.concatenate([k, v], axis=-1).reshape(tokens, 2 * kv_heads, head_dim)
+    kv = jnp.pad(kv, ((0, 0), (0, rows - 2 * kv_heads), (0, dp - head_dim)))
+    kv = kv.reshape(tokens, rows // kv_pk, kv_pk, dp)
+    if options.get("out_dtype") is not None:
+        options["out_dtype"] = np.dtype(options["out_dtype"]).name
+    for name in ("d_block_sizes", "p_block_sizes", "m_block_sizes"):
+        if options.get(name) is not None:
+            options[name] = [int(b) for b in options[name]]
+    o, cache = library.kernels["ragged_paged_attention_launch"](
+        kv_lens, page_indices, cu_q_lens, distribution, qp, kv, kv_cache, actual_num_q_heads=heads,
+        **options)
+    out = o.swapaxes(0, 1).reshape(tokens, kv_heads, gp, dp)[:, :, :group, :head_dim]
+    return out.reshape(tokens, heads, head_dim), cache
+
+
+#: Examples whose Python face is a function over a kernel of the library (its name: the example's):
+#: example name -> the kernel it calls, whose operands the example's Rust `build()` has.
+WRAPPERS = {"ragged_paged_attention": "ragged_paged_attention_launch"}
+
+__all__ = sorted([*__all__, *WRAPPERS])

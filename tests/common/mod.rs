@@ -33,6 +33,8 @@ pub mod paged_gather;
 pub mod quantized_matmul;
 #[path = "../../examples/quantized_matmul_w8a8.rs"]
 pub mod quantized_matmul_w8a8;
+#[path = "../../examples/ragged_paged_attention.rs"]
+pub mod ragged_paged_attention;
 #[path = "../../examples/rmsnorm.rs"]
 pub mod rmsnorm;
 #[path = "../../examples/softmax.rs"]
@@ -72,6 +74,7 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("inplace_scale", inplace_scale::build),
     ("paged_gather", paged_gather::build),
     ("paged_attention", paged_attention::build),
+    ("ragged_paged_attention", ragged_paged_attention::build),
     ("quantized_matmul", quantized_matmul::build),
     ("quantized_matmul_w8a8", quantized_matmul_w8a8::build),
     ("flash_attention", flash_attention::build),

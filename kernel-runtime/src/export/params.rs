@@ -121,6 +121,23 @@ impl StaticParam for String {
     }
 }
 
+/// An optional value: Python's `None` (JSON `null`) or a value of `T` (tpu-inference's
+/// `sliding_window: int | None = None` and the like).
+impl<T: StaticParam> StaticParam for Option<T> {
+    fn type_name() -> String {
+        format!("Option<{}>", T::type_name())
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Null => Ok(None),
+            v => T::from_json(v).map(Some),
+        }
+    }
+    fn to_json(&self) -> Value {
+        self.as_ref().map_or(Value::Null, T::to_json)
+    }
+}
+
 fn elements(v: &Value, n: usize, what: &str) -> Result<Vec<Value>, String> {
     match v.as_array() {
         Some(items) if items.len() == n => Ok(items.clone()),

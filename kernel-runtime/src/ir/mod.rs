@@ -503,6 +503,14 @@ pub struct Kernel {
     /// The TPU generation it is built for: the VMEM check's limits, the scoped VMEM limit the
     /// backend_config carries, and any lowering rule that differs per generation read it.
     pub target: crate::target::Target,
+    /// libtpu's run-time checks the custom call turns off (Pallas's `CompilerParams(
+    /// disable_bounds_checks=.., disable_semaphore_checks=..)`): they cost code around every copy;
+    /// the CPU engines check everything regardless.
+    pub disable_bounds_checks: bool,
+    pub disable_semaphore_checks: bool,
+    /// The whole-array (`Any`) operands pinned to HBM (Pallas's `pltpu.HBM` over `pl.ANY`): XLA may
+    /// otherwise place a small one in VMEM, where its copies become vector load/store loops.
+    pub any_in_hbm: bool,
 }
 
 impl Kernel {

@@ -28,7 +28,7 @@ pub fn lower_module(k: &Kernel) -> Result<MModule> {
     // A launch without a grid has whole-array blocks and, as Pallas emits it, no index maps.
     for o in k.operands.iter().filter(|_| !k.grid.is_empty()) {
         if let Some(b) = &o.block {
-            funcs.push(lower_func(&b.index_map, vec![])?);
+            funcs.push(lower_func(&b.index_map, vec![], "#tpu.memory_space<any>")?);
         }
     }
     Ok(MModule {
@@ -100,15 +100,25 @@ fn lower_kernel_fn(k: &Kernel) -> Result<MFunc> {
         // attributes without explicit iteration bounds); `check` holds every block to its whole array.
         attrs.retain(|(name, _)| !matches!(*name, "iteration_bounds" | "window_params"));
     }
-    lower_func(&k.body, attrs)
+    let any_space = if k.any_in_hbm {
+        "#tpu.memory_space<hbm>"
+    } else {
+        "#tpu.memory_space<any>"
+    };
+    lower_func(&k.body, attrs, any_space)
 }
 
-fn lower_func(f: &Func, attrs: Vec<(&'static str, String)>) -> Result<MFunc> {
+fn lower_func(
+    f: &Func,
+    attrs: Vec<(&'static str, String)>,
+    any_space: &'static str,
+) -> Result<MFunc> {
     let mut lw = Lowerer {
         func: f,
         values: vec![None; f.values.len()],
         next: 0,
         types: Default::default(),
+        any_space,
     };
     let inputs: Vec<MType> = f
         .body
@@ -139,6 +149,9 @@ pub(crate) struct Lowerer<'f> {
     values: Vec<Option<MValue>>,
     next: MValue,
     types: std::cell::RefCell<Vec<(Type, MType)>>,
+    /// The memory space `Any` refs are written in: `any`, or `hbm` when the launch pins its whole-array
+    /// operands to HBM (Pallas's `pltpu.HBM`).
+    any_space: &'static str,
 }
 
 impl<'f> Lowerer<'f> {
@@ -148,12 +161,12 @@ impl<'f> Lowerer<'f> {
         if let Some((_, m)) = seen.iter().find(|(k, _)| k == t) {
             return Ok(m.clone());
         }
-        let m = Self::new_ty(t);
+        let m = Self::new_ty(t, self.any_space);
         seen.push((t.clone(), m.clone()));
         Ok(m)
     }
 
-    fn new_ty(t: &Type) -> MType {
+    fn new_ty(t: &Type, any_space: &'static str) -> MType {
         match t {
             Type::Scalar(d) => MType::Plain(d.mlir().into()),
             // A 0-d vector is its element type in our IR's convention (`vector_type_text`).
@@ -175,7 +188,7 @@ impl<'f> Lowerer<'f> {
                 space: match space {
                     MemSpace::Vmem => "#tpu.memory_space<vmem>",
                     MemSpace::Smem => "#tpu.memory_space<smem>",
-                    MemSpace::Any => "#tpu.memory_space<any>",
+                    MemSpace::Any => any_space,
                     MemSpace::Sem(_) => "#tpu.memory_space<semaphore_mem>",
                 },
             },

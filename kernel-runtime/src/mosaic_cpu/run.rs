@@ -138,11 +138,13 @@ impl Compiled {
                 program.kernel_args
             )));
         }
-        // Each ref in the memory space the kernel declared it in (an ANY input, semaphores of their kind).
+        // Each ref in the memory space the kernel declared it in (an ANY input — HBM when the launch
+        // pins them there —, semaphores of their kind).
         for (i, o) in k.operands.iter().enumerate() {
             let want = match o.space {
                 MemSpace::Vmem => Space::Vmem,
                 MemSpace::Smem => Space::Smem,
+                MemSpace::Any if k.any_in_hbm => Space::Hbm,
                 MemSpace::Any => Space::Any,
                 MemSpace::Sem(SemKind::Dma) => Space::DmaSemaphore,
                 MemSpace::Sem(SemKind::Regular) => Space::Semaphore,

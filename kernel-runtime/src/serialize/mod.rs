@@ -117,6 +117,8 @@ impl<'k> CustomCall<'k> {
         if options.input_output_aliases.is_empty() {
             options.input_output_aliases = kernel.aliases.clone();
         }
+        options.disable_bounds_checks |= kernel.disable_bounds_checks;
+        options.disable_semaphore_checks |= kernel.disable_semaphore_checks;
         CustomCall { kernel, options }
     }
     /// The body as MLIR bytecode (mosaic-serde form).

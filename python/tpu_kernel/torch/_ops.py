@@ -78,6 +78,10 @@ def schema_type(rust_type: str) -> str | None:
     t = rust_type.replace(" ", "")
     if t in _SCALARS:
         return _SCALARS[t]
+    optional = re.fullmatch(r"Option<(.+)>", t)
+    if optional:  # Python's None or a value: the inner type, optional
+        inner = schema_type(optional.group(1))
+        return None if inner is None or inner.endswith("?") else f"{inner}?"
     elements: list[str] = []
     m = re.fullmatch(r"\[(.+);\d+\]", t) or re.fullmatch(r"Vec<(.+)>", t)
     if m:
@@ -92,6 +96,8 @@ def schema_type(rust_type: str) -> str | None:
 
 def _default_text(value: Any, typ: str) -> str:
     """A default value in schema syntax."""
+    if typ.endswith("?"):
+        return "None" if value is None else _default_text(value, typ[:-1])
     if typ == "bool":
         return "True" if value else "False"
     if typ == "float":

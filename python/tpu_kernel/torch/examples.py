@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import examples as _jax_examples
+from .._errors import KernelError
 from . import TorchOp as _TorchOp, op as _op
 
 library = _jax_examples.library
@@ -28,7 +29,39 @@ def group_metadata(sizes: Any, m: int, tm: int = 128) -> tuple[Any, ...]:
 
 
 globals().update({name: _op(k) for name, k in library.kernels.items()})
-__all__ = sorted(library.kernels)
+
+
+def ragged_paged_attention(queries: Any, keys: Any, values: Any, kv_cache: Any, kv_lens: Any,
+                           page_indices: Any, cu_q_lens: Any, distribution: Any,
+                           **options: Any) -> tuple[Any, Any]:
+    """`tpu_kernel.examples.ragged_paged_attention` (tpu-inference's signature) on torch tensors — all
+    torchax tensors or all CPU tensors —: `(output, updated_kv_cache)` as torch tensors. The JAX
+    function runs on the tensors' jax arrays (torchax: inside its environment, so it traces into a
+    `torchax.interop.jax_jit`); the cache comes back as a new tensor, as tpu-inference returns it."""
+    from . import _cpu_to_jax, _is_torchax, _jax_to_cpu
+    from torchax import interop
+    import jax
+    tensors = [queries, keys, values, kv_cache, kv_lens, page_indices, cu_q_lens, distribution]
+    names = _jax_examples._RPA_ARRAYS
+    import torch
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise KernelError(f"ragged_paged_attention(): {name} is a {type(t).__name__}, expected a torch "
+                              f"tensor", argument=name, kernel="ragged_paged_attention")
+    kinds = {_is_torchax(t) for t in tensors}
+    if len(kinds) > 1:
+        raise KernelError("ragged_paged_attention(): mixes torchax tensors and plain CPU tensors",
+                          kernel="ragged_paged_attention")
+
+    def run(*arrays: Any) -> Any:
+        return _jax_examples.ragged_paged_attention(*arrays, **options)
+    if kinds == {True}:
+        return interop.call_jax(run, *tensors)
+    out = jax.jit(run)(*(_cpu_to_jax(t) for t in tensors))
+    return tuple(_jax_to_cpu(a) for a in out)
+
+
+__all__ = sorted([*library.kernels, "ragged_paged_attention"])
 
 
 def __getattr__(name: str) -> _TorchOp:

@@ -68,8 +68,9 @@ pub(in crate::mosaic_cpu) enum SiteKind {
     ForStep,
 }
 
-/// Slots of the error buffer every rewritten function takes last: `[site, detail...]`.
-pub(in crate::mosaic_cpu) const ERR_SLOTS: usize = 8;
+/// Slots of the error buffer every rewritten function takes last: `[site, detail...]` (a copy of
+/// rank 5 with run-time sizes reports both ends' extents: 1 + 2 · 5).
+pub(in crate::mosaic_cpu) const ERR_SLOTS: usize = 12;
 
 /// The emitted module's source files, to turn MLIR locations back into `SourceLoc`s.
 pub(in crate::mosaic_cpu) struct Files {
