@@ -70,6 +70,17 @@ def paged_inputs():
     return lengths, page_indices, q, rand(1, 16, 16, 128, seed=22), rand(1, 16, 16, 128, seed=23)
 
 
+def rpa_inputs():
+    """Ragged paged attention's arguments by name, as torch tensors (bf16 arrays, i32 tables): a decode,
+    a prefill chunk and a mixed sequence, NaN wherever the kernel must not read."""
+    import jax.numpy as jnp
+    import tpu_inference_rpa as tir
+    inp = tir.make_inputs(seqs=3, q_lens=[1, 5, 20], kv_lens=[10, 30, 60], heads=8, kv_heads=2)
+    return {n: torch.from_numpy(np.asarray(inp[n].astype(jnp.float32))).to(torch.bfloat16)
+            if inp[n].dtype == jnp.bfloat16 else torch.from_numpy(np.asarray(inp[n]))
+            for n in tir.ARRAY_ORDER}
+
+
 def test_paged_attention_matches_attention_over_gathered_pages():
     lengths, page_indices, q, k_pages, v_pages = paged_inputs()
     o = tex.paged_attention(lengths, page_indices, q, k_pages, v_pages, pages_per_compute_block=2)
@@ -125,12 +136,14 @@ def test_the_readme_lists_every_production_kernel_and_its_calls_run():
             env["x"] = int8(256, 512, seed=17)
         if name == "paged_attention":
             env.update(zip(("lengths", "page_indices", "q", "k_pages", "v_pages"), paged_inputs()))
+        if name == "ragged_paged_attention":
+            env.update(rpa_inputs(), s=0.125)
         exec(torch_line, env)  # noqa: S102 - the README's own line
         jenv = {"ex": ex, **{n: jnp.asarray(t.detach().float().numpy()).astype(
             {torch.bfloat16: jnp.bfloat16, torch.int8: jnp.int8, torch.int32: jnp.int32}.get(t.dtype, jnp.float32))
             if isinstance(t, torch.Tensor) else t for n, t in env.items() if n not in ("tex", "__builtins__")}}
         exec(jax_line, jenv)  # noqa: S102
-        out = [n for n in ("o", "y") if n in env][0]
+        out = [n for n in ("o", "y", "out") if n in env][0]
         np.testing.assert_array_equal(np.asarray(jenv[out].astype(jnp.float32)), env[out].detach().float().numpy(),
                                       err_msg=f"{name}: the README's JAX and torch lines disagree")
     assert q.grad is not None  # flash attention's torch line runs backward
