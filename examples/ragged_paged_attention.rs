@@ -66,31 +66,56 @@
 //! - Block sizes: tpu-inference's defaults per generation (`default_blocks`); v4 takes the v5e rule
 //!   (tpu-inference raises). A KV chunk must divide its block and a query chunk its block (a default
 //!   that does not is rounded; a given one is refused, naming its argument).
-//! - bf16 and f32 caches; fp8 caches are refused naming `kv_cache`.
+//! - f32, bf16 and 8-bit float (`float8_e4m3fn`, `float8_e5m2`) caches; over an 8-bit cache the
+//!   queries are bf16 and the keys and values are widened to bf16 (exactly) for the MXU, where
+//!   tpu-inference multiplies in the cache's type after rounding the queries to it (with `q_scale`:
+//!   ours rounds them to it too, then widens them back).
 
 use tpu_kernel::dtype::{DotElement, Element};
 use tpu_kernel::prelude::*;
 
 /// The element types the KV cache may hold: how a kv head's keys and values are laid out in the
-/// `u32` words of a cache row. f32 (packing 1): key `h` is row `2h`, value `h` row `2h + 1`. bf16
-/// (packing 2): key and value `h` share row `h`, the key in the low 16 bits.
-pub trait KvElement: DotElement<Acc = f32> + Element {
+/// `u32` words of a cache row, and the type the attention computes them in (`Q`, the queries'). f32
+/// (packing 1): key `h` is row `2h`, value `h` row `2h + 1`. bf16 (packing 2): key and value `h` share
+/// row `h`, the key in the low 16 bits. The 8-bit floats (packing 4, bf16 queries): key and value `h`
+/// are bytes `2 (h mod 2)` and `2 (h mod 2) + 1` of row `h / 2`, widened to bf16 (exactly).
+pub trait KvElement: Element {
+    /// The queries' and the computation's element type.
+    type Q: DotElement<Acc = f32>;
     /// Keys and values per 32-bit word.
     const PACKING: usize;
-    /// The keys and values of words loaded from the key row and the value row of a head.
-    fn unpack(k_words: Array<u32>, v_words: Array<u32>) -> (Array<Self>, Array<Self>);
+    /// The largest finite value (queries divided by `q_scale` are clipped to it, as tpu-inference's).
+    const MAX: f32;
+    /// The keys and values of kv head `h` in words loaded from its key row and value row.
+    fn unpack(
+        k_words: Array<u32>,
+        v_words: Array<u32>,
+        h: Scalar<i32>,
+    ) -> (Array<Self::Q>, Array<Self::Q>);
 }
 
 impl KvElement for f32 {
+    type Q = f32;
     const PACKING: usize = 1;
-    fn unpack(k_words: Array<u32>, v_words: Array<u32>) -> (Array<f32>, Array<f32>) {
+    const MAX: f32 = f32::MAX;
+    fn unpack(
+        k_words: Array<u32>,
+        v_words: Array<u32>,
+        _: Scalar<i32>,
+    ) -> (Array<f32>, Array<f32>) {
         (k_words.bitcast::<f32>(), v_words.bitcast::<f32>())
     }
 }
 
 impl KvElement for bf16 {
+    type Q = bf16;
     const PACKING: usize = 2;
-    fn unpack(k_words: Array<u32>, v_words: Array<u32>) -> (Array<bf16>, Array<bf16>) {
+    const MAX: f32 = 3.389_531_4e38;
+    fn unpack(
+        k_words: Array<u32>,
+        v_words: Array<u32>,
+        _: Scalar<i32>,
+    ) -> (Array<bf16>, Array<bf16>) {
         // A bf16 is the high half of the f32 of the same value: the key moves up, the value stays.
         let k = (k_words << 16u32).bitcast::<f32>().cast::<bf16>();
         let v = (v_words & 0xFFFF_0000u32).bitcast::<f32>().cast::<bf16>();
@@ -98,12 +123,56 @@ impl KvElement for bf16 {
     }
 }
 
+/// Key and value bytes of kv head `h` (the pair `h mod 2` of its word) as `F`, widened to bf16.
+fn unpack_8bit<F: Element>(
+    k_words: Array<u32>,
+    v_words: Array<u32>,
+    h: Scalar<i32>,
+) -> (Array<bf16>, Array<bf16>) {
+    let shift = ((h % 2) * 16).cast::<u32>();
+    let k = (k_words >> shift)
+        .cast::<u8>()
+        .bitcast::<F>()
+        .cast::<bf16>();
+    let v = (v_words >> (shift + 8u32))
+        .cast::<u8>()
+        .bitcast::<F>()
+        .cast::<bf16>();
+    (k, v)
+}
+
+impl KvElement for f8e4m3fn {
+    type Q = bf16;
+    const PACKING: usize = 4;
+    const MAX: f32 = 448.0;
+    fn unpack(
+        k_words: Array<u32>,
+        v_words: Array<u32>,
+        h: Scalar<i32>,
+    ) -> (Array<bf16>, Array<bf16>) {
+        unpack_8bit::<f8e4m3fn>(k_words, v_words, h)
+    }
+}
+
+impl KvElement for f8e5m2 {
+    type Q = bf16;
+    const PACKING: usize = 4;
+    const MAX: f32 = 57344.0;
+    fn unpack(
+        k_words: Array<u32>,
+        v_words: Array<u32>,
+        h: Scalar<i32>,
+    ) -> (Array<bf16>, Array<bf16>) {
+        unpack_8bit::<f8e5m2>(k_words, v_words, h)
+    }
+}
+
 /// The rows of a cache row's `u32` view holding kv head `h`'s key and value.
-fn kv_rows<T: KvElement>(h: Scalar<i32>) -> (Scalar<i32>, Scalar<i32>) {
-    if T::PACKING == 1 {
-        (h * 2, h * 2 + 1)
-    } else {
-        (h, h)
+fn kv_rows<K: KvElement>(h: Scalar<i32>) -> (Scalar<i32>, Scalar<i32>) {
+    match K::PACKING {
+        1 => (h * 2, h * 2 + 1),
+        2 => (h, h),
+        _ => (h / 2, h / 2),
     }
 }
 
@@ -179,10 +248,10 @@ fn seq_range(distribution: Ref<i32, Smem>, case: Case, plan: Plan) -> (Scalar<i3
 /// layout; positions `kv_len - q_len..kv_len`) into its cache pages: one copy per page touched, of
 /// a run-time number of rows, HBM to HBM, all counted on one semaphore and retired by one wait.
 #[kernel_fn]
-fn update_cache<T: KvElement>(
+fn update_cache<K: KvElement>(
     page_indices: Ref<i32, Smem>,
-    kv: Ref<T, Any>,
-    cache: RefMut<T, Any>,
+    kv: Ref<K, Any>,
+    cache: RefMut<K, Any>,
     sems: DmaSem,
     (seq, q0, q_len, kv_len): (Scalar<i32>, Scalar<i32>, Scalar<i32>, Scalar<i32>),
     plan: Plan,
@@ -208,7 +277,7 @@ fn update_cache<T: KvElement>(
 
 /// The cache `[pages, page_size, rows, packing, D]` as token rows `[pages · page_size, rows,
 /// packing, D]` (tpu-inference's `kv_cache_hbm_ref.reshape(..)`).
-fn token_rows<T: KvElement>(cache: RefMut<T, Any>) -> RefMut<T, Any> {
+fn token_rows<K: KvElement>(cache: RefMut<K, Any>) -> RefMut<K, Any> {
     let shape = cache.shape();
     cache.reshape([shape[0] * shape[1], shape[2], shape[3], shape[4]])
 }
@@ -217,10 +286,10 @@ fn token_rows<T: KvElement>(cache: RefMut<T, Any>) -> RefMut<T, Any> {
 /// tokens past `b * bkv`) from the cache pages into slot `slot` of `bkv_buf`.
 #[kernel_fn]
 #[allow(clippy::too_many_arguments)]
-fn fetch_kv<T: KvElement>(
+fn fetch_kv<K: KvElement>(
     page_indices: Ref<i32, Smem>,
-    cache: RefMut<T, Any>,
-    bkv_buf: RefMut<T>,
+    cache: RefMut<K, Any>,
+    bkv_buf: RefMut<K>,
     sems: DmaSem,
     (seq, b, kv_len, slot): (Scalar<i32>, Scalar<i32>, Scalar<i32>, Scalar<i32>),
     plan: Plan,
@@ -278,7 +347,7 @@ fn scaled_values(pv: Array<f32>, options: Options) -> Array<f32> {
 /// `h`.
 #[kernel_fn]
 #[allow(clippy::too_many_arguments)]
-fn fold_chunk<T: KvElement>(
+fn fold_chunk<T: DotElement<Acc = f32>>(
     q: Array<T>,
     (k, v): (Array<T>, Array<T>),
     q_pos: Array<i32>,
@@ -324,11 +393,14 @@ fn fold_chunk<T: KvElement>(
     l_ref.store(l_new.broadcast_to([rows, 128]));
 }
 
-/// `q` divided by `q_scale` (if given) in f32 and rounded back to the KV element type, as
-/// tpu-inference quantizes queries before `q kᵀ`.
-fn scaled_queries<T: KvElement>(q: Array<T>, options: Options) -> Array<T> {
+/// `q` divided by `q_scale` (if given) in f32, clipped to the cache type's range and rounded to it, as
+/// tpu-inference quantizes queries before `q kᵀ` (then widened back to the queries' type, exactly).
+fn scaled_queries<K: KvElement>(q: Array<K::Q>, options: Options) -> Array<K::Q> {
     match options.q_scale {
-        Some(qs) => (q.cast::<f32>() / qs).cast::<T>(),
+        Some(qs) => {
+            let x = (q.cast::<f32>() / qs).clamp(-K::MAX, K::MAX);
+            x.cast::<K>().cast::<K::Q>()
+        }
         None => q,
     }
 }
@@ -336,7 +408,7 @@ fn scaled_queries<T: KvElement>(q: Array<T>, options: Options) -> Array<T> {
 /// The query rows of kv head `h`, tokens `t0..t0 + n` of the block in `q_buf` (`[Hkv, bq, Gp / pk,
 /// pk, D]`, tpu-inference's layout): `[n · Gp, D]`, token-major (row `t · Gp + g`), read as `u32`
 /// words (a word packs `pk` heads) and bitcast back, as tpu-inference's `load_bq`.
-fn head_queries<T: KvElement>(q_buf: RefMut<T>, h: Scalar<i32>, t0: usize, n: usize) -> Array<T> {
+fn head_queries<T: Element>(q_buf: RefMut<T>, h: Scalar<i32>, t0: usize, n: usize) -> Array<T> {
     let s = q_buf.shape();
     let rows_per_token = s[2];
     let words = q_buf
@@ -351,7 +423,7 @@ fn head_queries<T: KvElement>(q_buf: RefMut<T>, h: Scalar<i32>, t0: usize, n: us
 
 /// Store `out` (`[n · Gp, D]`, as [`head_queries`]) as the output rows of kv head `h`, tokens
 /// `t0..t0 + n` of the block in `o_buf`.
-fn store_head_output<T: KvElement>(
+fn store_head_output<T: Element>(
     o_buf: RefMut<T>,
     h: Scalar<i32>,
     t0: usize,
@@ -373,11 +445,11 @@ fn store_head_output<T: KvElement>(
 /// in blocks of `blocks.bq`, against its cache pages.
 #[kernel_fn]
 #[allow(clippy::too_many_arguments)]
-fn attend<T: KvElement>(
+fn attend<K: KvElement>(
     page_indices: Ref<i32, Smem>,
-    q: Ref<T, Any>,
-    (o, cache): (RefMut<T, Any>, RefMut<T, Any>),
-    (bkv_buf, q_buf, o_buf): (RefMut<T>, RefMut<T>, RefMut<T>),
+    q: Ref<K::Q, Any>,
+    (o, cache): (RefMut<K::Q, Any>, RefMut<K, Any>),
+    (bkv_buf, q_buf, o_buf): (RefMut<K>, RefMut<K::Q>, RefMut<K::Q>),
     sems: DmaSem,
     (stats, acc): (RefMut<f32>, RefMut<f32>),
     (seq, q0, q_len, kv_len): (Scalar<i32>, Scalar<i32>, Scalar<i32>, Scalar<i32>),
@@ -474,13 +546,14 @@ fn attend<T: KvElement>(
                         iota::<i32>([rows, bkv_c], 0) / gp as i32 + (q_first + (c * bq_c) as i32);
                     // A traced loop over kv heads: one copy of the compute in the code.
                     for h in 0..kv_heads as i32 {
-                        let (kr, vr) = kv_rows::<T>(h);
+                        let (kr, vr) = kv_rows::<K>(h);
                         let stride = rows_per_token;
                         let start = kv0 * stride as i32;
                         let kw = words.at(ds(start + kr, bkv_c as i32).stride(stride)).load();
                         let vw = words.at(ds(start + vr, bkv_c as i32).stride(stride)).load();
-                        let (k, v) = T::unpack(kw, vw);
-                        let qh = scaled_queries(head_queries(q_buf, h, c * bq_c, bq_c), options);
+                        let (k, v) = K::unpack(kw, vw, h);
+                        let qh =
+                            scaled_queries::<K>(head_queries(q_buf, h, c * bq_c, bq_c), options);
                         fold_chunk(
                             qh,
                             (k, v),
@@ -503,7 +576,7 @@ fn attend<T: KvElement>(
                     .at((1, h, c * rows..(c + 1) * rows))
                     .load()
                     .slice((.., 0..1));
-                let out = (acc.at((h, c * rows..(c + 1) * rows)).load() / l).cast::<T>();
+                let out = (acc.at((h, c * rows..(c + 1) * rows)).load() / l).cast::<K::Q>();
                 store_head_output(o_buf, h, c * bq_c, bq_c, out);
             }
         }
@@ -523,11 +596,11 @@ type Tables = (
 /// One case's sequences: each one's cache update, then its attention.
 #[kernel_fn]
 #[allow(clippy::too_many_arguments)]
-fn run_case<T: KvElement>(
+fn run_case<K: KvElement>(
     (kv_lens, page_indices, cu_q_lens, distribution): Tables,
-    (q, kv): (Ref<T, Any>, Ref<T, Any>),
-    (o, cache): (RefMut<T, Any>, RefMut<T, Any>),
-    bufs: (RefMut<T>, RefMut<T>, RefMut<T>),
+    (q, kv): (Ref<K::Q, Any>, Ref<K, Any>),
+    (o, cache): (RefMut<K::Q, Any>, RefMut<K, Any>),
+    bufs: (RefMut<K>, RefMut<K::Q>, RefMut<K::Q>),
     sems: DmaSem,
     stats: (RefMut<f32>, RefMut<f32>),
     plan: Plan,
@@ -558,19 +631,19 @@ fn run_case<T: KvElement>(
 
 #[tpu_kernel]
 #[allow(clippy::too_many_arguments)]
-fn ragged_paged_attention_kernel<T: KvElement>(
+fn ragged_paged_attention_kernel<K: KvElement>(
     kv_lens: Ref<i32, Smem>,
     page_indices: Ref<i32, Smem>,
     cu_q_lens: Ref<i32, Smem>,
     distribution: Ref<i32, Smem>,
-    q: Ref<T, Any>,
-    kv: Ref<T, Any>,
-    _kv_cache: Ref<T, Any>,
-    o: RefMut<T, Any>,
-    cache: RefMut<T, Any>,
-    bkv_buf: RefMut<T>,
-    q_buf: RefMut<T>,
-    o_buf: RefMut<T>,
+    q: Ref<K::Q, Any>,
+    kv: Ref<K, Any>,
+    _kv_cache: Ref<K, Any>,
+    o: RefMut<K::Q, Any>,
+    cache: RefMut<K, Any>,
+    bkv_buf: RefMut<K>,
+    q_buf: RefMut<K::Q>,
+    o_buf: RefMut<K::Q>,
     sems: DmaSem,
     stats: RefMut<f32>,
     acc: RefMut<f32>,
@@ -589,11 +662,11 @@ fn ragged_paged_attention_kernel<T: KvElement>(
 
 /// Every case of `plan`, in tpu-inference's order (decode, prefill, mixed), one after the other.
 #[allow(clippy::too_many_arguments)]
-fn run_cases<T: KvElement>(
+fn run_cases<K: KvElement>(
     tables: Tables,
-    inputs: (Ref<T, Any>, Ref<T, Any>),
-    outputs: (RefMut<T, Any>, RefMut<T, Any>),
-    bufs: (RefMut<T>, RefMut<T>, RefMut<T>),
+    inputs: (Ref<K::Q, Any>, Ref<K, Any>),
+    outputs: (RefMut<K::Q, Any>, RefMut<K, Any>),
+    bufs: (RefMut<K>, RefMut<K::Q>, RefMut<K::Q>),
     sems: DmaSem,
     stats: (RefMut<f32>, RefMut<f32>),
     plan: Plan,
@@ -960,13 +1033,21 @@ pub fn build_cases(
     vmem_limit_bytes: Option<u64>,
     target: Target,
 ) -> Result<PallasCall, KernelError> {
+    if ![F32, BF16, F8E4M3FN, F8E5M2].contains(&a.kv_cache.dtype) {
+        return Err(arg_error(
+            "kv_cache",
+            format!("a {} KV cache is not supported (float32, bfloat16, float8_e4m3fn and float8_e5m2 are)", a.kv_cache.dtype),
+        ));
+    }
     check_arrays(&a)?;
     match a.kv_cache.dtype {
         BF16 => launch::<bf16>(a, options, cases, vmem_limit_bytes, target),
         F32 => launch::<f32>(a, options, cases, vmem_limit_bytes, target),
+        F8E4M3FN => launch::<f8e4m3fn>(a, options, cases, vmem_limit_bytes, target),
+        F8E5M2 => launch::<f8e5m2>(a, options, cases, vmem_limit_bytes, target),
         d => Err(arg_error(
             "kv_cache",
-            format!("a {d} KV cache is not supported yet (bfloat16 and float32 are)"),
+            format!("a {d} KV cache is not supported (float32, bfloat16, float8_e4m3fn and float8_e5m2 are)"),
         )),
     }
 }
@@ -988,17 +1069,23 @@ fn check_arrays(a: &Arrays) -> Result<(), KernelError> {
     let dt = a.kv_cache.dtype;
     let packing = (32 / dt.bit_width() as usize).max(1);
     let [pages, page_size, rows, pk, cd] = dims5("kv_cache", &a.kv_cache)?;
+    // The queries' type: the cache's, bf16 over an 8-bit cache.
+    let q_dt = if dt == F32 { F32 } else { BF16 };
+    let q_packing = (32 / q_dt.bit_width() as usize).max(1);
     named(
         "q",
-        a.q.dtype == dt,
-        format!("q is {} but kv_cache is {dt}: they must agree", a.q.dtype),
+        a.q.dtype == q_dt,
+        format!(
+            "q is {} but a {dt} kv_cache takes {q_dt} queries",
+            a.q.dtype
+        ),
     )?;
     named(
         "kv",
         a.kv.dtype == dt,
         format!("kv is {} but kv_cache is {dt}: they must agree", a.kv.dtype),
     )?;
-    named("q", q_pk == packing && gq > 0, format!("q is {:?}: expected [kv_heads, tokens, heads per kv head / {packing}, {packing}, head_dim]", a.q.shape))?;
+    named("q", q_pk == q_packing && gq > 0, format!("q is {:?}: expected [kv_heads, tokens, heads per kv head / {q_packing}, {q_packing}, head_dim]", a.q.shape))?;
     named("q", head_dim % 128 == 0 && head_dim > 0, format!("head_dim {head_dim} must be a multiple of 128 (tpu-inference's prepare_inputs pads it)"))?;
     let want = [
         pages,
@@ -1074,7 +1161,7 @@ fn check_arrays(a: &Arrays) -> Result<(), KernelError> {
     Ok(())
 }
 
-fn launch<T: KvElement>(
+fn launch<K: KvElement>(
     a: Arrays,
     options: Options,
     cases: [(Case, Option<Blocks>); 3],
@@ -1083,7 +1170,7 @@ fn launch<T: KvElement>(
 ) -> Result<PallasCall, KernelError> {
     let [kv_heads, _, gq, q_pk, head_dim] = a.q.dims()?;
     let [_, page_size, rows, pk, _] = a.kv_cache.dims()?;
-    let dt = a.kv_cache.dtype;
+    let (dt, q_dt) = (a.kv_cache.dtype, a.q.dtype);
     let gp = gq * q_pk;
     let live = || cases.iter().filter_map(|(c, b)| b.map(|b| (*c, b)));
     let bkv_max = live().map(|(_, b)| b.bkv).max().unwrap_or(page_size);
@@ -1100,7 +1187,7 @@ fn launch<T: KvElement>(
         pages_per_seq: a.page_indices.shape[0] / a.kv_lens.shape[0],
         prefill_in_mixed,
     };
-    let mut call = pallas_call(ragged_paged_attention_kernel::<T>.bind(plan))
+    let mut call = pallas_call(ragged_paged_attention_kernel::<K>.bind(plan))
         .target(target)
         .grid([1])
         .scalar_prefetch(a.kv_lens)
@@ -1113,8 +1200,8 @@ fn launch<T: KvElement>(
         .output_any(a.q)
         .output_any(a.kv_cache)
         .scratch(Vmem::new([2, bkv_max, rows, pk, head_dim], dt))
-        .scratch(Vmem::new([kv_heads, bq_max, gq, q_pk, head_dim], dt))
-        .scratch(Vmem::new([kv_heads, bq_max, gq, q_pk, head_dim], dt))
+        .scratch(Vmem::new([kv_heads, bq_max, gq, q_pk, head_dim], q_dt))
+        .scratch(Vmem::new([kv_heads, bq_max, gq, q_pk, head_dim], q_dt))
         .scratch(DmaSem::array([4, 2]))
         .scratch(Vmem::new([2, kv_heads, gp * bq_max, 128], F32))
         .scratch(Vmem::new([kv_heads, gp * bq_max, head_dim], F32))

@@ -21,16 +21,17 @@ fn launch(
     dtype: DType,
     m_blocks: Option<[usize; 4]>,
 ) -> PallasCall {
-    let pk = if dtype == F32 { 1 } else { 2 };
+    let pk = (32 / dtype.bit_width() as usize).max(1);
+    let (q_dtype, q_pk) = if dtype == F32 { (F32, 1) } else { (BF16, 2) };
     let group = heads / kv_heads;
-    let gp = group.div_ceil(pk) * pk;
+    let gp = group.div_ceil(q_pk) * q_pk;
     let rows = (2 * kv_heads).div_ceil(pk);
     rpa::ragged_paged_attention_launch(
         ArrayType::new([seqs], I32),
         ArrayType::new([seqs * pps], I32),
         ArrayType::new([seqs + 1], I32),
         ArrayType::new([3], I32),
-        ArrayType::new([kv_heads, tokens, gp / pk, pk, 128], dtype),
+        ArrayType::new([kv_heads, tokens, gp / q_pk, q_pk, 128], q_dtype),
         ArrayType::new([tokens, rows, pk, 128], dtype),
         ArrayType::new([pages, ps, rows, pk, 128], dtype),
         true,
@@ -61,15 +62,20 @@ fn f32s(a: &HostArray) -> Vec<f32> {
 }
 
 fn bits(a: &HostArray) -> Vec<u32> {
-    match a.as_slice::<f32>() {
-        Some(v) => v.iter().map(|x| x.to_bits()).collect(),
-        None => a
-            .as_slice::<bf16>()
-            .expect("bf16 or f32")
-            .iter()
-            .map(|x| x.to_bits() as u32)
-            .collect(),
+    if let Some(v) = a.as_slice::<f32>() {
+        return v.iter().map(|x| x.to_bits()).collect();
     }
+    if let Some(v) = a.as_slice::<bf16>() {
+        return v.iter().map(|x| x.to_bits() as u32).collect();
+    }
+    if let Some(v) = a.as_slice::<f8e4m3fn>() {
+        return v.iter().map(|x| x.to_bits() as u32).collect();
+    }
+    a.as_slice::<f8e5m2>()
+        .expect("f32, bf16 or an 8-bit float")
+        .iter()
+        .map(|x| x.to_bits() as u32)
+        .collect()
 }
 
 /// The query tokens the tables give work to (`cu_q_lens[S]`): the attention rows both engines write.
@@ -110,6 +116,11 @@ fn both_engines_agree_on_the_example_and_on_an_f32_launch() {
     }
     let f32_call = launch((4, 4, 16, 24, 40), (4, 2), F32, Some([8, 32, 8, 16]));
     engines_agree(&f32_call, &random_inputs(&f32_call, 3), 1e-4);
+    // An 8-bit cache: key and value bytes out of the packed words, widened to bf16.
+    for dtype in [F8E4M3FN, F8E5M2] {
+        let f8_call = launch((4, 4, 16, 24, 40), (8, 4), dtype, Some([8, 32, 8, 16]));
+        engines_agree(&f8_call, &random_inputs(&f8_call, 4), 2e-2);
+    }
 }
 
 #[test]

@@ -32,12 +32,12 @@ VERSION = {"v5e": 5, "v6e": 6, "tpu7x": 7}
 CONFIG = dict(tokens=64, heads=8, kv_heads=2, head_dim=128, page_size=16, pages_per_seq=8, seqs=4, pages=64)
 
 
-def args(c=CONFIG):
+def args(c=CONFIG, kv_dtype=jnp.bfloat16):
     mod = tir.kernel_module()
-    S, dt = jax.ShapeDtypeStruct, jnp.bfloat16
+    S, dt, kt = jax.ShapeDtypeStruct, jnp.bfloat16, kv_dtype
     t, h, kvh, d = c["tokens"], c["heads"], c["kv_heads"], c["head_dim"]
-    return [S((t, h, d), dt), S((t, kvh, d), dt), S((t, kvh, d), dt),
-            S(mod.get_kv_cache_shape(c["pages"], c["page_size"], kvh, d, dt), dt),
+    return [S((t, h, d), dt), S((t, kvh, d), kt), S((t, kvh, d), kt),
+            S(mod.get_kv_cache_shape(c["pages"], c["page_size"], kvh, d, kt), kt),
             S((c["seqs"],), jnp.int32), S((c["seqs"] * c["pages_per_seq"],), jnp.int32),
             S((c["seqs"] + 1,), jnp.int32), S((3,), jnp.int32)]
 
@@ -82,6 +82,19 @@ def main(gen):
                      "bundles": one(ours.bundles_by_program, "ragged_paged_attention_kernel")},
             "theirs": {"llo": one(t_llo, prefix), "bundles": one(theirs.bundles_by_program, prefix)},
         }
+    # An fp8 cache (float8_e4m3fn, k and v scales): our one launch (decode and mixed) beside the sum of
+    # tpu-inference's two, scheduled bundles.
+    f8 = args(kv_dtype=jnp.float8_e4m3fn)
+    scales = dict(k_scale=0.5, v_scale=2.0)
+    with tir.tpu_generation(mod, VERSION[gen]):
+        theirs = tc.compile_jax(lambda *x: mod.ragged_paged_attention(*x, **scales), f8, gen,
+                                donate_argnums=(0, 1, 2, 3))
+    ours = tc.compile_jax(lambda *x: ex.ragged_paged_attention(*x, **scales), f8, gen, donate_argnums=(3,))
+    if not (ours.ok and theirs.ok):
+        print(json.dumps({"error": f"fp8: ours {ours.error}, theirs {theirs.error}"}))
+        return
+    result["fp8"] = {"ours": {"bundles": one(ours.bundles_by_program, "ragged_paged_attention_kernel")},
+                     "theirs": {"bundles": sum(v for k, v in theirs.bundles_by_program.items() if k.startswith("RPA"))}}
     print(json.dumps(result))
 
 

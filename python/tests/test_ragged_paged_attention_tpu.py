@@ -13,7 +13,11 @@ Measured (libtpu 0.0.51; LLO ops of the case's kernel / total scheduled bundles 
     tpu7x  decode       512    1086            516     574
     tpu7x  mixed       1453    2207            804     814
 
-Ours is at or under tpu-inference's in both on every generation. Bundles count the static schedule (a
+Ours is at or under tpu-inference's in both on every generation. With a float8_e4m3fn cache (k and v
+scales; our one launch beside the sum of tpu-inference's two, scheduled bundles): v5e 1721 / 1724,
+tpu7x 1311 / 1363, but v6e 2491 / 1561 — 60% above, not yet explained (the same kernel is at parity
+on v5e and tpu7x; ours widens each key and value byte to bf16 through u8 and f8 casts, tpu-inference
+multiplies in f8). Bundles count the static schedule (a
 loop body once): ours loops over kv heads and over a block's pages where tpu-inference unrolls both
 (it overlaps one head's `p @ v` with the next head's `q kᵀ` and issues the page copies back to back),
 so fewer bundles here need not mean less time on a TPU — which nobody has measured (there is none
@@ -35,6 +39,10 @@ HERE = Path(__file__).resolve().parent
 GENERATIONS = ("v5e", "v6e", "tpu7x")
 
 # gen -> case -> ((ours LLO, ours bundles), (theirs LLO, theirs bundles))
+# gen -> (ours, tpu-inference's two launches): scheduled bundles with a float8_e4m3fn cache
+RECORDED_FP8 = {"v5e": (1721, 1724), "v6e": (2491, 1561), "tpu7x": (1311, 1363)}
+FP8_ABOVE = {"v6e"}  # where ours is above today (the module docs say what is known)
+
 RECORDED = {
     "v5e": {"decode": ((458, 592), (1043, 628)), "mixed": ((1409, 1042), (3356, 1104))},
     "v6e": {"decode": ((512, 578), (1086, 598)), "mixed": ((1454, 891), (2964, 955))},
@@ -67,6 +75,10 @@ def test_llo_ops_and_bundles_beside_tpu_inference(gen):
         assert (theirs["llo"], theirs["bundles"]) == (their_llo, their_bundles), (gen, case, theirs)
         assert ours["llo"] <= rec_llo and ours["bundles"] <= rec_bundles, (gen, case, ours)
         assert ours["llo"] <= theirs["llo"] and ours["bundles"] <= theirs["bundles"], (gen, case, ours, theirs)
+    ours, theirs = r["fp8"]["ours"]["bundles"], r["fp8"]["theirs"]["bundles"]
+    print(f"{gen} fp8 cache: bundles ours {ours} / tpu-inference {theirs}")
+    assert theirs == RECORDED_FP8[gen][1] and ours <= RECORDED_FP8[gen][0], (gen, ours, theirs)
+    assert (ours > theirs) == (gen in FP8_ABOVE), (gen, ours, theirs)
 
 
 def test_the_parity_table_is_the_recording():

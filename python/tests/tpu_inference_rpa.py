@@ -57,7 +57,7 @@ def tpu_generation(module, generation: int):
 
 
 def make_inputs(*, seqs, q_lens, kv_lens, heads, kv_heads, head_dim=128, page_size=16, pages_per_seq=8,
-                total_pages=None, tokens=None, dtype="bfloat16", distribution=None, seed=0):
+                total_pages=None, tokens=None, dtype="bfloat16", q_dtype=None, distribution=None, seed=0):
     """A call's inputs in tpu-inference's layout, with NaN wherever the kernel must not read: the new
     tokens past the last sequence, every cache page no sequence owns, every cache row past a
     sequence's `kv_len - q_len` old tokens (the new ones are written by the call), and the table's
@@ -73,6 +73,7 @@ def make_inputs(*, seqs, q_lens, kv_lens, heads, kv_heads, head_dim=128, page_si
     need = sum(-(-int(k) // page_size) for k in kv_lens_a)
     total_pages = total_pages or need + 5
     jdt = jnp.dtype(dtype)
+    qdt = jnp.dtype(q_dtype or dtype)
     q = rng.standard_normal((tokens, heads, head_dim)).astype(np.float32)
     k = rng.standard_normal((tokens, kv_heads, head_dim)).astype(np.float32)
     v = rng.standard_normal((tokens, kv_heads, head_dim)).astype(np.float32)
@@ -101,7 +102,7 @@ def make_inputs(*, seqs, q_lens, kv_lens, heads, kv_heads, head_dim=128, page_si
         assert (q_lens[:d] == 1).all(), "decode sequences come first"
         distribution = (d, d, seqs)
     return dict(
-        queries=jnp.asarray(q).astype(jdt), keys=jnp.asarray(k).astype(jdt), values=jnp.asarray(v).astype(jdt),
+        queries=jnp.asarray(q).astype(qdt), keys=jnp.asarray(k).astype(jdt), values=jnp.asarray(v).astype(jdt),
         kv_cache=jnp.asarray(cache).astype(jdt), kv_lens=jnp.asarray(kv_lens_a), page_indices=jnp.asarray(table),
         cu_q_lens=jnp.asarray(cu), distribution=jnp.asarray(np.asarray(distribution, np.int32)))
 
