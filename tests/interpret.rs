@@ -169,7 +169,13 @@ fn narrow_rows_fused_and_unfused_agree_bit_for_bit() {
         88.7,
         -104.0,
     ];
-    for (rows, width, block) in [(8192, 8, 256), (64, 3, 8), (96, 15, 32), (40, 1, 8), (24, 8, 8)] {
+    for (rows, width, block) in [
+        (8192, 8, 256),
+        (64, 3, 8),
+        (96, 15, 32),
+        (40, 1, 8),
+        (24, 8, 8),
+    ] {
         let call = softmax::softmax(ArrayType::new([rows, width], F32), block).expect("builds");
         let mut x: Vec<f32> = reference::random_inputs(&call, 9)[0]
             .as_slice::<f32>()
@@ -194,8 +200,16 @@ fn narrow_rows_fused_and_unfused_agree_bit_for_bit() {
             .expect("runs")
         };
         let plain = run(false, false);
-        assert_eq!(run(true, true), plain, "[{rows}, {width}] in {block}-row blocks");
-        assert_eq!(run(true, false), plain, "[{rows}, {width}] in {block}-row blocks");
+        assert_eq!(
+            run(true, true),
+            plain,
+            "[{rows}, {width}] in {block}-row blocks"
+        );
+        assert_eq!(
+            run(true, false),
+            plain,
+            "[{rows}, {width}] in {block}-row blocks"
+        );
     }
 }
 
