@@ -134,14 +134,9 @@ fn grouped_matmul_inputs(call: &PallasCall, seed: u64) -> Option<Vec<HostArray>>
     };
     let (m, groups) = (*lhs.shape.first()?, offsets.shape.first()?.checked_sub(1)?);
     let tm = *lhs.block.as_ref()?.block_shape.first()?;
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = below(seed);
     let mut cuts: Vec<usize> = (0..groups.saturating_sub(1))
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % (m as u64 + 1)) as usize
-        })
+        .map(|_| next(m as u64 + 1) as usize)
         .collect();
     cuts.sort_unstable();
     let bounds: Vec<usize> = std::iter::once(0).chain(cuts).chain([m]).collect();
@@ -154,6 +149,27 @@ fn grouped_matmul_inputs(call: &PallasCall, seed: u64) -> Option<Vec<HostArray>>
         HostArray::random(&lhs.shape, lhs.dtype, seed + 3).expect("build() checked these shapes"),
         HostArray::random(&rhs.shape, rhs.dtype, seed + 4).expect("build() checked these shapes"),
     ])
+}
+
+/// A seeded xorshift stream: each call gives a number below its argument (below 1 for 0).
+fn below(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    move |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n.max(1)
+    }
+}
+
+/// A block table of `entries` slots from a shuffled pool of `pool` pages (distinct while the pool
+/// lasts, then repeating), as a KV cache hands pages out.
+fn block_table(pool: usize, entries: usize, next: &mut impl FnMut(u64) -> u64) -> Vec<i32> {
+    let mut pages: Vec<i32> = (0..pool as i32).collect();
+    for i in (1..pages.len()).rev() {
+        pages.swap(i, next(i as u64 + 1) as usize);
+    }
+    (0..entries).map(|i| pages[i % pool.max(1)]).collect()
 }
 
 /// Ragged inputs for `paged_attention_kernel` (inputs: lengths `[B]`, page indices `[B, P]`, q `[B, H,
@@ -170,24 +186,12 @@ fn paged_attention_inputs(call: &PallasCall, seed: u64) -> Option<Vec<HostArray>
     let (batch, pages_per_seq) = (*table.shape.first()?, *table.shape.get(1)?);
     let (pool, page_size) = (*kp.shape.get(1)?, *kp.shape.get(2)?);
     let max_len = (pages_per_seq * page_size) as u64;
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move |n: u64| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state % n.max(1)
-    };
+    let mut next = below(seed);
     let edges = [1, max_len, 0, page_size as u64 + 1];
     let lens: Vec<i32> = (0..batch)
         .map(|b| edges.get(b).copied().unwrap_or_else(|| next(max_len + 1)) as i32)
         .collect();
-    let mut pages: Vec<i32> = (0..pool as i32).collect();
-    for i in (1..pages.len()).rev() {
-        pages.swap(i, next(i as u64 + 1) as usize);
-    }
-    let entries = (0..batch * pages_per_seq)
-        .map(|i| pages[i % pool.max(1)])
-        .collect();
+    let entries = block_table(pool, batch * pages_per_seq, &mut next);
     Some(vec![
         HostArray::from_vec(&lengths.shape, lens).ok()?,
         HostArray::from_vec(&table.shape, entries).ok()?,
@@ -213,13 +217,7 @@ fn ragged_paged_attention_inputs(call: &PallasCall, seed: u64) -> Option<Vec<Hos
     let tokens = *kv.shape.first()?;
     let (pool, page_size) = (*cache.shape.first()?, *cache.shape.get(1)?);
     let max_kv = (pages_per_seq * page_size) as u64;
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move |n: u64| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state % n.max(1)
-    };
+    let mut next = below(seed);
     let decode = seqs / 2;
     let mut budget = tokens.saturating_sub(seqs) as u64;
     let (mut q_lens, mut lens) = (Vec::new(), Vec::new());
@@ -239,13 +237,7 @@ fn ragged_paged_attention_inputs(call: &PallasCall, seed: u64) -> Option<Vec<Hos
     for l in &q_lens {
         cu_q.push(cu_q.last().copied().unwrap_or(0) + l);
     }
-    let mut pages: Vec<i32> = (0..pool as i32).collect();
-    for i in (1..pages.len()).rev() {
-        pages.swap(i, next(i as u64 + 1) as usize);
-    }
-    let entries = (0..seqs * pages_per_seq)
-        .map(|i| pages[i % pool.max(1)])
-        .collect();
+    let entries = block_table(pool, seqs * pages_per_seq, &mut next);
     let d = decode as i32;
     Some(vec![
         HostArray::from_vec(&kv_lens.shape, lens).ok()?,
