@@ -65,6 +65,13 @@ from jaxlib.mlir.passmanager import PassManager  # noqa: E402
 
 import importlib.metadata as _md  # noqa: E402
 
+def libtpu_path() -> str:
+    """The shared library jax loads for TPU (the `libtpu` package's `libtpu.so`): what the Rust path
+    (`kernel_runtime::libtpu`) is pointed at with TPU_LIBRARY_PATH, so both compile with one libtpu."""
+    import libtpu
+    return os.path.join(os.path.dirname(libtpu.__file__), "libtpu.so")
+
+
 VERSIONS = {"jax": jax.__version__, "jaxlib": _md.version("jaxlib"), "libtpu": _md.version("libtpu")}
 
 # ----------------------------------------------------------------------------------------- jaxlib

@@ -12,7 +12,7 @@
 //! `Target::scope`); `--check <generation>` builds for the generation it compiles for. Without either,
 //! the default target (v5e).
 
-#[cfg(feature = "mlir")]
+#[cfg(any(feature = "mlir", feature = "libtpu"))]
 mod check;
 mod run;
 
@@ -144,6 +144,9 @@ pub fn parse_args(args: &[String]) -> Result<Emit, String> {
 
 /// Run an example: build the kernel, then print what the command line asks for.
 pub fn main(build: impl FnOnce() -> Result<PallasCall, KernelError>) -> ExitCode {
+    // `--check` compiles in worker processes that are this executable, re-run in worker mode.
+    #[cfg(feature = "libtpu")]
+    kernel_runtime::libtpu::serve_if_worker();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let command = match parse_command(&args) {
         Ok(c) => c,
@@ -197,10 +200,12 @@ fn run(
         )?
         .trim_end()
         .to_string(),
-        #[cfg(feature = "mlir")]
+        #[cfg(feature = "libtpu")]
         Emit::Check(generation) => check::run(&call, &generation)?,
-        #[cfg(not(feature = "mlir"))]
-        Emit::Check(_) => return Err(needs_feature("mlir", "--check")),
+        #[cfg(all(feature = "mlir", not(feature = "libtpu")))]
+        Emit::Check(generation) => check::run_python(&call, &generation)?,
+        #[cfg(not(any(feature = "mlir", feature = "libtpu")))]
+        Emit::Check(_) => return Err(needs_feature("libtpu", "--check")),
         Emit::Run(engine) => run::run(&call, engine)?,
         Emit::Summary => format!("{}\n  {}", call.summary(), module_summary(&call)?),
     })

@@ -4,7 +4,8 @@
 //!
 //! Features: `mlir` — the Mosaic module as MLIR through melior (verify, text; needs LLVM/MLIR 22 at
 //! build time); `mosaic-cpu` — the Mosaic-on-CPU engine (the shipped module JIT-compiled by MLIR/LLVM).
-//! Neither is needed to build, lower, serialize, interpret or export a kernel.
+//! `libtpu` — compiles for TPU topologies through libtpu's PJRT C API in worker processes (`libtpu`).
+//! None is needed to build, lower, serialize, interpret or export a kernel.
 //!
 //! See `ARCHITECTURE.md` at the repository root for the code map and invariants.
 
@@ -23,6 +24,8 @@ mod index_map;
 pub mod interpret;
 pub mod ir;
 pub mod launch;
+#[cfg(feature = "libtpu")]
+pub mod libtpu;
 pub mod lower;
 /// The vector math (`tpu-kernel-math`): what each float op computes on an element, defined once for
 /// the interpreter and Mosaic on CPU.

@@ -11,6 +11,7 @@ e. so is the number of VLIW bundles libtpu schedules for our tpu_custom_call pro
    for time: fewer ops that pack into existing bundles gain nothing), and the bundle counter reads the
    figures recorded for the reference Pallas kernels.
 """
+import os
 import json
 
 import pytest
@@ -209,14 +210,30 @@ def test_total_bundles_parser():
 
 
 def test_check_command_end_to_end():
-    """`cargo run --example add -- --check tpu7x`: the Rust CLI builds the kernel for tpu7x and hands
-    it to python/check_kernel.py, which compiles it for the generation's topology."""
+    """`cargo run --example add -- --check tpu7x`: the Rust CLI builds the kernel for tpu7x and compiles
+    it for the generation's topology through libtpu from Rust (kernel_runtime::libtpu, no Python: the
+    worker is the example binary itself, with no Python on PATH), and the figures it prints are the
+    Python path's for the same program."""
+    import re
     import subprocess
     from conftest import TARGET_DIR, cargo_build_examples
     cargo_build_examples()
-    p = subprocess.run([str(TARGET_DIR / "debug" / "examples" / "add"), "--check", "tpu7x"], capture_output=True, text=True)
+    exe = str(TARGET_DIR / "debug" / "examples" / "add")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = "/usr/bin:/bin"
+    env["TPU_LIBRARY_PATH"] = tc.libtpu_path()
+    p = subprocess.run([exe, "--check", "tpu7x"], capture_output=True, text=True, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "kernel `add_kernel` on tpu7x:1x1x1" in p.stdout, p.stdout
-    for line in ("jaxlib verify (registered tpu dialect, strict): ok", "libtpu compile: ok", "VMEM: estimated",
-                 "LLO ops (post-finalize-llo): ", "scheduled bundles (final schedule of the custom call): "):
+    assert "no Python" in p.stdout, p.stdout
+    for line in ("libtpu compile: ok", "VMEM: estimated", "LLO ops (post-finalize-llo): ",
+                 "scheduled bundles (final schedule of the custom call): "):
         assert line in p.stdout, p.stdout
+    hlo = subprocess.run([exe, "--target", "tpu7x", "--emit", "stablehlo"], capture_output=True, text=True,
+                         check=True).stdout
+    py = tc.compile_stablehlo(hlo, "tpu7x")
+    assert py.ok, py.error
+    assert f"LLO ops (post-finalize-llo): {py.llo_total} " in p.stdout, (py.summary(), p.stdout)
+    assert f"custom call): {py.bundles}" in p.stdout, (py.summary(), p.stdout)
+    used = re.search(r"used ([\d.]+) KiB \(libtpu\)", p.stdout)
+    assert used and float(used.group(1)) == py.used_vmem_bytes / 1024, (py.summary(), p.stdout)
