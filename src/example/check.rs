@@ -79,7 +79,7 @@ pub fn run(call: &PallasCall, generation: &str) -> Result<String, KernelError> {
     };
     out += &format!(
         "  VMEM: estimated {} (tpu-kernel), used {} (libtpu), limit {}\n",
-        kib(Some(call.vmem_estimate() as u64)),
+        kib(Some(call.vmem_estimate())),
         kib(used),
         kib(Some(limit as u64))
     );

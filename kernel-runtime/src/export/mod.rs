@@ -543,13 +543,114 @@ impl Library {
                     }
                     Ok(out)
                 }
+                #[cfg(feature = "libtpu")]
+                "libtpu_compile" => libtpu_abi::compile(&json()?),
+                #[cfg(feature = "libtpu")]
+                "libtpu_serve" => libtpu_abi::serve(),
                 other => Err(kerr!(
                     Unsupported,
-                    "unknown method `{other}` (this library speaks ABI version {ABI_VERSION}: canonical, build, lower, host, stats, ffi_layout)"
+                    "unknown method `{other}` (this library speaks ABI version {ABI_VERSION}: canonical, build, lower, host, stats, ffi_layout{})",
+                    if cfg!(feature = "libtpu") { ", libtpu_compile, libtpu_serve" } else { "" }
                 )),
             }
         };
         answer().unwrap_or_else(|e| error_json(&e))
+    }
+}
+
+/// libtpu through the C ABI (`kernel_runtime::libtpu`): what `tpu_kernel.libtpu` calls.
+#[cfg(feature = "libtpu")]
+mod libtpu_abi {
+    use crate::error::Result;
+    use crate::libtpu::{Compiled, Compiler, Job};
+    use serde_json::{json, Value};
+    use std::collections::HashMap;
+    use std::ffi::OsString;
+    use std::sync::{Arc, Mutex, OnceLock};
+
+    /// One pool per (worker program, size), kept for the process: its workers stay alive across
+    /// calls (libtpu loads once per worker).
+    type Pools = Mutex<HashMap<(Vec<OsString>, usize), Arc<Compiler>>>;
+
+    fn pool(program: Vec<OsString>, workers: usize) -> Result<Arc<Compiler>> {
+        static POOLS: OnceLock<Pools> = OnceLock::new();
+        let mut pools = POOLS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let key = (program.clone(), workers);
+        if let Some(c) = pools.get(&key) {
+            return Ok(Arc::clone(c));
+        }
+        let c = Arc::new(Compiler::new_with_worker(workers, program)?);
+        pools.insert(key, Arc::clone(&c));
+        Ok(c)
+    }
+
+    /// `{"jobs": [{"stablehlo", "topology", "num_replicas"?, "num_partitions"?}], "workers": n,
+    /// "worker": [program, args..]}` → `{"ok": true, "results": [verdict | {"error": ..}]}`.
+    pub(super) fn compile(v: &Value) -> Result<Value> {
+        let refuse = |what: &str| {
+            crate::error::KernelError::new(
+                crate::error::ErrorKind::Signature,
+                format!("libtpu_compile: {what}"),
+            )
+        };
+        let program: Vec<OsString> = v["worker"]
+            .as_array()
+            .ok_or_else(|| refuse("`worker` must be [program, args..]"))?
+            .iter()
+            .map(|a| a.as_str().map(OsString::from))
+            .collect::<Option<_>>()
+            .ok_or_else(|| refuse("`worker` must hold strings"))?;
+        let workers = v["workers"].as_u64().unwrap_or(1).max(1) as usize;
+        let jobs = v["jobs"]
+            .as_array()
+            .ok_or_else(|| refuse("`jobs` must be a list"))?
+            .iter()
+            .map(|j| {
+                let (Some(hlo), Some(topology)) = (j["stablehlo"].as_str(), j["topology"].as_str())
+                else {
+                    return Err(refuse("a job needs `stablehlo` and `topology` strings"));
+                };
+                let mut job = Job::new(hlo, topology);
+                job.num_replicas = j["num_replicas"].as_u64().unwrap_or(1) as u32;
+                job.num_partitions = j["num_partitions"].as_u64().unwrap_or(1) as u32;
+                Ok(job)
+            })
+            .collect::<Result<Vec<Job>>>()?;
+        let compiler = pool(program, workers)?;
+        let results = compiler.compile_all(&jobs, &|_, _| {});
+        Ok(json!({
+            "ok": true,
+            "library": compiler.library().display().to_string(),
+            "results": results.into_iter().map(|r| match r {
+                Ok(c) => verdict(&c),
+                Err(e) => json!({"error": e.to_string()}),
+            }).collect::<Vec<_>>(),
+        }))
+    }
+
+    fn verdict(c: &Compiled) -> Value {
+        json!({
+            "topology": c.topology,
+            "ok": c.ok,
+            "aborted": c.aborted,
+            "error": c.error,
+            "compile_ms": c.compile_ms,
+            "llo_counts": c.llo_counts,
+            "llo_total": c.llo_total(),
+            "bundles": c.bundles,
+            "bundles_by_program": c.bundles_by_program,
+            "used_vmem_bytes": c.used_vmem_bytes,
+            "custom_calls": c.custom_calls,
+            "rust_locations": c.rust_locations(),
+        })
+    }
+
+    /// Become a worker (a process a `Compiler` started); never returns in one.
+    pub(super) fn serve() -> Result<Value> {
+        crate::libtpu::serve().map(|never| match never {})
     }
 }
 

@@ -9,7 +9,7 @@
 //! runs in the caller's. A worker stays alive across compiles; one that dies is reported as a verdict
 //! (`Compiled::aborted`, libtpu's last words quoted) and replaced for the next compile.
 //!
-//! The worker is an executable run in worker mode: the program given to [`Compiler::with_worker`], else
+//! The worker is an executable run in worker mode: the program given to [`Compiler::new_with_worker`], else
 //! `$TPU_KERNEL_LIBTPU_WORKER_BIN`, else this very executable when it called [`serve_if_worker`] at the
 //! top of its `main` (tpu-kernel's example binaries do), else `tpu-kernel-libtpu-worker` beside it or
 //! one directory up (cargo's `target/<profile>/` for `examples/` and `deps/` binaries).
@@ -295,21 +295,23 @@ impl Compiler {
     /// A pool of up to `workers` processes (at least one), with the library and worker program found
     /// as the module docs say.
     pub fn new(workers: usize) -> Result<Compiler, KernelError> {
+        Compiler::new_with_worker(workers, default_worker()?)
+    }
+
+    /// A pool whose workers run `program` (an executable and its arguments).
+    pub fn new_with_worker(
+        workers: usize,
+        program: Vec<OsString>,
+    ) -> Result<Compiler, KernelError> {
         Ok(Compiler {
             library: find_library()?,
-            program: default_worker()?,
+            program,
             max: workers.max(1),
             timeout: None,
             idle: Mutex::new((Vec::new(), 0)),
             freed: Condvar::new(),
             serial: AtomicUsize::new(0),
         })
-    }
-
-    /// Run `program` (an executable and its arguments) as the worker instead.
-    pub fn with_worker(mut self, program: Vec<OsString>) -> Compiler {
-        self.program = program;
-        self
     }
 
     /// Compile with this library instead.
