@@ -100,3 +100,23 @@ def test_topology_names_resolve_like_the_python_path():
         v = lt.compile(hlo, g)
         assert v.topology == tc.topology(g)[0], (g, v.topology)
 
+
+
+def test_pallas_twin_programs_are_current(example):
+    """tests/libtpu.rs compiles the Pallas twins from stored programs (tests/data/pallas_twins, written
+    by scripts/pallas_twins.py) so the Rust test needs no Python: each stored program compiles, through
+    the Rust path, to the LLO ops and bundles the live twin (pallas_kernels.py, compiled by jax) does."""
+    import pallas_kernels
+    from conftest import REPO
+    fn, args = pallas_kernels.KERNELS[example.name]
+    stored = []
+    for g in GENERATIONS:
+        path = REPO / "tests" / "data" / "pallas_twins" / f"{example.name}.{g}.mlir"
+        assert path.is_file(), f"{path} is missing: run `.venv/bin/python scripts/pallas_twins.py {example.name}`"
+        stored.append((path.read_text(), g))
+    for (_, g), mine in zip(stored, lt.compile_many(stored, workers=2)):
+        live = compiled("pallas", example.name, g, lambda g=g: tc.compile_jax(fn, args, g))
+        assert mine.ok and live.ok, (mine.summary(), live.summary())
+        assert (mine.llo_total, mine.bundles) == (live.llo_total, live.bundles), (
+            f"{example.name} on {g}: the stored twin program gives {mine.summary()}, the live twin "
+            f"{live.summary()}: rerun `.venv/bin/python scripts/pallas_twins.py {example.name}`")

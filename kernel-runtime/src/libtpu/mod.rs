@@ -272,7 +272,6 @@ pub struct Compiler {
     timeout: Option<Duration>,
     idle: Mutex<(Vec<Worker>, usize)>,
     freed: Condvar,
-    serial: AtomicUsize,
 }
 
 struct Worker {
@@ -310,7 +309,6 @@ impl Compiler {
             timeout: None,
             idle: Mutex::new((Vec::new(), 0)),
             freed: Condvar::new(),
-            serial: AtomicUsize::new(0),
         })
     }
 
@@ -420,7 +418,9 @@ impl Compiler {
     }
 
     fn start(&self) -> Result<Worker, KernelError> {
-        let n = self.serial.fetch_add(1, Ordering::Relaxed);
+        // One number per worker of the process (not of the pool): two pools' workers never share dumps.
+        static SERIAL: AtomicUsize = AtomicUsize::new(0);
+        let n = SERIAL.fetch_add(1, Ordering::Relaxed);
         let root =
             std::env::temp_dir().join(format!("tpu-kernel-libtpu-{}-{n}", std::process::id()));
         let dirs = dumps::DumpDirs { root };
