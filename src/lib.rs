@@ -44,6 +44,10 @@ pub use kernel_runtime::{
 
 pub mod example;
 pub mod reference;
+/// Tune a kernel's static parameters for a TPU generation through libtpu, no TPU (feature `libtpu`;
+/// see `kernel_runtime::libtpu::tune` and `docs/tune.md`).
+#[cfg(feature = "libtpu")]
+pub use kernel_runtime::libtpu::tune;
 
 /// Everything a kernel file needs: `use tpu_kernel::prelude::*;`.
 pub mod prelude {

@@ -74,7 +74,105 @@ pub(crate) struct Found {
     pub llo_counts: BTreeMap<String, u64>,
     pub has_llo: bool,
     pub bundles_by_program: BTreeMap<String, u64>,
+    pub schedules: BTreeMap<String, Schedule>,
     pub hlo: Option<String>,
+}
+
+/// The shape of one program's final VLIW schedule (`<id>-<program>-NN-final_bundles.txt`): bundles by
+/// loop depth (the `>` marks; depth 1 is the grid loop of a kernel with a grid of more than one
+/// step), the grid (`iteration_bounds` of the pipeline's DMA descriptors) and the bytes the
+/// pipeline's DMAs move per grid step (each descriptor's `window_bounds` tiles × its
+/// `element_size_in_bytes`, descriptors inside the grid loop; all of them when there is no loop).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Schedule {
+    pub bundles_by_depth: Vec<u64>,
+    pub iteration_bounds: Vec<u64>,
+    pub dma_bytes_per_step: u64,
+    pub dma_descriptors: u32,
+}
+
+/// Parse a final-bundles dump (see [`Schedule`]).
+pub(crate) fn parse_schedule(text: &str) -> Schedule {
+    let mut s = Schedule::default();
+    let mut depth = 0usize;
+    let mut window: Option<u64> = None;
+    let mut bounds: Option<Vec<u64>> = None;
+    // (depth of the bundle that holds it, bytes)
+    let mut descriptors: Vec<(usize, u64)> = Vec::new();
+    let tuple = |rest: &str| -> Option<Vec<u64>> {
+        rest.trim()
+            .trim_start_matches('(')
+            .split(')')
+            .next()?
+            .split(',')
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| t.trim().parse().ok())
+            .collect()
+    };
+    for line in text.lines() {
+        if let Some(d) = bundle_depth(line) {
+            depth = d;
+            if s.bundles_by_depth.len() <= d {
+                s.bundles_by_depth.resize(d + 1, 0);
+            }
+            s.bundles_by_depth[d] += 1;
+            continue;
+        }
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("window_bounds:") {
+            window = tuple(rest).map(|v| v.iter().product());
+        } else if let Some(rest) = t.strip_prefix("iteration_bounds:") {
+            if bounds.is_none() {
+                bounds = tuple(rest);
+            }
+        } else if let Some(rest) = t.strip_prefix("element_size_in_bytes:") {
+            let rest = rest.trim_start();
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            let size: Option<u64> = rest[..digits].parse().ok();
+            if let (Some(w), Some(size)) = (window.take(), size) {
+                descriptors.push((depth, w * size));
+            }
+        }
+    }
+    s.iteration_bounds = bounds.unwrap_or_default();
+    let in_loop: Vec<u64> = descriptors
+        .iter()
+        .filter(|(d, _)| *d >= 1)
+        .map(|(_, b)| *b)
+        .collect();
+    let counted: Vec<u64> = if in_loop.is_empty() {
+        descriptors.iter().map(|(_, b)| *b).collect()
+    } else {
+        in_loop
+    };
+    s.dma_bytes_per_step = counted.iter().sum();
+    s.dma_descriptors = counted.len() as u32;
+    s
+}
+
+/// A bundle line (`  0x1f LB: >> { ... }`, `     0   :  { ... }`) → its loop depth (the `>` marks
+/// between the address and the bundle's `{`).
+fn bundle_depth(line: &str) -> Option<usize> {
+    let t = line.trim_start();
+    let addr = t.split_whitespace().next()?;
+    let hex = addr
+        .strip_prefix("0x")
+        .map(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()));
+    if !(hex == Some(true) || addr.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
+    let rest = &t[addr.len()..];
+    let brace = rest.find('{')?;
+    let head = &rest[..brace];
+    // the tag (`LB:`), the `:` and the depth marks only
+    if !head
+        .chars()
+        .all(|c| c.is_ascii_uppercase() || c == ':' || c == '>' || c.is_whitespace())
+        || !head.contains(':')
+    {
+        return None;
+    }
+    Some(head.chars().filter(|&c| c == '>').count())
 }
 
 /// Read the files written since `before` (a failed compile's dumps may be partial: then only whole
@@ -118,6 +216,16 @@ pub(crate) fn collect(dirs: &DumpDirs, before: &HashSet<PathBuf>, complete: bool
         }
     }
     for p in &llo {
+        if let Some(program) = schedule_program(name(p)) {
+            if complete && program != "TLP" && !program.starts_with("<late-") {
+                if let Ok(text) = std::fs::read_to_string(p) {
+                    found
+                        .schedules
+                        .insert(program.to_string(), parse_schedule(&text));
+                }
+            }
+            continue;
+        }
         let Some(program) = bundle_program(name(p)) else {
             continue;
         };
@@ -154,6 +262,18 @@ fn name(p: &Path) -> &str {
 /// `<id>-<program>-NN-schedule-analysis_final_bundles.txt` → `<program>`.
 fn bundle_program(file: &str) -> Option<&str> {
     let stem = file.strip_suffix("-schedule-analysis_final_bundles.txt")?;
+    let (rest, nn) = stem.rsplit_once('-')?;
+    let (id, program) = rest.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(id) && digits(nn) && !program.is_empty()).then_some(program)
+}
+
+/// `<id>-<program>-NN-final_bundles.txt` (the schedule itself) → `<program>`.
+fn schedule_program(file: &str) -> Option<&str> {
+    let stem = file.strip_suffix("-final_bundles.txt")?;
+    if stem.ends_with("-schedule-analysis") {
+        return None;
+    }
     let (rest, nn) = stem.rsplit_once('-')?;
     let (id, program) = rest.split_once('-')?;
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
@@ -304,6 +424,41 @@ mod tests {
         );
         assert_eq!(total_bundles(""), Some(0));
         assert_eq!(total_bundles("cut sh"), None);
+    }
+
+    #[test]
+    fn schedules_give_depths_grid_and_dma_bytes() {
+        let text = "= control target key end\n\
+             \n     0   :  { %s0 = smov 0 }\n\
+             \x20  0x1   :  { %1 = dma.hbm_to_vmem %a /* window:\n\
+             window_bounds: (16, 1)\n\
+             iteration_bounds: (4, 4, 4)\n\
+             element_size_in_bytes: 2048\n\
+             second_minor_factor: 1 */ }\n\
+             \x20 0x2 LB: > { %2 = dma.hbm_to_vmem %b /* window:\n\
+             window_bounds: (16, 1)\n\
+             iteration_bounds: (4, 4, 4)\n\
+             element_size_in_bytes: 2048 */ }\n\
+             \x20 0x3   : > { %3 = dma.vmem_to_hbm %c /* window:\n\
+             window_bounds: (32, 2)\n\
+             element_size_in_bytes: 4096 */ }\n\
+             \x20 0x4 LB: >> { %4 = vadd }\n\
+             \x20 0x5   : >> {}\n\
+             \x20 0x6 PF: > {}\n\
+             \x20 0x7   :  {} /* End region 3 */\n";
+        let s = parse_schedule(text);
+        assert_eq!(s.bundles_by_depth, [3, 3, 2]);
+        assert_eq!(s.iteration_bounds, [4, 4, 4]);
+        assert_eq!(s.dma_bytes_per_step, 16 * 2048 + 64 * 4096);
+        assert_eq!(s.dma_descriptors, 2);
+        assert_eq!(
+            schedule_program("0012-name.1-01-final_bundles.txt"),
+            Some("name.1")
+        );
+        assert_eq!(
+            schedule_program("0012-name.1-00-schedule-analysis_final_bundles.txt"),
+            None
+        );
     }
 
     #[test]

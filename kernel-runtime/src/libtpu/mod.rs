@@ -17,9 +17,13 @@
 //! The library: `$TPU_LIBRARY_PATH` (libtpu's own variable), else the `libtpu` package of the active
 //! Python environment (`$VIRTUAL_ENV`, else a `.venv` in the working directory or one above it).
 
+pub mod cost;
 mod dumps;
 mod pjrt;
+pub mod tune;
 mod worker;
+
+pub use dumps::Schedule;
 
 use crate::error::{ErrorKind, KernelError};
 use serde_json::{json, Value};
@@ -57,6 +61,9 @@ pub struct Compiled {
     pub used_vmem_bytes: Option<u64>,
     /// How many `tpu_custom_call`s the optimized module holds.
     pub custom_calls: usize,
+    /// The final schedule of the `tpu_custom_call` program(s) (several are merged: bundles by depth
+    /// and DMA bytes added, the first's grid): what the cost model (`cost`) reads.
+    pub schedule: Option<Schedule>,
 }
 
 impl Compiled {
@@ -217,7 +224,7 @@ pub fn find_library() -> Result<PathBuf, KernelError> {
 }
 
 /// The default worker program (see the module docs).
-fn default_worker() -> Result<Vec<OsString>, KernelError> {
+pub(crate) fn default_worker() -> Result<Vec<OsString>, KernelError> {
     if let Some(p) = std::env::var_os("TPU_KERNEL_LIBTPU_WORKER_BIN") {
         return Ok(vec![p]);
     }
@@ -598,10 +605,48 @@ impl Compiler {
                 .map(|c| compiled.bundles_by_program.get(*c).copied())
                 .sum();
         }
+        if compiled.ok && !calls.is_empty() {
+            let mut merged: Option<Schedule> = None;
+            for c in &calls {
+                let Some(one) = v["schedules"].get(*c).map(schedule_from_json) else {
+                    merged = None;
+                    break;
+                };
+                merged = Some(match merged {
+                    None => one,
+                    Some(mut m) => {
+                        if m.bundles_by_depth.len() < one.bundles_by_depth.len() {
+                            m.bundles_by_depth.resize(one.bundles_by_depth.len(), 0);
+                        }
+                        for (d, n) in one.bundles_by_depth.iter().enumerate() {
+                            m.bundles_by_depth[d] += n;
+                        }
+                        m.dma_bytes_per_step += one.dma_bytes_per_step;
+                        m.dma_descriptors += one.dma_descriptors;
+                        m
+                    }
+                });
+            }
+            compiled.schedule = merged;
+        }
         compiled.used_vmem_bytes = v["used_vmem"]
             .as_array()
             .and_then(|a| a.iter().filter_map(Value::as_u64).max());
         Ok((compiled, true))
+    }
+}
+
+fn schedule_from_json(v: &Value) -> Schedule {
+    let list = |k: &str| -> Vec<u64> {
+        v[k].as_array()
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default()
+    };
+    Schedule {
+        bundles_by_depth: list("bundles_by_depth"),
+        iteration_bounds: list("iteration_bounds"),
+        dma_bytes_per_step: v["dma_bytes_per_step"].as_u64().unwrap_or(0),
+        dma_descriptors: v["dma_descriptors"].as_u64().unwrap_or(0) as u32,
     }
 }
 

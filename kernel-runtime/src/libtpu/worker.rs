@@ -123,8 +123,24 @@ fn compile(
         .as_deref()
         .map(dumps::hlo_facts)
         .unwrap_or_default();
+    let schedules: serde_json::Map<String, Value> = found
+        .schedules
+        .iter()
+        .map(|(program, s)| {
+            (
+                program.clone(),
+                json!({
+                    "bundles_by_depth": s.bundles_by_depth,
+                    "iteration_bounds": s.iteration_bounds,
+                    "dma_bytes_per_step": s.dma_bytes_per_step,
+                    "dma_descriptors": s.dma_descriptors,
+                }),
+            )
+        })
+        .collect();
     json!({
         "ok": verdict.is_ok(),
+        "schedules": schedules,
         "error": verdict.err(),
         "compile_ms": compile_ms,
         "llo_counts": found.has_llo.then_some(found.llo_counts),
