@@ -20,6 +20,11 @@
 //! `reference::expected`), and its name with its jnp program in `EXAMPLE_CASES` of
 //! `benches/xla_baselines.py` (the Pallas side is the twin of `python/tests/pallas_kernels.py`, run with
 //! `interpret=True`, on that file's shapes and `valid_inputs`).
+//!
+//! Ragged paged attention (`ragged_paged_attention_decode`, `_mixed`: a vLLM decode step and a mixed
+//! batch, `interpret/rpa.rs` and `benches/rpa_cpu.py`) has two XLA programs, tpu-inference's own
+//! reference and the best jnp formulation, printed side by side in a table of their own, and no Pallas
+//! run (jax's CPU interpreters cannot run the kernel).
 
 // The example files, as the tests include them.
 #[path = "../tests/common/mod.rs"]
@@ -159,6 +164,8 @@ type Build = Box<dyn Fn() -> Result<PallasCall, KernelError>>;
 mod paged_once;
 #[path = "interpret/peak.rs"]
 mod peak;
+#[path = "interpret/rpa.rs"]
+mod rpa;
 
 /// `--ops`: every float op of the op table alone on an f32 `[1024, 1024]` array (inputs in (0.5, 4.5)).
 mod ops {
@@ -321,6 +328,10 @@ fn cases() -> Vec<(&'static str, Build)> {
             Box::new(|| transcendental::step_copy(1024 * 8, 128, 8)),
         ),
     ];
+    // Ragged paged attention on a vLLM decode step and a mixed batch (issue 23 item 4).
+    for name in rpa::CASES {
+        cases.push((name, Box::new(move || rpa::build(name))));
+    }
     for &name in EXAMPLE_CASES {
         let (_, build) = common::EXAMPLES
             .iter()
@@ -343,6 +354,9 @@ const EXAMPLE_CASES: &[&str] = &[
 /// The inputs of a case: uniform in [-1, 1) scaled to the range the kernel sees in a model (the same
 /// scales as `xla_baselines.py`); rotary gets positions `0..m` and frequencies `10000^(-j/h)`.
 fn case_inputs(name: &str, call: &PallasCall) -> Vec<HostArray> {
+    if rpa::CASES.contains(&name) {
+        return rpa::inputs(name, call);
+    }
     let mut inputs = reference::random_inputs(call, 1);
     let scale = |a: &HostArray, k: f32| {
         let v = a.as_slice::<f32>().expect("f32").iter().map(|x| x * k);
@@ -561,6 +575,43 @@ fn ab_fusion(only: Option<&str>) {
 /// A measured case: name, ours (median, min) ms, (max error, within tolerance), grid steps.
 type Row = (&'static str, f64, f64, (f64, bool), usize);
 
+/// A ragged paged attention case: name, ours, tpu-inference's reference under XLA, the best jnp under
+/// XLA — each (median, min) ms.
+type RpaRow = (&'static str, (f64, f64), (f64, f64), (f64, f64));
+
+/// Ragged paged attention beside both XLA programs (`benches/rpa_cpu.py`): tpu-inference's own jnp
+/// reference, jitted with the batch's metadata as constants, and the best jnp formulation found, jitted
+/// over the metadata.
+fn print_rpa(rows: &[RpaRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    println!(
+        "\nragged paged attention (benches/rpa_cpu.py): XLA ref = tpu-inference's ref_ragged_paged_attention \
+         under jax.jit (metadata as constants), XLA jnp = the best jnp formulation (metadata as arrays)"
+    );
+    println!(
+        "{:<30} {:>9} {:>11} {:>11} {:>10} {:>10} {:>10} {:>10}",
+        "case",
+        "ours ms",
+        "XLA ref ms",
+        "XLA jnp ms",
+        "ours/ref",
+        "ours/jnp",
+        "min/min r",
+        "min/min j"
+    );
+    for (name, (o, o_min), (r, r_min), (j, j_min)) in rows {
+        println!(
+            "{name:<30} {o:>9.3} {r:>11.3} {j:>11.3} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+            o / r,
+            o / j,
+            o_min / r_min,
+            o_min / j_min
+        );
+    }
+}
+
 /// The machine's multiply-add peak per dot dtype as this run dispatches ([`peak`]), and the fraction of
 /// the bf16 peak each `matmul_bf16_N` case reaches (2N³ flops in its time).
 fn print_peaks(threads: usize, rows: &[Row]) {
@@ -636,6 +687,7 @@ fn main() {
     }
     let mut baseline = HashMap::new();
     let mut rows: Vec<Row> = Vec::new();
+    let mut rpa_rows: Vec<RpaRow> = Vec::new();
     // `--ops`: each float op of the table alone (no reference check) instead of the kernels.
     let list = if args.iter().any(|a| a == "--ops") {
         ops::cases()
@@ -668,7 +720,10 @@ fn main() {
             };
             Ok((w, tol))
         });
-        let check = match local.or_else(|| reference::expected(call.name(), &inputs)) {
+        let want = local
+            .or_else(|| rpa::expected(name, &inputs))
+            .or_else(|| reference::expected(call.name(), &inputs));
+        let check = match want {
             Some(Ok((want, tol))) => {
                 let c = out
                     .iter()
@@ -692,22 +747,31 @@ fn main() {
             )
         };
         let mut ask = |engine: &str| base.as_mut().ok().and_then(|b| b.ask(engine, name));
-        let (mut xla, mut ours, mut pallas) = (None, None, None);
+        // Ragged paged attention has no Pallas interpret=True run (see interpret/rpa.rs) and a second
+        // XLA program, the best jnp formulation (`best`), timed in the same rounds as XLA's.
+        let rpa_case = rpa::CASES.contains(&name);
+        let (mut xla, mut ours, mut pallas, mut jnp) = (None, None, None, None);
         for round in 0..rounds {
             if round % 2 == 0 {
                 xla = best(xla, ask("xla"));
             }
             ours = best(ours, Some(ours_run()));
-            if round == 0 {
+            if round == 0 && !rpa_case {
                 pallas = ask("pallas");
+            }
+            if rpa_case {
+                jnp = best(jnp, ask("best"));
             }
             if round % 2 == 1 {
                 xla = best(xla, ask("xla"));
             }
         }
         let (ours, ours_min) = ours.expect("at least one round");
-        if let (Some(x), Some(p)) = (xla, pallas) {
-            baseline.insert(name, (x.0, p.0, x.1));
+        if let Some(x) = xla {
+            baseline.insert(name, (x.0, pallas.map(|p| p.0), x.1));
+        }
+        if let (Some(x), Some(j)) = (xla, jnp) {
+            rpa_rows.push((name, (ours, ours_min), x, j));
         }
         let steps: usize = call.ir().grid.iter().product::<usize>().max(1);
         rows.push((name, ours, ours_min, check, steps));
@@ -742,7 +806,7 @@ fn main() {
         let b = baseline.get(name).copied();
         let err = format!("{err:.2e}{}", if *ok { "" } else { " FAIL" });
         match b {
-            Some((xla, pallas, xla_min)) => {
+            Some((xla, Some(pallas), xla_min)) => {
                 ours_r.push(ours / xla);
                 min_r.push(ours_min / xla_min);
                 pallas_r.push(pallas / xla);
@@ -755,16 +819,34 @@ fn main() {
                     pallas / ours
                 );
             }
+            Some((xla, None, xla_min)) => {
+                ours_r.push(ours / xla);
+                min_r.push(ours_min / xla_min);
+                println!(
+                    "{name:<28} {ours:>9.3} {per_step:>8.1} {xla:>9.3} {:>10} {:>9.2} {:>8.2} {:>10} {:>11} {err:>9}",
+                    "-",
+                    ours / xla,
+                    ours_min / xla_min,
+                    "-",
+                    "-"
+                );
+            }
             None => println!(
                 "{name:<28} {ours:>9.3} {per_step:>8.1} {:>9} {:>10} {:>9} {:>8} {:>10} {:>11} {err:>9}",
                 "-", "-", "-", "-", "-", "-"
             ),
         }
     }
+    print_rpa(&rpa_rows);
     print_peaks(threads, &rows);
     if !ours_r.is_empty() {
+        // (Cases without a Pallas run have no Pallas ratios.)
+        let or_dash = |v: &[f64], digits: usize| match v.is_empty() {
+            true => "-".to_string(),
+            false => format!("{:.digits$}", geomean(v)),
+        };
         println!(
-            "{:<28} {:>9} {:>8} {:>9} {:>10} {:>9.2} {:>8.2} {:>10.2} {:>11.1}",
+            "{:<28} {:>9} {:>8} {:>9} {:>10} {:>9.2} {:>8.2} {:>10} {:>11}",
             "geomean",
             "",
             "",
@@ -772,8 +854,8 @@ fn main() {
             "",
             geomean(&ours_r),
             geomean(&min_r),
-            geomean(&pallas_r),
-            geomean(&speedup)
+            or_dash(&pallas_r, 2),
+            or_dash(&speedup, 1)
         );
         let worst = ours_r.iter().copied().fold(0.0, f64::max);
         println!(

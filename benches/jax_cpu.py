@@ -35,6 +35,7 @@ import numpy as np  # noqa: E402
 
 import tpu_kernel.examples as ex  # noqa: E402
 import xla_baselines as xb  # noqa: E402  (the jnp and Pallas interpret versions, and the inputs)
+import rpa_cpu  # noqa: E402  (ragged paged attention's batches and its two XLA programs)
 
 # case -> our kernel call, with the example's blocks spelled out (they are also the defaults)
 OURS = {
@@ -56,6 +57,11 @@ OURS = {
     "flash_attention_4x512": lambda q, k, v: ex.flash_attention(q, k, v, causal=False, block=(128, 128)),
     "quantized_matmul_256x512x256": lambda x, w, s: ex.quantized_matmul(x, w, s, block=(128, 128, 128)),
     "softmax_lanes8": lambda x: ex.softmax(x, block_rows=256),
+    # Ragged paged attention (issue 23 item 4) through tpu-inference's signature: a decode step and a
+    # mixed batch (benches/rpa_cpu.py), tpu-inference's default block sizes; its XLA side is
+    # tpu-inference's own reference and the best jnp formulation, with no Pallas run.
+    "ragged_paged_attention_decode": lambda *a: ex.ragged_paged_attention(*a, sm_scale=rpa_cpu.SM_SCALE),
+    "ragged_paged_attention_mixed": lambda *a: ex.ragged_paged_attention(*a, sm_scale=rpa_cpu.SM_SCALE),
 }
 # The Rust benchmark's kernels that are not in the examples library (its bench-only kernels and the
 # `--ops` cases) are not timed here.
@@ -76,6 +82,18 @@ def check(name: str, ours, ref) -> str | None:
     rtol, atol = (2e-2, 1e-2 * float(np.max(np.abs(r)))) if bf16 else (1e-5, 1e-6)
     bad = ~np.isclose(o, r, rtol=rtol, atol=atol)
     return f"{int(bad.sum())} elements differ (max |diff| {float(np.max(np.abs(o - r))):.3g})" if bad.any() else None
+
+
+def check_rpa(name: str, ours, ref) -> str | None:
+    """Ragged paged attention: the written tokens' outputs within bf16 rounding of tpu-inference's
+    reference (which returns only those), the updated caches bit for bit."""
+    (o, cache), (r, r_cache) = ours, ref
+    n = rpa_cpu.written(name)
+    why = check(name, o[:n], r)
+    if why:
+        return why
+    same = np.array_equal(np.asarray(cache).view(np.uint16), np.asarray(r_cache).view(np.uint16))
+    return None if same else "the updated caches differ"
 
 
 CONCURRENT_CASES = ["matmul_bf16_256", "softmax_f32_1024", "flash_attention_4x512", "softmax_lanes8"]
@@ -146,7 +164,12 @@ def main() -> int:
         concurrent(budget, rounds)
         return 0
 
-    engines = ["ours", "xla"] + ([] if args.no_pallas else ["pallas"])
+    base_engines = ["ours", "xla"] + ([] if args.no_pallas else ["pallas"])
+
+    def engines_of(name: str) -> list[str]:
+        # ragged paged attention: no Pallas run; the best jnp formulation as a second XLA program
+        return ["ours", "xla", "best"] if name in rpa_cpu.BATCHES else base_engines
+
     cases = [c for c in OURS if not args.only or args.only in c]
     fns, inputs, failures = {}, {}, []
     for name in cases:
@@ -155,16 +178,24 @@ def main() -> int:
         fns[(name, "ours")] = jax.jit(OURS[name])
         fns[(name, "xla")] = jax.jit(ref)
         fns[(name, "pallas")] = jax.jit(pallas)
-        for engine in engines:  # compile + warm up outside the timed rounds
+        if name in xb.BEST:
+            fns[(name, "best")] = jax.jit(xb.BEST[name])
+        for engine in engines_of(name):  # compile + warm up outside the timed rounds
             jax.block_until_ready(fns[(name, engine)](*inputs[name]))
             jax.block_until_ready(fns[(name, engine)](*inputs[name]))
-        why = check(name, fns[(name, "ours")](*inputs[name]), fns[(name, "xla")](*inputs[name]))
+        ours_out, xla_out = fns[(name, "ours")](*inputs[name]), fns[(name, "xla")](*inputs[name])
+        why = check_rpa(name, ours_out, xla_out) if name in rpa_cpu.BATCHES else check(name, ours_out, xla_out)
         if why:
             failures.append(f"{name}: ours != jnp: {why}")
+        if name in xb.BEST:
+            why = check_rpa(name, fns[(name, "best")](*inputs[name]), xla_out)
+            if why:
+                failures.append(f"{name}: the best jnp != tpu-inference's reference: {why}")
 
     best: dict[tuple[str, str], float] = {}
     for r in range(rounds):
         for name in cases:
+            engines = engines_of(name)
             order = engines[r % len(engines):] + engines[:r % len(engines)]
             for engine in order:
                 ms = median_ms(fns[(name, engine)], inputs[name], budget)
@@ -173,24 +204,34 @@ def main() -> int:
 
     print(f"# CPU inside jax.jit, median ms of warm runs (best of {rounds} interleaved round(s)); "
           f"jax {jax.__version__}, {os.cpu_count()} cores")
-    head = f"{'case':<28} {'ours':>9} {'XLA':>9} {'ours/XLA':>9}"
-    if "pallas" in engines:
+    head = f"{'case':<30} {'ours':>9} {'XLA':>9} {'ours/XLA':>9}"
+    if "pallas" in base_engines:
         head += f" {'Pallas':>10} {'Pallas/ours':>12}"
     print(head)
     r_xla, r_pallas = [], []
     for name in cases:
         o, x = best[(name, "ours")], best[(name, "xla")]
         r_xla.append(o / x)
-        line = f"{name:<28} {o:>9.3f} {x:>9.3f} {o / x:>9.2f}"
-        if "pallas" in engines:
+        line = f"{name:<30} {o:>9.3f} {x:>9.3f} {o / x:>9.2f}"
+        if "pallas" in engines_of(name):
             p = best[(name, "pallas")]
             r_pallas.append(p / o)
             line += f" {p:>10.3f} {p / o:>12.1f}"
+        elif "pallas" in base_engines:
+            line += f" {'-':>10} {'-':>12}"
         print(line)
-    line = f"{'geomean':<28} {'':>9} {'':>9} {geomean(r_xla):>9.2f}"
-    if "pallas" in engines:
+    line = f"{'geomean':<30} {'':>9} {'':>9} {geomean(r_xla):>9.2f}"
+    if "pallas" in base_engines:
         line += f" {'':>10} {geomean(r_pallas):>12.1f}"
     print(line)
+    rpa_cases = [c for c in cases if c in rpa_cpu.BATCHES]
+    if rpa_cases:
+        print("\n# ragged paged attention (benches/rpa_cpu.py): XLA ref = tpu-inference's ref_ragged_paged_attention "
+              "under jax.jit (metadata as constants), XLA jnp = the best jnp formulation (metadata as arrays)")
+        print(f"{'case':<30} {'ours':>9} {'XLA ref':>9} {'XLA jnp':>9} {'ours/ref':>9} {'ours/jnp':>9}")
+        for name in rpa_cases:
+            o, r, j = best[(name, "ours")], best[(name, "xla")], best[(name, "best")]
+            print(f"{name:<30} {o:>9.3f} {r:>9.3f} {j:>9.3f} {o / r:>9.2f} {o / j:>9.2f}")
     for f in failures:
         print("NUMERICS MISMATCH:", f, file=sys.stderr)
     return 1 if failures else 0

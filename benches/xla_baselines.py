@@ -4,7 +4,9 @@
 Batch mode prints one line per case: `<case> <xla median ms> <pallas interpret median ms> <xla min ms>`.
 With `--serve` it reads requests from stdin, one per line, and answers each with one line:
 `xla <case>` -> `<median ms> <min ms>`, `pallas <case>` -> `<median ms> <min ms>` (so the benchmark can
-interleave XLA and its own runs in time). Inputs are numpy-generated;
+interleave XLA and its own runs in time); the ragged paged attention cases (benches/rpa_cpu.py) also
+answer `best <case>` (the best jnp formulation; their `xla` is tpu-inference's reference) and have no
+Pallas run. Inputs are numpy-generated;
 numpy does no timed work here, so OPENBLAS_CORETYPE does not matter.
 
 The production kernels (`EXAMPLE_CASES`) run their Pallas twins from python/tests/pallas_kernels.py, on
@@ -454,6 +456,24 @@ CASES["step_copy_1024x8x128"] = (step_copy_jnp, rows_pallas(_step_copy_kernel, 1
                                  lambda: [uni((1024 * 8, 128), jnp.float32)])
 
 
+# Ragged paged attention on a decode step and a mixed batch (issue 23 item 4; benches/rpa_cpu.py): "xla" is
+# tpu-inference's own jnp reference under jax.jit, "best" the best jnp formulation found (both XLA:CPU).
+# No Pallas: neither of jax's CPU interpreters runs the kernel (interpret=True refuses its DMA sizes
+# known only at run time, the TPU simulator its ref reshape views).
+import rpa_cpu  # noqa: E402
+
+
+def _no_pallas(*_args):
+    raise NotImplementedError("Pallas interpret=True cannot run ragged paged attention "
+                              "(DMA sizes known only at run time)")
+
+
+BEST = {}
+for _name in rpa_cpu.BATCHES:
+    CASES[_name] = (rpa_cpu.reference(_name), _no_pallas, lambda _name=_name: rpa_cpu.inputs(_name))
+    BEST[_name] = rpa_cpu.best(_name)
+
+
 # `--ops` of benches/interpret.rs: each float op of the op table alone, inputs in (0.5, 4.5).
 def _op_inputs(n):
     return lambda: [uni((1024, 1024), jnp.float32) * 2.0 + 2.5 for _ in range(n)]
@@ -498,7 +518,7 @@ def serve(budget):
     jitted, inputs = {}, {}
     for line in sys.stdin:
         parts = line.split()
-        if len(parts) != 2 or parts[1] not in CASES:
+        if len(parts) != 2 or parts[1] not in CASES or (parts[0] == "best" and parts[1] not in BEST):
             print("error", flush=True)
             continue
         engine, name = parts
@@ -508,7 +528,7 @@ def serve(budget):
                 inputs[name] = make()
             key = (engine, name)
             if key not in jitted:
-                jitted[key] = jax.jit(ref if engine == "xla" else kernel)
+                jitted[key] = jax.jit({"xla": ref, "best": BEST.get(name)}.get(engine, kernel))
             med, mn = times_ms(jitted[key], inputs[name], budget)
         except Exception as e:  # the bench prints the failure instead of a figure
             print(f"error {type(e).__name__}: {e}".replace("\n", " "), flush=True)
@@ -526,7 +546,7 @@ def main():
             continue
         args = make()
         xla, xla_min = times_ms(jax.jit(ref), args, budget)
-        pallas, _ = times_ms(jax.jit(kernel), args, budget)
+        pallas = times_ms(jax.jit(kernel), args, budget)[0] if kernel is not _no_pallas else float("nan")
         print(f"{name} {xla:.6f} {pallas:.6f} {xla_min:.6f}", flush=True)
 
 
