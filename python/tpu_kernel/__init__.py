@@ -24,10 +24,12 @@ with this package; `TPU_KERNEL_EXAMPLES_LIB` points it elsewhere).
 """
 from ._errors import AbiVersionError, KernelError, LibraryError
 from ._library import ABI_VERSION, Kernel, Library, load
+from ._tune import Tuned, tune
 
 __version__ = "0.1.0"
 
-__all__ = ["ABI_VERSION", "AbiVersionError", "Kernel", "KernelError", "Library", "LibraryError", "load"]
+__all__ = ["ABI_VERSION", "AbiVersionError", "Kernel", "KernelError", "Library", "LibraryError", "Tuned", "load",
+           "tune"]
 
 # The primitive's rules are registered with jax on import, so an exported program that only needs
 # the FFI target (and not a Python call) can still be lowered/run after `import tpu_kernel`.

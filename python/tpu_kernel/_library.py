@@ -207,8 +207,9 @@ class Kernel:
     def __call__(self, *arrays: Any, target: str | None = None, **params: Any) -> Any:
         """`target` (a TPU generation, `"v6e"`, or a jax device kind) builds the kernel for it; by
         default the TPU lowering takes the generation of the devices it lowers for (see `_primitive`)."""
-        from . import _primitive
+        from . import _primitive, _tune
         self._check_arity(arrays)
+        params = {**_tune.tuned_defaults(self, arrays, params, target), **params}
         params_json = self.canonical_params(params)
         if self.grad:
             outs = self._differentiable(params_json, target)(tuple(arrays))

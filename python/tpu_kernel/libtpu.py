@@ -37,6 +37,10 @@ class Compiled:
     used_vmem_bytes: int | None = None
     custom_calls: int = 0
     rust_locations: list = dataclasses.field(default_factory=list)
+    #: the kernel's final schedule: bundles by loop depth, grid, pipeline DMA bytes per step
+    schedule: dict | None = None
+    #: the static cost model's estimate (docs/tune.md): cycles, seconds, steps, body, dma_step, ...
+    estimate: dict | None = None
 
     def summary(self) -> str:
         if not self.ok:

@@ -632,7 +632,22 @@ mod libtpu_abi {
     }
 
     fn verdict(c: &Compiled) -> Value {
+        let target = crate::Target::parse(c.topology.split(':').next().unwrap_or("")).ok();
+        let estimate = match (&c.schedule, target) {
+            (Some(s), Some(t)) => {
+                let e = crate::libtpu::cost::estimate(s, t);
+                json!({"cycles": e.cycles, "seconds": e.seconds, "steps": e.steps, "body": e.body,
+                       "outside": e.outside, "dma_step": e.dma_step, "dma_bound": e.dma_bound()})
+            }
+            _ => Value::Null,
+        };
+        let schedule = c.schedule.as_ref().map(|s| {
+            json!({"bundles_by_depth": s.bundles_by_depth, "iteration_bounds": s.iteration_bounds,
+                   "dma_bytes_per_step": s.dma_bytes_per_step, "dma_descriptors": s.dma_descriptors})
+        });
         json!({
+            "schedule": schedule,
+            "estimate": estimate,
             "topology": c.topology,
             "ok": c.ok,
             "aborted": c.aborted,

@@ -4,9 +4,9 @@
 //! powers of two, ranges — and constraints between them); every configuration is built for the
 //! [`Target`] first, so our tiling and VMEM checks prune it before any compile (the reason kept);
 //! the rest compile in parallel libtpu workers ([`Compiler`]) and are ranked by the static cost model
-//! of [`cost`](super::cost) on libtpu's own schedule. Results are cached in a JSON file per
-//! generation, keyed by the kernel, its operands' shapes and dtypes, the static parameters the caller
-//! names and the space; a cached key is answered without a compile.
+//! of [`cost`](super::cost) on libtpu's own schedule (`docs/tune.md`). Results are cached in a JSON
+//! file per generation, keyed by the kernel, its inputs' and outputs' shapes and dtypes and the static
+//! parameters the caller names; the same key over the same space is answered without a compile.
 //!
 //! ```no_run
 //! # use kernel_runtime::libtpu::tune::{tune, Space, Options, divisors};
@@ -204,6 +204,8 @@ pub struct Tuned {
     pub compiles: usize,
     /// Answered from the cache (no build, no compile).
     pub from_cache: bool,
+    /// The space tuned over (`Space::describe`).
+    pub space: String,
 }
 
 impl Tuned {
@@ -248,8 +250,9 @@ fn err(msg: String) -> KernelError {
 }
 
 /// The cache key: kernel, the input and output shapes and dtypes (of the first buildable
-/// configuration: they do not depend on it), the static parameters and the space.
-fn key(kernel: &str, call: &PallasCall, static_params: &str, space: &Space) -> String {
+/// configuration: they do not depend on it) and the static parameters not tuned. The space is
+/// recorded in the entry, not keyed: a later run over another space replaces it.
+fn key(kernel: &str, call: &PallasCall, static_params: &str) -> String {
     let operands: Vec<String> = call
         .ir()
         .operands
@@ -260,11 +263,7 @@ fn key(kernel: &str, call: &PallasCall, static_params: &str, space: &Space) -> S
             format!("{} {}[{}]", o.label(), o.dtype, dims.join(","))
         })
         .collect();
-    format!(
-        "{kernel}({})[{static_params}]{{{}}}",
-        operands.join(", "),
-        space.describe()
-    )
+    format!("{kernel}({})[{static_params}]", operands.join(", "))
 }
 
 fn cache_file(dir: &Path, target: Target) -> PathBuf {
@@ -279,10 +278,13 @@ fn read_cache(path: &Path) -> Map<String, Value> {
         .unwrap_or_default()
 }
 
-/// The cached best configuration of `key` on `target`, if any: what a kernel's default parameters
-/// consult.
-pub fn cached(dir: &Path, target: Target, key: &str) -> Option<(Config, f64)> {
+/// The cached best configuration of `key` on `target` tuned over `space` (`Space::describe`; `""`:
+/// over any space), if any.
+pub fn cached(dir: &Path, target: Target, key: &str, space: &str) -> Option<(Config, f64)> {
     let entry = read_cache(&cache_file(dir, target)).remove(key)?;
+    if !space.is_empty() && entry["space"].as_str() != Some(space) {
+        return None;
+    }
     let best = entry["best"]
         .as_object()?
         .iter()
@@ -333,9 +335,9 @@ pub fn tune(
             why.join("; ")
         )));
     };
-    let key = key(kernel, first, &options.static_params, space);
+    let key = key(kernel, first, &options.static_params);
     if let (Some(dir), false) = (&options.cache_dir, options.refresh) {
-        if let Some((best, cycles)) = cached(dir, target, &key) {
+        if let Some((best, cycles)) = cached(dir, target, &key, &space.describe()) {
             return Ok(Tuned {
                 key,
                 target,
@@ -345,6 +347,7 @@ pub fn tune(
                 constrained_out,
                 compiles: 0,
                 from_cache: true,
+                space: space.describe(),
             });
         }
     }
@@ -416,6 +419,7 @@ pub fn tune(
         constrained_out,
         compiles,
         from_cache: false,
+        space: space.describe(),
     };
     if let Some(dir) = &options.cache_dir {
         store(dir, &tuned)?;
@@ -445,6 +449,7 @@ fn store(dir: &Path, tuned: &Tuned) -> Result<(), KernelError> {
             "cycles": tuned.best_cycles,
             "top": top,
             "compiles": tuned.compiles,
+            "space": tuned.space,
             "model": "bundles x steps vs DMA (docs/tune.md)",
         }),
     );

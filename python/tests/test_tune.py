@@ -1,0 +1,95 @@
+"""`tpu_kernel.tune` (issue 25, item 2) from Python: our JAX op and a Pallas kernel tuned over small
+spaces (a few compiles through the Rust libtpu workers), pruning before any compile, the ranking by
+the static cost model, the persistent cache, and the JAX op taking its defaults from the cache (with a
+warning naming a missing key)."""
+import functools
+import json
+import warnings
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+import tpu_kernel
+import tpu_kernel.examples as ex
+from tpu_kernel import _tune
+
+X = jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16)
+
+
+def test_our_op_is_pruned_compiled_ranked_and_cached(tmp_path):
+    space = {"block": [(128, 128, 128), (512, 512, 512), (100, 128, 128), (1024, 1024, 1024)]}
+    t = tpu_kernel.tune(ex.matmul, X, X, space=space, generation="v5e", cache_dir=str(tmp_path))
+    print(t.report())
+    by = {json.dumps(c.config["block"]): c for c in t.candidates}
+    # 100 does not tile 1024: our check refuses it at trace time, before any compile
+    assert by["[100, 128, 128]"].outcome == "pruned", t.report()
+    assert "100" in by["[100, 128, 128]"].reason, by["[100, 128, 128]"].reason
+    assert t.compiles == 3
+    ranked = t.ranked()
+    assert [c.outcome for c in ranked] == ["ranked"] * 3
+    assert all(a.cycles <= b.cycles for a, b in zip(ranked, ranked[1:]))
+    assert t.best == ranked[0].config and t.best_cycles == ranked[0].cycles
+    steps = {json.dumps(c.config["block"]): c.estimate["steps"] for c in ranked}
+    assert steps == {"[128, 128, 128]": 512, "[512, 512, 512]": 8, "[1024, 1024, 1024]": 1}
+    # 512 grid steps of 128^3 blocks cost more than 8 of 512^3 in the model
+    assert by["[128, 128, 128]"].cycles > by["[512, 512, 512]"].cycles
+    again = tpu_kernel.tune(ex.matmul, X, X, space=space, generation="v5e", cache_dir=str(tmp_path))
+    assert again.from_cache and again.compiles == 0 and again.best == t.best
+    cache = json.loads((tmp_path / "v5e.json").read_text())
+    assert cache[t.key]["best"] == t.best
+
+
+def _pallas_matmul(x, y, *, bm, bn, bk):
+    def kernel(x_ref, y_ref, o_ref, acc_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+        acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+        def _():
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+    m, k = x.shape
+    n = y.shape[1]
+    return pl.pallas_call(
+        kernel, grid=(m // bm, n // bn, k // bk),
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)), pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+        out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
+        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+    )(x, y)
+
+
+def test_a_pallas_kernel_is_tuned_too(tmp_path):
+    t = tpu_kernel.tune(_pallas_matmul, X, X, space={"bm": [256, 512], "bn": [256, 512], "bk": [512]},
+                        constraints=[lambda c: c["bm"] >= c["bn"]], generation="v6e", cache_dir=str(tmp_path))
+    print(t.report())
+    assert len(t.candidates) == 3 and t.compiles == 3
+    assert all(c.outcome == "ranked" for c in t.candidates), t.report()
+    assert t.best in [c.config for c in t.candidates]
+
+
+def test_the_jax_op_takes_its_defaults_from_the_cache(tmp_path, monkeypatch):
+    a = jnp.ones((1024, 1024), jnp.bfloat16)
+    monkeypatch.setenv(_tune.ENV_CACHE, str(tmp_path))
+    space = {"block": [(256, 256, 256), (512, 512, 512)]}
+    t = tpu_kernel.tune(ex.matmul, a, a, space=space, generation="v5e")
+    assert (tmp_path / "v5e.json").is_file()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an entry exists: no warning
+        jaxpr = str(jax.make_jaxpr(functools.partial(ex.matmul, target="v5e"))(a, a))
+    block = json.dumps({"block": t.best["block"]}, separators=(",", ":"))
+    assert f"params={block}" in jaxpr, jaxpr
+    # a shape with no entry: the kernel's default, and a warning naming the key and the file
+    b = jnp.ones((512, 1024), jnp.bfloat16)
+    with pytest.warns(UserWarning, match=r"no tuned entry for examples\.matmul\(bfloat16\[512,1024\], "
+                                         r"bfloat16\[1024,1024\]\)\[\{\}\] on v5e in .*v5e\.json"):
+        jaxpr = str(jax.make_jaxpr(functools.partial(ex.matmul, target="v5e"))(b, a))
+    assert 'params={"block":[128,128,128]}' in jaxpr, jaxpr
+    # a parameter the caller gives is never replaced
+    jaxpr = str(jax.make_jaxpr(functools.partial(ex.matmul, target="v5e", block=(128, 256, 128)))(a, a))
+    assert 'params={"block":[128,256,128]}' in jaxpr, jaxpr
