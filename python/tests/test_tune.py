@@ -93,3 +93,22 @@ def test_the_jax_op_takes_its_defaults_from_the_cache(tmp_path, monkeypatch):
     # a parameter the caller gives is never replaced
     jaxpr = str(jax.make_jaxpr(functools.partial(ex.matmul, target="v5e", block=(128, 256, 128)))(a, a))
     assert 'params={"block":[128,256,128]}' in jaxpr, jaxpr
+
+
+def test_tpu_inference_table_sample():
+    """Item 3's command (benches/tune_tpu_inference.py) on one key of tpu-inference's v6 int8 table:
+    tpu-inference's own Pallas quantized matmul tuned over our space for that key (the table's choice
+    always among the candidates) compiles and is ranked by the model; the row says where the table's
+    hardware-tuned choice lands. The full table is a benchmark (docs/tune.md), not a test."""
+    import sys
+    from conftest import REPO
+    sys.path.insert(0, str(REPO / "benches"))
+    import tune_tpu_inference as tti
+    kernel, tuned = tti.qmm_module()
+    keys = tti.v6_int8_keys(tuned)
+    assert len(keys) == 319, len(keys)  # the table of tpu-inference 0.32.0
+    [row] = tti.run(kernel, tuned, keys[:1], workers=2)
+    print(row)
+    assert row["ranked"] >= 4, row
+    assert row["rank_of_table"] is not None and 1 <= row["rank_of_table"] <= row["ranked"], row
+    assert row["cost_ratio_table_over_ours"] >= 1.0, row

@@ -191,9 +191,10 @@ def tune(fn: Callable, *args: Any, space: Mapping[str, Iterable[Any]], generatio
     label = f"tune {name} for {generation}"
     if progress:
         print(f"{label}: compiling {len(jobs)} configurations ({len(candidates)} pruned)", file=sys.stderr)
-    verdicts = []
-    for i in range(0, len(jobs), max(1, workers)):  # in rounds, for the progress bar
-        chunk = jobs[i:i + max(1, workers)]
+    verdicts: list = []
+    step = max(1, workers) * 4 if progress else max(1, len(jobs))  # rounds, for the progress bar
+    for i in range(0, len(jobs), step):
+        chunk = jobs[i:i + step]
         verdicts += libtpu.compile_many([(h, generation) for _, h in chunk], workers=workers)
         if progress:
             _progress(len(verdicts), len(jobs), label)

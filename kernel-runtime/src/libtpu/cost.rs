@@ -8,10 +8,11 @@
 //!   every blocked operand's window, as if its block changed every step — an upper bound where a
 //!   block index repeats and the pipeline skips the copy), at the generation's HBM bandwidth per
 //!   TensorCore, in cycles of its clock.
-//! - **Overlap**: the pipeline double-buffers, so in steady state a step costs the larger of its
-//!   compute and its DMA; the first step's DMA is not hidden (the pipeline fills).
+//! - **Overlap**: the pipeline double-buffers, so each step after the first costs the larger of its
+//!   compute and its DMA (the next step's copies run under this step's compute); the first step waits
+//!   for its own copies (the pipeline fills).
 //!
-//! `cycles = outside + dma_step + steps × max(body, dma_step)`.
+//! `cycles = outside + dma_step + body + (steps − 1) × max(body, dma_step)`.
 
 use super::Schedule;
 use crate::Target;
@@ -84,7 +85,8 @@ pub fn estimate(s: &Schedule, target: Target) -> Estimate {
         (outside, body)
     };
     let dma_step = s.dma_bytes_per_step as f64 / (c.hbm_bytes_per_s / c.clock_hz);
-    let cycles = outside as f64 + dma_step + steps as f64 * (body as f64).max(dma_step);
+    let cycles =
+        outside as f64 + dma_step + body as f64 + (steps - 1) as f64 * (body as f64).max(dma_step);
     Estimate {
         steps,
         outside,
@@ -109,7 +111,7 @@ mod tests {
         };
         let e = estimate(&s, Target::V5e);
         assert_eq!((e.steps, e.outside, e.body), (8, 10, 100));
-        assert_eq!(e.cycles, 10.0 + 8.0 * 100.0);
+        assert_eq!(e.cycles, 10.0 + 100.0 + 7.0 * 100.0);
         // v5e: 819e9 B/s at 1.5 GHz = 546 B/cycle; 546 KB a step is 1,000 cycles, DMA-bound
         let heavy = Schedule {
             dma_bytes_per_step: 546_000,
@@ -118,7 +120,7 @@ mod tests {
         let e = estimate(&heavy, Target::V5e);
         assert!(e.dma_bound());
         assert!(
-            (e.cycles - (10.0 + 1000.0 + 8.0 * 1000.0)).abs() < 1e-6,
+            (e.cycles - (10.0 + 1000.0 + 100.0 + 7.0 * 1000.0)).abs() < 1e-6,
             "{e:?}"
         );
         assert!((e.seconds - e.cycles / 1.5e9).abs() < 1e-12);
