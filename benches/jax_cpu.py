@@ -11,7 +11,10 @@ Needs the package installed (`pip install .`, or TPU_KERNEL_EXAMPLES_LIB pointin
 Each figure is the median of warm runs (`block_until_ready` each); rounds interleave the engines case by
 case, rotating their order, so load from other processes hits all alike, and each engine keeps its
 best round. Before timing, our output is checked against the jnp result (exit status 1 if it differs).
-The jnp and Pallas versions are benches/xla_baselines.py's (those of the Rust benchmark).
+The jnp and Pallas versions are benches/xla_baselines.py's (those of the Rust benchmark). Ragged paged
+attention (a decode step and a mixed batch, benches/rpa_cpu.py) runs through tpu-inference's signature
+beside two XLA programs — tpu-inference's own reference and the best jnp formulation — in a table of its
+own, with no Pallas run.
 """
 from __future__ import annotations
 
@@ -222,7 +225,7 @@ def main() -> int:
         print(line)
     line = f"{'geomean':<30} {'':>9} {'':>9} {geomean(r_xla):>9.2f}"
     if "pallas" in base_engines:
-        line += f" {'':>10} {geomean(r_pallas):>12.1f}"
+        line += f" {'':>10} {(f'{geomean(r_pallas):.1f}' if r_pallas else '-'):>12}"
     print(line)
     rpa_cases = [c for c in cases if c in rpa_cpu.BATCHES]
     if rpa_cases:
