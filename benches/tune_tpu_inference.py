@@ -7,6 +7,7 @@ and the model's predicted cost of the table's choice over our best.
     .venv/bin/python benches/tune_tpu_inference.py                 # every v6 int8 x int8 key (long)
     .venv/bin/python benches/tune_tpu_inference.py --sample 16     # 16 keys spread over the table
     .venv/bin/python benches/tune_tpu_inference.py --keys 3 --json out.json
+    .venv/bin/python benches/tune_tpu_inference.py --sample 8 --ours   # our quantized_matmul_w8a8 instead
 
 The space per key: batch blocks 128·2^i up to the batch (and the batch itself), out and in blocks
 among the multiples of 128 dividing n_out / n_in (up to four, spread from 128 to the whole dimension),
@@ -101,12 +102,49 @@ def run(kernel, tuned, keys, workers=2, verbose=False):
     return rows
 
 
+def run_ours(keys, workers=2, verbose=False):
+    """Our `quantized_matmul_w8a8` (x int8 [m, k] with per-row scales, w int8 [k, n] with per-channel
+    scales) tuned over the same space on each key: our best's predicted cycles, and the table's choice
+    run through our kernel (or why our checks refuse it)."""
+    import tpu_kernel.examples as ex
+
+    def ours(x, xs, w, ws, *, bb, bo, bi):
+        return ex.quantized_matmul_w8a8(x, xs, w, ws, block=(bb, bo, bi))
+
+    rows = []
+    t0 = time.perf_counter()
+    for n, (key, value) in enumerate(keys):
+        S = jax.ShapeDtypeStruct
+        m, k, o = key.n_batch, key.n_in, key.n_out
+        args = (S((m, k), jnp.int8), S((m, 1), jnp.float32), S((k, o), jnp.int8), S((1, o), jnp.float32))
+        t = tpu_kernel.tune(ours, *args, space=space_for(key, value), generation="v6e", workers=workers,
+                            cache_dir="", progress=False, name="examples.quantized_matmul_w8a8")
+        table = {"bb": value.batch_block_size, "bo": value.out_block_size, "bi": value.in_block_size}
+        mine = next((c for c in t.candidates if c.config == table), None)
+        row = {"key": [m, o, k], "table": table, "ours_best": t.best, "ours_best_cycles": t.best_cycles,
+               "table_through_ours": None if mine is None or mine.outcome != "ranked" else mine.cycles,
+               "table_through_ours_outcome": "absent" if mine is None else
+               mine.outcome + (": " + mine.reason if mine.reason else ""),
+               "ranked": len(t.ranked()), "candidates": len(t.candidates)}
+        rows.append(row)
+        if verbose:
+            tt = row["table_through_ours"]
+            print(f"[{n + 1}/{len(keys)} {time.perf_counter() - t0:.0f} s] batch {m} out {o} in {k}: our best "
+                  f"{t.best['bb']},{t.best['bo']},{t.best['bi']} {t.best_cycles:.0f} cycles; the table's "
+                  f"{table['bb']},{table['bo']},{table['bi']} through ours: "
+                  + (f"{tt:.0f} cycles ({tt / t.best_cycles:.3f}x)" if tt else row["table_through_ours_outcome"][:120]),
+                  flush=True)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sample", type=int, help="this many keys, spread over the table")
     ap.add_argument("--keys", type=int, help="the first N keys")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--ours", action="store_true",
+                    help="tune our quantized_matmul_w8a8 on the keys instead, and run the table's choice through it")
     a = ap.parse_args()
     kernel, tuned = qmm_module()
     keys = v6_int8_keys(tuned)
@@ -117,6 +155,14 @@ def main():
     print(f"{len(keys)} v6 int8 x int8 keys of tpu-inference's quantized matmul table", flush=True)
 
     t0 = time.perf_counter()
+    if a.ours:
+        rows = run_ours(keys, a.workers, verbose=True)
+        through = [r for r in rows if r["table_through_ours"]]
+        print(f"\nkeys {len(rows)}; the table's choice runs through our kernel on {len(through)}; "
+              f"{time.perf_counter() - t0:.0f} s")
+        if a.json:
+            Path(a.json).write_text(json.dumps({"rows": rows}, indent=1))
+        return
     rows = run(kernel, tuned, keys, a.workers, verbose=True)
     ranked_rows = [r for r in rows if r["rank_of_table"] is not None]
     first = sum(r["rank_of_table"] == 1 for r in ranked_rows)
