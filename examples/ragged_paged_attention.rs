@@ -1187,7 +1187,7 @@ fn launch<K: KvElement>(
         pages_per_seq: a.page_indices.shape[0] / a.kv_lens.shape[0],
         prefill_in_mixed,
     };
-    let mut call = pallas_call(ragged_paged_attention_kernel::<K>.bind(plan))
+    let call = pallas_call(ragged_paged_attention_kernel::<K>.bind(plan))
         .target(target)
         .grid([1])
         .scalar_prefetch(a.kv_lens)
@@ -1213,10 +1213,11 @@ fn launch<K: KvElement>(
         .disable_semaphore_checks()
         // tpu-inference's operands are `pltpu.HBM`: XLA keeps them out of VMEM.
         .any_in_hbm();
-    if let Some(v) = vmem_limit_bytes {
-        call = call.vmem_limit_bytes(v);
-    }
-    call.build()
+    // tpu-inference's default: the TensorCore's whole VMEM (`get_tpu_info().vmem_capacity_bytes`), not
+    // libtpu's default scoped limit — at a Llama-3-8B-like config the decode case needs more than the
+    // latter (32.06 MiB against v6e's 32 MiB).
+    call.vmem_limit_bytes(vmem_limit_bytes.unwrap_or(target.info().vmem_capacity_bytes))
+        .build()
 }
 
 /// The example's shapes (small: the CI's): 64 tokens, 8 query heads over 2 kv heads, head_dim 128,
