@@ -151,6 +151,15 @@ def _kernel(kv_lens, page_indices, cu_q_lens, dist, q_hbm, kv_hbm, _cache_in, o_
                 cp.wait()
 
 
+def _vmem_capacity():
+    """The TensorCore's VMEM when lowering for a TPU (ours and tpu-inference's default limit); None on
+    CPU, where jax has no TPU facts."""
+    try:
+        return pltpu.get_tpu_info().vmem_capacity_bytes
+    except Exception:
+        return None
+
+
 def ragged_paged_attention(kv_lens, page_indices, cu_q_lens, distribution, qp, kv, kv_cache):
     kvh, t, gq, qpk, d = qp.shape
     bkv_max = max(b[1] for _, b in CASES)
@@ -167,7 +176,8 @@ def ragged_paged_attention(kv_lens, page_indices, cu_q_lens, distribution, qp, k
                             pltpu.SemaphoreType.DMA((4, 2)),
                             pltpu.VMEM((2, kvh, gq * qpk * bq_max, 128), f32),
                             pltpu.VMEM((kvh, gq * qpk * bq_max, d), f32)]),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",),
+                                             vmem_limit_bytes=_vmem_capacity()),
         input_output_aliases={4: 0, 6: 1},
         name="ragged_paged_attention_kernel",
     )(kv_lens, page_indices, cu_q_lens, distribution, qp, kv, kv_cache)
