@@ -103,15 +103,21 @@ def _tuning():
         _LOCAL.active = old
 
 
-def _lower(fn: Callable, args: Sequence[Any], config: Mapping[str, Any], generation: str) -> str:
-    """StableHLO text of `fn(*args, **config)` traced and lowered for `generation` (inside its
-    topology's abstract mesh, where Pallas and our op read the device kind)."""
-    import jax
+@functools.lru_cache(maxsize=None)
+def _mesh(generation: str) -> Any:
+    """A one-device mesh of `generation`'s topology (jax's TPU topology description: libtpu, no TPU)."""
     import numpy as np
     from jax.experimental import topologies
     from jax.sharding import Mesh
     desc = topologies.get_topology_desc(_TOPOLOGIES.get(generation, generation), "tpu")
-    mesh = Mesh(np.array(desc.devices[:1]), ("x",))
+    return Mesh(np.array(desc.devices[:1]), ("x",))
+
+
+def _lower(fn: Callable, args: Sequence[Any], config: Mapping[str, Any], generation: str) -> str:
+    """StableHLO text of `fn(*args, **config)` traced and lowered for `generation` (inside its
+    topology's abstract mesh, where Pallas and our op read the device kind)."""
+    import jax
+    mesh = _mesh(generation)
     sds = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), _tuning():
         lowered = jax.jit(functools.partial(fn, **config)).trace(*sds).lower(lowering_platforms=("tpu",))
