@@ -16,6 +16,7 @@
 //!
 //! The library: `$TPU_LIBRARY_PATH` (libtpu's own variable), else the `libtpu` package of the active
 //! Python environment (`$VIRTUAL_ENV`, else a `.venv` in the working directory or one above it).
+//! What this relies on of libtpu (slots, flags, dump files), measured: `docs/libtpu.md`.
 
 pub mod cost;
 mod dumps;
