@@ -26,7 +26,7 @@ pub struct Constants {
     pub clock_hz: f64,
 }
 
-/// The constants of `target`. Sources (docs.cloud.google.com/tpu/docs/<generation>, "key
+/// The constants of `target`. Sources (`docs.cloud.google.com/tpu/docs/<generation>`, "key
 /// specifications"): HBM bandwidth per chip v4 1,200 GB/s, v5e 819, v5p 2,765, v6e 1,640, tpu7x 7,380
 /// (TensorCores per chip from the `Target` table: 2, 1, 2, 1, 2). No clock is published: it is derived
 /// as the chip's bf16 peak over its MXUs' multiply-adds per cycle, `peak / (2 × TensorCores × MXUs ×

@@ -4,7 +4,7 @@
 //! powers of two, ranges — and constraints between them); every configuration is built for the
 //! [`Target`] first, so our tiling and VMEM checks prune it before any compile (the reason kept);
 //! the rest compile in parallel libtpu workers ([`Compiler`]) and are ranked by the static cost model
-//! of [`cost`](super::cost) on libtpu's own schedule (`docs/tune.md`). Results are cached in a JSON
+//! of [`cost`] on libtpu's own schedule (`docs/tune.md`). Results are cached in a JSON
 //! file per generation, keyed by the kernel, its inputs' and outputs' shapes and dtypes and the static
 //! parameters the caller names; the same key over the same space is answered without a compile.
 //!
