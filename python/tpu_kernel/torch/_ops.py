@@ -29,8 +29,10 @@ Registrations:
   the wrapper calls the plain op) recomputes the residuals with the `fwd` op in the backward pass. A
   kernel without grad rules raises a `KernelError` naming it when differentiated.
 
-A kernel's `input_output_aliases` stay functional here (XLA copies the aliased input, as under jax):
-the library description does not say which kernels alias before they are built, and an op's
+A kernel whose export declares the inputs it writes (`#[export(mutates(x))]`, the library
+description's `mutates`) becomes an op that mutates them (schema `Tensor(a!)`, returning nothing: the
+outputs aliasing those inputs are written into them, `copy_` on CPU). Any other kernel's `input_output_aliases` stay functional (XLA copies the aliased input, as under
+jax): the library description does not say which kernels alias before they are built, and an op's
 mutations must be declared when it is defined.
 """
 from __future__ import annotations
