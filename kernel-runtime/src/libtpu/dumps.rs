@@ -261,7 +261,11 @@ fn name(p: &Path) -> &str {
 
 /// `<id>-<program>-NN-schedule-analysis_final_bundles.txt` → `<program>`.
 fn bundle_program(file: &str) -> Option<&str> {
-    let stem = file.strip_suffix("-schedule-analysis_final_bundles.txt")?;
+    program_of(file.strip_suffix("-schedule-analysis_final_bundles.txt")?)
+}
+
+/// `<id>-<program>-NN` (the stem of a backend dump file) → `<program>`.
+fn program_of(stem: &str) -> Option<&str> {
     let (rest, nn) = stem.rsplit_once('-')?;
     let (id, program) = rest.split_once('-')?;
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
@@ -274,10 +278,7 @@ fn schedule_program(file: &str) -> Option<&str> {
     if stem.ends_with("-schedule-analysis") {
         return None;
     }
-    let (rest, nn) = stem.rsplit_once('-')?;
-    let (id, program) = rest.split_once('-')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(id) && digits(nn) && !program.is_empty()).then_some(program)
+    program_of(stem)
 }
 
 /// `total scheduled bundles: N` of a final-schedule dump; an empty file (nothing to schedule) is 0;
