@@ -4,6 +4,7 @@ item 6). Cheap by construction: the wheel's cargo build is the release build `pi
 made in the same `target/` (a no-op), pip's build requirements come from its cache, and the fresh venv
 installs only the wheel — its dependencies (jax, numpy, torch) are this venv's, appended to the fresh
 venv's path by a `.pth` file, so the fresh venv's own copy of `tpu_kernel` is the one imported."""
+import fcntl
 import os
 import site
 import subprocess
@@ -18,11 +19,23 @@ from conftest import REPO
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
-                        str(REPO), "-w", str(out)], capture_output=True, text=True, cwd=REPO)
-    assert p.returncode == 0, p.stderr[-4000:]
-    wheels = list(out.glob("tpu_kernel-*.whl"))
+    # One build per test session, shared by the xdist workers: `pip wheel .` builds in the repository's
+    # `build/`, so two workers building at once collide there (seen in CI: "[Errno 17] File exists:
+    # build/bdist.linux-x86_64/wheel/tpu_kernel-0.1.0.dist-info"). The first worker to take the lock
+    # builds into the session's shared temp directory; the others find the wheel there.
+    session = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:  # a worker's basetemp is popen-gwN inside the session's
+        session = session.parent
+    shared = session / "tpu_kernel_wheel"
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        wheels = list(shared.glob("tpu_kernel-*.whl"))
+        if not wheels:
+            p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check",
+                                "--no-deps", str(REPO), "-w", str(shared)], capture_output=True, text=True, cwd=REPO)
+            assert p.returncode == 0, p.stderr[-4000:]
+            wheels = list(shared.glob("tpu_kernel-*.whl"))
     assert len(wheels) == 1, wheels
     return wheels[0]
 
