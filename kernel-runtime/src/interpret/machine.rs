@@ -17,6 +17,7 @@ mod dots;
 mod refs;
 mod values;
 mod views;
+mod walk;
 pub(crate) use dma::{DmaModel, RefView};
 use refs::read_dest;
 pub(crate) use refs::{write_view, write_view_raw};

@@ -111,6 +111,28 @@ impl<'k> Machine<'k> {
         self.write_into(r, window, &w.strides, value, mask)
     }
 
+    /// Ref `r`'s contents taken out as a row-major contiguous tensor from offset 0 (a copy where they
+    /// are a view or were written straight into the output array; the fill value where unwritten),
+    /// for a partial write; the caller puts them back.
+    pub(super) fn owned_contents(&mut self, r: usize) -> Result<Tensor> {
+        let (dtype, shape) = (self.refs[r].dtype, self.refs[r].shape.clone());
+        Ok(match self.refs[r].content.take() {
+            Some(t) if t.is_contiguous() && t.offset == 0 && t.buf.len() == t.numel() => t,
+            Some(t) => t.materialize()?,
+            // The block was written straight into the output array: continue from what is there
+            // (the contents own the block again and are written back at the block's end).
+            None if self.refs[r].written_through => {
+                let t = self.contents(r)?.materialize()?;
+                self.refs[r].written_through = false;
+                t
+            }
+            None => Tensor::from_data(
+                shape.clone(),
+                HostData::filled(fill_literal(dtype, self.poison), shape.iter().product()),
+            ),
+        })
+    }
+
     /// Write `value` (the window's value shape) into the window at `starts` of `sizes` (`squeezed`
     /// dimensions dropped from the value), `steps` elements apart, of ref `r`, where `mask`.
     pub(super) fn write_into(
@@ -140,21 +162,7 @@ impl<'k> Machine<'k> {
             return Ok(());
         }
         // Partial or masked store: make the contents an owned contiguous buffer, then write the window.
-        let base = match self.refs[r].content.take() {
-            Some(t) if t.is_contiguous() && t.offset == 0 && t.buf.len() == t.numel() => t,
-            Some(t) => t.materialize()?,
-            // The block was written straight into the output array: continue from what is there
-            // (the contents own the block again and are written back at the block's end).
-            None if self.refs[r].written_through => {
-                let t = self.contents(r)?.materialize()?;
-                self.refs[r].written_through = false;
-                t
-            }
-            None => Tensor::from_data(
-                shape.clone(),
-                HostData::filled(fill_literal(dtype, self.poison), shape.iter().product()),
-            ),
-        };
+        let base = self.owned_contents(r)?;
         let mut buf = base.buf;
         write_window_into(
             &mut buf,

@@ -3,6 +3,7 @@
 //! back (the window written, reshapes undone, bitcasts undone) into the ref. Value bitcasts
 //! (`pltpu.bitcast`) share [`bitcast_rows`].
 
+use super::walk::{self, Walk};
 use super::*;
 use crate::dtype::Element;
 use crate::semantics::views::{ViewPath, ViewStep};
@@ -65,7 +66,7 @@ fn mask(bits: usize) -> u64 {
 }
 
 /// One step run forward over `t`.
-fn forward(t: &Tensor, s: &ViewStep) -> Result<Tensor> {
+pub(super) fn forward(t: &Tensor, s: &ViewStep) -> Result<Tensor> {
     match s {
         ViewStep::Window {
             starts,
@@ -139,8 +140,10 @@ impl<'k> Machine<'k> {
             let reach = self.view_window(v, &starts, (&extents, &w.squeezed));
             self.check_dma_access(&reach, false)?;
         }
-        let t = self.view_contents(&RefView::through(v.r, p))?;
-        Ok(t.strided_window(&starts, (&w.sizes, &w.strides), &w.squeezed))
+        if let Some(t) = self.view_for_free(v.r, &p)? {
+            return Ok(t.strided_window(&starts, (&w.sizes, &w.strides), &w.squeezed));
+        }
+        self.gather(v.r, &p, (&starts, &w.sizes, &w.squeezed), &w.strides)
     }
 
     /// A store into window `w` of view `v`.
@@ -184,15 +187,59 @@ impl<'k> Machine<'k> {
         let Some(p) = &v.via else {
             return Ok(self.contents(v.r)?.window(&v.starts, &v.sizes, &v.squeezed));
         };
-        let mut t = self.contents(v.r)?;
+        if let Some(t) = self.view_for_free(v.r, p)? {
+            return Ok(t);
+        }
+        let (shape, _) = p.result();
+        let rank = shape.len();
+        let whole = (&vec![0; rank][..], &shape[..], &vec![false; rank][..]);
+        self.gather(v.r, p, whole, &vec![1; rank])
+    }
+
+    /// View `p` of ref `r` as a view of the ref's buffer, where every step re-indexes it for free
+    /// (windows, and reshapes of contiguous stages); `None` where a step would copy.
+    fn view_for_free(&self, r: usize, p: &ViewPath) -> Result<Option<Tensor>> {
+        if p.steps.iter().any(|s| matches!(s, ViewStep::Bitcast(_))) {
+            return Ok(None);
+        }
+        let mut t = self.contents(r)?;
         for s in &p.steps {
+            if matches!(s, ViewStep::Reshape(_)) && !t.is_contiguous() {
+                return Ok(None);
+            }
             t = forward(&t, s)?;
         }
-        Ok(t)
+        Ok(Some(t))
+    }
+
+    /// The window (`starts`, `sizes` `steps` apart, `squeezed` dropped) of view `p` of ref `r`, read
+    /// element run by element run from the ref's contents ([`walk`](super::walk)).
+    fn gather(
+        &self,
+        r: usize,
+        p: &ViewPath,
+        window: (&[usize], &[usize], &[bool]),
+        steps: &[usize],
+    ) -> Result<Tensor> {
+        let base = self.contents(r)?;
+        let walk = Walk::new(p, &base.strides, base.offset);
+        let dtype = walk.result().1;
+        let kept: Vec<usize> = window
+            .1
+            .iter()
+            .zip(window.2)
+            .filter(|(_, s)| !**s)
+            .map(|(n, _)| *n)
+            .collect();
+        let mut bits = vec![0u64; kept.iter().product()];
+        walk::read(&base, &walk.window(window, steps)?, &mut bits)?;
+        let data =
+            with_dtype!(dtype, U => U::wrap(bits.into_iter().map(U::from_literal_bits).collect()));
+        Ok(Tensor::from_data(kept, data))
     }
 
     /// Write `value` into the window (`starts`, `sizes` `steps` apart, `squeezed` dropped) of view `v`,
-    /// where `mask`: the view's contents are written, then carried back step by step into its ref.
+    /// where `mask`: element run by element run into the ref's contents ([`walk`](super::walk)).
     pub(super) fn write_through_view(
         &mut self,
         v: &RefView,
@@ -205,58 +252,37 @@ impl<'k> Machine<'k> {
             .via
             .clone()
             .ok_or_else(|| internal("a write through a plain window"))?;
-        // Every stage from the ref's contents to the view, each a contiguous copy.
-        let mut stages = vec![self.contents(v.r)?.materialize()?];
-        for s in &p.steps {
-            let next = forward(stages.last().ok_or_else(|| internal("view stages"))?, s)?;
-            stages.push(next.materialize()?);
+        // The contents are written as `owned_contents` gives them: row-major from offset 0.
+        let walk = Walk::new(&p, &row_major_strides(&self.refs[v.r].shape), 0);
+        let dtype = walk.result().1;
+        let n: usize = window
+            .1
+            .iter()
+            .zip(window.2)
+            .filter(|(_, s)| !**s)
+            .map(|(n, _)| *n)
+            .product();
+        if value.dtype != dtype || value.numel() != n {
+            return Err(internal("stored value does not match the view's window"));
         }
-        let mut cur = stages.pop().ok_or_else(|| internal("view stages"))?;
-        cur = write_window_of(cur, (window.0, window.2), steps, &value, mask.as_ref())?;
-        for (s, before) in p.steps.iter().zip(stages).rev() {
-            cur = match s {
-                ViewStep::Window {
-                    starts, squeezed, ..
-                } => write_window_of(
-                    before,
-                    (starts, squeezed),
-                    &vec![1; starts.len()],
-                    &cur,
-                    None,
-                )?,
-                ViewStep::Bitcast(_) => bitcast_rows(&cur, before.dtype)?,
-                ViewStep::Reshape(_) => cur.reshape(&before.shape)?,
-            };
+        let bits: Vec<u64> = with_dtype!(dtype, T => {
+            value.to_vec::<T>()?.into_iter().map(|x| x.literal().bits).collect()
+        });
+        let keep: Vec<u64> = match &mask {
+            Some(m) => m
+                .to_vec::<bool>()?
+                .into_iter()
+                .map(|b| if b { u64::MAX } else { 0 })
+                .collect(),
+            None => vec![u64::MAX; n],
+        };
+        if keep.len() != n {
+            return Err(internal("store mask does not match the view's window"));
         }
-        let shape = self.refs[v.r].shape.clone();
-        let full = vec![false; shape.len()];
-        self.write_into(
-            v.r,
-            (&vec![0; shape.len()], &shape, &full),
-            &vec![1; shape.len()],
-            cur,
-            None,
-        )
+        let segs = walk.window(window, steps)?;
+        let mut base = self.owned_contents(v.r)?;
+        let written = walk::write(&mut base, &segs, (&bits, &keep));
+        self.refs[v.r].content = Some(base);
+        written
     }
-}
-
-/// `base` with `value` written into its window at `starts` (`squeezed` dimensions dropped from the
-/// value, elements `steps` apart), where `mask`: a contiguous copy.
-fn write_window_of(
-    base: Tensor,
-    (starts, squeezed): (&[usize], &[bool]),
-    steps: &[usize],
-    value: &Tensor,
-    mask: Option<&Tensor>,
-) -> Result<Tensor> {
-    let mut base = base.materialize()?;
-    let shape = base.shape.to_vec();
-    refs::write_window_into(
-        &mut base.buf,
-        (base.dtype, &shape),
-        (starts, squeezed, steps),
-        value,
-        mask,
-    )?;
-    Ok(base)
 }

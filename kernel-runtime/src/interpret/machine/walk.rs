@@ -1,0 +1,589 @@
+//! Reading and writing a window of a ref view in place: each run of the window is walked back
+//! through the view's path to the stretches of the ref's buffer it is made of, and only those
+//! elements are touched. (Running the path forward over the whole ref — `views.rs`'s
+//! `view_for_free` — is free for windows and reshapes of contiguous stages; a bitcast that changes
+//! the element width, a reshape of a strided stage, and every write would copy whole stages.)
+//!
+//! A *run* is `len` elements of one stage from index `idx` on, `step` apart along its last
+//! dimension. Each step of the path maps a run of the stage after it to runs of the stage before it:
+//! - a window shifts the index (reinserting squeezed dimensions);
+//! - a reshape keeps linear positions, so a run stays one run while the last dimension is unchanged
+//!   and is cut at the old last dimension's row ends otherwise (element by element when strided);
+//! - a bitcast keeps lanes and maps rows as [`bitcast_rows`](super::views::bitcast_rows) packs them:
+//!   a wide element is `q` narrow rows' elements, the lowest bits first; a narrow element is its
+//!   share of one wide row's element.
+//!
+//! At the ref, a run is a [`Segment`]: a stretch of the buffer and which bits of its elements are
+//! which bits of the view's elements. Values travel as raw bits (`u64`); a write carries, per
+//! element, the mask of the bits it sets, so a narrow element written through a wide ref sets its
+//! share of the wide element and leaves the rest.
+
+use super::*;
+use crate::dtype::Element;
+use crate::semantics::views::{ViewPath, ViewStep};
+use smallvec::SmallVec;
+
+type Idx = SmallVec<[usize; 6]>;
+
+/// `len` elements of the ref's buffer from `off`, `stride` apart: bits `rshift..rshift + width` of
+/// each are bits `lshift..lshift + width` of the view's elements `at..at + len` of the window.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Segment {
+    at: usize,
+    len: usize,
+    off: usize,
+    stride: usize,
+    rshift: u32,
+    width: u32,
+    lshift: u32,
+}
+
+/// A view's path, with each stage's shape and element width: stage 0 is the ref, the last the view;
+/// and the strides and offset of the ref's buffer.
+pub(super) struct Walk<'p> {
+    steps: &'p [ViewStep],
+    stages: Vec<(Vec<usize>, DType)>,
+    base_strides: Vec<usize>,
+    base_offset: usize,
+}
+
+fn ones(bits: u32) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
+fn linear(idx: &[usize], shape: &[usize]) -> usize {
+    idx.iter().zip(shape).fold(0, |acc, (i, n)| acc * n + i)
+}
+
+fn delinear(mut lin: usize, shape: &[usize]) -> Idx {
+    let mut idx: Idx = smallvec::smallvec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        let n = shape[d].max(1);
+        idx[d] = lin % n;
+        lin /= n;
+    }
+    idx
+}
+
+/// The bit ranges a segment carries: bits `rshift..rshift + width` of a stage's element are bits
+/// `lshift..lshift + width` of the view's.
+#[derive(Clone, Copy)]
+struct Bits {
+    rshift: u32,
+    width: u32,
+    lshift: u32,
+}
+
+impl<'p> Walk<'p> {
+    /// The walk of path `p` over a ref whose contents sit in a buffer at `offset` with `strides`.
+    pub(super) fn new(p: &'p ViewPath, strides: &[usize], offset: usize) -> Walk<'p> {
+        Walk {
+            steps: &p.steps,
+            stages: p.stages(),
+            base_strides: strides.to_vec(),
+            base_offset: offset,
+        }
+    }
+
+    /// The view's shape and element type.
+    pub(super) fn result(&self) -> (&[usize], DType) {
+        let (s, d) = self.stages.last().expect("a path has its base stage");
+        (s, *d)
+    }
+
+    /// The segments of run (`idx`, `len` elements from window position `at`, `step`) of stage `k`,
+    /// carrying bits `b`, appended to `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn segments(
+        &self,
+        k: usize,
+        idx: &[usize],
+        (at, len, step): (usize, usize, usize),
+        b: Bits,
+        out: &mut Vec<Segment>,
+    ) -> Result<()> {
+        if k == 0 {
+            let off = self.base_offset
+                + idx
+                    .iter()
+                    .zip(&self.base_strides)
+                    .map(|(i, s)| i * s)
+                    .sum::<usize>();
+            let stride = self.base_strides.last().copied().unwrap_or(0) * step;
+            out.push(Segment {
+                at,
+                len,
+                off,
+                stride,
+                rshift: b.rshift,
+                width: b.width,
+                lshift: b.lshift,
+            });
+            return Ok(());
+        }
+        let (shape, to) = &self.stages[k];
+        let (prev, from) = &self.stages[k - 1];
+        // Element by element, each mapped by `back`.
+        let each = |back: &dyn Fn(&[usize]) -> Idx, out: &mut Vec<Segment>| -> Result<()> {
+            let mut j: Idx = idx.into();
+            let first = j.last().copied().unwrap_or(0);
+            for i in 0..len {
+                if let Some(l) = j.last_mut() {
+                    *l = first + i * step;
+                }
+                self.segments(k - 1, &back(&j), (at + i, 1, 1), b, out)?;
+            }
+            Ok(())
+        };
+        match &self.steps[k - 1] {
+            ViewStep::Window {
+                starts, squeezed, ..
+            } => {
+                let back = |idx: &[usize]| -> Idx {
+                    let mut it = idx.iter();
+                    (0..prev.len())
+                        .map(|d| {
+                            starts[d]
+                                + if squeezed[d] {
+                                    0
+                                } else {
+                                    *it.next().unwrap_or(&0)
+                                }
+                        })
+                        .collect()
+                };
+                if len > 1 && squeezed.last() == Some(&true) {
+                    each(&back, out)
+                } else {
+                    self.segments(k - 1, &back(idx), (at, len, step), b, out)
+                }
+            }
+            ViewStep::Reshape(_) => {
+                let back = |idx: &[usize]| delinear(linear(idx, shape), prev);
+                if len <= 1 || shape.last() == prev.last() {
+                    self.segments(k - 1, &back(idx), (at, len, step), b, out)
+                } else if step == 1 {
+                    // Consecutive positions stay consecutive: cut at the old rows' ends.
+                    let row = prev.last().copied().unwrap_or(1).max(1);
+                    let (mut lin, mut done) = (linear(idx, shape), 0);
+                    while done < len {
+                        let n = (row - lin % row).min(len - done);
+                        self.segments(k - 1, &delinear(lin, prev), (at + done, n, 1), b, out)?;
+                        done += n;
+                        lin += n;
+                    }
+                    Ok(())
+                } else {
+                    each(&back, out)
+                }
+            }
+            ViewStep::Bitcast(_) => {
+                let (wa, wb) = (from.bit_width(), to.bit_width());
+                if wa == wb {
+                    return self.segments(k - 1, idx, (at, len, step), b, out);
+                }
+                if shape.len() < 2 {
+                    return Err(internal("a width-changing bitcast of rank < 2"));
+                }
+                let r = shape.len() - 2;
+                let mut j: Idx = idx.into();
+                if wa < wb {
+                    // A wide element is `q` narrow rows' elements, the lowest bits first: part `kk`
+                    // is its bits kk·a..(kk + 1)·a.
+                    let q = (wb / wa) as usize;
+                    for kk in 0..q {
+                        let (lo, hi) = (kk as u32 * wa, (kk as u32 + 1) * wa);
+                        let (s, e) = (b.rshift.max(lo), (b.rshift + b.width).min(hi));
+                        if s >= e {
+                            continue;
+                        }
+                        j[r] = q * idx[r] + kk;
+                        let part = Bits {
+                            rshift: s - lo,
+                            width: e - s,
+                            lshift: b.lshift + (s - b.rshift),
+                        };
+                        self.segments(k - 1, &j, (at, len, step), part, out)?;
+                    }
+                    Ok(())
+                } else {
+                    // A narrow element is bits sh..sh + b of one wide row's element.
+                    let q = (wa / wb) as usize;
+                    j[r] = idx[r] / q;
+                    let sh = (idx[r] % q) as u32 * wb;
+                    let share = Bits {
+                        rshift: b.rshift + sh,
+                        ..b
+                    };
+                    self.segments(k - 1, &j, (at, len, step), share, out)
+                }
+            }
+        }
+    }
+
+    /// The segments of the window (`starts`, `sizes` `steps` apart, `squeezed` dropped) of the view,
+    /// positions counted in the window's row-major order.
+    pub(super) fn window(
+        &self,
+        (starts, sizes, squeezed): (&[usize], &[usize], &[bool]),
+        steps: &[usize],
+    ) -> Result<Vec<Segment>> {
+        let (shape, dtype) = self.result();
+        let all = Bits {
+            rshift: 0,
+            width: dtype.bit_width(),
+            lshift: 0,
+        };
+        let k = self.steps.len();
+        let mut out = Vec::new();
+        let rank = shape.len();
+        if rank == 0 {
+            self.segments(k, &[], (0, 1, 1), all, &mut out)?;
+            return Ok(out);
+        }
+        let last = rank - 1;
+        let (len, step) = if squeezed[last] {
+            (1, 1)
+        } else {
+            (sizes[last], steps[last])
+        };
+        let outer: Vec<usize> = (0..last)
+            .map(|d| if squeezed[d] { 1 } else { sizes[d] })
+            .collect();
+        if len == 0 || outer.contains(&0) {
+            return Ok(out);
+        }
+        let mut idx: Idx = starts.into();
+        let mut pos = vec![0usize; last];
+        for n in 0..outer.iter().product::<usize>() {
+            for d in 0..last {
+                idx[d] = starts[d] + pos[d] * steps[d];
+            }
+            self.segments(k, &idx, (n * len, len, step), all, &mut out)?;
+            // The next outer position, the last dimension fastest.
+            for d in (0..last).rev() {
+                pos[d] += 1;
+                if pos[d] < outer[d] {
+                    break;
+                }
+                pos[d] = 0;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Gather `segs` from `base` (the ref's contents) into `out` (the window's elements as bits, zeroed).
+pub(super) fn read(base: &Tensor, segs: &[Segment], out: &mut [u64]) -> Result<()> {
+    with_dtype!(base.dtype, T => {
+        let data = base.data::<T>()?;
+        for s in segs {
+            let reach = s.off + s.stride * s.len.saturating_sub(1);
+            if s.len == 0 || reach >= data.len() || s.at + s.len > out.len() {
+                if s.len == 0 { continue; }
+                return Err(internal("view read outside its ref"));
+            }
+            let m = ones(s.width);
+            let dst = &mut out[s.at..s.at + s.len];
+            for (i, o) in dst.iter_mut().enumerate() {
+                let x = data[s.off + i * s.stride].literal().bits;
+                *o |= ((x >> s.rshift) & m) << s.lshift;
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Scatter the window's elements `bits` (as bits; only the bits set in `keep` are written) into `base`
+/// (the ref's contents: their own row-major buffer), as `segs` place them.
+pub(super) fn write(
+    base: &mut Tensor,
+    segs: &[Segment],
+    (bits, keep): (&[u64], &[u64]),
+) -> Result<()> {
+    let dtype = base.dtype;
+    let full = ones(dtype.bit_width());
+    let data = base.buf.make_mut(dtype)?;
+    with_dtype!(dtype, T => {
+        let dst = T::vec_mut(data).ok_or_else(|| internal("ref buffer type"))?;
+        for s in segs {
+            if s.len == 0 {
+                continue;
+            }
+            if s.off + s.stride * (s.len - 1) >= dst.len() || s.at + s.len > bits.len() {
+                return Err(internal("view write outside its ref"));
+            }
+            let m = ones(s.width);
+            for i in 0..s.len {
+                let (v, k) = (bits[s.at + i], keep[s.at + i]);
+                let (v, k) = (((v >> s.lshift) & m) << s.rshift, ((k >> s.lshift) & m) << s.rshift);
+                let k = k & full;
+                let x = &mut dst[s.off + i * s.stride];
+                if k == full {
+                    *x = T::from_literal_bits(v);
+                } else if k != 0 {
+                    let old = x.literal().bits & full;
+                    *x = T::from_literal_bits((old & !k) | (v & k));
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The walk against the plain path: reads against running the path forward over the whole ref
+    //! and cutting the window; writes against writing the window into the last stage, materialized,
+    //! and carrying every stage back (the window written into the stage before it, reshapes undone,
+    //! bitcasts undone) — on views of every step kind and random windows, strided and squeezed.
+    use super::super::refs::write_window_into;
+    use super::super::views::{bitcast_rows, forward};
+    use super::*;
+
+    /// A small deterministic generator (xorshift).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+    }
+
+    fn random_tensor(rng: &mut Rng, shape: &[usize], dtype: DType) -> Tensor {
+        let n: usize = shape.iter().product();
+        let data = with_dtype!(dtype, T => {
+            T::wrap((0..n).map(|_| T::from_literal_bits(rng.next() & ones(dtype.bit_width()))).collect())
+        });
+        Tensor::from_data(shape, data)
+    }
+
+    fn bits_of(t: &Tensor) -> Vec<u64> {
+        with_dtype!(t.dtype, T => {
+            t.to_vec::<T>().unwrap().into_iter().map(|x| x.literal().bits & ones(t.dtype.bit_width())).collect()
+        })
+    }
+
+    fn window_of(sizes: &[usize], starts: &[usize], squeezed: &[bool]) -> ViewStep {
+        ViewStep::Window {
+            starts: starts.to_vec(),
+            sizes: sizes.to_vec(),
+            squeezed: squeezed.to_vec(),
+        }
+    }
+
+    /// The views tested: (ref shape, ref dtype, steps).
+    fn paths() -> Vec<(Vec<usize>, DType, Vec<ViewStep>)> {
+        use DType::*;
+        vec![
+            // RPA's KV buffer: bf16 pairs as u32 words, one slot, token-major rows.
+            (
+                vec![2, 8, 4, 2, 16],
+                BF16,
+                vec![
+                    ViewStep::Bitcast(U32),
+                    window_of(
+                        &[1, 8, 4, 1, 16],
+                        &[1, 0, 0, 0, 0],
+                        &[true, false, false, false, false],
+                    ),
+                    ViewStep::Reshape(vec![32, 16]),
+                ],
+            ),
+            // Wide words read as narrow halves, a window of them, a reshape changing the last dim.
+            (
+                vec![3, 4, 8],
+                U32,
+                vec![
+                    ViewStep::Bitcast(BF16),
+                    window_of(&[2, 6, 8], &[1, 1, 0], &[false; 3]),
+                    ViewStep::Reshape(vec![2, 3, 16]),
+                ],
+            ),
+            // Four i8 rows to one u32, then back to i8 through a window.
+            (
+                vec![2, 8, 8],
+                I8,
+                vec![
+                    ViewStep::Bitcast(U32),
+                    ViewStep::Bitcast(I8),
+                    window_of(&[1, 6, 8], &[1, 2, 0], &[true, false, false]),
+                ],
+            ),
+            // A reshape of a strided window (the forward walk copies here), last dim changed.
+            (
+                vec![4, 6, 8],
+                F32,
+                vec![
+                    window_of(&[3, 4, 8], &[1, 1, 0], &[false; 3]),
+                    ViewStep::Reshape(vec![3, 32]),
+                    ViewStep::Reshape(vec![6, 2, 8]),
+                ],
+            ),
+            // A window squeezing the last dimension, then a same-width bitcast.
+            (
+                vec![5, 6, 4],
+                I32,
+                vec![
+                    window_of(&[5, 6, 1], &[0, 0, 2], &[false, false, true]),
+                    ViewStep::Bitcast(F32),
+                ],
+            ),
+            // Narrow rows through a same-width bitcast and a reshape to rank 1 and back.
+            (
+                vec![4, 2, 8],
+                BF16,
+                vec![
+                    ViewStep::Bitcast(F16),
+                    ViewStep::Reshape(vec![64]),
+                    ViewStep::Reshape(vec![8, 8]),
+                    ViewStep::Bitcast(U32),
+                ],
+            ),
+        ]
+    }
+
+    /// A random window of a `shape` view: (starts, sizes, squeezed, steps).
+    #[allow(clippy::type_complexity)]
+    fn random_window(
+        rng: &mut Rng,
+        shape: &[usize],
+    ) -> (Vec<usize>, Vec<usize>, Vec<bool>, Vec<usize>) {
+        let (mut starts, mut sizes, mut squeezed, mut steps) = (vec![], vec![], vec![], vec![]);
+        for &n in shape {
+            let step = 1 + rng.below(3);
+            let start = rng.below(n);
+            let fit = (n - start).div_ceil(step);
+            let size = 1 + rng.below(fit);
+            let squeeze = size == 1 && rng.below(2) == 0;
+            starts.push(start);
+            sizes.push(size);
+            squeezed.push(squeeze);
+            steps.push(step);
+        }
+        (starts, sizes, squeezed, steps)
+    }
+
+    /// The reference write: every stage materialized, the window written into the last, carried back.
+    fn write_by_stages(
+        base: &Tensor,
+        steps_of_path: &[ViewStep],
+        (starts, squeezed, steps): (&[usize], &[bool], &[usize]),
+        value: &Tensor,
+        mask: &Tensor,
+    ) -> Tensor {
+        let mut stages = vec![base.materialize().unwrap()];
+        for s in steps_of_path {
+            let next = forward(stages.last().unwrap(), s)
+                .unwrap()
+                .materialize()
+                .unwrap();
+            stages.push(next);
+        }
+        let mut cur = stages.pop().unwrap();
+        let shape = cur.shape.to_vec();
+        write_window_into(
+            &mut cur.buf,
+            (cur.dtype, &shape),
+            (starts, squeezed, steps),
+            value,
+            Some(mask),
+        )
+        .unwrap();
+        for (s, mut before) in steps_of_path.iter().zip(stages).rev() {
+            cur = match s {
+                ViewStep::Window {
+                    starts, squeezed, ..
+                } => {
+                    let shape = before.shape.to_vec();
+                    let ones = vec![1; starts.len()];
+                    write_window_into(
+                        &mut before.buf,
+                        (before.dtype, &shape),
+                        (starts, squeezed, &ones),
+                        &cur,
+                        None,
+                    )
+                    .unwrap();
+                    before
+                }
+                ViewStep::Bitcast(_) => bitcast_rows(&cur, before.dtype).unwrap(),
+                ViewStep::Reshape(_) => cur.reshape(&before.shape).unwrap(),
+            };
+        }
+        cur
+    }
+
+    #[test]
+    fn reads_and_writes_agree_with_the_plain_path() {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for (shape, dtype, steps_of_path) in paths() {
+            let mut p = ViewPath::new(&shape, dtype);
+            p.steps = steps_of_path.clone();
+            let (vshape, vdtype) = p.result();
+            for case in 0..40 {
+                let base = random_tensor(&mut rng, &shape, dtype);
+                let (starts, sizes, squeezed, steps) = random_window(&mut rng, &vshape);
+                let window = (&starts[..], &sizes[..], &squeezed[..]);
+                let kept: Vec<usize> = sizes
+                    .iter()
+                    .zip(&squeezed)
+                    .filter(|(_, q)| !**q)
+                    .map(|(n, _)| *n)
+                    .collect();
+                let n: usize = kept.iter().product();
+                let walk = Walk::new(&p, &base.strides, base.offset);
+                let segs = walk.window(window, &steps).unwrap();
+
+                // Read.
+                let mut got = vec![0u64; n];
+                read(&base, &segs, &mut got).unwrap();
+                let mut view = base.clone();
+                for s in &steps_of_path {
+                    view = forward(&view, s).unwrap();
+                }
+                let want = bits_of(&view.strided_window(&starts, (&sizes, &steps), &squeezed));
+                assert_eq!(
+                    got, want,
+                    "read: {steps_of_path:?} case {case} window {window:?} steps {steps:?}"
+                );
+
+                // Masked write.
+                let value = random_tensor(&mut rng, &kept, vdtype);
+                let mask = Tensor::from_vec(
+                    &kept,
+                    (0..n).map(|_| rng.below(4) != 0).collect::<Vec<bool>>(),
+                );
+                let want = write_by_stages(
+                    &base,
+                    &steps_of_path,
+                    (&starts, &squeezed, &steps),
+                    &value,
+                    &mask,
+                );
+                let mut got = base.materialize().unwrap();
+                let keep: Vec<u64> = mask
+                    .to_vec::<bool>()
+                    .unwrap()
+                    .into_iter()
+                    .map(|b| if b { u64::MAX } else { 0 })
+                    .collect();
+                write(&mut got, &segs, (&bits_of(&value), &keep)).unwrap();
+                assert_eq!(
+                    bits_of(&got),
+                    bits_of(&want),
+                    "write: {steps_of_path:?} case {case} window {window:?} steps {steps:?}"
+                );
+            }
+        }
+    }
+}
