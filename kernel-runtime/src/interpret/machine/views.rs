@@ -13,48 +13,65 @@ use crate::semantics::views::{ViewPath, ViewStep};
 pub(crate) fn bitcast_rows(t: &Tensor, to: DType) -> Result<Tensor> {
     let from = t.dtype;
     let (a, b) = (from.bit_width() as usize, to.bit_width() as usize);
-    let shape: Vec<usize> = t.shape.to_vec();
-    let rank = shape.len();
+    let rank = t.shape.len();
     if from == DType::Bool || to == DType::Bool || (a != b && rank < 2) {
         return Err(internal("bitcast operands"));
     }
-    let bits: Vec<u64> = with_dtype!(from, T => {
-        t.to_vec::<T>()?.into_iter().map(|x| x.literal().bits & mask(a)).collect()
+    let mut out_shape = t.shape.to_vec();
+    if a != b {
+        out_shape[rank - 2] = t.shape[rank - 2] * a / b;
+    }
+    let data = with_dtype!(from, T => {
+        let src = t.to_vec::<T>()?;
+        with_dtype!(to, U => U::wrap(repack::<T, U>(&src, &t.shape)))
     });
-    let mut out_shape = shape.clone();
-    let out: Vec<u64> = if a == b {
-        bits
-    } else {
-        let (rows, lanes) = (shape[rank - 2], shape[rank - 1]);
-        let outer: usize = shape[..rank - 2].iter().product();
-        let new_rows = rows * a / b;
-        out_shape[rank - 2] = new_rows;
-        let mut out = vec![0u64; outer * new_rows * lanes];
+    Ok(Tensor::from_data(out_shape, data))
+}
+
+/// [`bitcast_rows`] over `src` (row-major, of `shape`) from `T` to `U`, typed: one pass.
+fn repack<T: Element, U: Element>(src: &[T], shape: &[usize]) -> Vec<U> {
+    let (a, b) = (T::DTYPE.bit_width() as usize, U::DTYPE.bit_width() as usize);
+    let bits = |x: &T| x.literal().bits & mask(a);
+    if a == b {
+        return src.iter().map(|x| U::from_literal_bits(bits(x))).collect();
+    }
+    let rank = shape.len();
+    let (rows, lanes) = (shape[rank - 2], shape[rank - 1]);
+    let outer: usize = shape[..rank - 2].iter().product();
+    if a < b {
+        // Rows i = q·r + k (q = b / a) are the bits k·a.. of row r.
+        let q = b / a;
+        let new_rows = rows / q;
+        let mut out = Vec::with_capacity(outer * new_rows * lanes);
         for o in 0..outer {
-            for i in 0..rows {
+            for r in 0..new_rows {
                 for j in 0..lanes {
-                    let x = bits[(o * rows + i) * lanes + j];
-                    if a < b {
-                        // Rows i = q·r + k (q = b / a) are the bits k·a.. of row r.
-                        let q = b / a;
-                        let (r, k) = (i / q, i % q);
-                        out[(o * new_rows + r) * lanes + j] |= x << (k * a);
-                    } else {
-                        // Row i holds rows q·i + k (q = a / b), each b bits.
-                        let q = a / b;
-                        for k in 0..q {
-                            out[(o * new_rows + q * i + k) * lanes + j] = (x >> (k * b)) & mask(b);
-                        }
+                    let mut x = 0u64;
+                    for k in 0..q {
+                        x |= bits(&src[(o * rows + q * r + k) * lanes + j]) << (k * a);
                     }
+                    out.push(U::from_literal_bits(x));
                 }
             }
         }
         out
-    };
-    let data = with_dtype!(to, U => {
-        U::wrap(out.into_iter().map(U::from_literal_bits).collect())
-    });
-    Ok(Tensor::from_data(out_shape, data))
+    } else {
+        // Row i holds rows q·i + k (q = a / b), each b bits.
+        let q = a / b;
+        let mut out = Vec::with_capacity(outer * rows * q * lanes);
+        for o in 0..outer {
+            for i in 0..rows {
+                for k in 0..q {
+                    let row = &src[(o * rows + i) * lanes..(o * rows + i + 1) * lanes];
+                    out.extend(
+                        row.iter()
+                            .map(|x| U::from_literal_bits((bits(x) >> (k * b)) & mask(b))),
+                    );
+                }
+            }
+        }
+        out
+    }
 }
 
 fn mask(bits: usize) -> u64 {
@@ -231,10 +248,8 @@ impl<'k> Machine<'k> {
             .filter(|(_, s)| !**s)
             .map(|(n, _)| *n)
             .collect();
-        let mut bits = vec![0u64; kept.iter().product()];
-        walk::read(&base, &walk.window(window, steps)?, &mut bits)?;
-        let data =
-            with_dtype!(dtype, U => U::wrap(bits.into_iter().map(U::from_literal_bits).collect()));
+        let n = kept.iter().product();
+        let data = walk::read(&base, &walk.window(window, steps)?, dtype, n)?;
         Ok(Tensor::from_data(kept, data))
     }
 

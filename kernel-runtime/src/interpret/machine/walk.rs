@@ -277,25 +277,57 @@ impl<'p> Walk<'p> {
     }
 }
 
-/// Gather `segs` from `base` (the ref's contents) into `out` (the window's elements as bits, zeroed).
-pub(super) fn read(base: &Tensor, segs: &[Segment], out: &mut [u64]) -> Result<()> {
-    with_dtype!(base.dtype, T => {
+/// Gather `segs` from `base` (the ref's contents) into the window's elements, of type `dtype`.
+pub(super) fn read(base: &Tensor, segs: &[Segment], dtype: DType, n: usize) -> Result<HostData> {
+    Ok(with_dtype!(base.dtype, T => {
         let data = base.data::<T>()?;
-        for s in segs {
-            let reach = s.off + s.stride * s.len.saturating_sub(1);
-            if s.len == 0 || reach >= data.len() || s.at + s.len > out.len() {
-                if s.len == 0 { continue; }
-                return Err(internal("view read outside its ref"));
-            }
-            let m = ones(s.width);
-            let dst = &mut out[s.at..s.at + s.len];
-            for (i, o) in dst.iter_mut().enumerate() {
-                let x = data[s.off + i * s.stride].literal().bits;
-                *o |= ((x >> s.rshift) & m) << s.lshift;
-            }
+        with_dtype!(dtype, U => U::wrap(gather::<T, U>(data, segs, n)?))
+    }))
+}
+
+/// [`read`] for ref elements `T` and view elements `U`.
+fn gather<T: HostElement, U: HostElement>(
+    data: &[T],
+    segs: &[Segment],
+    n: usize,
+) -> Result<Vec<U>> {
+    let mut out = vec![U::from_literal_bits(0); n];
+    let full = ones(U::DTYPE.bit_width());
+    for s in segs {
+        if s.len == 0 {
+            continue;
         }
-    });
-    Ok(())
+        if s.off + s.stride * (s.len - 1) >= data.len() || s.at + s.len > n {
+            return Err(internal("view read outside its ref"));
+        }
+        let (m, rs, ls) = (ones(s.width), s.rshift, s.lshift);
+        let dst = &mut out[s.at..s.at + s.len];
+        let whole = ls == 0 && m & full == full;
+        // The whole element from this stretch (same width, or a narrow share of a wide one), or
+        // its bits `ls..` (a wide element from narrow rows).
+        let put = |o: &mut U, x: &T| {
+            let x = (x.literal().bits >> rs) & m;
+            *o = if whole {
+                U::from_literal_bits(x)
+            } else {
+                U::from_literal_bits((o.literal().bits & full) | (x << ls))
+            };
+        };
+        if s.stride == 0 {
+            // A broadcast (an unwritten ref's fill value): one element throughout.
+            let x = &data[s.off];
+            dst.iter_mut().for_each(|o| put(o, x));
+        } else if s.stride == 1 {
+            // Contiguous (the usual lane run): no index arithmetic, so the loop vectorizes.
+            dst.iter_mut()
+                .zip(&data[s.off..s.off + s.len])
+                .for_each(|(o, x)| put(o, x));
+        } else {
+            let src = data[s.off..].iter().step_by(s.stride.max(1));
+            dst.iter_mut().zip(src).for_each(|(o, x)| put(o, x));
+        }
+    }
+    Ok(out)
 }
 
 /// Scatter the window's elements `bits` (as bits; only the bits set in `keep` are written) into `base`
@@ -531,7 +563,13 @@ mod tests {
             p.steps = steps_of_path.clone();
             let (vshape, vdtype) = p.result();
             for case in 0..40 {
-                let base = random_tensor(&mut rng, &shape, dtype);
+                let base = if case % 8 == 7 {
+                    // An unwritten ref: its fill value broadcast (zero strides).
+                    let one = random_tensor(&mut rng, &[1], dtype);
+                    Tensor::splat(one.literal().unwrap(), &shape)
+                } else {
+                    random_tensor(&mut rng, &shape, dtype)
+                };
                 let (starts, sizes, squeezed, steps) = random_window(&mut rng, &vshape);
                 let window = (&starts[..], &sizes[..], &squeezed[..]);
                 let kept: Vec<usize> = sizes
@@ -545,8 +583,8 @@ mod tests {
                 let segs = walk.window(window, &steps).unwrap();
 
                 // Read.
-                let mut got = vec![0u64; n];
-                read(&base, &segs, &mut got).unwrap();
+                let got = Tensor::from_data(&kept, read(&base, &segs, vdtype, n).unwrap());
+                let got = bits_of(&got);
                 let mut view = base.clone();
                 for s in &steps_of_path {
                     view = forward(&view, s).unwrap();
@@ -570,7 +608,10 @@ mod tests {
                     &value,
                     &mask,
                 );
+                // Writes go to the contents made owned and row-major (`owned_contents`).
                 let mut got = base.materialize().unwrap();
+                let owned = Walk::new(&p, &row_major_strides(&shape), 0);
+                let segs = owned.window(window, &steps).unwrap();
                 let keep: Vec<u64> = mask
                     .to_vec::<bool>()
                     .unwrap()
