@@ -1,9 +1,9 @@
 //! Ref views in a grid step (`r.bitcast::<U>()`, `r.reshape([..])` and windows of them): a view is its
-//! ref plus a [`ViewPath`]; reading one runs the path over the ref's contents, writing one runs it
-//! back (the window written, reshapes undone, bitcasts undone) into the ref. Value bitcasts
-//! (`pltpu.bitcast`) share [`bitcast_rows`].
+//! ref plus a [`ViewPath`]; reading one runs the path forward over the ref's contents where every step
+//! re-indexes for free, else reads, and writing one always writes, only the elements its window
+//! covers, in place ([`walk`](super::walk)). Value bitcasts (`pltpu.bitcast`) share [`bitcast_rows`].
 
-use super::walk::{self, Walk};
+use super::walk::{self, kept_sizes, ones, Walk};
 use super::*;
 use crate::dtype::Element;
 use crate::semantics::views::{ViewPath, ViewStep};
@@ -31,7 +31,7 @@ pub(crate) fn bitcast_rows(t: &Tensor, to: DType) -> Result<Tensor> {
 /// [`bitcast_rows`] over `src` (row-major, of `shape`) from `T` to `U`, typed: one pass.
 fn repack<T: Element, U: Element>(src: &[T], shape: &[usize]) -> Vec<U> {
     let (a, b) = (T::DTYPE.bit_width() as usize, U::DTYPE.bit_width() as usize);
-    let bits = |x: &T| x.literal().bits & mask(a);
+    let bits = |x: &T| x.literal().bits & ones(a as u32);
     if a == b {
         return src.iter().map(|x| U::from_literal_bits(bits(x))).collect();
     }
@@ -65,20 +65,12 @@ fn repack<T: Element, U: Element>(src: &[T], shape: &[usize]) -> Vec<U> {
                     let row = &src[(o * rows + i) * lanes..(o * rows + i + 1) * lanes];
                     out.extend(
                         row.iter()
-                            .map(|x| U::from_literal_bits((bits(x) >> (k * b)) & mask(b))),
+                            .map(|x| U::from_literal_bits((bits(x) >> (k * b)) & ones(b as u32))),
                     );
                 }
             }
         }
         out
-    }
-}
-
-fn mask(bits: usize) -> u64 {
-    if bits >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << bits) - 1
     }
 }
 
@@ -93,6 +85,22 @@ pub(super) fn forward(t: &Tensor, s: &ViewStep) -> Result<Tensor> {
         ViewStep::Bitcast(to) => bitcast_rows(t, *to),
         ViewStep::Reshape(shape) => t.reshape(shape),
     }
+}
+
+/// Path `p` run over `base` (a ref's contents) as a view of the same buffer, where every step
+/// re-indexes it for free (windows, and reshapes of contiguous stages); `None` where a step would copy.
+fn forward_for_free(base: &Tensor, p: &ViewPath) -> Result<Option<Tensor>> {
+    if p.steps.iter().any(|s| matches!(s, ViewStep::Bitcast(_))) {
+        return Ok(None);
+    }
+    let mut t = base.clone();
+    for s in &p.steps {
+        if matches!(s, ViewStep::Reshape(_)) && !t.is_contiguous() {
+            return Ok(None);
+        }
+        t = forward(&t, s)?;
+    }
+    Ok(Some(t))
 }
 
 impl<'k> Machine<'k> {
@@ -157,10 +165,7 @@ impl<'k> Machine<'k> {
             let reach = self.view_window(v, &starts, (&extents, &w.squeezed));
             self.check_dma_access(&reach, false)?;
         }
-        if let Some(t) = self.view_for_free(v.r, &p)? {
-            return Ok(t.strided_window(&starts, (&w.sizes, &w.strides), &w.squeezed));
-        }
-        self.gather(v.r, &p, (&starts, &w.sizes, &w.squeezed), &w.strides)
+        self.read_view(v.r, &p, (&starts, &w.sizes, &w.squeezed), &w.strides)
     }
 
     /// A store into window `w` of view `v`.
@@ -204,34 +209,16 @@ impl<'k> Machine<'k> {
         let Some(p) = &v.via else {
             return Ok(self.contents(v.r)?.window(&v.starts, &v.sizes, &v.squeezed));
         };
-        if let Some(t) = self.view_for_free(v.r, p)? {
-            return Ok(t);
-        }
         let (shape, _) = p.result();
         let rank = shape.len();
         let whole = (&vec![0; rank][..], &shape[..], &vec![false; rank][..]);
-        self.gather(v.r, p, whole, &vec![1; rank])
+        self.read_view(v.r, p, whole, &vec![1; rank])
     }
 
-    /// View `p` of ref `r` as a view of the ref's buffer, where every step re-indexes it for free
-    /// (windows, and reshapes of contiguous stages); `None` where a step would copy.
-    fn view_for_free(&self, r: usize, p: &ViewPath) -> Result<Option<Tensor>> {
-        if p.steps.iter().any(|s| matches!(s, ViewStep::Bitcast(_))) {
-            return Ok(None);
-        }
-        let mut t = self.contents(r)?;
-        for s in &p.steps {
-            if matches!(s, ViewStep::Reshape(_)) && !t.is_contiguous() {
-                return Ok(None);
-            }
-            t = forward(&t, s)?;
-        }
-        Ok(Some(t))
-    }
-
-    /// The window (`starts`, `sizes` `steps` apart, `squeezed` dropped) of view `p` of ref `r`, read
-    /// element run by element run from the ref's contents ([`walk`](super::walk)).
-    fn gather(
+    /// The window (`starts`, `sizes` `steps` apart, `squeezed` dropped) of view `p` of ref `r`: a
+    /// re-indexing of the ref's contents where every step of the path is one for free (windows, and
+    /// reshapes of contiguous stages), else read element run by element run ([`walk`](super::walk)).
+    fn read_view(
         &self,
         r: usize,
         p: &ViewPath,
@@ -239,17 +226,13 @@ impl<'k> Machine<'k> {
         steps: &[usize],
     ) -> Result<Tensor> {
         let base = self.contents(r)?;
+        if let Some(t) = forward_for_free(&base, p)? {
+            return Ok(t.strided_window(window.0, (window.1, steps), window.2));
+        }
         let walk = Walk::new(p, &base.strides, base.offset);
-        let dtype = walk.result().1;
-        let kept: Vec<usize> = window
-            .1
-            .iter()
-            .zip(window.2)
-            .filter(|(_, s)| !**s)
-            .map(|(n, _)| *n)
-            .collect();
+        let kept = kept_sizes(window.1, window.2);
         let n = kept.iter().product();
-        let data = walk::read(&base, &walk.window(window, steps)?, dtype, n)?;
+        let data = walk::read(&base, &walk.window(window, steps)?, walk.result().1, n)?;
         Ok(Tensor::from_data(kept, data))
     }
 
@@ -270,13 +253,7 @@ impl<'k> Machine<'k> {
         // The contents are written as `owned_contents` gives them: row-major from offset 0.
         let walk = Walk::new(&p, &row_major_strides(&self.refs[v.r].shape), 0);
         let dtype = walk.result().1;
-        let n: usize = window
-            .1
-            .iter()
-            .zip(window.2)
-            .filter(|(_, s)| !**s)
-            .map(|(n, _)| *n)
-            .product();
+        let n: usize = kept_sizes(window.1, window.2).iter().product();
         if value.dtype != dtype || value.numel() != n {
             return Err(internal("stored value does not match the view's window"));
         }

@@ -25,17 +25,15 @@ use smallvec::SmallVec;
 
 type Idx = SmallVec<[usize; 6]>;
 
-/// `len` elements of the ref's buffer from `off`, `stride` apart: bits `rshift..rshift + width` of
-/// each are bits `lshift..lshift + width` of the view's elements `at..at + len` of the window.
+/// `len` elements of the ref's buffer from `off`, `stride` apart: `bits` says which bits of each are
+/// which bits of the view's elements `at..at + len` of the window.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Segment {
     at: usize,
     len: usize,
     off: usize,
     stride: usize,
-    rshift: u32,
-    width: u32,
-    lshift: u32,
+    bits: Bits,
 }
 
 /// A view's path, with each stage's shape and element width: stage 0 is the ref, the last the view;
@@ -47,12 +45,23 @@ pub(super) struct Walk<'p> {
     base_offset: usize,
 }
 
-fn ones(bits: u32) -> u64 {
+/// The mask of the lowest `bits` bits.
+pub(super) fn ones(bits: u32) -> u64 {
     if bits >= 64 {
         u64::MAX
     } else {
         (1u64 << bits) - 1
     }
+}
+
+/// The sizes of a window's value: `sizes` without the `squeezed` dimensions.
+pub(super) fn kept_sizes(sizes: &[usize], squeezed: &[bool]) -> Vec<usize> {
+    sizes
+        .iter()
+        .zip(squeezed)
+        .filter(|(_, q)| !**q)
+        .map(|(n, _)| *n)
+        .collect()
 }
 
 fn linear(idx: &[usize], shape: &[usize]) -> usize {
@@ -71,7 +80,7 @@ fn delinear(mut lin: usize, shape: &[usize]) -> Idx {
 
 /// The bit ranges a segment carries: bits `rshift..rshift + width` of a stage's element are bits
 /// `lshift..lshift + width` of the view's.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Bits {
     rshift: u32,
     width: u32,
@@ -97,7 +106,6 @@ impl<'p> Walk<'p> {
 
     /// The segments of run (`idx`, `len` elements from window position `at`, `step`) of stage `k`,
     /// carrying bits `b`, appended to `out`.
-    #[allow(clippy::too_many_arguments)]
     fn segments(
         &self,
         k: usize,
@@ -119,9 +127,7 @@ impl<'p> Walk<'p> {
                 len,
                 off,
                 stride,
-                rshift: b.rshift,
-                width: b.width,
-                lshift: b.lshift,
+                bits: b,
             });
             return Ok(());
         }
@@ -300,7 +306,7 @@ fn gather<T: HostElement, U: HostElement>(
         if s.off + s.stride * (s.len - 1) >= data.len() || s.at + s.len > n {
             return Err(internal("view read outside its ref"));
         }
-        let (m, rs, ls) = (ones(s.width), s.rshift, s.lshift);
+        let (m, rs, ls) = (ones(s.bits.width), s.bits.rshift, s.bits.lshift);
         let dst = &mut out[s.at..s.at + s.len];
         let whole = ls == 0 && m & full == full;
         // The whole element from this stretch (same width, or a narrow share of a wide one), or
@@ -349,10 +355,10 @@ pub(super) fn write(
             if s.off + s.stride * (s.len - 1) >= dst.len() || s.at + s.len > bits.len() {
                 return Err(internal("view write outside its ref"));
             }
-            let m = ones(s.width);
+            let (m, rs, ls) = (ones(s.bits.width), s.bits.rshift, s.bits.lshift);
             for i in 0..s.len {
                 let (v, k) = (bits[s.at + i], keep[s.at + i]);
-                let (v, k) = (((v >> s.lshift) & m) << s.rshift, ((k >> s.lshift) & m) << s.rshift);
+                let (v, k) = (((v >> ls) & m) << rs, ((k >> ls) & m) << rs);
                 let k = k & full;
                 let x = &mut dst[s.off + i * s.stride];
                 if k == full {

@@ -201,12 +201,7 @@ fn reads_and_writes_agree_with_the_plain_path() {
             };
             let (starts, sizes, squeezed, steps) = random_window(&mut rng, &vshape);
             let window = (&starts[..], &sizes[..], &squeezed[..]);
-            let kept: Vec<usize> = sizes
-                .iter()
-                .zip(&squeezed)
-                .filter(|(_, q)| !**q)
-                .map(|(n, _)| *n)
-                .collect();
+            let kept = kept_sizes(&sizes, &squeezed);
             let n: usize = kept.iter().product();
             let walk = Walk::new(&p, &base.strides, base.offset);
             let segs = walk.window(window, &steps).unwrap();
