@@ -353,6 +353,33 @@ def compile_jax(fn, args, topo: str, donate_argnums: tuple = ()) -> Compiled:
     return _finish(res, before, hlo)
 
 
+def compile_shard_map(fn, topo: str, axes: tuple, in_specs, out_specs, args) -> Compiled:
+    """Compile `jax.jit(jax.shard_map(fn))` with libtpu for every device of the topology `topo`
+    (`v5e:2x2`), the devices arranged as a mesh of named `axes` (`(("x", 2), ("y", 2))`), on global
+    `args` (ShapeDtypeStructs, sharded by `in_specs`). Traced inside the mesh's abstract mesh, where
+    Pallas and our JAX op read the device kind. The result's counts are the whole program's."""
+    from jax.sharding import Mesh, NamedSharding
+    name, desc = topology(topo)
+    mesh = Mesh(np.array(desc.devices).reshape([s for _, s in axes]), tuple(n for n, _ in axes))
+    sds = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, spec))
+           for a, spec in zip(args, in_specs)]
+    before = _snapshot()
+    res = Compiled(topology=name, ok=False)
+    t = time.perf_counter()
+    try:
+        program = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=tuple(in_specs), out_specs=out_specs,
+                                        check_vma=False))
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            compiled = program.trace(*sds).lower().compile()
+        res.ok = True
+        hlo = compiled.as_text()
+    except Exception as e:
+        res.error = f"{type(e).__name__}: {e}"
+        hlo = None
+    res.compile_ms = (time.perf_counter() - t) * 1e3
+    return _finish(res, before, hlo)
+
+
 def lower_jax_for_tpu(fn, args, generation: str | None = None) -> str:
     """StableHLO text of `jax.jit(fn)` cross-lowered for TPU (no compile); with a `generation`, traced
     and lowered for it (inside its topology's abstract mesh, as `compile_jax`)."""

@@ -38,8 +38,8 @@ pub use kernel_runtime as runtime;
 pub use kernel_runtime::serialize::{CallOptions, CustomCall};
 pub use kernel_runtime::{check, dtype, error, ir, launch, target, trace};
 pub use kernel_runtime::{
-    pallas_call, require, Any, ArrayType, BlockSpec, DType, ErrorKind, KernelError, PallasCall,
-    Smem, SourceLoc, Target, Vmem,
+    pallas_call, require, Any, ArrayType, BlockSpec, DType, ErrorKind, KernelError, Mesh,
+    PallasCall, Smem, SourceLoc, Target, Vmem,
 };
 
 pub mod example;
@@ -65,10 +65,13 @@ pub mod prelude {
         multiple_of, named_scope, num_programs, pow, program_id, roll, run_scoped, scalar, select,
         sync_copy, where_, zeros, zeros_like, Array, DmaSem, Pipeline, Ref, RefMut, Scalar, Sem,
     };
+    pub use kernel_runtime::trace::{
+        async_remote_copy, axis_index, axis_size, barrier_semaphore, DeviceId, RemoteCopy,
+    };
     pub use kernel_runtime::Bind;
     pub use kernel_runtime::{
-        pallas_call, require, Any, ArrayType, BlockSpec, DType, KernelError, PallasCall, Smem,
-        Target, Vmem,
+        pallas_call, require, Any, ArrayType, BlockSpec, DType, KernelError, Mesh, PallasCall,
+        Smem, Target, Vmem,
     };
 }
 

@@ -37,7 +37,7 @@ fn assert_same(name: &str, call: &PallasCall) {
 
 #[test]
 fn every_example_body_reads_as_the_reference_body() {
-    for (name, build) in common::EXAMPLES {
+    for (name, build) in common::all_examples() {
         assert_same(name, &build().expect("example builds"));
     }
 }
@@ -58,11 +58,7 @@ fn the_op_coverage_suite_reaches_every_rule() {
     // emit all of them.
     let text: String = calls()
         .into_iter()
-        .chain(
-            common::EXAMPLES
-                .iter()
-                .map(|(n, b)| (*n, b().expect("example builds"))),
-        )
+        .chain(common::all_examples().map(|(n, b)| (*n, b().expect("example builds"))))
         .map(|(_, c)| body::body_text(c.ir(), MAX_VERSION).expect("body text"))
         .collect();
     let names = common::coverage::lowering_op_names();

@@ -1351,11 +1351,20 @@ fn every_lowering_rule_is_checked_by_execution() {
         let call = build().unwrap_or_else(|e| panic!("{name}: {e}"));
         text += &body::body_text(call.ir(), MAX_VERSION).expect("body text");
     }
-    // Every name must be in the modules that agree.
+    // Every name must be in the modules that agree — but the ops only kernels that talk across devices
+    // emit: this engine runs one device (`common::SPMD_EXAMPLES`), so those ops are held by jaxlib's
+    // verifier and libtpu's compiles instead (python/tests/test_ring_collectives.py).
+    const ACROSS_DEVICES: [&str; 4] = [
+        "tpu.device_id",
+        "arith.divui",
+        "arith.remui",
+        "tpu.sem_barrier",
+    ];
     let names = common::coverage::lowering_op_names();
     assert!(names.len() > 50, "found only {names:?}");
     let missing: Vec<_> = names
         .iter()
+        .filter(|n| !ACROSS_DEVICES.contains(&n.as_str()))
         .filter(|n| !text.contains(&format!("\"stable_mosaic.{n}\"")))
         .collect();
     assert!(

@@ -9,8 +9,7 @@ use common::coverage;
 use tpu_kernel::prelude::*;
 
 fn kernels() -> Vec<(String, PallasCall)> {
-    let mut all: Vec<(String, PallasCall)> = common::EXAMPLES
-        .iter()
+    let mut all: Vec<(String, PallasCall)> = common::all_examples()
         .map(|(name, build)| {
             (
                 name.to_string(),

@@ -6,7 +6,7 @@ mod common;
 
 #[test]
 fn every_example_matches_its_mosaic_snapshot() {
-    for (name, _) in common::EXAMPLES {
+    for (name, _) in common::all_examples() {
         insta::assert_snapshot!(format!("mosaic_{name}"), common::mosaic(name));
     }
 }
@@ -20,10 +20,7 @@ fn every_example_directory_entry_is_covered() {
         .filter_map(|e| e.ok()?.path().file_stem()?.to_str().map(str::to_string))
         .collect();
     on_disk.sort();
-    let mut listed: Vec<String> = common::EXAMPLES
-        .iter()
-        .map(|(n, _)| n.to_string())
-        .collect();
+    let mut listed: Vec<String> = common::all_examples().map(|(n, _)| n.to_string()).collect();
     listed.sort();
     assert_eq!(on_disk, listed);
 }

@@ -55,6 +55,9 @@ mod quantized_matmul_w8a8;
 #[path = "../../examples/ragged_paged_attention.rs"]
 mod ragged_paged_attention;
 #[allow(dead_code)]
+#[path = "../../examples/ring_all_gather.rs"]
+mod ring_all_gather;
+#[allow(dead_code)]
 #[path = "../../examples/rmsnorm.rs"]
 mod rmsnorm;
 #[allow(dead_code)]
@@ -94,6 +97,7 @@ tpu_kernel::export_library!(
         quantized_matmul::quantized_matmul,
         quantized_matmul_w8a8::quantized_matmul_w8a8,
         ragged_paged_attention::ragged_paged_attention_launch,
+        ring_all_gather::ring_all_gather,
         rmsnorm::rmsnorm,
         rmsnorm::rmsnorm_bwd,
         softmax::softmax,

@@ -384,6 +384,8 @@ pub fn pallas_call<'a, Args, K: KernelFn<Args> + 'a>(kernel: K) -> PallasCallBui
         target: None,
         checks_off: (false, false),
         any_in_hbm: false,
+        mesh: None,
+        collective_id: None,
         loc: SourceLoc::caller(),
         _args: std::marker::PhantomData,
     }
@@ -413,6 +415,8 @@ pub struct PallasCallBuilder<'a, K, Args> {
     target: Option<Target>,
     checks_off: (bool, bool),
     any_in_hbm: bool,
+    mesh: Option<crate::mesh::Mesh>,
+    collective_id: Option<u32>,
     loc: SourceLoc,
     _args: std::marker::PhantomData<fn(Args)>,
 }
@@ -552,6 +556,19 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
         self.any_in_hbm = true;
         self
     }
+    /// The device mesh the kernel runs over, one instance per device (the mesh of the `jax.shard_map`
+    /// it is called in): `axis_index`, `axis_size` and remote device ids in the body follow it.
+    /// Without it, the mesh in scope ([`crate::mesh::Mesh::scope`]: an exported kernel's request).
+    pub fn mesh(mut self, mesh: crate::mesh::Mesh) -> Self {
+        self.mesh = Some(mesh);
+        self
+    }
+    /// The collective id of the kernel's barrier semaphore (Pallas's `CompilerParams(collective_id=
+    /// ..)`): kernels with one id share a barrier semaphore per device ([`crate::trace::barrier_semaphore`]).
+    pub fn collective_id(mut self, id: u32) -> Self {
+        self.collective_id = Some(id);
+        self
+    }
     /// A cost estimate passed to XLA's scheduler.
     pub fn cost_estimate(mut self, c: CostEstimate) -> Self {
         self.cost_estimate = Some(c);
@@ -687,6 +704,8 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
                 .map(|o| Type::Ref(o.ref_shape(), o.dtype, o.space)),
         );
         let (trace, vals) = trace::begin(&grid, &param_types, grid.len())?;
+        let mesh = self.mesh.clone().or_else(crate::mesh::Mesh::current);
+        trace::communication(mesh.clone(), self.collective_id);
         self.kernel.call(&vals[grid.len()..]);
         let body = trace::finish(trace, &self.name, vec![], self.loc)?;
 
@@ -712,6 +731,8 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
             disable_bounds_checks: self.checks_off.0,
             disable_semaphore_checks: self.checks_off.1,
             any_in_hbm: self.any_in_hbm,
+            mesh,
+            collective_id: self.collective_id,
         };
         crate::expand::run(&mut kernel);
         check::kernel(&kernel).map_err(|e| e.at(loc))?;

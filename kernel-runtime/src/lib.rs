@@ -27,6 +27,7 @@ pub mod launch;
 #[cfg(feature = "libtpu")]
 pub mod libtpu;
 pub mod lower;
+pub mod mesh;
 /// The vector math (`tpu-kernel-math`): what each float op computes on an element, defined once for
 /// the interpreter and Mosaic on CPU.
 pub use kernel_math as math;
@@ -46,4 +47,5 @@ pub use error::{ErrorKind, KernelError, SourceLoc};
 pub use launch::{
     pallas_call, require, Any, ArrayType, BlockSpec, PallasCall, PallasCallBuilder, Smem, Vmem,
 };
+pub use mesh::Mesh;
 pub use target::Target;

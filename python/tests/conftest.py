@@ -31,15 +31,23 @@ GENERATIONS = ["v5e", "v6e", "tpu7x"]
 TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
 
 
-def example_names():
+# The examples that talk to other devices of a mesh (remote DMA, the barrier semaphore): they run per
+# device inside `jax.shard_map`, so a test that calls an example alone, or compiles its Pallas twin for
+# one device, leaves them out (its module lists them in SINGLE_DEVICE); test_ring_collectives.py
+# holds them to their twins on sharded topologies instead.
+SPMD_EXAMPLES = ("ring_all_gather",)
+
+
+def example_names(include_spmd: bool = True):
     ex = REPO / "examples"
     names = [p.stem for p in ex.glob("*.rs")] + [p.parent.name for p in ex.glob("*/main.rs")]
-    return sorted(names)
+    return sorted(n for n in names if include_spmd or n not in SPMD_EXAMPLES)
 
 
 def pytest_generate_tests(metafunc):
     if "example" in metafunc.fixturenames:
-        metafunc.parametrize("example", example_names(), indirect=True)
+        single = metafunc.function.__name__ in getattr(metafunc.module, "SINGLE_DEVICE", ())
+        metafunc.parametrize("example", example_names(include_spmd=not single), indirect=True)
     own = any("generation" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize"))
     if "generation" in metafunc.fixturenames and not own:
         metafunc.parametrize("generation", GENERATIONS)
@@ -115,13 +123,15 @@ def compiled(kind, name, generation, make):
 
 
 def pytest_terminal_summary(terminalreporter):
-    rows = sorted({(n, g) for (k, n, g) in COMPILED if k == "ours"})
+    # An SPMD example's rows are its sharded programs (generation `v5e:2x2`, ...), next to its twin's;
+    # its one-device compiles have no twin to stand beside.
+    rows = sorted({(n, g) for (k, n, g) in COMPILED if k == "ours" and (n not in SPMD_EXAMPLES or ":" in g)})
     if not rows:
         return
     tr = terminalreporter
     tr.section("Parity: ours vs Pallas (post-finalize-llo ops; total scheduled bundles of the custom call; "
                "libtpu %s)" % tc.VERSIONS["libtpu"])
-    tr.write_line(f"{'kernel':<16} {'gen':<4} {'LLO ours':>8} {'Pallas':>7} {'ratio':>6}  "
+    tr.write_line(f"{'kernel':<16} {'gen':<11} {'LLO ours':>8} {'Pallas':>7} {'ratio':>6}  "
                   f"{'bundles ours':>12} {'Pallas':>7} {'ratio':>6}")
 
     def ratio(a, b):
@@ -131,7 +141,7 @@ def pytest_terminal_summary(terminalreporter):
         o, p = COMPILED.get(("ours", n, g)), COMPILED.get(("pallas", n, g))
         ol, ob = (o.llo_total, o.bundles) if o and o.ok else (None, None)
         pl_, pb = (p.llo_total, p.bundles) if p and p.ok else (None, None)
-        tr.write_line(f"{n:<16} {g:<4} {str(ol):>8} {str(pl_):>7} {ratio(ol, pl_):>6}  "
+        tr.write_line(f"{n:<16} {g:<11} {str(ol):>8} {str(pl_):>7} {ratio(ol, pl_):>6}  "
                       f"{str(ob):>12} {str(pb):>7} {ratio(ob, pb):>6}")
 
 

@@ -742,6 +742,52 @@ def _values_ref(x, bm=16):
     idx = jnp.argmax(blocks, axis=2)[:, :, None] * 1000 + jnp.argmin(blocks, axis=1)[:, None, :]
     return (o + rows).reshape(m, n), idx.reshape(m, n)
 
+# -- ring_all_gather (SPMD): each device's [m, k] shard gathered along mesh axis `axis` in a ring of
+# remote copies between the devices' HBM outputs, after a barrier handshake with both neighbours
+def _ring_all_gather_kernel(x_hbm, o_hbm, local, send, recv, *, axis):
+    n = lax.axis_size(axis)
+    me = lax.axis_index(axis)
+    right, left = lax.rem(me + 1, n), lax.rem(me + n - 1, n)
+    m = x_hbm.shape[0]
+    own = pltpu.make_async_copy(x_hbm, o_hbm.at[pl.ds(me * m, m)], local)
+    own.start()
+    own.wait()
+    barrier = pltpu.get_barrier_semaphore()
+    pl.semaphore_signal(barrier, 1, device_id={axis: left})
+    pl.semaphore_signal(barrier, 1, device_id={axis: right})
+    pl.semaphore_wait(barrier, 2)
+
+    def step(i, carry):
+        slot = lax.rem(me - i + n, n) * m
+        copy = pltpu.make_async_remote_copy(o_hbm.at[pl.ds(slot, m)], o_hbm.at[pl.ds(slot, m)], send, recv,
+                                            device_id={axis: right})
+        copy.start()
+        copy.wait()
+        return carry
+
+    lax.fori_loop(0, n - 1, step, 0)
+
+
+def ring_all_gather(x, axis="x"):
+    """Per device, inside jax.shard_map over a mesh with axis `axis`."""
+    m, k = x.shape
+    n = lax.axis_size(axis)
+    any_spec = pl.BlockSpec(memory_space=pl.ANY)
+    return pl.pallas_call(functools.partial(_ring_all_gather_kernel, axis=axis),
+                          out_shape=S((n * m, k), x.dtype), in_specs=[any_spec], out_specs=any_spec,
+                          scratch_shapes=[pltpu.SemaphoreType.DMA] * 3,
+                          compiler_params=pltpu.CompilerParams(collective_id=0),
+                          name="ring_all_gather_kernel")(x)
+
+
+# The SPMD examples' twins: name -> (pallas_fn, per-device ShapeDtypeStruct inputs, mesh axis name, the
+# inputs' PartitionSpecs along it, the output's). Each runs inside jax.shard_map over a 1-axis mesh of
+# every device of a topology.
+SPMD = {
+    "ring_all_gather": (ring_all_gather, [S((8, 128), f32)], "x", ["x"], None),
+}
+
+
 KERNELS = {
     "add": (add, [S((1024, 1024), f32), S((1024, 1024), f32)]),
     "matmul": (matmul, [S((512, 512), bf16), S((512, 512), bf16)]),

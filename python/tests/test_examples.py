@@ -20,6 +20,11 @@ import pallas_kernels
 import tpu_toolchain as tc
 from conftest import GENERATIONS, compiled
 
+# Tests against a Pallas twin compiled for one device: the SPMD examples' twins are sharded programs,
+# compared in test_ring_collectives.py.
+SINGLE_DEVICE = ("test_pallas_emits_one_custom_call_for_every_generation", "test_llo_not_above_pallas",
+                 "test_bundles_not_above_pallas")
+
 SERIALIZED_VERSION = 15  # kernel_runtime::serialize::DEFAULT_VERSION
 
 

@@ -21,7 +21,7 @@ def only_custom_call(text):
     return calls[0]
 
 
-@pytest.mark.parametrize("name", example_names())
+@pytest.mark.parametrize("name", example_names(include_spmd=False))
 def test_tpu_lowering_is_our_custom_call_and_compiles_for_v5e(name):
     args = pk.KERNELS[name][1]
     kernel = ex.library.kernels[ex.WRAPPERS.get(name, name)]

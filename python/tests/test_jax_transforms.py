@@ -37,7 +37,7 @@ def close(ours, ref, dtype=None):
 
 # ------------------------------------------------------------------------------------------ jit
 
-@pytest.mark.parametrize("name", example_names())
+@pytest.mark.parametrize("name", example_names(include_spmd=False))
 def test_jit_matches_the_jnp_reference(name):
     """Every examples/ kernel at the example's shapes and default parameters."""
     assert name in pk.KERNELS and name in pk.REFERENCES, f"no Pallas twin/reference for {name}"

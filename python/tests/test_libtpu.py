@@ -13,6 +13,9 @@ import tpu_kernel.libtpu as lt
 import tpu_toolchain as tc
 from conftest import GENERATIONS, Example, cargo_build_examples, compiled, example_names
 
+# The stored twins are one-device programs (the SPMD examples' twins: test_ring_collectives.py).
+SINGLE_DEVICE = ("test_pallas_twin_programs_are_current",)
+
 _RUST = {}
 
 

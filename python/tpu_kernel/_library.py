@@ -238,13 +238,15 @@ class Kernel:
         """Rust's "build" answer for these arguments (arrays or `jax.ShapeDtypeStruct`s): output
         shapes/dtypes, `kernel_name`, canonical `params`, `target`, `ffi_request`, `cost_estimate`.
         Cached."""
+        from . import _primitive
         return self.library.request("build", self.name, self._avals(arrays), self.canonical_params(params), (),
-                                    target)
+                                    target, _primitive.manual_mesh())
 
     def lower(self, *arrays: Any, target: str | None = None, **params: Any) -> dict:
         """Rust's "lower" answer: the build answer plus the `tpu_custom_call` `backend_config`. Cached."""
+        from . import _primitive
         return self.library.request("lower", self.name, self._avals(arrays), self.canonical_params(params), (),
-                                    target)
+                                    target, _primitive.manual_mesh())
 
 
 class Library:
@@ -324,14 +326,15 @@ class Library:
         return answer
 
     def request(self, method: str, kernel: str, arrays: Sequence[Any], params_json: str,
-                batch: tuple, target: str | None = None) -> dict:
+                batch: tuple, target: str | None = None, mesh: tuple | None = None) -> dict:
         """The cached "build"/"lower" answer for a kernel signature. `arrays` may be arrays, tracers,
         avals or ShapeDtypeStructs: only `.shape` and `.dtype` are read. `target` (a generation's name
-        or a jax device kind; None: the library's default) is what the kernel is built for."""
+        or a jax device kind; None: the library's default) is what the kernel is built for; `mesh`
+        (((axis, size), ...) inside a `jax.shard_map`, else None) the mesh it runs over."""
         shapes = tuple(tuple(int(d) for d in a.shape) for a in arrays)
         dtypes = tuple(self.dtypes.abi(a.dtype, kernel=kernel, argument=f"input {i}")
                        for i, a in enumerate(arrays))
-        key = (method, kernel, shapes, dtypes, params_json, batch, target)
+        key = (method, kernel, shapes, dtypes, params_json, batch, target, mesh)
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None:
@@ -342,6 +345,8 @@ class Library:
                "batch": [[size, list(flags)] for size, flags in batch]}
         if target is not None:
             req["target"] = target
+        if mesh is not None:
+            req["mesh"] = [[name, size] for name, size in mesh]
         answer = self._checked(method, req, kernel)
         with self._lock:
             self._cache[key] = answer

@@ -6,7 +6,10 @@ Parameters (all hashable, so jaxprs and jax's caches can key on them):
     params   the static parameters as JSON text in Rust's canonical form (see `Kernel.canonical_params`):
              one primitive per meaning, however the caller spelled the values;
     batch    vmap levels, outermost first: ((size, (is input i batched, ...)), ...);
-    target   the TPU generation the call names (`target="v6e"`, or a jax device kind), or None.
+    target   the TPU generation the call names (`target="v6e"`, or a jax device kind), or None;
+    mesh     inside `jax.shard_map`, the mesh's axes with their sizes (((name, size), ...); None
+             outside): the mesh a kernel that talks to other devices is traced against (its
+             `axis_index`, `axis_size` and remote device ids), as Pallas reads the axis environment.
 
 The target (what Rust builds the kernel for: its VMEM limits, the block sizes a launch function picks
 for it) is the call's when it names one; else, as Pallas finds the generation, the device kind of the
@@ -54,7 +57,16 @@ def bind(library: Any, kernel: str, params: str, arrays: Sequence[Any], batch: t
          target: str | None = None) -> Any:
     """Bind the primitive (the list of outputs)."""
     return tpu_kernel_p.bind(*arrays, library=library, kernel=kernel, params=params, batch=batch,
-                             target=target)
+                             target=target, mesh=manual_mesh())
+
+
+def manual_mesh() -> tuple | None:
+    """The mesh of the `jax.shard_map` being traced (every axis, major to minor, with its size), or
+    None outside one."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh is None or mesh.empty or not mesh.manual_axes:
+        return None
+    return tuple((str(n), int(s)) for n, s in zip(mesh.axis_names, mesh.axis_sizes))
 
 
 # -- the target -------------------------------------------------------------------------------------
@@ -109,8 +121,8 @@ def _lowering_target(ctx: Any, target: str | None) -> str | None:
     return target or _abstract_mesh_kind() or _lowering_devices_kind(ctx) or _default_device_kind()
 
 
-def _abstract_eval(*avals, library, kernel, params, batch, target):
-    answer = library.request("build", kernel, avals, params, batch, trace_target(target))
+def _abstract_eval(*avals, library, kernel, params, batch, target, mesh):
+    answer = library.request("build", kernel, avals, params, batch, trace_target(target), mesh)
     return [jax.core.ShapedArray(tuple(o["shape"]), library.dtypes.numpy(o["dtype"])) for o in answer["outputs"]]
 
 
@@ -141,9 +153,9 @@ def _aliases(answer: dict) -> dict[int, int] | None:
     return {int(i): int(o) for i, o in pairs} or None
 
 
-def _cpu_lowering(ctx, *operands, library, kernel, params, batch, target):
+def _cpu_lowering(ctx, *operands, library, kernel, params, batch, target, mesh):
     # The interpreter runs the kernel as built for the named target (else the default): no TPU here.
-    answer = library.request("build", kernel, ctx.avals_in, params, batch, target)
+    answer = library.request("build", kernel, ctx.avals_in, params, batch, target, mesh)
     rule = jax.ffi.ffi_lowering(library.ffi_target, operand_output_aliases=_aliases(answer))
     with _kernel_location(ctx, answer["kernel_name"]):
         return rule(ctx, *operands, request=answer["ffi_request"])
@@ -173,9 +185,10 @@ def _check_not_auto_partitioned(kernel: str, ctx: Any) -> None:
                           f"{axis_context.num_devices} devices; call it inside jax.shard_map", kernel=kernel)
 
 
-def _tpu_lowering(ctx, *operands, library, kernel, params, batch, target):
+def _tpu_lowering(ctx, *operands, library, kernel, params, batch, target, mesh):
     _check_not_auto_partitioned(kernel, ctx)
-    answer = library.request("lower", kernel, ctx.avals_in, params, batch, _lowering_target(ctx, target))
+    answer = library.request("lower", kernel, ctx.avals_in, params, batch, _lowering_target(ctx, target),
+                             mesh)
     result_types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
     with _kernel_location(ctx, answer["kernel_name"]):
         call = _custom_call(operands, result_types, ctx, answer)
@@ -204,17 +217,17 @@ mlir.register_lowering(tpu_kernel_p, _tpu_lowering, platform="tpu")
 
 _NOT_MAPPED = None  # how jax marks an operand without a batch axis (batching.not_mapped)
 
-def _batching_rule(axis_data, args, dims, *, library, kernel, params, batch, target):
+def _batching_rule(axis_data, args, dims, *, library, kernel, params, batch, target, mesh):
     if all(d is _NOT_MAPPED for d in dims):
         outs = tpu_kernel_p.bind(*args, library=library, kernel=kernel, params=params, batch=batch,
-                                 target=target)
+                                 target=target, mesh=mesh)
         return outs, [_NOT_MAPPED] * len(outs)
     # The batch axis of every batched operand goes first (that is where the new grid axis reads it);
     # unbatched operands stay as they are and are marked so in this level.
     moved = [a if d is _NOT_MAPPED else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
     level = (int(axis_data.size), tuple(d is not _NOT_MAPPED for d in dims))
     outs = tpu_kernel_p.bind(*moved, library=library, kernel=kernel, params=params, batch=(level,) + batch,
-                             target=target)
+                             target=target, mesh=mesh)
     return outs, [0] * len(outs)
 
 
@@ -223,7 +236,7 @@ batching.fancy_primitive_batchers[tpu_kernel_p] = _batching_rule
 
 # -- autodiff --------------------------------------------------------------------------------------
 
-def _no_jvp(primals, tangents, *, library, kernel, params, batch, target):
+def _no_jvp(primals, tangents, *, library, kernel, params, batch, target, mesh):
     spec = library.kernels.get(kernel)
     why = ("it declares no backward kernels (grad: null in the library description)"
            if spec is None or not spec.grad else

@@ -35,6 +35,8 @@ pub mod quantized_matmul;
 pub mod quantized_matmul_w8a8;
 #[path = "../../examples/ragged_paged_attention.rs"]
 pub mod ragged_paged_attention;
+#[path = "../../examples/ring_all_gather.rs"]
+pub mod ring_all_gather;
 #[path = "../../examples/rmsnorm.rs"]
 pub mod rmsnorm;
 #[path = "../../examples/softmax.rs"]
@@ -81,10 +83,18 @@ pub const EXAMPLES: &[(&str, Build)] = &[
     ("values", values::build),
 ];
 
+/// The examples that talk to other devices of a mesh (remote copies, the barrier semaphore): built,
+/// lowered and compiled like the others; the CPU engines run one device, so they are not interpreted.
+pub const SPMD_EXAMPLES: &[(&str, Build)] = &[("ring_all_gather", ring_all_gather::build)];
+
+/// Every example, one-device and SPMD.
+pub fn all_examples() -> impl Iterator<Item = &'static (&'static str, Build)> {
+    EXAMPLES.iter().chain(SPMD_EXAMPLES)
+}
+
 /// The Mosaic text of an example (built, lowered, verified by melior).
 pub fn mosaic(name: &str) -> String {
-    let (_, build) = EXAMPLES
-        .iter()
+    let (_, build) = all_examples()
         .find(|(n, _)| *n == name)
         .expect("unknown example");
     let call = build().unwrap_or_else(|e| panic!("{name}: build failed: {e}"));

@@ -207,6 +207,9 @@ pub struct Request {
     /// A launch function that names none builds for it, and one that reads it (`target: Target`)
     /// receives it.
     pub target: Target,
+    /// The device mesh the call runs over (`"mesh": [[axis, size], ..]`, sent from inside a
+    /// `jax.shard_map`): the launch function builds inside its [`crate::mesh::Mesh::scope`].
+    pub mesh: Option<crate::mesh::Mesh>,
 }
 
 impl Request {
@@ -270,12 +273,37 @@ impl Request {
                 ))
             }
         };
+        let mesh = match v.get("mesh") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(axes)) => {
+                let axes = axes
+                    .iter()
+                    .map(|a| {
+                        match (
+                            a.get(0).and_then(Value::as_str),
+                            a.get(1).and_then(Value::as_u64),
+                        ) {
+                            (Some(n), Some(s)) => Ok((n.to_string(), s as usize)),
+                            _ => Err(kerr!(Signature, "a mesh axis is [name, size], got {a}")),
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Some(crate::mesh::Mesh::new(axes)?)
+            }
+            Some(other) => {
+                return Err(kerr!(
+                    Signature,
+                    "the mesh must be a list of [axis, size], got {other}"
+                ))
+            }
+        };
         Ok(Request {
             kernel,
             inputs,
             params,
             batch,
             target,
+            mesh,
         })
     }
 }
@@ -406,13 +434,16 @@ impl Library {
             .iter()
             .map(|l| json!([l.size, l.inputs]))
             .collect();
-        let ffi_request = json!({
+        let mut ffi_request = json!({
             "kernel": export.name,
             "params": params.to_json(),
             "batch": batch,
             "target": req.target.name(),
-        })
-        .to_string();
+        });
+        if let Some(m) = &req.mesh {
+            ffi_request["mesh"] = json!(m.axes());
+        }
+        let ffi_request = ffi_request.to_string();
         let key = format!(
             "{ffi_request}{}",
             Value::Array(base.iter().map(array_json).collect())
@@ -421,7 +452,12 @@ impl Library {
             return Ok(Arc::clone(b));
         }
         self.stats.builds.fetch_add(1, Ordering::Relaxed);
-        let launch = || req.target.scope(|| (export.launch)(&base, &params));
+        let launch = || {
+            req.target.scope(|| match &req.mesh {
+                Some(m) => m.clone().scope(|| (export.launch)(&base, &params)),
+                None => (export.launch)(&base, &params),
+            })
+        };
         let call = catch_unwind(AssertUnwindSafe(launch)).unwrap_or_else(|p| {
             Err(kerr!(
                 Trace,

@@ -350,6 +350,11 @@ impl<'k> Machine<'k> {
             OpKind::DmaStart => self.dma_start(op).map(|_| vec![]),
             OpKind::DmaWait => self.dma_wait(op).map(|_| vec![]),
             OpKind::SemSignal | OpKind::SemWait | OpKind::SemRead => self.semaphore_op(op),
+            OpKind::AxisIndex { .. }
+            | OpKind::RemoteDmaStart
+            | OpKind::RemoteDmaWait { .. }
+            | OpKind::SemSignalRemote
+            | OpKind::BarrierSemaphore => self.remote_op(op),
             OpKind::MultipleOf(_) => one(self.tensor(op.operands[0])?.clone()),
             OpKind::If => {
                 let c = self.tensor(op.operands[0])?.scalar_bool()?;

@@ -241,6 +241,31 @@ pub enum OpKind {
     SemWait,
     /// A semaphore's value. Operands: semaphore. Result: i32.
     SemRead,
+    /// This device's index along one mesh axis (`jax.lax.axis_index`): `(device_id / stride) % size`,
+    /// where the device id (`tpu.device_id`) numbers the mesh row-major and `stride`, `size` are the
+    /// axis's. Unsigned arithmetic, as Pallas lowers it (libtpu then knows the index is in
+    /// `0..size`). Result: i32.
+    AxisIndex {
+        stride: u32,
+        size: u32,
+    },
+    /// Start a copy from a local ref into the same-shaped ref of another device
+    /// (`pltpu.make_async_remote_copy(..).start()`). Operands: source, destination, send semaphore
+    /// (signalled as the data leaves), receive semaphore (the destination device's, signalled as it
+    /// lands), device id (i32, logical).
+    RemoteDmaStart,
+    /// Wait for a remote copy's send (`recv: false`: the source may be written again) or its receive
+    /// on this device (`recv: true`: a copy into this device's destination has landed). Operands as
+    /// [`OpKind::RemoteDmaStart`].
+    RemoteDmaWait {
+        recv: bool,
+    },
+    /// Add `amount` to a semaphore of another device (`pl.semaphore_signal(sem, n, device_id=..)`).
+    /// Operands: semaphore, amount (i32), device id (i32, logical).
+    SemSignalRemote,
+    /// The barrier semaphore of the launch's collective (`pltpu.get_barrier_semaphore()`: one regular
+    /// semaphore per device, shared by every kernel with the same collective id). Result: the semaphore.
+    BarrierSemaphore,
     /// Scratch allocated for a scope (`pl.run_scoped`). Region: the body; its arguments are the
     /// allocated refs (VMEM, SMEM or semaphores), freed when it ends.
     Scoped,
@@ -511,6 +536,11 @@ pub struct Kernel {
     /// The whole-array (`Any`) operands pinned to HBM (Pallas's `pltpu.HBM` over `pl.ANY`): XLA may
     /// otherwise place a small one in VMEM, where its copies become vector load/store loops.
     pub any_in_hbm: bool,
+    /// The device mesh it runs over (`jax.shard_map`'s): what `axis_index` and remote device ids are
+    /// traced against; `None` for a kernel that knows no mesh.
+    pub mesh: Option<crate::mesh::Mesh>,
+    /// The collective id of its barrier semaphore (Pallas's `CompilerParams(collective_id=..)`).
+    pub collective_id: Option<u32>,
 }
 
 impl Kernel {
@@ -527,6 +557,22 @@ impl Kernel {
     /// The scalar-prefetch operands (the first inputs).
     pub fn prefetch(&self) -> impl Iterator<Item = &Operand> {
         self.operands.iter().take(self.scalar_prefetch)
+    }
+    /// Whether the body talks to other devices (remote copies or signals, the barrier semaphore):
+    /// the custom call's `has_communication`.
+    pub fn communicates(&self) -> bool {
+        fn any(r: &Region) -> bool {
+            r.ops.iter().any(|op| {
+                matches!(
+                    op.kind,
+                    OpKind::RemoteDmaStart
+                        | OpKind::RemoteDmaWait { .. }
+                        | OpKind::SemSignalRemote
+                        | OpKind::BarrierSemaphore
+                ) || op.regions.iter().any(any)
+            })
+        }
+        any(&self.body.body)
     }
     pub fn scratch(&self) -> impl Iterator<Item = &Operand> {
         self.operands

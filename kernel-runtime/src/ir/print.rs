@@ -71,6 +71,13 @@ fn op_name(kind: &OpKind) -> String {
         OpKind::SemSignal => "sem_signal".into(),
         OpKind::SemWait => "sem_wait".into(),
         OpKind::SemRead => "sem_read".into(),
+        OpKind::AxisIndex { stride, size } => format!("axis_index<stride={stride}, size={size}>"),
+        OpKind::RemoteDmaStart => "remote_dma_start".into(),
+        OpKind::RemoteDmaWait { recv } => {
+            format!("remote_dma_wait<{}>", if *recv { "recv" } else { "send" })
+        }
+        OpKind::SemSignalRemote => "sem_signal_remote".into(),
+        OpKind::BarrierSemaphore => "barrier_semaphore".into(),
         OpKind::MultipleOf(m) => format!("multiple_of<{m}>"),
         OpKind::If => "if".into(),
         OpKind::For => "for".into(),

@@ -85,6 +85,11 @@ pub(crate) fn lower_op(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op) -> R
         OpKind::SemSignal => dma::semaphore(lw, block, op, "tpu.sem_signal"),
         OpKind::SemWait => dma::semaphore(lw, block, op, "tpu.sem_wait"),
         OpKind::SemRead => dma::semaphore(lw, block, op, "tpu.sem_read"),
+        OpKind::SemSignalRemote => dma::semaphore(lw, block, op, "tpu.sem_signal"),
+        OpKind::AxisIndex { stride, size } => dma::axis_index(lw, block, op, *stride, *size),
+        OpKind::BarrierSemaphore => simple(lw, block, op, "tpu.sem_barrier", &[]),
+        OpKind::RemoteDmaStart => dma::remote_dma(lw, block, op, None),
+        OpKind::RemoteDmaWait { recv } => dma::remote_dma(lw, block, op, Some(*recv)),
         OpKind::MultipleOf(m) => simple(
             lw,
             block,

@@ -15,10 +15,10 @@ pub fn backend_config(k: &Kernel, opts: &CallOptions) -> Result<String> {
     // The body (base64: nothing to escape) is spliced into the JSON text afterwards rather than passed
     // through serde's per-character string escaping, the slowest step of writing the config.
     cc.insert("body".into(), Value::String(String::new()));
-    if opts.has_communication {
+    if opts.has_communication || k.communicates() {
         cc.insert("has_communication".into(), json!(true));
     }
-    if let Some(id) = opts.collective_id {
+    if let Some(id) = opts.collective_id.or(k.collective_id) {
         cc.insert("collective_id".into(), json!(id));
     }
     if let Some(c) = &k.cost_estimate {

@@ -94,7 +94,11 @@ semaphore_handle!(DmaSem, SemKind::Dma, "DMA semaphore");
 semaphore_handle!(Sem, SemKind::Regular, "semaphore");
 
 /// The semaphore operand `v`, checked to be a single semaphore of `kind`.
-fn one_semaphore(t: &super::Tracer, v: Val, kind: SemKind) -> Result<crate::ir::ValueId> {
+pub(crate) fn one_semaphore(
+    t: &super::Tracer,
+    v: Val,
+    kind: SemKind,
+) -> Result<crate::ir::ValueId> {
     match t.ty(v)? {
         Type::Ref(s, _, MemSpace::Sem(k)) if s.is_empty() && *k == kind => t.check(v),
         Type::Ref(s, _, MemSpace::Sem(_)) if !s.is_empty() => Err(kerr!(
@@ -256,25 +260,35 @@ impl AsyncCopy {
             let src = view_in(t, self.src.r, self.src.spec.as_ref(), loc)?;
             let dst = view_in(t, self.dst.r, self.dst.spec.as_ref(), loc)?;
             let sem = one_semaphore(t, self.sem.v, SemKind::Dma)?;
-            let (st, dt) = (t.ty_of(src).clone(), t.ty_of(dst).clone());
-            let (Type::Ref(ss, sd, sspace), Type::Ref(ds, dd, dspace)) = (&st, &dt) else {
-                return Err(kerr!(Trace, "a copy between non-refs ({st} to {dt})"));
-            };
-            if matches!(sspace, MemSpace::Sem(_)) || matches!(dspace, MemSpace::Sem(_)) {
-                return Err(kerr!(Unsupported, "semaphores cannot be copied"));
-            }
-            if ss != ds || sd != dd {
-                return Err(kerr!(
-                    Shape,
-                    "a copy from a {sd} window of shape [{}] into a {dd} window of shape [{}]: source and destination must have one shape and element type (a run-time size `?` on both, from one traced size: `async_copy(x.at(ds(i, n)), buf.at(ds(0, n)), sem)`)",
-                    shape_text(ss),
-                    shape_text(ds)
-                ));
-            }
+            same_window(t, src, dst)?;
             t.push(kind, vec![src, dst, sem], vec![], vec![], loc);
             Ok(())
         });
     }
+}
+
+/// A copy's source and destination: refs (not semaphores) of one shape and element type.
+pub(crate) fn same_window(
+    t: &super::Tracer,
+    src: crate::ir::ValueId,
+    dst: crate::ir::ValueId,
+) -> Result<()> {
+    let (st, dt) = (t.ty_of(src).clone(), t.ty_of(dst).clone());
+    let (Type::Ref(ss, sd, sspace), Type::Ref(ds, dd, dspace)) = (&st, &dt) else {
+        return Err(kerr!(Trace, "a copy between non-refs ({st} to {dt})"));
+    };
+    if matches!(sspace, MemSpace::Sem(_)) || matches!(dspace, MemSpace::Sem(_)) {
+        return Err(kerr!(Unsupported, "semaphores cannot be copied"));
+    }
+    if ss != ds || sd != dd {
+        return Err(kerr!(
+            Shape,
+            "a copy from a {sd} window of shape [{}] into a {dd} window of shape [{}]: source and destination must have one shape and element type (a run-time size `?` on both, from one traced size: `async_copy(x.at(ds(i, n)), buf.at(ds(0, n)), sem)`)",
+            shape_text(ss),
+            shape_text(ds)
+        ));
+    }
+    Ok(())
 }
 
 /// `16, ?` for a shape with a run-time size.

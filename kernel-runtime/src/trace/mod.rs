@@ -15,6 +15,7 @@ mod dma;
 mod like;
 mod pipeline;
 mod refs;
+mod remote;
 mod slice;
 mod unroll;
 mod values;
@@ -36,6 +37,9 @@ pub use pipeline::{PipeBody, PipeRefs, Pipeline};
 pub use refs::{
     ds, Ds, IntoSliceSpec, KernelParam, MemorySpace, ParamKind, Ref, RefMut, SliceArg, SliceSpec,
     View, ViewMut,
+};
+pub use remote::{
+    async_remote_copy, axis_index, axis_size, barrier_semaphore, DeviceId, IntoDeviceId, RemoteCopy,
 };
 pub use unroll::{unroll, unroll_range, unroll_range_step, UnrollBound};
 pub use values::{concatenate, roll, ConcatParts};
@@ -90,6 +94,10 @@ pub(crate) struct Tracer {
     pub(crate) grid: Vec<usize>,
     /// The function parameters that are grid indices (kernel) or grid indices (index maps).
     pub(crate) grid_args: Vec<ValueId>,
+    /// The device mesh (`axis_index`, remote device ids) and collective id (the barrier
+    /// semaphore) of the launch, set by [`communication`].
+    pub(crate) mesh: Option<crate::mesh::Mesh>,
+    pub(crate) collective_id: Option<u32>,
 }
 
 thread_local! {
@@ -130,6 +138,8 @@ pub(crate) fn begin(
         error: None,
         grid: grid.to_vec(),
         grid_args: Vec::new(),
+        mesh: None,
+        collective_id: None,
     };
     let mut vals = Vec::new();
     for ty in params {
@@ -150,6 +160,16 @@ pub(crate) fn begin(
         Ok(())
     })?;
     Ok((TraceGuard(()), vals))
+}
+
+/// Tell the running trace the launch's mesh and collective id (before the body is traced).
+pub(crate) fn communication(mesh: Option<crate::mesh::Mesh>, collective_id: Option<u32>) {
+    TRACER.with(|cell| {
+        if let Some(t) = cell.borrow_mut().as_mut() {
+            t.mesh = mesh;
+            t.collective_id = collective_id;
+        }
+    });
 }
 
 /// End the current trace, producing the function (or the first error recorded).

@@ -246,3 +246,15 @@ impl<'k> Machine<'k> {
         )
     }
 }
+
+impl Machine<'_> {
+    /// The ops that talk to other devices (`DeviceId`, remote copies and signals, the barrier
+    /// semaphore): interpret mode runs one device.
+    pub(super) fn remote_op(&mut self, op: &Op) -> Result<Vec<Value>> {
+        Err(kerr!(
+            Unsupported,
+            "`{}` talks to other devices of the mesh, and interpret mode runs one device: this kernel can be lowered and compiled for TPU, not run on the CPU",
+            crate::ir::op_label(&op.kind)
+        ))
+    }
+}

@@ -84,7 +84,60 @@ pub(super) fn dma(lw: &mut Lowerer<'_>, block: &mut Vec<MOp>, op: &Op, wait: boo
     Ok(())
 }
 
-/// `tpu.sem_signal`, `tpu.sem_wait`, `tpu.sem_read`.
+/// `(tpu.device_id / stride) % size` in unsigned arithmetic (`arith.divui`, `arith.remui`), as
+/// Pallas lowers `lax.axis_index`.
+pub(super) fn axis_index(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
+    op: &Op,
+    stride: u32,
+    size: u32,
+) -> Result<()> {
+    let i32_ty = Type::Scalar(DType::I32);
+    let ty = [lw.ty(&i32_ty)?];
+    let int = |v: u32| Literal::from_i64(DType::I32, v as i64);
+    let id = emit(lw, block, op, "tpu.device_id", &[], &ty, &[])?[0];
+    let stride = const_value(lw, block, op, &i32_ty, int(stride))?;
+    let q = emit(lw, block, op, "arith.divui", &[id, stride], &ty, &[])?[0];
+    let size = const_value(lw, block, op, &i32_ty, int(size))?;
+    let r = emit(lw, block, op, "arith.remui", &[q, size], &ty, &[])?[0];
+    lw.bind(op.results[0], r);
+    Ok(())
+}
+
+/// A remote copy as Pallas emits it: `tpu.enqueue_dma` (`wait: None`) or `tpu.wait_dma` with
+/// `wait_target` false (the send) or true (the receive), each with the source, the send semaphore
+/// (`source_semaphore`), the target, the receive semaphore (`target_semaphore`) and the device id.
+pub(super) fn remote_dma(
+    lw: &mut Lowerer<'_>,
+    block: &mut Vec<MOp>,
+    op: &Op,
+    wait: Option<bool>,
+) -> Result<()> {
+    let [src, dst, send, recv, device] = op.operands[..] else {
+        return Err(kerr!(Lowering, "a remote copy's operands (internal error)"));
+    };
+    let args = operands(lw, &[src, send, dst, recv, device])?;
+    let mut attrs = vec![
+        (
+            "operandSegmentSizes",
+            "array<i32: 1, 1, 1, 1, 1, 0, 0>".to_string(),
+        ),
+        ("priority", "0 : i32".to_string()),
+        ("strict_ordering", "false".to_string()),
+    ];
+    let name = match wait {
+        None => "tpu.enqueue_dma",
+        Some(recv) => {
+            attrs.push(("wait_target", recv.to_string()));
+            "tpu.wait_dma"
+        }
+    };
+    emit(lw, block, op, name, &args, &[], &attrs)?;
+    Ok(())
+}
+
+/// `tpu.sem_signal` (with a device id: on another device), `tpu.sem_wait`, `tpu.sem_read`.
 pub(super) fn semaphore(
     lw: &mut Lowerer<'_>,
     block: &mut Vec<MOp>,
@@ -93,6 +146,9 @@ pub(super) fn semaphore(
 ) -> Result<()> {
     let args = operands(lw, &op.operands)?;
     let attrs: &[(&'static str, String)] = match name {
+        "tpu.sem_signal" if op.operands.len() == 3 => {
+            &[("operandSegmentSizes", "array<i32: 1, 1, 1, 0, 0>".into())]
+        }
         "tpu.sem_signal" => &[("operandSegmentSizes", "array<i32: 1, 1, 0, 0, 0>".into())],
         _ => &[],
     };

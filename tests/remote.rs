@@ -1,0 +1,263 @@
+//! Kernels that talk across devices (issue 26): `axis_index` / `axis_size` against the launch's mesh,
+//! remote copies and signals addressed by device id, the barrier semaphore — what they trace and lower
+//! to, and each mistake as an error at its Rust line whose hint, followed, builds.
+
+use tpu_kernel::prelude::*;
+use tpu_kernel::runtime::ir::{BinaryOp, Op, OpKind, Region};
+use tpu_kernel::ErrorKind;
+
+#[path = "common/marks.rs"]
+mod marks;
+
+const HERE: marks::Marked = marks::Marked {
+    file: "remote.rs",
+    src: include_str!("remote.rs"),
+};
+
+fn ops(r: &Region) -> Vec<&Op> {
+    let mut out = Vec::new();
+    for op in &r.ops {
+        out.push(op);
+        for inner in &op.regions {
+            out.extend(ops(inner));
+        }
+    }
+    out
+}
+
+fn block() -> ArrayType {
+    ArrayType::new([8, 128], F32)
+}
+
+#[tpu_kernel]
+fn send_right_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, recv: DmaSem) {
+    let right = DeviceId::along("y", (axis_index("y") + 1) % axis_size("y"));
+    let copy = async_remote_copy(x, o, send, recv, right);
+    copy.start();
+    copy.wait();
+}
+
+fn send_right(mesh: Option<Mesh>) -> Result<PallasCall, KernelError> {
+    let b = pallas_call(send_right_kernel)
+        .input_any(block())
+        .output_any(block())
+        .scratch(DmaSem::one())
+        .scratch(DmaSem::one());
+    match mesh {
+        Some(m) => b.mesh(m).build(),
+        None => b.build(),
+    }
+}
+
+#[test]
+fn a_remote_copy_along_one_axis_keeps_this_devices_other_coordinates() {
+    let call = send_right(Some(Mesh::new([("x", 2), ("y", 3)]).unwrap())).unwrap();
+    let body = ops(&call.ir().body.body);
+    let kinds: Vec<&OpKind> = body.iter().map(|o| &o.kind).collect();
+    // `axis_index("y")` is (device_id / 1) % 3; the id of the device to the right is x * 3 + y', x
+    // this device's (device_id / 3) % 2.
+    assert!(kinds.contains(&&OpKind::AxisIndex { stride: 1, size: 3 }));
+    assert!(kinds.contains(&&OpKind::AxisIndex { stride: 3, size: 2 }));
+    assert!(kinds.contains(&&OpKind::Binary(BinaryOp::Mul)));
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| matches!(k, OpKind::RemoteDmaStart))
+            .count(),
+        1
+    );
+    let waits: Vec<&OpKind> = kinds
+        .iter()
+        .copied()
+        .filter(|k| matches!(k, OpKind::RemoteDmaWait { .. }))
+        .collect();
+    assert_eq!(
+        waits,
+        [
+            &OpKind::RemoteDmaWait { recv: false },
+            &OpKind::RemoteDmaWait { recv: true }
+        ]
+    );
+    assert!(call.ir().communicates());
+    let config = call.custom_call().backend_config().unwrap();
+    assert!(config.contains("\"has_communication\":true"), "{config}");
+    // a kernel that talks to no other device says nothing of communication
+    let plain = pallas_call(|x: Ref<f32>, o: RefMut<f32>| o.store(x.load()))
+        .input(block(), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .output(block(), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .build()
+        .unwrap();
+    assert!(!plain.ir().communicates());
+    assert!(!plain
+        .custom_call()
+        .backend_config()
+        .unwrap()
+        .contains("has_communication"));
+}
+
+#[tpu_kernel]
+fn no_mesh_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, recv: DmaSem) {
+    let me = axis_index("y"); // E:no_mesh
+    async_remote_copy(x, o, send, recv, DeviceId::along("y", me)).start();
+}
+
+#[test]
+fn without_a_mesh_axis_index_says_how_to_give_one_and_the_hint_builds() {
+    let no_mesh = || {
+        pallas_call(no_mesh_kernel)
+            .input_any(block())
+            .output_any(block())
+            .scratch(DmaSem::one())
+            .scratch(DmaSem::one())
+    };
+    let e = no_mesh().build().unwrap_err();
+    HERE.check(
+        &e,
+        ErrorKind::Grid,
+        "no_mesh",
+        &["axis_index(\"y\")", "jax.shard_map", ".mesh(Mesh::new("],
+    );
+    // the hint: a mesh with that axis
+    no_mesh()
+        .mesh(Mesh::new([("y", 4)]).unwrap())
+        .build()
+        .expect("the hint builds");
+    // with a mesh in scope (an exported kernel inside shard_map), too
+    Mesh::new([("y", 2)])
+        .unwrap()
+        .scope(|| send_right(None))
+        .expect("the scoped mesh is the launch's");
+}
+
+#[tpu_kernel]
+fn unknown_axis_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let n = axis_size("z"); // E:unknown_axis
+    o.store(x.load() * n as f32);
+}
+
+#[test]
+fn an_axis_not_in_the_mesh_lists_the_mesh() {
+    let e = pallas_call(unknown_axis_kernel)
+        .input(block(), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .output(block(), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .mesh(Mesh::new([("x", 2), ("y", 2)]).unwrap())
+        .build()
+        .unwrap_err();
+    HERE.check(
+        &e,
+        ErrorKind::Grid,
+        "unknown_axis",
+        &["no mesh axis \"z\"", "{x: 2, y: 2}"],
+    );
+}
+
+#[tpu_kernel]
+fn barrier_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, local: DmaSem) {
+    let barrier = barrier_semaphore(); // E:no_collective
+    barrier.signal_on(
+        1,
+        DeviceId::along("x", (axis_index("x") + 1) % axis_size("x")),
+    );
+    barrier.wait(1);
+    sync_copy(x, o, local);
+}
+
+#[test]
+fn the_barrier_semaphore_needs_a_collective_id_and_the_hint_builds() {
+    let barrier = || {
+        pallas_call(barrier_kernel)
+            .input_any(block())
+            .output_any(block())
+            .scratch(DmaSem::one())
+            .mesh(Mesh::new([("x", 4)]).unwrap())
+    };
+    let e = barrier().build().unwrap_err();
+    HERE.check(
+        &e,
+        ErrorKind::Signature,
+        "no_collective",
+        &["barrier_semaphore()", ".collective_id(0)"],
+    );
+    let call = barrier().collective_id(0).build().expect("the hint builds");
+    let config = call.custom_call().backend_config().unwrap();
+    assert!(
+        config.contains("\"has_communication\":true,\"collective_id\":0"),
+        "{config}"
+    );
+}
+
+#[tpu_kernel]
+fn coordinates_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, recv: DmaSem) {
+    let me = axis_index("x");
+    let copy = async_remote_copy(x, o, send, recv, [me]);
+    copy.start(); // E:coordinates
+    copy.wait();
+}
+
+#[test]
+fn mesh_coordinates_are_one_per_axis() {
+    let e = pallas_call(coordinates_kernel)
+        .input_any(block())
+        .output_any(block())
+        .scratch(DmaSem::one())
+        .scratch(DmaSem::one())
+        .mesh(Mesh::new([("x", 2), ("y", 2)]).unwrap())
+        .build()
+        .unwrap_err();
+    HERE.check(
+        &e,
+        ErrorKind::Shape,
+        "coordinates",
+        &["1 mesh coordinates", "{x: 2, y: 2} has 2 axes"],
+    );
+}
+
+#[tpu_kernel]
+fn smem_kernel(
+    x: Ref<f32, Any>,
+    o: RefMut<f32, Any>,
+    s: RefMut<i32, Smem>,
+    send: DmaSem,
+    recv: DmaSem,
+) {
+    let copy = async_remote_copy(s, s, send, recv, DeviceId::logical(1));
+    copy.start(); // E:smem
+    sync_copy(x, o, send);
+}
+
+#[test]
+fn smem_is_not_sent() {
+    let e = pallas_call(smem_kernel)
+        .input_any(block())
+        .output_any(block())
+        .scratch(Smem::new([8], I32))
+        .scratch(DmaSem::one())
+        .scratch(DmaSem::one())
+        .mesh(Mesh::new([("x", 2)]).unwrap())
+        .build()
+        .unwrap_err();
+    HERE.check(&e, ErrorKind::Unsupported, "smem", &["SMEM"]);
+}
+
+#[test]
+fn interpret_mode_refuses_a_communicating_kernel_at_its_line() {
+    let call = send_right(Some(Mesh::new([("y", 2)]).unwrap())).unwrap();
+    let x = HostArray::from_vec([8, 128], vec![1.0f32; 8 * 128]).unwrap();
+    let e = call.interpret(&[x]).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
+    assert!(e.message.contains("talks to other devices"), "{e}");
+    assert!(e.location.is_some(), "{e}");
+}
+
+#[test]
+fn a_mesh_is_named_axes_of_positive_sizes() {
+    for (axes, needle) in [
+        (vec![], "at least one axis"),
+        (vec![("x", 2), ("x", 2)], "named twice"),
+        (vec![("x", 0)], "size 0"),
+        (vec![(" ", 2)], "empty name"),
+    ] {
+        let e = Mesh::new(axes).unwrap_err();
+        assert!(e.message.contains(needle), "{e}");
+    }
+}
