@@ -7,6 +7,11 @@
 //! for the one coming from its left. Before the first send, a handshake on the barrier semaphore
 //! makes sure both neighbours are running the kernel (nothing lands in a buffer XLA may still be
 //! using for something else).
+//!
+//! Each slot lands on a receive semaphore of its own: a device may run ahead of its right neighbour
+//! by more than one step, and a semaphore counts bytes, not copies — with one receive semaphore, the
+//! neighbour's first wait could be ended by the second slot landing while it forwards the first
+//! (`interpret_spmd` reports that race).
 
 use tpu_kernel::dtype::Element;
 use tpu_kernel::prelude::*;
@@ -28,22 +33,32 @@ fn ring_all_gather_kernel<T: Element>(
     sync_copy(x, o.at(ds(me * m, m)), local);
 
     let barrier = barrier_semaphore();
-    barrier.signal_on(1, left);
+    barrier.signal_on(1, left.clone());
     barrier.signal_on(1, right.clone());
     barrier.wait(2);
 
     for step in 0..n - 1 {
-        // The slot received last (this device's own at the first step) goes on to the right.
-        let slot = (me - step + n) % n * m;
-        let copy = async_remote_copy(
-            o.at(ds(slot, m)),
-            o.at(ds(slot, m)),
+        // The slot received last (this device's own at the first step) goes on to the right, on the
+        // slot's receive semaphore there; the one from the left comes on its own.
+        let out = (me - step + n) % n;
+        let sent = async_remote_copy(
+            o.at(ds(out * m, m)),
+            o.at(ds(out * m, m)),
             send,
-            recv,
+            recv.at(out),
             right.clone(),
         );
-        copy.start();
-        copy.wait();
+        sent.start();
+        sent.wait_send();
+        let inn = (me - step - 1 + n) % n;
+        let got = async_remote_copy(
+            o.at(ds(inn * m, m)),
+            o.at(ds(inn * m, m)),
+            send,
+            recv.at(inn),
+            left.clone(),
+        );
+        got.wait_recv();
     }
 }
 
@@ -77,7 +92,7 @@ pub fn ring_all_gather(
             .output_any(ArrayType::new([n * m, k], x.dtype))
             .scratch(DmaSem::one())
             .scratch(DmaSem::one())
-            .scratch(DmaSem::one())
+            .scratch(DmaSem::array([n]))
             .collective_id(0)
             .build()
         }};

@@ -341,6 +341,31 @@ pub fn expected(
 
 // ---------------------------------------------------------------------------------------------- helpers
 
+/// What each device of a one-axis mesh of `devices` should compute from `inputs` (one list per
+/// device), for the kernels that talk across devices: `None` for a kernel without one.
+pub fn expected_spmd(
+    name: &str,
+    inputs: &[Vec<HostArray>],
+) -> Option<Result<Vec<Vec<HostArray>>, KernelError>> {
+    match name {
+        // every device: the shards of all, in device order
+        "ring_all_gather_kernel" => Some((|| {
+            let mut all = Vec::new();
+            let mut rows = 0;
+            let mut cols = 0;
+            for device in inputs {
+                let (x, m, n) = f32_input(device, 0)?;
+                all.extend_from_slice(x);
+                rows += m;
+                cols = n;
+            }
+            let out = f32_out([rows, cols], all)?;
+            Ok(inputs.iter().map(|_| vec![out.clone()]).collect())
+        })()),
+        _ => None,
+    }
+}
+
 fn bad(msg: impl Into<String>) -> KernelError {
     KernelError::new(crate::ErrorKind::Shape, msg)
 }

@@ -9,8 +9,9 @@
 //! threads), poisoned, seeded DMA timing —, the vectorized loops (AVX2 under valgrind, which does not
 //! emulate AVX-512: the AVX-512 and AVX-512 BF16 paths are not reached there), the `gemm` calls of
 //! f32 and bf16 `dot`, the interpreter on borrowed arrays (inputs read in place or copied when
-//! misaligned, outputs written in place, an aliased input that is its output's own buffer), and the
-//! XLA FFI handler on a call frame as XLA builds it.
+//! misaligned, outputs written in place, an aliased input that is its output's own buffer), the
+//! XLA FFI handler on a call frame as XLA builds it, and the SPMD examples on every device of their
+//! mesh (a thread per device, copies between their refs).
 
 mod common;
 #[path = "common/xla.rs"]
@@ -396,4 +397,30 @@ fn the_ffi_handler_on_xla_call_frames() {
             });
         }
     });
+}
+
+/// The SPMD examples on every device of a mesh (a thread per device, one running at a time; copies
+/// between the devices' refs): against the reference, and the same bits poisoned and seeded.
+#[test]
+fn every_spmd_example_on_its_mesh() {
+    use tpu_kernel::runtime::interpret::interpret_spmd;
+    for (name, build) in SPMD_EXAMPLES {
+        let call = build().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let devices = call.ir().mesh.as_ref().expect("a mesh").devices();
+        let inputs: Vec<Vec<HostArray>> = (0..devices)
+            .map(|d| reference::random_inputs(&call, d as u64))
+            .collect();
+        let got = call
+            .interpret_spmd(&inputs)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = reference::expected_spmd(call.name(), &inputs)
+            .unwrap_or_else(|| panic!("no reference for {name}"))
+            .unwrap_or_else(|e| panic!("reference for {name}: {e}"));
+        assert_eq!(got, want, "{name}");
+        for (mode, opts) in modes() {
+            let again = interpret_spmd(call.ir(), &inputs, &opts)
+                .unwrap_or_else(|e| panic!("{name} ({mode}): {e}"));
+            assert_eq!(again, got, "{name} ({mode})");
+        }
+    }
 }

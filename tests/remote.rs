@@ -261,3 +261,297 @@ fn a_mesh_is_named_axes_of_positive_sizes() {
         assert!(e.message.contains(needle), "{e}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------- SPMD runs
+
+fn mesh4() -> Mesh {
+    Mesh::new([("x", 4)]).unwrap()
+}
+
+fn device_inputs(n: usize, rows: usize) -> Vec<Vec<HostArray>> {
+    (0..n)
+        .map(|d| {
+            let v: Vec<f32> = (0..rows * 128)
+                .map(|i| (d * 10_000 + i) as f32 * 0.5 - 3.0)
+                .collect();
+            vec![HostArray::from_vec([rows, 128], v).unwrap()]
+        })
+        .collect()
+}
+
+#[path = "../examples/ring_all_gather.rs"]
+mod ring;
+
+#[test]
+fn the_ring_all_gather_gathers_every_shard_on_every_device_bit_for_bit() {
+    for axes in [vec![("x", 4)], vec![("x", 2), ("y", 3)]] {
+        let mesh = Mesh::new(axes.clone()).unwrap();
+        let n = mesh.devices();
+        let call = mesh
+            .clone()
+            .scope(|| ring::ring_all_gather(ArrayType::new([8, 128], F32), "x".into()))
+            .unwrap();
+        let inputs = device_inputs(n, 8);
+        let outs = call.interpret_spmd(&inputs).unwrap();
+        let (_, size, stride) = mesh.axis("x").unwrap();
+        for (d, out) in outs.iter().enumerate() {
+            // the shards of the devices along x that share this device's other coordinates
+            let base = d % stride + (d / (stride * size)) * stride * size;
+            let want: Vec<u32> = (0..size)
+                .flat_map(|k| {
+                    inputs[base + k * stride][0]
+                        .as_slice::<f32>()
+                        .unwrap()
+                        .to_vec()
+                })
+                .map(f32::to_bits)
+                .collect();
+            let got: Vec<u32> = out[0]
+                .as_slice::<f32>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            assert!(got == want, "{axes:?}: device {d} gathered other values");
+        }
+    }
+}
+
+#[test]
+fn interpret_spmd_takes_one_list_of_inputs_per_device() {
+    let call = mesh4()
+        .scope(|| ring::ring_all_gather(ArrayType::new([8, 128], F32), "x".into()))
+        .unwrap();
+    let e = call.interpret_spmd(&device_inputs(3, 8)).unwrap_err();
+    assert!(
+        e.message.contains("4 devices but inputs were given for 3"),
+        "{e}"
+    );
+    let plain = send_right(None);
+    assert!(plain.is_err());
+}
+
+#[tpu_kernel]
+fn never_receives_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, recv: DmaSem) {
+    let right = DeviceId::along("x", (axis_index("x") + 1) % axis_size("x"));
+    let copy = async_remote_copy(x, o, send, recv, right); // E:never_received
+    copy.start(); // E:never_received_start
+    copy.wait_send();
+}
+
+#[test]
+fn a_receive_never_waited_for_is_a_race_naming_the_devices() {
+    let call = pallas_call(never_receives_kernel)
+        .input_any(block())
+        .output_any(block())
+        .scratch(DmaSem::one())
+        .scratch(DmaSem::one())
+        .mesh(mesh4())
+        .build()
+        .unwrap();
+    let e = call.interpret_spmd(&device_inputs(4, 8)).unwrap_err();
+    HERE.check(
+        &e,
+        ErrorKind::Race,
+        "never_received_start",
+        &["device", "still in flight when the kernel ends"],
+    );
+}
+
+#[tpu_kernel]
+fn overwrite_kernel(x: Ref<f32>, o: RefMut<f32>, buf: RefMut<f32>, send: DmaSem, recv: DmaSem) {
+    let right = DeviceId::along("x", (axis_index("x") + 1) % axis_size("x"));
+    buf.store(x.load());
+    let copy = async_remote_copy(buf, o, send, recv, right);
+    copy.start();
+    buf.store(x.load() * 2.0); // E:overwrite
+    copy.wait();
+}
+
+fn vmem_call(
+    kernel: impl tpu_kernel::launch::KernelFn<(Ref<f32>, RefMut<f32>, RefMut<f32>, DmaSem, DmaSem)>,
+) -> PallasCall {
+    pallas_call(kernel)
+        .input(block(), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .output(block(), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .scratch(Vmem::new([8, 128], F32))
+        .scratch(DmaSem::one())
+        .scratch(DmaSem::one())
+        .mesh(mesh4())
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_send_buffer_written_in_flight_is_a_race() {
+    let e = vmem_call(overwrite_kernel)
+        .interpret_spmd(&device_inputs(4, 8))
+        .unwrap_err();
+    HERE.check(
+        &e,
+        ErrorKind::Race,
+        "overwrite",
+        &[
+            "on device 0",
+            "writes scratch 0",
+            "to device 1",
+            "in flight",
+        ],
+    );
+}
+
+#[tpu_kernel]
+fn early_read_kernel(x: Ref<f32>, o: RefMut<f32>, buf: RefMut<f32>, send: DmaSem, recv: DmaSem) {
+    let right = DeviceId::along("x", (axis_index("x") + 1) % axis_size("x"));
+    buf.store(x.load());
+    let copy = async_remote_copy(buf, o, send, recv, right);
+    copy.start();
+    copy.wait_send();
+    let early = o.load(); // E:early_read
+    copy.wait_recv();
+    o.store(early);
+}
+
+#[test]
+fn reading_a_destination_before_its_receive_is_a_race_naming_the_sender() {
+    let e = vmem_call(early_read_kernel)
+        .interpret_spmd(&device_inputs(4, 8))
+        .unwrap_err();
+    HERE.check(
+        &e,
+        ErrorKind::Race,
+        "early_read",
+        &["reads output 0", "DMA from device 0", "in flight"],
+    );
+}
+
+#[tpu_kernel]
+fn leaves_barrier_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, local: DmaSem) {
+    let barrier = barrier_semaphore();
+    barrier.signal_on(
+        2,
+        DeviceId::along("x", (axis_index("x") + 1) % axis_size("x")),
+    );
+    barrier.wait(1);
+    sync_copy(x, o, local);
+}
+
+#[test]
+fn a_barrier_left_signalled_for_the_next_call_is_an_error() {
+    let call = pallas_call(leaves_barrier_kernel)
+        .input_any(block())
+        .output_any(block())
+        .scratch(DmaSem::one())
+        .mesh(mesh4())
+        .collective_id(0)
+        .build()
+        .unwrap();
+    let e = call.interpret_spmd(&device_inputs(4, 8)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Race, "{e}");
+    assert!(
+        e.message
+            .contains("the barrier semaphore holds 1 when the kernel ends"),
+        "{e}"
+    );
+}
+
+#[tpu_kernel]
+fn outside_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, recv: DmaSem) {
+    let copy = async_remote_copy(x, o, send, recv, DeviceId::logical(axis_index("x") + 4));
+    copy.start(); // E:outside
+    copy.wait();
+}
+
+#[test]
+fn a_device_id_outside_the_mesh_is_an_error_at_its_line() {
+    let call = pallas_call(outside_kernel)
+        .input_any(block())
+        .output_any(block())
+        .scratch(DmaSem::one())
+        .scratch(DmaSem::one())
+        .mesh(mesh4())
+        .build()
+        .unwrap();
+    let e = call.interpret_spmd(&device_inputs(4, 8)).unwrap_err();
+    HERE.check(
+        &e,
+        ErrorKind::OutOfBounds,
+        "outside",
+        &["device id 4 is outside the mesh {x: 4}", "on device 0"],
+    );
+}
+
+#[tpu_kernel]
+fn waits_forever_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, recv: DmaSem) {
+    let left = DeviceId::along("x", (axis_index("x") + 3) % axis_size("x"));
+    let copy = async_remote_copy(x, o, send, recv, left);
+    copy.wait_recv(); // E:deadlock
+    copy.start();
+    copy.wait_send();
+}
+
+#[test]
+fn every_device_waiting_is_a_deadlock_naming_each_wait() {
+    let call = pallas_call(waits_forever_kernel)
+        .input_any(block())
+        .output_any(block())
+        .scratch(DmaSem::one())
+        .scratch(DmaSem::one())
+        .mesh(mesh4())
+        .build()
+        .unwrap();
+    let e = call.interpret_spmd(&device_inputs(4, 8)).unwrap_err();
+    HERE.check(
+        &e,
+        ErrorKind::Deadlock,
+        "deadlock",
+        &[
+            "every device of the mesh {x: 4} waits",
+            "device 0 waits",
+            "device 3 waits",
+        ],
+    );
+}
+
+#[tpu_kernel]
+fn one_receive_semaphore_kernel(
+    x: Ref<f32, Any>,
+    o: RefMut<f32, Any>,
+    local: DmaSem,
+    send: DmaSem,
+    recv: DmaSem,
+) {
+    let n = axis_size("x");
+    let me = axis_index("x");
+    let right = DeviceId::along("x", (me + 1) % n);
+    let m = x.shape()[0];
+    sync_copy(x, o.at(ds(me * m, m)), local);
+    for step in 0..n - 1 {
+        let slot = (me - step + n) % n * m;
+        let copy = async_remote_copy(o.at(ds(slot, m)), o.at(ds(slot, m)), send, recv, right);
+        copy.start(); // E:one_receive_semaphore
+        copy.wait();
+    }
+}
+
+#[test]
+fn a_ring_on_one_receive_semaphore_races_when_a_device_runs_two_steps_ahead() {
+    // A device that receives two slots from its left before it first waits cannot tell which one its
+    // first wait retired (a semaphore counts bytes): forwarding either is a race.
+    let call = pallas_call(one_receive_semaphore_kernel)
+        .input_any(ArrayType::new([8, 128], F32))
+        .output_any(ArrayType::new([32, 128], F32))
+        .scratch(DmaSem::one())
+        .scratch(DmaSem::one())
+        .scratch(DmaSem::one())
+        .mesh(mesh4())
+        .build()
+        .unwrap();
+    let e = call.interpret_spmd(&device_inputs(4, 8)).unwrap_err();
+    HERE.check(
+        &e,
+        ErrorKind::Race,
+        "one_receive_semaphore",
+        &["reads output 0[", "while the DMA from device", "in flight"],
+    );
+}

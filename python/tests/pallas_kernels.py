@@ -743,7 +743,8 @@ def _values_ref(x, bm=16):
     return (o + rows).reshape(m, n), idx.reshape(m, n)
 
 # -- ring_all_gather (SPMD): each device's [m, k] shard gathered along mesh axis `axis` in a ring of
-# remote copies between the devices' HBM outputs, after a barrier handshake with both neighbours
+# remote copies between the devices' HBM outputs, after a barrier handshake with both neighbours; each
+# slot lands on a receive semaphore of its own
 def _ring_all_gather_kernel(x_hbm, o_hbm, local, send, recv, *, axis):
     n = lax.axis_size(axis)
     me = lax.axis_index(axis)
@@ -758,11 +759,15 @@ def _ring_all_gather_kernel(x_hbm, o_hbm, local, send, recv, *, axis):
     pl.semaphore_wait(barrier, 2)
 
     def step(i, carry):
-        slot = lax.rem(me - i + n, n) * m
-        copy = pltpu.make_async_remote_copy(o_hbm.at[pl.ds(slot, m)], o_hbm.at[pl.ds(slot, m)], send, recv,
-                                            device_id={axis: right})
-        copy.start()
-        copy.wait()
+        out = lax.rem(me - i + n, n)
+        sent = pltpu.make_async_remote_copy(o_hbm.at[pl.ds(out * m, m)], o_hbm.at[pl.ds(out * m, m)], send,
+                                            recv.at[out], device_id={axis: right})
+        sent.start()
+        sent.wait_send()
+        inn = lax.rem(me - i - 1 + n, n)
+        got = pltpu.make_async_remote_copy(o_hbm.at[pl.ds(inn * m, m)], o_hbm.at[pl.ds(inn * m, m)], send,
+                                           recv.at[inn], device_id={axis: left})
+        got.wait_recv()
         return carry
 
     lax.fori_loop(0, n - 1, step, 0)
@@ -775,7 +780,8 @@ def ring_all_gather(x, axis="x"):
     any_spec = pl.BlockSpec(memory_space=pl.ANY)
     return pl.pallas_call(functools.partial(_ring_all_gather_kernel, axis=axis),
                           out_shape=S((n * m, k), x.dtype), in_specs=[any_spec], out_specs=any_spec,
-                          scratch_shapes=[pltpu.SemaphoreType.DMA] * 3,
+                          scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA,
+                                          pltpu.SemaphoreType.DMA((n,))],
                           compiler_params=pltpu.CompilerParams(collective_id=0),
                           name="ring_all_gather_kernel")(x)
 

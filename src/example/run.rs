@@ -10,11 +10,82 @@ use crate::runtime::mosaic_cpu;
 use crate::{ErrorKind, KernelError, PallasCall};
 use std::time::Instant;
 
+/// A kernel that talks across devices: every device of its mesh on random inputs of its own
+/// (`interpret_spmd`), each device's outputs checked against the reference.
+fn run_spmd(call: &PallasCall, engine: Engine) -> Result<String, KernelError> {
+    use crate::runtime::interpret::interpret_spmd;
+    if !matches!(engine, Engine::Interpret) {
+        return Err(KernelError::new(
+            ErrorKind::Unsupported,
+            "Mosaic-on-CPU runs one device, and this kernel talks to the other devices of its mesh: run it in interpret mode (`--run`), which runs every device",
+        ));
+    }
+    let mesh = call.ir().mesh.clone().ok_or_else(|| {
+        KernelError::new(
+            ErrorKind::Grid,
+            "a kernel that talks across devices without a mesh",
+        )
+    })?;
+    let inputs: Vec<Vec<HostArray>> = (0..mesh.devices())
+        .map(|d| reference::random_inputs(call, d as u64))
+        .collect();
+    let outputs = interpret_spmd(call.ir(), &inputs, &InterpretOptions::poisoned())?;
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 3 || (times.len() < 20 && start.elapsed().as_secs_f64() < 0.5) {
+        let t = Instant::now();
+        interpret_spmd(call.ir(), &inputs, &InterpretOptions::default())?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    let ms = times[times.len() / 2];
+    let mut out = format!(
+        "kernel `{}` on CPU (interpret mode, every device of the mesh {}, random inputs)\n",
+        call.name(),
+        mesh.describe()
+    );
+    let Some(expected) = reference::expected_spmd(call.name(), &inputs) else {
+        out +=
+            &format!("  no plain-Rust reference for this kernel; not checked\n  time: {ms:.3} ms");
+        return Ok(out);
+    };
+    let want = expected?;
+    let mut ok = true;
+    for (d, (got, want)) in outputs.iter().zip(&want).enumerate() {
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            let c = reference::compare(g, w, reference::Tolerance::EXACT);
+            ok &= c.ok;
+            out += &format!(
+                "  device {d} output {i} {:?} {}: max |error| {:.3e} vs reference {}\n",
+                g.shape(),
+                g.dtype(),
+                c.max_abs_error,
+                if c.ok { "ok" } else { "MISMATCH" }
+            );
+        }
+    }
+    out += &format!(
+        "  time: {ms:.3} ms for the whole mesh (median of {} runs)",
+        times.len()
+    );
+    if ok {
+        Ok(out)
+    } else {
+        Err(KernelError::new(
+            ErrorKind::Shape,
+            format!("interpret mode: results differ from the reference\n{out}"),
+        ))
+    }
+}
+
 /// One timed run of the chosen engine.
 type RunOnce<'a> = dyn Fn(&[HostArray]) -> Result<Vec<HostArray>, KernelError> + 'a;
 
 /// Run `call` on random inputs; an error if it fails or disagrees with its reference.
 pub fn run(call: &PallasCall, engine: Engine) -> Result<String, KernelError> {
+    if call.ir().communicates() {
+        return run_spmd(call, engine);
+    }
     let inputs = reference::random_inputs(call, 0);
     let (outputs, how, once): (_, _, Box<RunOnce<'_>>) = match engine {
         Engine::Interpret => (

@@ -15,10 +15,11 @@ use crate::semantics::host::{HostData, HostElement};
 mod dma;
 mod dots;
 mod refs;
+mod remote;
 mod values;
 mod views;
 mod walk;
-pub(crate) use dma::{DmaModel, RefView};
+pub(crate) use dma::{DmaModel, Peer, RefView, Sem};
 use refs::read_dest;
 pub(crate) use refs::{write_view, write_view_raw};
 
@@ -74,10 +75,28 @@ pub(crate) struct Machine<'k> {
     pub dests: Vec<Option<RawDest>>,
     /// Copies in flight and semaphore counts.
     pub dma: DmaModel,
+    /// In an SPMD run ([`super::spmd`]): this device's link to the others, the data of copies
+    /// received and not yet landed (by tag), and the barrier semaphore's ref.
+    link: Option<std::sync::Arc<super::spmd::Link>>,
+    received: std::collections::HashMap<u64, Tensor>,
+    barrier: usize,
 }
 
 impl<'k> Machine<'k> {
-    pub fn new(func: &'k Func, refs: Vec<RefState>, poison: bool) -> Self {
+    pub fn new(func: &'k Func, mut refs: Vec<RefState>, poison: bool) -> Self {
+        let link = super::spmd::current();
+        // The barrier semaphore follows the kernel's operands on every device (one numbering).
+        let barrier = refs.len();
+        if link.is_some() {
+            refs.push(RefState {
+                dtype: DType::I32,
+                shape: Vec::new(),
+                content: None,
+                label: "the barrier semaphore".into(),
+                written_through: false,
+                blocked: false,
+            });
+        }
         let dests = refs.iter().map(|_| None).collect();
         Machine {
             func,
@@ -86,6 +105,9 @@ impl<'k> Machine<'k> {
             refs,
             dests,
             dma: DmaModel::default(),
+            link,
+            received: std::collections::HashMap::new(),
+            barrier,
         }
     }
 
@@ -148,6 +170,9 @@ impl<'k> Machine<'k> {
             }
             if plan.skip[i] {
                 continue; // folded into a fused chain that runs at a later op
+            }
+            if self.link.as_ref().is_some_and(|l| l.has_mail()) {
+                self.receive().map_err(|e| e.at(op.loc))?;
             }
             let results = match (&plan.chain[i], plan.sink_to[i]) {
                 (Some(ch), sink) => self.chain(op, ch, sink),

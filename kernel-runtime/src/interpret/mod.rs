@@ -49,6 +49,8 @@ pub use plan::PlanCounts;
 mod reduce;
 mod row_order;
 mod simd;
+mod spmd;
+pub use spmd::interpret_spmd;
 mod tensor;
 mod workers;
 

@@ -28,7 +28,8 @@
 //! at its start; its semaphores count the same bytes) and reports the faults it can see — deadlocks,
 //! semaphores left counting — with this module's messages.
 
-use crate::error::{kerr, KernelError, Result, SourceLoc};
+pub(crate) use super::dma_faults::*;
+use crate::error::{kerr, Result, SourceLoc};
 use smallvec::SmallVec;
 use std::collections::HashMap;
 
@@ -120,14 +121,6 @@ pub(crate) trait Refs {
     fn elem_bits(&self, r: usize) -> u32;
 }
 
-/// A copy whose two ends differ in shape (run-time sizes that disagree when the kernel runs).
-pub(crate) fn copy_shapes_differ(src: &[usize], dst: &[usize]) -> KernelError {
-    kerr!(
-        Shape,
-        "a DMA from a window of shape {src:?} into a window of shape {dst:?}: the two ends of a copy must have one shape (their run-time sizes differ)"
-    )
-}
-
 /// The bytes of `elements` elements of `bits` bits (what a copy adds to its semaphore, what a wait on
 /// a descriptor of that size takes) — the one byte count of both engines.
 pub(crate) fn copy_bytes(elements: usize, bits: u32) -> i64 {
@@ -169,94 +162,6 @@ fn sem_name(refs: &(impl Refs + ?Sized), (r, i): Sem) -> String {
     sem_label(refs.label(r), refs.shape(r), i)
 }
 
-/// A wait for `bytes` on DMA semaphore `sem`, where the copies started on it can bring only
-/// `coming` more.
-pub(crate) fn deadlock_dma_wait(sem: &str, bytes: i64, coming: i64) -> KernelError {
-    let more = if coming == 0 {
-        "no copy signalling it is outstanding".to_string()
-    } else {
-        format!("the copies started on it bring only {coming} more")
-    };
-    kerr!(
-        Deadlock,
-        "waits for {bytes} bytes on DMA semaphore {sem}, but {more}: this wait would never return"
-    )
-}
-
-/// A wait for `n` on semaphore `sem`, which holds `value < n` with nothing left to signal it.
-pub(crate) fn deadlock_sem_wait(n: i64, sem: &str, value: i64) -> KernelError {
-    kerr!(
-        Deadlock,
-        "waits for {n} on semaphore {sem} which holds {value}, and nothing else runs to signal it: this wait would never return"
-    )
-}
-
-/// When refs go away and everything using them must be done.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// The kernel ends (all refs).
-    Kernel,
-    /// A `run_scoped` scope ends (its allocations).
-    Scope,
-}
-
-impl Release {
-    fn when(self) -> &'static str {
-        match self {
-            Release::Kernel => "the kernel ends",
-            Release::Scope => "its run_scoped scope ends",
-        }
-    }
-    fn inside(self) -> &'static str {
-        match self {
-            Release::Kernel => "",
-            Release::Scope => " inside the scope",
-        }
-    }
-}
-
-/// A regular semaphore holding `value != 0` when `at` releases it.
-pub(crate) fn semaphore_left(sem: &str, value: i64, at: Release) -> KernelError {
-    kerr!(
-        Race,
-        "semaphore {sem} holds {value} when {}: every signal must be waited for",
-        at.when()
-    )
-}
-
-/// A DMA semaphore counting `bytes` of copies never waited for when `at` releases it (an engine whose
-/// copies land at their start sees this where the model sees an outstanding copy).
-// Only Mosaic-on-CPU meets this fault (its copies complete at their start).
-#[cfg_attr(not(feature = "mosaic-cpu"), allow(dead_code))]
-pub(crate) fn dma_copies_left(sem: &str, bytes: i64, at: Release) -> KernelError {
-    kerr!(
-        Race,
-        "DMA semaphore {sem} counts {bytes} bytes of copies never waited for when {}: wait for every copy{}",
-        at.when(),
-        at.inside()
-    )
-}
-
-/// A semaphore (`dma`: a DMA semaphore, counting `value` bytes) not back at zero at the end of grid
-/// step `point`, whose next step moves along `parallel` axis `axis`.
-pub(crate) fn semaphore_across_cores(
-    sem: &str,
-    dma: bool,
-    value: i64,
-    point: &[i64],
-    axis: usize,
-) -> KernelError {
-    let holds = if dma {
-        format!("DMA semaphore {sem} counts {value} bytes of copies never waited for")
-    } else {
-        format!("semaphore {sem} holds {value}")
-    };
-    kerr!(
-        Race,
-        "{holds} at the end of grid step {point:?}, whose next step moves along parallel axis {axis} and may run on another core: wait in the same step, or make axis {axis} arbitrary"
-    )
-}
-
 /// One outstanding copy.
 #[derive(Clone, Debug)]
 pub(crate) struct InFlight {
@@ -270,6 +175,45 @@ pub(crate) struct InFlight {
     countdown: Option<u32>,
     /// Its data has moved (the engine was handed it).
     moved: bool,
+    /// A copy between devices: the other end is on `peer.device` (both ends' views are in the one
+    /// ref numbering every device of a launch shares).
+    pub peer: Option<Peer>,
+}
+
+/// The other device of a remote copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Peer {
+    pub device: usize,
+    /// This device sends (its source is local; the destination is the peer's), or receives.
+    pub outgoing: bool,
+    /// The engine's handle on the data of a copy received (it left the sender at its start).
+    pub tag: u64,
+}
+
+impl InFlight {
+    /// The source, when it is on this device.
+    fn local_src(&self) -> Option<&RefView> {
+        match self.peer {
+            Some(p) if !p.outgoing => None,
+            _ => Some(&self.src),
+        }
+    }
+    /// The destination, when it is on this device.
+    fn local_dst(&self) -> Option<&RefView> {
+        match self.peer {
+            Some(p) if p.outgoing => None,
+            _ => Some(&self.dst),
+        }
+    }
+    /// `o[0..8, 0..128]`, or `o[0..8, 0..128] of device 2` for the peer's end.
+    fn end(&self, refs: &(impl Refs + ?Sized), v: &RefView) -> String {
+        let local = std::ptr::eq(v, &self.src) && self.local_src().is_some()
+            || std::ptr::eq(v, &self.dst) && self.local_dst().is_some();
+        match self.peer {
+            Some(p) if !local => format!("{} of device {}", v.describe(refs), p.device),
+            _ => v.describe(refs),
+        }
+    }
 }
 
 /// The outstanding copies and the semaphores of one core (one chunk of grid steps).
@@ -317,21 +261,29 @@ impl DmaModel {
         write: bool,
     ) -> Result<()> {
         for f in &self.inflight {
-            if f.dst.overlaps(v) {
+            let from = match f.peer {
+                Some(p) if !p.outgoing => format!(" from device {}", p.device),
+                _ => String::new(),
+            };
+            if f.local_dst().is_some_and(|d| d.overlaps(v)) {
                 let what = if write { "writes" } else { "reads" };
                 return Err(kerr!(
                     Race,
-                    "{what} {} while the DMA into {} started at {} is in flight: wait for the copy first (a copy is known complete once the waits on its semaphore, {}, have taken every byte of the copies outstanding on it)",
+                    "{what} {} while the DMA{from} into {} started at {} is in flight: wait for the copy first (a copy is known complete once the waits on its semaphore, {}, have taken every byte of the copies outstanding on it)",
                     v.describe(refs),
                     f.dst.describe(refs),
                     f.started_at,
                     sem_name(refs, f.sem)
                 ));
             }
-            if write && f.src.overlaps(v) {
+            if write && f.local_src().is_some_and(|s| s.overlaps(v)) {
+                let to = match f.peer {
+                    Some(p) => format!(" to device {}", p.device),
+                    None => String::new(),
+                };
                 return Err(kerr!(
                     Race,
-                    "writes {} while the DMA from {} started at {} is in flight: wait for the copy first (a copy is known complete once the waits on its semaphore, {}, have taken every byte of the copies outstanding on it)",
+                    "writes {} while the DMA from {}{to} started at {} is in flight: wait for the copy first (a copy is known complete once the waits on its semaphore, {}, have taken every byte of the copies outstanding on it)",
                     v.describe(refs),
                     f.src.describe(refs),
                     f.started_at,
@@ -368,6 +320,44 @@ impl DmaModel {
             started_at: loc,
             countdown,
             moved: false,
+            peer: None,
+        });
+        Ok(())
+    }
+
+    /// One end of a copy between devices, started at `loc`: this device sends `src` (its bytes go on
+    /// `sem`, the send semaphore, as they leave: at once, the data having left at the start) into
+    /// `dst` on `peer.device`, or receives into `dst` (the bytes land on `sem`, the receive
+    /// semaphore; the data moves when a wait shows the copy complete). Reading the source, or
+    /// touching the destination, of a copy in flight is a race as for a local copy.
+    pub fn start_remote(
+        &mut self,
+        refs: &(impl Refs + ?Sized),
+        (src, dst): (RefView, RefView),
+        sem: Sem,
+        peer: Peer,
+        loc: SourceLoc,
+    ) -> Result<()> {
+        let (a, b) = (src.value_shape(), dst.value_shape());
+        if a != b {
+            return Err(copy_shapes_differ(&a, &b));
+        }
+        if peer.outgoing {
+            self.check_access(refs, &src, false)?;
+        } else {
+            self.check_access(refs, &dst, true)?;
+        }
+        let bytes = window_bytes(refs, &dst);
+        *self.sems.entry(sem).or_insert(0) += bytes;
+        self.inflight.push(InFlight {
+            src,
+            dst,
+            sem,
+            bytes,
+            started_at: loc,
+            countdown: None,
+            moved: peer.outgoing,
+            peer: Some(peer),
         });
         Ok(())
     }
@@ -454,7 +444,8 @@ impl DmaModel {
     /// back before the next step).
     pub fn step_end(&self, refs: &(impl Refs + ?Sized)) -> Result<()> {
         for f in &self.inflight {
-            for (v, what) in [(&f.src, "from"), (&f.dst, "into")] {
+            let ends = [(f.local_src(), "from"), (f.local_dst(), "into")];
+            for (v, what) in ends.iter().filter_map(|(v, w)| Some(((*v)?, *w))) {
                 if refs.blocked(v.r) {
                     return Err(kerr!(
                         Race,
@@ -482,8 +473,8 @@ impl DmaModel {
             return Err(kerr!(
                 Race,
                 "the DMA from {} into {} started here is still in flight at the end of grid step {point:?}, whose next step moves along parallel axis {axis} and may run on another core: wait for it in the same step, or make axis {axis} arbitrary",
-                f.src.describe(refs),
-                f.dst.describe(refs)
+                f.end(refs, &f.src),
+                f.end(refs, &f.dst)
             )
             .at(f.started_at));
         }
@@ -516,16 +507,15 @@ impl DmaModel {
     }
 
     fn check_released(&self, refs: &(impl Refs + ?Sized), first: usize, at: Release) -> Result<()> {
-        if let Some(f) = self
-            .inflight
-            .iter()
-            .find(|f| f.src.r >= first || f.dst.r >= first)
-        {
+        if let Some(f) = self.inflight.iter().find(|f| {
+            f.local_src().is_some_and(|v| v.r >= first)
+                || f.local_dst().is_some_and(|v| v.r >= first)
+        }) {
             return Err(kerr!(
                 Race,
                 "the DMA from {} into {} started here is still in flight when {}: wait for it{}",
-                f.src.describe(refs),
-                f.dst.describe(refs),
+                f.end(refs, &f.src),
+                f.end(refs, &f.dst),
                 at.when(),
                 at.inside()
             )

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::semantics::dma::{sem_of, window_bytes, Refs, Release};
-pub(crate) use crate::semantics::dma::{DmaModel, Flags, InFlight, RefView};
+pub(crate) use crate::semantics::dma::{DmaModel, Flags, InFlight, Peer, RefView, Sem};
 use crate::semantics::refs::{window_out_of_bounds, window_size_below_one};
 
 /// The machine's refs as the DMA model sees them.
@@ -104,7 +104,7 @@ impl<'k> Machine<'k> {
     }
 
     /// The single semaphore an operand denotes.
-    fn semaphore(&self, id: ValueId) -> Result<(usize, usize)> {
+    pub(super) fn semaphore(&self, id: ValueId) -> Result<(usize, usize)> {
         let v = self.view_of(id)?;
         Ok(sem_of(&v, &self.refs[v.r].shape))
     }
@@ -128,22 +128,42 @@ impl<'k> Machine<'k> {
         let dst = self.view_of(op.operands[1])?;
         let sem = self.semaphore(op.operands[2])?;
         let bytes = window_bytes(&self.refs[..], &dst);
-        for f in self.dma.wait(&self.refs[..], sem, bytes)? {
-            self.copy(&f)?;
-        }
-        Ok(())
+        self.take_bytes(sem, bytes, op)
     }
 
-    /// Move the data of a completed copy.
-    fn copy(&mut self, f: &InFlight) -> Result<()> {
-        let data = self.read_window(&f.src)?;
+    /// Take `bytes` from DMA semaphore `sem` (a wait at `op`) and land the copies that shows complete.
+    /// In an SPMD run a wait the copies started here cannot end may be ended by another device's:
+    /// the device waits for deliveries instead (a deadlock only when every device waits).
+    pub(super) fn take_bytes(&mut self, sem: Sem, bytes: i64, op: &Op) -> Result<()> {
+        loop {
+            match self.dma.wait(&self.refs[..], sem, bytes) {
+                Ok(done) => {
+                    for f in done {
+                        self.land(&f)?;
+                    }
+                    return Ok(());
+                }
+                Err(e) => self.wait_for_peers(e, op)?,
+            }
+        }
+    }
+
+    /// Move the data of a completed copy (a received one's came with it).
+    fn land(&mut self, f: &InFlight) -> Result<()> {
+        let data = match f.peer {
+            Some(p) => self
+                .received
+                .remove(&p.tag)
+                .ok_or_else(|| internal("a received copy without its data"))?,
+            None => self.read_window(&f.src)?,
+        };
         self.write_window(&f.dst, data)
     }
 
     /// After each op of a seeded run: copies whose time has come complete.
     pub(super) fn dma_tick(&mut self) -> Result<()> {
         for f in self.dma.due() {
-            self.copy(&f)?;
+            self.land(&f)?;
         }
         Ok(())
     }
@@ -162,7 +182,9 @@ impl<'k> Machine<'k> {
             }
             _ => {
                 let n = self.tensor(op.operands[1])?.scalar_i64()?;
-                self.dma.sem_wait(&self.refs[..], sem, n)?;
+                while let Err(e) = self.dma.sem_wait(&self.refs[..], sem, n) {
+                    self.wait_for_peers(e, op)?;
+                }
             }
         }
         Ok(vec![])
@@ -176,6 +198,7 @@ impl<'k> Machine<'k> {
 
     /// At the end of the kernel: every copy waited for, every semaphore back at zero.
     pub(crate) fn dma_finish(&mut self) -> Result<()> {
+        self.receive()?;
         self.dma.release(&self.refs[..], 0, Release::Kernel)
     }
 
@@ -216,7 +239,7 @@ impl<'k> Machine<'k> {
     /// A view, not a copy: the write that consumes it copies its elements once, and writing into a
     /// buffer the view shares (a copy within one ref) first unshares the destination
     /// (`Buf::make_mut`), so the view keeps reading the contents from before the copy.
-    fn read_window(&self, v: &RefView) -> Result<Tensor> {
+    pub(super) fn read_window(&self, v: &RefView) -> Result<Tensor> {
         if v.via.is_some() {
             return self.view_contents(v);
         }
@@ -244,17 +267,5 @@ impl<'k> Machine<'k> {
             data,
             None,
         )
-    }
-}
-
-impl Machine<'_> {
-    /// The ops that talk to other devices (`DeviceId`, remote copies and signals, the barrier
-    /// semaphore): interpret mode runs one device.
-    pub(super) fn remote_op(&mut self, op: &Op) -> Result<Vec<Value>> {
-        Err(kerr!(
-            Unsupported,
-            "`{}` talks to other devices of the mesh, and interpret mode runs one device: this kernel can be lowered and compiled for TPU, not run on the CPU",
-            crate::ir::op_label(&op.kind)
-        ))
     }
 }
