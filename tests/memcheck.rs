@@ -424,3 +424,69 @@ fn every_spmd_example_on_its_mesh() {
         }
     }
 }
+
+/// A kernel that talks across devices through the FFI handler, as XLA runs a `jax.shard_map` on a
+/// CPU mesh: one call per device, each on its own thread, meeting the others' in one launch; the mesh
+/// numbers XLA's devices in another order than their ordinals.
+#[test]
+fn the_ffi_handler_runs_an_spmd_kernel_across_device_threads() {
+    let lib = Library::new(
+        "memcheck",
+        vec![ring_all_gather::__tpu_kernel_export_ring_all_gather()],
+    );
+    let order = [3i64, 1, 0, 2];
+    let mut request = serde_json::json!({"kernel": "ring_all_gather",
+        "inputs": [{"shape": [8, 128], "dtype": "f32"}], "mesh": [["x", 4]]});
+    let built = lib
+        .build(&Request::from_json(&request).expect("request"))
+        .expect("build");
+    let mut ffi: serde_json::Value = serde_json::from_str(&built.ffi_request).unwrap();
+    ffi["mesh_devices"] = serde_json::json!(order);
+    let ffi = ffi.to_string();
+    let shards: Vec<HostArray> = (0..4)
+        .map(|d| HostArray::random([8, 128], F32, d).unwrap())
+        .collect();
+    let outs: Vec<HostArray> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|pos| {
+                let (lib, ffi, shard) = (&lib, &ffi, &shards[pos]);
+                s.spawn(move || {
+                    xla::set_device(order[pos] as i32);
+                    let x = XlaBuffer::of(shard);
+                    let out = XlaBuffer::zeros(&[32, 128], F32);
+                    xla::call(lib, ffi, &[&x], &[&out]).expect("ring_all_gather");
+                    out.to_host()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let want: Vec<f32> = shards
+        .iter()
+        .flat_map(|a| a.as_slice::<f32>().unwrap().to_vec())
+        .collect();
+    for (pos, out) in outs.iter().enumerate() {
+        assert_eq!(
+            out.as_slice::<f32>().unwrap(),
+            &want[..],
+            "mesh position {pos}"
+        );
+    }
+    // A device outside the mesh: an error naming it, no hang.
+    request["mesh"] = serde_json::json!([["x", 1]]);
+    let one = lib
+        .build(&Request::from_json(&request).expect("request"))
+        .expect("build");
+    let mut ffi: serde_json::Value = serde_json::from_str(&one.ffi_request).unwrap();
+    ffi["mesh_devices"] = serde_json::json!([5]);
+    xla::set_device(0);
+    let x = XlaBuffer::of(&shards[0]);
+    let out = XlaBuffer::zeros(&[8, 128], F32);
+    let e = xla::call(&lib, &ffi.to_string(), &[&x], &[&out]).unwrap_err();
+    assert!(
+        e.message
+            .contains("device 0, which is not in the kernel's mesh"),
+        "{}",
+        e.message
+    );
+}

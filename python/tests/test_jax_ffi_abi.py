@@ -23,6 +23,10 @@ FIELDS = {
     "offsetof(XLA_FFI_Api, XLA_FFI_Error_Create)": "offsetof(XLA_FFI_Api, XLA_FFI_Error_Create)",
     "offsetof(XLA_FFI_Metadata, traits)": "offsetof(XLA_FFI_Metadata, traits)",
     "offsetof(XLA_FFI_Metadata_Extension, metadata)": "offsetof(XLA_FFI_Metadata_Extension, metadata)",
+    "offsetof(XLA_FFI_Api, XLA_FFI_RunId_Get)": "offsetof(XLA_FFI_Api, XLA_FFI_RunId_Get)",
+    "offsetof(XLA_FFI_Api, XLA_FFI_DeviceOrdinal_Get)": "offsetof(XLA_FFI_Api, XLA_FFI_DeviceOrdinal_Get)",
+    "XLA_FFI_RunId_Get_Args_STRUCT_SIZE": "XLA_FFI_RunId_Get_Args_STRUCT_SIZE",
+    "XLA_FFI_DeviceOrdinal_Get_Args_STRUCT_SIZE": "XLA_FFI_DeviceOrdinal_Get_Args_STRUCT_SIZE",
 }
 
 

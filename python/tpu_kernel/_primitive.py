@@ -157,8 +157,23 @@ def _cpu_lowering(ctx, *operands, library, kernel, params, batch, target, mesh):
     # The interpreter runs the kernel as built for the named target (else the default): no TPU here.
     answer = library.request("build", kernel, ctx.avals_in, params, batch, target, mesh)
     rule = jax.ffi.ffi_lowering(library.ffi_target, operand_output_aliases=_aliases(answer))
+    request = answer["ffi_request"]
+    if mesh is not None:
+        request = _with_mesh_devices(request, ctx, kernel)
     with _kernel_location(ctx, answer["kernel_name"]):
-        return rule(ctx, *operands, request=answer["ffi_request"])
+        return rule(ctx, *operands, request=request)
+
+
+def _with_mesh_devices(request: str, ctx: Any, kernel: str) -> str:
+    """The FFI request with the ids of the shard_map mesh's devices in mesh order: each device's call
+    finds its position in the mesh from them (a kernel that talks across devices runs its devices
+    together, `interpret_spmd` style)."""
+    import json
+    axis_context = ctx.module_context.axis_context
+    if not isinstance(axis_context, _private.SPMDAxisContext):
+        raise KernelError(f"{kernel}: called with a mesh but lowered outside jax.shard_map", kernel=kernel)
+    ids = [int(d.id) for d in axis_context.mesh.devices.flat]
+    return json.dumps({**json.loads(request), "mesh_devices": ids}, separators=(",", ":"))
 
 
 mlir.register_lowering(tpu_kernel_p, _cpu_lowering, platform="cpu")

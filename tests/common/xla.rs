@@ -55,6 +55,30 @@ unsafe extern "C" fn error_create(args: *mut ErrorCreateArgs) -> *mut c_void {
     Box::into_raw(Box::new(XlaError { code, message })).cast()
 }
 
+thread_local! {
+    /// The device this thread plays in the test's XLA (`set_device`).
+    static ORDINAL: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+}
+
+/// Make this thread's calls run on device `ordinal` (what `XLA_FFI_DeviceOrdinal_Get` answers).
+pub fn set_device(ordinal: i32) {
+    ORDINAL.with(|o| o.set(ordinal));
+}
+
+/// The test's `XLA_FFI_RunId_Get`: one run.
+unsafe extern "C" fn run_id_get(args: *mut ffi::RunIdGetArgs) -> *mut c_void {
+    // SAFETY: the handler passes a valid argument struct.
+    unsafe { (*args).run_id = 7 };
+    std::ptr::null_mut()
+}
+
+/// The test's `XLA_FFI_DeviceOrdinal_Get`: the thread's device.
+unsafe extern "C" fn device_ordinal_get(args: *mut ffi::DeviceOrdinalGetArgs) -> *mut c_void {
+    // SAFETY: the handler passes a valid argument struct.
+    unsafe { (*args).device_ordinal = ORDINAL.with(|o| o.get()) };
+    std::ptr::null_mut()
+}
+
 fn api() -> Api {
     Api {
         struct_size: size_of::<Api>(),
@@ -67,6 +91,9 @@ fn api() -> Api {
         },
         internal_api: std::ptr::null(),
         error_create: Some(error_create),
+        unused: [std::ptr::null(); 15],
+        run_id_get: Some(run_id_get),
+        device_ordinal_get: Some(device_ordinal_get),
     }
 }
 

@@ -16,6 +16,7 @@ use crate::dtype::{i4, int4, DType};
 use crate::error::panic_message;
 use crate::error::{kerr, Result};
 use crate::interpret::{interpret_into, ArrayView, ArrayViewMut, InterpretOptions};
+use crate::interpret::{interpret_into_launch, LaunchKey};
 use crate::launch::ArrayType;
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::mem::{offset_of, size_of};
@@ -129,7 +130,28 @@ pub struct ErrorCreateArgs {
 
 type ErrorCreate = unsafe extern "C" fn(*mut ErrorCreateArgs) -> *mut c_void;
 
-/// The head of `XLA_FFI_Api`: the handler only needs `XLA_FFI_Error_Create`.
+#[repr(C)]
+pub struct RunIdGetArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut InternalExtension,
+    pub ctx: *mut c_void,
+    pub run_id: i64,
+}
+
+#[repr(C)]
+pub struct DeviceOrdinalGetArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut InternalExtension,
+    pub ctx: *mut c_void,
+    pub device_ordinal: i32,
+}
+
+type RunIdGet = unsafe extern "C" fn(*mut RunIdGetArgs) -> *mut c_void;
+type DeviceOrdinalGet = unsafe extern "C" fn(*mut DeviceOrdinalGetArgs) -> *mut c_void;
+
+/// `XLA_FFI_Api` up to `XLA_FFI_DeviceOrdinal_Get`: the handler calls `XLA_FFI_Error_Create`, and
+/// for a kernel that talks across devices `XLA_FFI_RunId_Get` (which launch) and
+/// `XLA_FFI_DeviceOrdinal_Get` (which device); the functions between are not called.
 #[repr(C)]
 pub struct Api {
     pub struct_size: usize,
@@ -137,6 +159,10 @@ pub struct Api {
     pub api_version: ApiVersion,
     pub internal_api: *const c_void,
     pub error_create: Option<ErrorCreate>,
+    /// `XLA_FFI_Error_GetDetails` … `XLA_FFI_Future_SetError`, in the header's order.
+    pub unused: [*const c_void; 15],
+    pub run_id_get: Option<RunIdGet>,
+    pub device_ordinal_get: Option<DeviceOrdinalGet>,
 }
 
 /// `XLA_FFI_STRUCT_SIZE(T, last_field)`: the end of the last field.
@@ -199,6 +225,22 @@ pub fn layout() -> Vec<(&'static str, usize)> {
         (
             "offsetof(XLA_FFI_Metadata, traits)",
             offset_of!(Metadata, traits),
+        ),
+        (
+            "offsetof(XLA_FFI_Api, XLA_FFI_RunId_Get)",
+            offset_of!(Api, run_id_get),
+        ),
+        (
+            "offsetof(XLA_FFI_Api, XLA_FFI_DeviceOrdinal_Get)",
+            offset_of!(Api, device_ordinal_get),
+        ),
+        (
+            "XLA_FFI_RunId_Get_Args_STRUCT_SIZE",
+            struct_size!(RunIdGetArgs, run_id, i64),
+        ),
+        (
+            "XLA_FFI_DeviceOrdinal_Get_Args_STRUCT_SIZE",
+            struct_size!(DeviceOrdinalGetArgs, device_ordinal, i32),
         ),
         (
             "offsetof(XLA_FFI_Metadata_Extension, metadata)",
@@ -349,12 +391,27 @@ unsafe fn handle_frame(lib: &Library, frame: &mut CallFrame) -> Result<()> {
                 ArrayViewMut::from_raw(&t.shape, t.dtype, ptr)
             })
             .collect();
-        interpret_into(
-            &built.call.kernel,
-            &views,
-            &mut outs,
-            &InterpretOptions::default(),
-        )?;
+        if built.call.kernel.communicates() {
+            let key = LaunchKey {
+                run_id: run_id(frame)?,
+                request,
+                device: mesh_position(request, device_ordinal(frame)?)?,
+            };
+            interpret_into_launch(
+                &built.call.kernel,
+                &views,
+                &mut outs,
+                &InterpretOptions::default(),
+                key,
+            )?;
+        } else {
+            interpret_into(
+                &built.call.kernel,
+                &views,
+                &mut outs,
+                &InterpretOptions::default(),
+            )?;
+        }
         drop(outs);
         for ((t, p), u) in outputs.iter().zip(&unpacked_out) {
             if let Some(v) = u {
@@ -365,6 +422,96 @@ unsafe fn handle_frame(lib: &Library, frame: &mut CallFrame) -> Result<()> {
         }
         Ok(())
     }
+}
+
+/// XLA's function `f` of the frame's API, when the API is recent enough to have it.
+///
+/// # Safety
+/// `frame.api` points to XLA's `XLA_FFI_Api`, whose `struct_size` says how much of it exists.
+unsafe fn api_fn<T: Copy>(
+    frame: &CallFrame,
+    offset: usize,
+    f: impl Fn(&Api) -> Option<T>,
+    name: &str,
+) -> Result<T> {
+    // SAFETY: as the function's contract; only fields within `struct_size` are read.
+    let api = unsafe { &*frame.api };
+    if api.struct_size < offset + size_of::<usize>() {
+        return Err(kerr!(
+            Unsupported,
+            "this XLA's FFI API has no {name}, which a kernel that talks across devices needs (jax 0.5 or later)"
+        ));
+    }
+    f(api).ok_or_else(|| kerr!(Unsupported, "this XLA's FFI API leaves {name} unset"))
+}
+
+/// XLA's id of the program run this call is part of (every device's call of one run has it).
+unsafe fn run_id(frame: &CallFrame) -> Result<i64> {
+    // SAFETY: the frame is XLA's for this call; the args struct is laid out as the header's.
+    unsafe {
+        let get = api_fn(
+            frame,
+            offset_of!(Api, run_id_get),
+            |a| a.run_id_get,
+            "XLA_FFI_RunId_Get",
+        )?;
+        let mut args = RunIdGetArgs {
+            struct_size: struct_size!(RunIdGetArgs, run_id, i64),
+            extension_start: std::ptr::null_mut(),
+            ctx: frame.ctx,
+            run_id: 0,
+        };
+        if !get(&mut args).is_null() {
+            return Err(kerr!(Internal, "XLA_FFI_RunId_Get failed"));
+        }
+        Ok(args.run_id)
+    }
+}
+
+/// The ordinal of the device XLA runs this call on.
+unsafe fn device_ordinal(frame: &CallFrame) -> Result<i64> {
+    // SAFETY: as for `run_id`.
+    unsafe {
+        let get = api_fn(
+            frame,
+            offset_of!(Api, device_ordinal_get),
+            |a| a.device_ordinal_get,
+            "XLA_FFI_DeviceOrdinal_Get",
+        )?;
+        let mut args = DeviceOrdinalGetArgs {
+            struct_size: struct_size!(DeviceOrdinalGetArgs, device_ordinal, i32),
+            extension_start: std::ptr::null_mut(),
+            ctx: frame.ctx,
+            device_ordinal: -1,
+        };
+        if !get(&mut args).is_null() {
+            return Err(kerr!(Internal, "XLA_FFI_DeviceOrdinal_Get failed"));
+        }
+        Ok(args.device_ordinal as i64)
+    }
+}
+
+/// Device `ordinal`'s position in the mesh of the request (`"mesh_devices"`: the mesh's device ids
+/// in mesh order, which the JAX op's CPU lowering adds).
+fn mesh_position(request: &str, ordinal: i64) -> Result<usize> {
+    let v: serde_json::Value = serde_json::from_str(request)
+        .map_err(|e| kerr!(Signature, "the FFI `request` attribute is not JSON ({e})"))?;
+    let ids: Vec<i64> = v
+        .get("mesh_devices")
+        .and_then(serde_json::Value::as_array)
+        .map(|a| a.iter().filter_map(serde_json::Value::as_i64).collect())
+        .ok_or_else(|| {
+            kerr!(
+                Signature,
+                "a kernel that talks across devices runs inside `jax.shard_map` (its request names no mesh devices)"
+            )
+        })?;
+    ids.iter().position(|&d| d == ordinal).ok_or_else(|| {
+        kerr!(
+            Signature,
+            "XLA runs this call on device {ordinal}, which is not in the kernel's mesh (devices {ids:?})"
+        )
+    })
 }
 
 /// The kernel for (request, input types): from the handler's cache, else built (and counted).

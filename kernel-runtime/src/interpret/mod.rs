@@ -51,6 +51,7 @@ mod row_order;
 mod simd;
 mod spmd;
 pub use spmd::interpret_spmd;
+pub(crate) use spmd::{interpret_into_launch, LaunchKey};
 mod tensor;
 mod workers;
 

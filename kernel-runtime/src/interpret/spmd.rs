@@ -57,6 +57,8 @@ enum Status {
 
 struct State {
     running: Option<usize>,
+    /// Which devices have joined (a device's thread is XLA's in an FFI run: it may come late).
+    joined: Vec<bool>,
     status: Vec<Status>,
     inbox: Vec<Vec<Mail>>,
     /// Set when no device can run: the deadlock every waiting device reports.
@@ -89,7 +91,45 @@ pub(crate) fn current() -> Option<Arc<Link>> {
     LINK.with(|l| l.borrow().clone())
 }
 
+/// How long a device waits for the others of its launch to join before giving up (an XLA that runs
+/// fewer device programs at once than the mesh has devices would otherwise hang).
+const JOIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 impl Fabric {
+    /// The fabric of one launch over `mesh`: device 0 runs first.
+    pub fn new(mesh: crate::mesh::Mesh) -> Arc<Fabric> {
+        let n = mesh.devices();
+        Arc::new(Fabric {
+            mesh,
+            state: Mutex::new(State {
+                running: Some(0),
+                joined: vec![false; n],
+                status: vec![Status::Ready; n],
+                inbox: (0..n).map(|_| Vec::new()).collect(),
+                deadlock: None,
+                failed: None,
+                next_tag: 0,
+            }),
+            turn: Condvar::new(),
+            pending: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        })
+    }
+
+    /// Whether device `d` has joined this launch.
+    pub fn joined(&self, d: usize) -> bool {
+        self.lock().joined[d]
+    }
+
+    /// Every device has finished.
+    pub fn finished(&self) -> bool {
+        self.lock().status.iter().all(|s| *s == Status::Done)
+    }
+
+    /// The device that stopped first on an error, if any.
+    fn first_failure(&self) -> Option<usize> {
+        self.lock().failed
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -134,7 +174,24 @@ impl Link {
             if let Some(d) = &st.deadlock {
                 return Err(kerr!(Deadlock, "{d}"));
             }
-            st = self.fabric.turn.wait(st).unwrap_or_else(|p| p.into_inner());
+            // The device whose turn it is has not joined yet: wait for it, but not forever.
+            let late = st.running.filter(|&d| !st.joined[d]);
+            let (next, timeout) = self
+                .fabric
+                .turn
+                .wait_timeout(st, JOIN_TIMEOUT)
+                .unwrap_or_else(|p| p.into_inner());
+            st = next;
+            if let Some(d) = late.filter(|&d| timeout.timed_out() && !st.joined[d]) {
+                let msg = format!(
+                    "device {d} of the mesh {} never reached the kernel within {} s: the devices of a launch that talks across devices run together, so XLA must run every device's program at once (a CPU mesh of at most as many devices as XLA runs in parallel)",
+                    self.fabric.mesh.describe(),
+                    JOIN_TIMEOUT.as_secs()
+                );
+                st.deadlock = Some(msg.clone());
+                self.fabric.turn.notify_all();
+                return Err(kerr!(Deadlock, "{msg}"));
+            }
         }
     }
 
@@ -203,9 +260,46 @@ impl Link {
     }
 }
 
+/// Run `f` on this thread as device `d` of `fabric`'s launch: it joins, waits for its turn, runs
+/// (the ops across devices meet the others through the fabric), and finishes — an error counts as
+/// the device stopping on it.
+pub(crate) fn run_device<R>(
+    fabric: &Arc<Fabric>,
+    d: usize,
+    f: impl FnOnce() -> Result<R>,
+) -> Result<R> {
+    let link = Arc::new(Link {
+        me: d,
+        fabric: Arc::clone(fabric),
+    });
+    {
+        let mut st = fabric.lock();
+        st.joined[d] = true;
+        fabric.turn.notify_all();
+    }
+    let previous = LINK.with(|l| l.borrow_mut().replace(Arc::clone(&link)));
+    let r = link.wait_turn(fabric.lock()).map(drop).and_then(|_| f());
+    link.finish(r.is_err());
+    LINK.with(|l| *l.borrow_mut() = previous);
+    r
+}
+
+/// An error of device `d` of `mesh`, named after it.
+pub(crate) fn on_device(mesh: &crate::mesh::Mesh, d: usize, e: KernelError) -> KernelError {
+    KernelError {
+        message: format!(
+            "on device {d} {:?} of the mesh {}: {}",
+            mesh.coords(d),
+            mesh.describe(),
+            e.message
+        ),
+        ..e
+    }
+}
+
 /// Run `kernel` on every device of its mesh, device `d` on `inputs[d]`; returns each device's
-/// outputs. The kernel's mesh gives the devices; the first error (by device) is returned, named
-/// after its device — a deadlock only when no device failed on its own.
+/// outputs. The kernel's mesh gives the devices; the error returned is the first device's to stop
+/// on one, named after it (the others' deadlocks follow from it).
 pub fn interpret_spmd(
     kernel: &Kernel,
     inputs: &[Vec<HostArray>],
@@ -226,19 +320,7 @@ pub fn interpret_spmd(
             inputs.len()
         ));
     }
-    let fabric = Arc::new(Fabric {
-        mesh: mesh.clone(),
-        state: Mutex::new(State {
-            running: Some(0),
-            status: vec![Status::Ready; n],
-            inbox: (0..n).map(|_| Vec::new()).collect(),
-            deadlock: None,
-            failed: None,
-            next_tag: 0,
-        }),
-        turn: Condvar::new(),
-        pending: (0..n).map(|_| AtomicBool::new(false)).collect(),
-    });
+    let fabric = Fabric::new(mesh.clone());
     // One machine per device: no grid chunks on other threads.
     let opts = InterpretOptions {
         parallel: false,
@@ -247,21 +329,8 @@ pub fn interpret_spmd(
     let results: Vec<Result<Vec<HostArray>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|d| {
-                let link = Arc::new(Link {
-                    me: d,
-                    fabric: Arc::clone(&fabric),
-                });
-                let (opts, inputs) = (&opts, &inputs[d]);
-                s.spawn(move || {
-                    LINK.with(|l| *l.borrow_mut() = Some(Arc::clone(&link)));
-                    let r = link
-                        .wait_turn(link.fabric.lock())
-                        .map(drop)
-                        .and_then(|_| super::grid::run(kernel, inputs, opts));
-                    link.finish(r.is_err());
-                    LINK.with(|l| l.borrow_mut().take());
-                    r
-                })
+                let (opts, inputs, fabric) = (&opts, &inputs[d], &fabric);
+                s.spawn(move || run_device(fabric, d, || super::grid::run(kernel, inputs, opts)))
             })
             .collect();
         handles
@@ -276,22 +345,75 @@ pub fn interpret_spmd(
             })
             .collect()
     });
-    let named = |d: usize, e: KernelError| KernelError {
-        message: format!(
-            "on device {d} {:?} of the mesh {}: {}",
-            mesh.coords(d),
-            mesh.describe(),
-            e.message
-        ),
-        ..e
-    };
-    // The first device to stop on an error (a fault of its own, or the first to see the deadlock):
-    // the others' deadlocks follow from it.
-    let first = fabric.lock().failed;
+    let first = fabric.first_failure();
     if let Some(d) = first.or_else(|| results.iter().position(Result::is_err)) {
         if let Some(Err(e)) = results.get(d) {
-            return Err(named(d, e.clone()));
+            return Err(on_device(&mesh, d, e.clone()));
         }
     }
     Ok(results.into_iter().map(|r| r.unwrap_or_default()).collect())
+}
+
+/// One launch of a kernel that talks across devices, run by XLA's device threads (each device's
+/// FFI call joins it): XLA's run id and the call's request say which launch a call belongs to.
+struct Launch {
+    run_id: i64,
+    request: String,
+    fabric: Arc<Fabric>,
+}
+
+static LAUNCHES: Mutex<Vec<Launch>> = Mutex::new(Vec::new());
+
+/// Which launch an FFI call is part of, and which device of its mesh it runs.
+pub(crate) struct LaunchKey<'a> {
+    pub run_id: i64,
+    pub request: &'a str,
+    pub device: usize,
+}
+
+/// [`super::interpret_into`] as device `key.device` of a launch the other devices' calls join
+/// (the first call to arrive opens it; a device's next call with the same run id and request joins
+/// the next launch). The error returned is named after the device.
+pub(crate) fn interpret_into_launch(
+    kernel: &Kernel,
+    inputs: &[super::ArrayView<'_>],
+    outputs: &mut [super::ArrayViewMut<'_>],
+    options: &InterpretOptions,
+    key: LaunchKey<'_>,
+) -> Result<()> {
+    let mesh = kernel
+        .mesh
+        .clone()
+        .ok_or_else(|| kerr!(Grid, "a kernel that talks across devices without a mesh"))?;
+    let d = key.device;
+    let fabric = {
+        let mut all = LAUNCHES.lock().unwrap_or_else(|p| p.into_inner());
+        let open = all
+            .iter()
+            .find(|l| l.run_id == key.run_id && l.request == key.request && !l.fabric.joined(d));
+        match open {
+            Some(l) => Arc::clone(&l.fabric),
+            None => {
+                let fabric = Fabric::new(mesh.clone());
+                all.push(Launch {
+                    run_id: key.run_id,
+                    request: key.request.to_string(),
+                    fabric: Arc::clone(&fabric),
+                });
+                fabric
+            }
+        }
+    };
+    let opts = InterpretOptions {
+        parallel: false,
+        ..options.clone()
+    };
+    let r = run_device(&fabric, d, || {
+        super::grid::run_into(kernel, inputs, outputs, &opts)
+    });
+    LAUNCHES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|l| !(Arc::ptr_eq(&l.fabric, &fabric) && fabric.finished()));
+    r.map_err(|e| on_device(&mesh, d, e))
 }
