@@ -362,6 +362,27 @@ pub fn expected_spmd(
             let out = f32_out([rows, cols], all)?;
             Ok(inputs.iter().map(|_| vec![out.clone()]).collect())
         })()),
+        // device i: block i of the sum, added in ring order (device i + 1's rows first, its own last)
+        "ring_reduce_scatter_kernel" => Some((|| {
+            let n = inputs.len();
+            let mut outs = Vec::with_capacity(n);
+            for i in 0..n {
+                let (_, rows, cols) = f32_input(&inputs[i], 0)?;
+                let m = rows / n;
+                let block = |d: usize| -> Result<Vec<f32>, KernelError> {
+                    let (x, _, _) = f32_input(&inputs[d], 0)?;
+                    Ok(x[i * m * cols..(i + 1) * m * cols].to_vec())
+                };
+                let mut acc = block((i + 1) % n)?;
+                for k in 2..=n {
+                    for (a, v) in acc.iter_mut().zip(block((i + k) % n)?) {
+                        *a += v;
+                    }
+                }
+                outs.push(vec![f32_out([m, cols], acc)?]);
+            }
+            Ok(outs)
+        })()),
         _ => None,
     }
 }

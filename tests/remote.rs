@@ -555,3 +555,25 @@ fn a_ring_on_one_receive_semaphore_races_when_a_device_runs_two_steps_ahead() {
         &["reads output 0[", "while the DMA from device", "in flight"],
     );
 }
+
+#[path = "../examples/ring_reduce_scatter.rs"]
+mod reduce_scatter;
+
+#[test]
+fn the_ring_reduce_scatter_sums_each_block_on_its_device_in_ring_order() {
+    for n in [1, 2, 4] {
+        let mesh = Mesh::new([("x", n)]).unwrap();
+        let call = mesh
+            .clone()
+            .scope(|| {
+                reduce_scatter::ring_reduce_scatter(ArrayType::new([8 * n, 128], F32), "x".into())
+            })
+            .unwrap();
+        let inputs = device_inputs(n, 8 * n);
+        let outs = call.interpret_spmd(&inputs).unwrap();
+        let want = tpu_kernel::reference::expected_spmd(call.name(), &inputs)
+            .unwrap()
+            .unwrap();
+        assert!(outs == want, "{n} devices");
+    }
+}

@@ -58,6 +58,9 @@ mod ragged_paged_attention;
 #[path = "../../examples/ring_all_gather.rs"]
 mod ring_all_gather;
 #[allow(dead_code)]
+#[path = "../../examples/ring_reduce_scatter.rs"]
+mod ring_reduce_scatter;
+#[allow(dead_code)]
 #[path = "../../examples/rmsnorm.rs"]
 mod rmsnorm;
 #[allow(dead_code)]
@@ -98,6 +101,7 @@ tpu_kernel::export_library!(
         quantized_matmul_w8a8::quantized_matmul_w8a8,
         ragged_paged_attention::ragged_paged_attention_launch,
         ring_all_gather::ring_all_gather,
+        ring_reduce_scatter::ring_reduce_scatter,
         rmsnorm::rmsnorm,
         rmsnorm::rmsnorm_bwd,
         softmax::softmax,

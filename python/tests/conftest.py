@@ -35,7 +35,7 @@ TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
 # device inside `jax.shard_map`, so a test that calls an example alone, or compiles its Pallas twin for
 # one device, leaves them out (its module lists them in SINGLE_DEVICE); test_ring_collectives.py
 # holds them to their twins on sharded topologies instead.
-SPMD_EXAMPLES = ("ring_all_gather",)
+SPMD_EXAMPLES = ("ring_all_gather", "ring_reduce_scatter")
 
 
 def example_names(include_spmd: bool = True):
@@ -131,7 +131,7 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     tr.section("Parity: ours vs Pallas (post-finalize-llo ops; total scheduled bundles of the custom call; "
                "libtpu %s)" % tc.VERSIONS["libtpu"])
-    tr.write_line(f"{'kernel':<16} {'gen':<11} {'LLO ours':>8} {'Pallas':>7} {'ratio':>6}  "
+    tr.write_line(f"{'kernel':<20} {'gen':<11} {'LLO ours':>8} {'Pallas':>7} {'ratio':>6}  "
                   f"{'bundles ours':>12} {'Pallas':>7} {'ratio':>6}")
 
     def ratio(a, b):
@@ -141,7 +141,7 @@ def pytest_terminal_summary(terminalreporter):
         o, p = COMPILED.get(("ours", n, g)), COMPILED.get(("pallas", n, g))
         ol, ob = (o.llo_total, o.bundles) if o and o.ok else (None, None)
         pl_, pb = (p.llo_total, p.bundles) if p and p.ok else (None, None)
-        tr.write_line(f"{n:<16} {g:<11} {str(ol):>8} {str(pl_):>7} {ratio(ol, pl_):>6}  "
+        tr.write_line(f"{n:<20} {g:<11} {str(ol):>8} {str(pl_):>7} {ratio(ol, pl_):>6}  "
                       f"{str(ob):>12} {str(pb):>7} {ratio(ob, pb):>6}")
 
 

@@ -786,11 +786,63 @@ def ring_all_gather(x, axis="x"):
                           name="ring_all_gather_kernel")(x)
 
 
-# The SPMD examples' twins: name -> (pallas_fn, per-device ShapeDtypeStruct inputs, mesh axis name, the
-# inputs' PartitionSpecs along it, the output's). Each runs inside jax.shard_map over a 1-axis mesh of
-# every device of a topology.
+# -- ring_reduce_scatter (SPMD): device i ends with block i of the sum of every device's [n * m, k]
+# array; each step sends a partial to the right and adds this device's rows to the one from the left,
+# every step with send and receive buffers (VMEM scratch) and a receive semaphore of its own
+def _ring_reduce_scatter_kernel(x_ref, o_ref, send_buf, recv_buf, send, recv, *, axis):
+    n = lax.axis_size(axis)
+    me = lax.axis_index(axis)
+    m = o_ref.shape[0]
+    right, left = lax.rem(me + 1, n), lax.rem(me + n - 1, n)
+    barrier = pltpu.get_barrier_semaphore()
+    pl.semaphore_signal(barrier, 1, device_id={axis: left})
+    pl.semaphore_signal(barrier, 1, device_id={axis: right})
+    pl.semaphore_wait(barrier, 2)
+    send_buf[0] = x_ref[pl.ds(lax.rem(me + n - 1, n) * m, m)]
+
+    def step(s, carry):
+        sent = pltpu.make_async_remote_copy(send_buf.at[s], recv_buf.at[s], send, recv.at[s],
+                                            device_id={axis: right})
+        sent.start()
+        sent.wait_send()
+        got = pltpu.make_async_remote_copy(send_buf.at[s], recv_buf.at[s], send, recv.at[s],
+                                           device_id={axis: left})
+        got.wait_recv()
+        block = lax.rem(me - s + 2 * n - 2, n)
+        partial = recv_buf[s] + x_ref[pl.ds(block * m, m)]
+
+        @pl.when(s + 1 < n - 1)
+        def _():
+            send_buf[s + 1] = partial
+
+        @pl.when(s + 1 == n - 1)
+        def _():
+            o_ref[...] = partial
+
+        return carry
+
+    lax.fori_loop(0, n - 1, step, 0)
+
+
+def ring_reduce_scatter(x, axis="x"):
+    rows, k = x.shape
+    n = lax.axis_size(axis)
+    m = rows // n
+    whole = lambda shape: pl.BlockSpec(shape, lambda: (0, 0))  # noqa: E731
+    return pl.pallas_call(functools.partial(_ring_reduce_scatter_kernel, axis=axis),
+                          out_shape=S((m, k), x.dtype), in_specs=[whole((rows, k))], out_specs=whole((m, k)),
+                          scratch_shapes=[pltpu.VMEM((n - 1, m, k), x.dtype), pltpu.VMEM((n - 1, m, k), x.dtype),
+                                          pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA((n - 1,))],
+                          compiler_params=pltpu.CompilerParams(collective_id=0),
+                          name="ring_reduce_scatter_kernel")(x)
+
+
+# The SPMD examples' twins: name -> (pallas_fn, the per-device ShapeDtypeStruct inputs on n devices,
+# mesh axis name, the inputs' PartitionSpecs along it, the output's). Each runs inside jax.shard_map
+# over a 1-axis mesh of every device of a topology.
 SPMD = {
-    "ring_all_gather": (ring_all_gather, [S((8, 128), f32)], "x", ["x"], None),
+    "ring_all_gather": (ring_all_gather, lambda n: [S((8, 128), f32)], "x", ["x"], None),
+    "ring_reduce_scatter": (ring_reduce_scatter, lambda n: [S((8 * n, 128), f32)], "x", ["x"], "x"),
 }
 
 

@@ -37,6 +37,8 @@ pub mod quantized_matmul_w8a8;
 pub mod ragged_paged_attention;
 #[path = "../../examples/ring_all_gather.rs"]
 pub mod ring_all_gather;
+#[path = "../../examples/ring_reduce_scatter.rs"]
+pub mod ring_reduce_scatter;
 #[path = "../../examples/rmsnorm.rs"]
 pub mod rmsnorm;
 #[path = "../../examples/softmax.rs"]
@@ -85,7 +87,10 @@ pub const EXAMPLES: &[(&str, Build)] = &[
 
 /// The examples that talk to other devices of a mesh (remote copies, the barrier semaphore): built,
 /// lowered and compiled like the others; the CPU engines run one device, so they are not interpreted.
-pub const SPMD_EXAMPLES: &[(&str, Build)] = &[("ring_all_gather", ring_all_gather::build)];
+pub const SPMD_EXAMPLES: &[(&str, Build)] = &[
+    ("ring_all_gather", ring_all_gather::build),
+    ("ring_reduce_scatter", ring_reduce_scatter::build),
+];
 
 /// Every example, one-device and SPMD.
 pub fn all_examples() -> impl Iterator<Item = &'static (&'static str, Build)> {
