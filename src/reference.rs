@@ -341,15 +341,37 @@ pub fn expected(
 
 // ---------------------------------------------------------------------------------------------- helpers
 
-/// What each device of a one-axis mesh of `devices` should compute from `inputs` (one list per
-/// device), for the kernels that talk across devices: `None` for a kernel without one.
+/// Each device's outputs, one list per device of a one-axis mesh.
+pub type DeviceOutputs = Vec<Vec<HostArray>>;
+
+/// What each device of a one-axis mesh should compute from `inputs` (one list per device), for the
+/// kernels that talk across devices, and how close: `None` for a kernel without a reference. A
+/// device's list may stop short of its outputs (scratch outputs are not compared).
 pub fn expected_spmd(
     name: &str,
     inputs: &[Vec<HostArray>],
-) -> Option<Result<Vec<Vec<HostArray>>, KernelError>> {
+) -> Option<Result<(DeviceOutputs, Tolerance), KernelError>> {
+    if name.starts_with("all_gather_matmul_kernel") {
+        // every device: all of x (the shards in device order) @ its columns of y
+        return Some((|| {
+            let mut x = Vec::new();
+            for device in inputs {
+                x.extend(bf16_input(device, 0)?.0);
+            }
+            let (_, _, k) = bf16_input(&inputs[0], 0)?;
+            let rows = x.len() / k;
+            let x = bf16_out([rows, k], x)?;
+            let outs = inputs
+                .iter()
+                .map(|device| matmul(&[x.clone(), device[1].clone()]))
+                .collect::<Result<_, KernelError>>()?;
+            Ok((outs, Tolerance::BF16))
+        })());
+    }
+    let exact = |r: Result<DeviceOutputs, KernelError>| Some(r.map(|o| (o, Tolerance::EXACT)));
     match name {
         // every device: the shards of all, in device order
-        "ring_all_gather_kernel" => Some((|| {
+        "ring_all_gather_kernel" => exact((|| {
             let mut all = Vec::new();
             let mut rows = 0;
             let mut cols = 0;
@@ -363,7 +385,7 @@ pub fn expected_spmd(
             Ok(inputs.iter().map(|_| vec![out.clone()]).collect())
         })()),
         // device i: block i of the sum, added in ring order (device i + 1's rows first, its own last)
-        "ring_reduce_scatter_kernel" => Some((|| {
+        "ring_reduce_scatter_kernel" => exact((|| {
             let n = inputs.len();
             let mut outs = Vec::with_capacity(n);
             for i in 0..n {

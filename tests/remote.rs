@@ -571,9 +571,137 @@ fn the_ring_reduce_scatter_sums_each_block_on_its_device_in_ring_order() {
             .unwrap();
         let inputs = device_inputs(n, 8 * n);
         let outs = call.interpret_spmd(&inputs).unwrap();
-        let want = tpu_kernel::reference::expected_spmd(call.name(), &inputs)
+        let (want, tol) = tpu_kernel::reference::expected_spmd(call.name(), &inputs)
             .unwrap()
             .unwrap();
+        assert_eq!(tol, tpu_kernel::reference::Tolerance::EXACT);
         assert!(outs == want, "{n} devices");
     }
+}
+
+#[path = "../examples/all_gather_matmul.rs"]
+mod agmm;
+
+#[test]
+fn the_all_gather_matmul_is_all_gather_x_at_y_for_every_block_choice() {
+    // (tp, m per device, k, n per device, bn, bk, rhs_transpose): one block, several n blocks,
+    // several k blocks (the f32 accumulator), both, the transposed rhs, two devices, eight.
+    let cases = [
+        (4, 32, 256, 256, None, None, false),
+        (4, 32, 256, 256, Some(128), None, false),
+        (4, 32, 256, 256, None, Some(128), false),
+        (4, 32, 256, 256, Some(128), Some(128), true),
+        (2, 16, 128, 128, None, None, false),
+        (8, 16, 128, 128, None, Some(128), false),
+    ];
+    for (tp, mp, k, np, bn, bk, t) in cases {
+        let mesh = Mesh::new([("x", tp)]).unwrap();
+        let y_shape = if t { [np, k] } else { [k, np] };
+        let call = mesh
+            .clone()
+            .scope(|| {
+                agmm::all_gather_matmul_launch(
+                    ArrayType::new([mp, k], BF16),
+                    ArrayType::new(y_shape, BF16),
+                    "x".into(),
+                    0,
+                    bn,
+                    bk,
+                    t,
+                    Target::V6e,
+                )
+            })
+            .unwrap();
+        let inputs: Vec<Vec<HostArray>> = (0..tp)
+            .map(|d| tpu_kernel::reference::random_inputs(&call, d as u64))
+            .collect();
+        let outs = call.interpret_spmd(&inputs).unwrap();
+        // The reference multiplies by y as [k, n]: transpose a transposed rhs first.
+        let plain: Vec<Vec<HostArray>> = inputs
+            .iter()
+            .map(|d| {
+                let y = if t {
+                    let v = d[1].as_slice::<bf16>().unwrap();
+                    let tr: Vec<bf16> = (0..k * np).map(|i| v[(i % np) * k + i / np]).collect();
+                    HostArray::from_vec([k, np], tr).unwrap()
+                } else {
+                    d[1].clone()
+                };
+                vec![d[0].clone(), y]
+            })
+            .collect();
+        let (want, tol) = tpu_kernel::reference::expected_spmd(call.name(), &plain)
+            .unwrap()
+            .unwrap();
+        for (d, (g, w)) in outs.iter().zip(&want).enumerate() {
+            let c = tpu_kernel::reference::compare(&g[0], &w[0], tol);
+            assert!(
+                c.ok,
+                "{tp} devices, bn {bn:?} bk {bk:?} rhs_transpose {t}: device {d} max error {}",
+                c.max_abs_error
+            );
+        }
+    }
+}
+
+#[test]
+fn the_all_gather_matmul_refuses_what_tpu_inference_refuses_naming_the_argument() {
+    let mesh = Mesh::new([("x", 4)]).unwrap();
+    let launch = |x: [usize; 2], y: [usize; 2], bn: Option<usize>| {
+        mesh.clone().scope(|| {
+            agmm::all_gather_matmul_launch(
+                ArrayType::new(x, BF16),
+                ArrayType::new(y, BF16),
+                "x".into(),
+                0,
+                bn,
+                None,
+                false,
+                Target::V6e,
+            )
+        })
+    };
+    for (x, y, bn, arg, needle) in [
+        (
+            [32, 200],
+            [200, 256],
+            None,
+            "x",
+            "k (200) must be divisible by 128",
+        ),
+        (
+            [32, 256],
+            [128, 256],
+            None,
+            "y",
+            "contracting dimension mismatch",
+        ),
+        (
+            [12, 256],
+            [256, 256],
+            None,
+            "x",
+            "must be divisible by tp_size * 2 * 8 = 64",
+        ),
+        (
+            [32, 256],
+            [256, 256],
+            Some(1024),
+            "bn",
+            "bn (1024) must divide the 256 columns",
+        ),
+    ] {
+        let e = launch(x, y, bn).unwrap_err();
+        assert_eq!(e.argument.as_deref(), Some(arg), "{e}");
+        assert!(e.message.contains(needle), "{e}");
+    }
+    // tpu-inference's tuned table: v6, bf16, tp 8, its (m, n, k) keys.
+    assert_eq!(
+        agmm::tuned_block_sizes(6, (2048, 51200, 5120), "bfloat16", 8),
+        Some((1280, 5120))
+    );
+    assert_eq!(
+        agmm::tuned_block_sizes(5, (2048, 51200, 5120), "bfloat16", 8),
+        None
+    );
 }

@@ -10,6 +10,9 @@ mod activations;
 #[path = "../../examples/add.rs"]
 mod add;
 #[allow(dead_code)]
+#[path = "../../examples/all_gather_matmul.rs"]
+mod all_gather_matmul;
+#[allow(dead_code)]
 #[path = "../../examples/causal_mask.rs"]
 mod causal_mask;
 #[allow(dead_code)]
@@ -79,6 +82,7 @@ tpu_kernel::export_library!(
     "examples",
     [
         activations::activations,
+        all_gather_matmul::all_gather_matmul_launch,
         add::add,
         causal_mask::causal_mask,
         colsum::colsum,

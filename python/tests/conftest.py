@@ -35,7 +35,7 @@ TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
 # device inside `jax.shard_map`, so a test that calls an example alone, or compiles its Pallas twin for
 # one device, leaves them out (its module lists them in SINGLE_DEVICE); test_ring_collectives.py
 # holds them to their twins on sharded topologies instead.
-SPMD_EXAMPLES = ("ring_all_gather", "ring_reduce_scatter")
+SPMD_EXAMPLES = ("ring_all_gather", "ring_reduce_scatter", "all_gather_matmul")
 
 
 def example_names(include_spmd: bool = True):

@@ -174,8 +174,32 @@ def ragged_paged_attention(queries: Any, keys: Any, values: Any, kv_cache: Any, 
     return out.reshape(tokens, heads, head_dim), cache
 
 
+def all_gather_matmul(x: Any, y: Any, mesh: Any, axis_name: str, collective_id: int | None = 0,
+                      bn: int | None = None, bk: int | None = None, rhs_transpose: bool = False) -> Any:
+    """tpu-inference's all-gather matmul, with its signature: `all_gather(x, axis=0) @ y` for `x [m,
+    k]` sharded by rows and `y [k, n]` (`[n, k]` with `rhs_transpose`) by columns over mesh axis
+    `axis_name` of `mesh` (a `Mesh` or `AbstractMesh`), returned `[m, n]` sharded by columns
+    (`P(None, axis_name)`). The `shard_map` is applied here; each device runs one launch of
+    `all_gather_matmul_launch` (examples/all_gather_matmul.rs: tpu-inference's bidirectional ring,
+    grid `(tp + 2, n / tp / bn, k / bk)`), whose remote copies meet the other devices' — on TPU, and
+    on a CPU mesh through the interpreter. `bn`/`bk` default to tpu-inference's tuned table for the
+    target, else `n / tp` and `k`; `collective_id` names the barrier semaphore."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+    kernel = library.kernels["all_gather_matmul_launch"]
+    y_spec = P(axis_name, None) if rhs_transpose else P(None, axis_name)
+
+    def per_device(xs: Any, ys: Any) -> Any:
+        out, _ = kernel(xs, ys, axis=axis_name, collective_id=0 if collective_id is None else collective_id,
+                        bn=bn, bk=bk, rhs_transpose=rhs_transpose)
+        return out
+    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(axis_name, None), y_spec),
+                                 out_specs=P(None, axis_name), check_vma=False))(x, y)
+
+
 #: Examples whose Python face is a function over a kernel of the library (its name: the example's):
 #: example name -> the kernel it calls, whose operands the example's Rust `build()` has.
-WRAPPERS = {"ragged_paged_attention": "ragged_paged_attention_launch"}
+WRAPPERS = {"ragged_paged_attention": "ragged_paged_attention_launch",
+            "all_gather_matmul": "all_gather_matmul_launch"}
 
 __all__ = sorted([*__all__, *WRAPPERS])

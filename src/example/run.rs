@@ -49,17 +49,19 @@ fn run_spmd(call: &PallasCall, engine: Engine) -> Result<String, KernelError> {
             &format!("  no plain-Rust reference for this kernel; not checked\n  time: {ms:.3} ms");
         return Ok(out);
     };
-    let want = expected?;
+    let (want, tol) = expected?;
     let mut ok = true;
     for (d, (got, want)) in outputs.iter().zip(&want).enumerate() {
         for (i, (g, w)) in got.iter().zip(want).enumerate() {
-            let c = reference::compare(g, w, reference::Tolerance::EXACT);
+            let c = reference::compare(g, w, tol);
             ok &= c.ok;
             out += &format!(
-                "  device {d} output {i} {:?} {}: max |error| {:.3e} vs reference {}\n",
+                "  device {d} output {i} {:?} {}: max |error| {:.3e} vs reference (tolerance atol {:.0e} + rtol {:.0e}) {}\n",
                 g.shape(),
                 g.dtype(),
                 c.max_abs_error,
+                tol.atol,
+                tol.rtol,
                 if c.ok { "ok" } else { "MISMATCH" }
             );
         }

@@ -5,6 +5,8 @@
 pub mod activations;
 #[path = "../../examples/add.rs"]
 pub mod add;
+#[path = "../../examples/all_gather_matmul.rs"]
+pub mod all_gather_matmul;
 #[path = "../../examples/causal_mask.rs"]
 pub mod causal_mask;
 #[path = "../../examples/colsum.rs"]
@@ -90,6 +92,7 @@ pub const EXAMPLES: &[(&str, Build)] = &[
 pub const SPMD_EXAMPLES: &[(&str, Build)] = &[
     ("ring_all_gather", ring_all_gather::build),
     ("ring_reduce_scatter", ring_reduce_scatter::build),
+    ("all_gather_matmul", all_gather_matmul::build),
 ];
 
 /// Every example, one-device and SPMD.

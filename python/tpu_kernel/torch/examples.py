@@ -61,7 +61,31 @@ def ragged_paged_attention(queries: Any, keys: Any, values: Any, kv_cache: Any, 
     return tuple(_jax_to_cpu(a) for a in out)
 
 
-__all__ = sorted([*library.kernels, "ragged_paged_attention"])
+def all_gather_matmul(x: Any, y: Any, mesh: Any, axis_name: str, collective_id: int | None = 0,
+                      bn: int | None = None, bk: int | None = None, rhs_transpose: bool = False) -> Any:
+    """`tpu_kernel.examples.all_gather_matmul` (tpu-inference's signature) on torch tensors — both
+    torchax tensors or both CPU tensors —: `all_gather(x, axis=0) @ y` as a torch tensor."""
+    from . import _cpu_to_jax, _is_torchax, _jax_to_cpu
+    from torchax import interop
+    import torch
+    for name, t in (("x", x), ("y", y)):
+        if not isinstance(t, torch.Tensor):
+            raise KernelError(f"all_gather_matmul(): {name} is a {type(t).__name__}, expected a torch tensor",
+                              argument=name, kernel="all_gather_matmul")
+    kinds = {_is_torchax(x), _is_torchax(y)}
+    if len(kinds) > 1:
+        raise KernelError("all_gather_matmul(): mixes torchax tensors and plain CPU tensors",
+                          kernel="all_gather_matmul")
+
+    def run(a: Any, b: Any) -> Any:
+        return _jax_examples.all_gather_matmul(a, b, mesh, axis_name, collective_id=collective_id, bn=bn, bk=bk,
+                                               rhs_transpose=rhs_transpose)
+    if kinds == {True}:
+        return interop.call_jax(run, x, y)
+    return _jax_to_cpu(run(_cpu_to_jax(x), _cpu_to_jax(y)))
+
+
+__all__ = sorted([*library.kernels, "ragged_paged_attention", "all_gather_matmul"])
 
 
 def __getattr__(name: str) -> _TorchOp:
