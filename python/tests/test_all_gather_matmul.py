@@ -152,3 +152,18 @@ def test_the_custom_call_is_tpu_inferences_in_name_config_and_types():
     assert {k: mine["config"]["custom_call_config"][k] for k in keys} == \
         {k: ref["config"]["custom_call_config"][k] for k in keys}
     tc.verify_mosaic(tc.deserialize_body(tc.b64_body(mine["config"])))
+
+
+def test_the_kernel_program_holds_no_collective_where_gspmd_puts_two():
+    """docs/stack-map.md, Part B case 6: `x @ w` with x `P('y', None)`, w and the output `P(None, 'y')`
+    on v5e:2x2 compiles, by GSPMD, to a collective-permute and an all-gather of x
+    (test_sharding_collectives.py holds that); the same product through our kernel is one
+    tpu_custom_call and no collective at all — the kernel moves x itself."""
+    _, desc = tc.topology("v5e:2x2")
+    mesh = Mesh(np.array(desc.devices).reshape(2, 2), ("x", "y"))
+    args = (jax.ShapeDtypeStruct((512, 1024), jnp.bfloat16, sharding=NamedSharding(mesh, P("y", None))),
+            jax.ShapeDtypeStruct((1024, 512), jnp.bfloat16, sharding=NamedSharding(mesh, P(None, "y"))))
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        hlo = jax.jit(lambda a, b: ex.all_gather_matmul(a, b, mesh, "y")).trace(*args).lower().compile().as_text()
+    assert hlo.count('custom_call_target="tpu_custom_call"') == 1
+    assert tc.hlo_collectives(hlo) == []
