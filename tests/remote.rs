@@ -37,8 +37,16 @@ fn send_right_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, recv: 
     copy.wait();
 }
 
-fn send_right(mesh: Option<Mesh>) -> Result<PallasCall, KernelError> {
-    let b = pallas_call(send_right_kernel)
+/// The signature of the test kernels that copy one HBM block to another device.
+type HbmPair = (Ref<f32, Any>, RefMut<f32, Any>, DmaSem, DmaSem);
+
+/// `kernel` over an `[8, 128]` f32 input and output in HBM and two DMA semaphores, on `mesh` (else
+/// the mesh in scope).
+fn hbm_pair(
+    kernel: impl tpu_kernel::launch::KernelFn<HbmPair>,
+    mesh: Option<Mesh>,
+) -> Result<PallasCall, KernelError> {
+    let b = pallas_call(kernel)
         .input_any(block())
         .output_any(block())
         .scratch(DmaSem::one())
@@ -47,6 +55,10 @@ fn send_right(mesh: Option<Mesh>) -> Result<PallasCall, KernelError> {
         Some(m) => b.mesh(m).build(),
         None => b.build(),
     }
+}
+
+fn send_right(mesh: Option<Mesh>) -> Result<PallasCall, KernelError> {
+    hbm_pair(send_right_kernel, mesh)
 }
 
 #[test]
@@ -196,14 +208,11 @@ fn coordinates_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, recv:
 
 #[test]
 fn mesh_coordinates_are_one_per_axis() {
-    let e = pallas_call(coordinates_kernel)
-        .input_any(block())
-        .output_any(block())
-        .scratch(DmaSem::one())
-        .scratch(DmaSem::one())
-        .mesh(Mesh::new([("x", 2), ("y", 2)]).unwrap())
-        .build()
-        .unwrap_err();
+    let e = hbm_pair(
+        coordinates_kernel,
+        Some(Mesh::new([("x", 2), ("y", 2)]).unwrap()),
+    )
+    .unwrap_err();
     HERE.check(
         &e,
         ErrorKind::Shape,
@@ -334,21 +343,14 @@ fn interpret_spmd_takes_one_list_of_inputs_per_device() {
 #[tpu_kernel]
 fn never_receives_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, recv: DmaSem) {
     let right = DeviceId::along("x", (axis_index("x") + 1) % axis_size("x"));
-    let copy = async_remote_copy(x, o, send, recv, right); // E:never_received
+    let copy = async_remote_copy(x, o, send, recv, right);
     copy.start(); // E:never_received_start
     copy.wait_send();
 }
 
 #[test]
 fn a_receive_never_waited_for_is_a_race_naming_the_devices() {
-    let call = pallas_call(never_receives_kernel)
-        .input_any(block())
-        .output_any(block())
-        .scratch(DmaSem::one())
-        .scratch(DmaSem::one())
-        .mesh(mesh4())
-        .build()
-        .unwrap();
+    let call = hbm_pair(never_receives_kernel, Some(mesh4())).unwrap();
     let e = call.interpret_spmd(&device_inputs(4, 8)).unwrap_err();
     HERE.check(
         &e,
@@ -464,14 +466,7 @@ fn outside_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, recv: Dma
 
 #[test]
 fn a_device_id_outside_the_mesh_is_an_error_at_its_line() {
-    let call = pallas_call(outside_kernel)
-        .input_any(block())
-        .output_any(block())
-        .scratch(DmaSem::one())
-        .scratch(DmaSem::one())
-        .mesh(mesh4())
-        .build()
-        .unwrap();
+    let call = hbm_pair(outside_kernel, Some(mesh4())).unwrap();
     let e = call.interpret_spmd(&device_inputs(4, 8)).unwrap_err();
     HERE.check(
         &e,
@@ -492,14 +487,7 @@ fn waits_forever_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, rec
 
 #[test]
 fn every_device_waiting_is_a_deadlock_naming_each_wait() {
-    let call = pallas_call(waits_forever_kernel)
-        .input_any(block())
-        .output_any(block())
-        .scratch(DmaSem::one())
-        .scratch(DmaSem::one())
-        .mesh(mesh4())
-        .build()
-        .unwrap();
+    let call = hbm_pair(waits_forever_kernel, Some(mesh4())).unwrap();
     let e = call.interpret_spmd(&device_inputs(4, 8)).unwrap_err();
     HERE.check(
         &e,

@@ -98,15 +98,7 @@ def _compile(fn, topo, m, k, n, generation):
     old = mod.all_gather_matmul_tuned_block_sizes.get_tpu_version
     mod.all_gather_matmul_tuned_block_sizes.get_tpu_version = lambda: GENERATION_NUMBER[generation]
     try:
-        before = tc._snapshot()
-        res = tc.Compiled(topology=topo, ok=False)
-        try:
-            with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-                exe = jax.jit(lambda a, b: fn(a, b, mesh)).trace(*args).lower().compile()
-            res.ok, hlo = True, exe.as_text()
-        except Exception as e:  # libtpu's verdict
-            res.error, hlo = f"{type(e).__name__}: {e}", None
-        return tc._finish(res, before, hlo)
+        return tc._compile_in(topo, mesh, jax.jit(lambda a, b: fn(a, b, mesh)), args)
     finally:
         mod.all_gather_matmul_tuned_block_sizes.get_tpu_version = old
 

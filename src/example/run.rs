@@ -30,15 +30,9 @@ fn run_spmd(call: &PallasCall, engine: Engine) -> Result<String, KernelError> {
         .map(|d| reference::random_inputs(call, d as u64))
         .collect();
     let outputs = interpret_spmd(call.ir(), &inputs, &InterpretOptions::poisoned())?;
-    let mut times = Vec::new();
-    let start = Instant::now();
-    while times.len() < 3 || (times.len() < 20 && start.elapsed().as_secs_f64() < 0.5) {
-        let t = Instant::now();
-        interpret_spmd(call.ir(), &inputs, &InterpretOptions::default())?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    times.sort_by(f64::total_cmp);
-    let ms = times[times.len() / 2];
+    let (ms, runs) = median_ms(20, || {
+        interpret_spmd(call.ir(), &inputs, &InterpretOptions::default()).map(drop)
+    })?;
     let mut out = format!(
         "kernel `{}` on CPU (interpret mode, every device of the mesh {}, random inputs)\n",
         call.name(),
@@ -53,23 +47,10 @@ fn run_spmd(call: &PallasCall, engine: Engine) -> Result<String, KernelError> {
     let mut ok = true;
     for (d, (got, want)) in outputs.iter().zip(&want).enumerate() {
         for (i, (g, w)) in got.iter().zip(want).enumerate() {
-            let c = reference::compare(g, w, tol);
-            ok &= c.ok;
-            out += &format!(
-                "  device {d} output {i} {:?} {}: max |error| {:.3e} vs reference (tolerance atol {:.0e} + rtol {:.0e}) {}\n",
-                g.shape(),
-                g.dtype(),
-                c.max_abs_error,
-                tol.atol,
-                tol.rtol,
-                if c.ok { "ok" } else { "MISMATCH" }
-            );
+            ok &= compared(&mut out, &format!("device {d} output {i}"), (g, w), tol);
         }
     }
-    out += &format!(
-        "  time: {ms:.3} ms for the whole mesh (median of {} runs)",
-        times.len()
-    );
+    out += &format!("  time: {ms:.3} ms for the whole mesh (median of {runs} runs)");
     if ok {
         Ok(out)
     } else {
@@ -78,6 +59,43 @@ fn run_spmd(call: &PallasCall, engine: Engine) -> Result<String, KernelError> {
             format!("interpret mode: results differ from the reference\n{out}"),
         ))
     }
+}
+
+/// The median time of `f` in ms over at least 3 and at most `max_runs` runs (stopping after 0.5 s),
+/// and the number of runs.
+fn median_ms(
+    max_runs: usize,
+    mut f: impl FnMut() -> Result<(), KernelError>,
+) -> Result<(f64, usize), KernelError> {
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 3 || (times.len() < max_runs && start.elapsed().as_secs_f64() < 0.5) {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], times.len()))
+}
+
+/// Compare an output with its reference, adding a line to `out`; whether it is within `tol`.
+fn compared(
+    out: &mut String,
+    label: &str,
+    (g, w): (&HostArray, &HostArray),
+    tol: reference::Tolerance,
+) -> bool {
+    let c = reference::compare(g, w, tol);
+    *out += &format!(
+        "  {label} {:?} {}: max |error| {:.3e} vs reference (tolerance atol {:.0e} + rtol {:.0e}) {}\n",
+        g.shape(),
+        g.dtype(),
+        c.max_abs_error,
+        tol.atol,
+        tol.rtol,
+        if c.ok { "ok" } else { "MISMATCH" }
+    );
+    c.ok
 }
 
 /// One timed run of the chosen engine.
@@ -112,36 +130,18 @@ pub fn run(call: &PallasCall, engine: Engine) -> Result<String, KernelError> {
             )
         }
     };
-    let mut times = Vec::new();
-    let start = Instant::now();
-    while times.len() < 3 || (times.len() < 50 && start.elapsed().as_secs_f64() < 0.5) {
-        let t = Instant::now();
-        once(&inputs)?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    times.sort_by(f64::total_cmp);
-    let ms = times[times.len() / 2];
+    let (ms, runs) = median_ms(50, || once(&inputs).map(drop))?;
     let mut out = format!("kernel `{}` on CPU ({how}, random inputs)\n", call.name());
     let Some(expected) = reference::expected(call.name(), &inputs) else {
-        out += &format!("  no plain-Rust reference for this kernel; not checked\n  time: {ms:.3} ms (median of {} runs)", times.len());
+        out += &format!("  no plain-Rust reference for this kernel; not checked\n  time: {ms:.3} ms (median of {runs} runs)");
         return Ok(out);
     };
     let (want, tol) = expected?;
     let mut ok = true;
     for (i, (g, w)) in outputs.iter().zip(&want).enumerate() {
-        let c = reference::compare(g, w, tol);
-        ok &= c.ok;
-        out += &format!(
-            "  output {i} {:?} {}: max |error| {:.3e} vs reference (tolerance atol {:.0e} + rtol {:.0e}) {}\n",
-            g.shape(),
-            g.dtype(),
-            c.max_abs_error,
-            tol.atol,
-            tol.rtol,
-            if c.ok { "ok" } else { "MISMATCH" }
-        );
+        ok &= compared(&mut out, &format!("output {i}"), (g, w), tol);
     }
-    out += &format!("  time: {ms:.3} ms (median of {} runs)", times.len());
+    out += &format!("  time: {ms:.3} ms (median of {runs} runs)");
     if ok && outputs.len() == want.len() {
         Ok(out)
     } else {

@@ -294,23 +294,34 @@ impl DmaModel {
         Ok(())
     }
 
-    /// Start a copy from `src` into `dst` signalling `sem` (started at `loc`).
+    /// Start a copy from `src` into `dst` signalling `sem` (started at `loc`). With a `peer`, one end
+    /// of a copy between devices: this device sends `src` (its bytes go on `sem`, the send semaphore,
+    /// as they leave: at once, the data having left at the start) into `dst` on `peer.device`, or
+    /// receives into `dst` (the bytes land on `sem`, the receive semaphore; the data moves when a wait
+    /// shows the copy complete). Reading a source, or touching a destination, of a copy in flight on
+    /// this device is a race.
     pub fn start(
         &mut self,
         refs: &(impl Refs + ?Sized),
-        src: RefView,
-        dst: RefView,
+        (src, dst): (RefView, RefView),
         sem: Sem,
+        peer: Option<Peer>,
         loc: SourceLoc,
     ) -> Result<()> {
         let (a, b) = (src.value_shape(), dst.value_shape());
         if a != b {
             return Err(copy_shapes_differ(&a, &b));
         }
-        self.check_access(refs, &src, false)?;
-        self.check_access(refs, &dst, true)?;
+        if peer.is_none_or(|p| p.outgoing) {
+            self.check_access(refs, &src, false)?;
+        }
+        if peer.is_none_or(|p| !p.outgoing) {
+            self.check_access(refs, &dst, true)?;
+        }
         let bytes = window_bytes(refs, &dst);
-        let countdown = self.next();
+        // Seeded timing moves a local copy's data early; a remote copy's left at its start or lands
+        // at its wait.
+        let countdown = if peer.is_none() { self.next() } else { None };
         *self.sems.entry(sem).or_insert(0) += bytes;
         self.inflight.push(InFlight {
             src,
@@ -319,45 +330,8 @@ impl DmaModel {
             bytes,
             started_at: loc,
             countdown,
-            moved: false,
-            peer: None,
-        });
-        Ok(())
-    }
-
-    /// One end of a copy between devices, started at `loc`: this device sends `src` (its bytes go on
-    /// `sem`, the send semaphore, as they leave: at once, the data having left at the start) into
-    /// `dst` on `peer.device`, or receives into `dst` (the bytes land on `sem`, the receive
-    /// semaphore; the data moves when a wait shows the copy complete). Reading the source, or
-    /// touching the destination, of a copy in flight is a race as for a local copy.
-    pub fn start_remote(
-        &mut self,
-        refs: &(impl Refs + ?Sized),
-        (src, dst): (RefView, RefView),
-        sem: Sem,
-        peer: Peer,
-        loc: SourceLoc,
-    ) -> Result<()> {
-        let (a, b) = (src.value_shape(), dst.value_shape());
-        if a != b {
-            return Err(copy_shapes_differ(&a, &b));
-        }
-        if peer.outgoing {
-            self.check_access(refs, &src, false)?;
-        } else {
-            self.check_access(refs, &dst, true)?;
-        }
-        let bytes = window_bytes(refs, &dst);
-        *self.sems.entry(sem).or_insert(0) += bytes;
-        self.inflight.push(InFlight {
-            src,
-            dst,
-            sem,
-            bytes,
-            started_at: loc,
-            countdown: None,
-            moved: peer.outgoing,
-            peer: Some(peer),
+            moved: peer.is_some_and(|p| p.outgoing),
+            peer,
         });
         Ok(())
     }

@@ -119,7 +119,8 @@ impl<'k> Machine<'k> {
     pub(super) fn dma_start(&mut self, op: &Op) -> Result<()> {
         let (src, dst) = (self.view_of(op.operands[0])?, self.view_of(op.operands[1])?);
         let sem = self.semaphore(op.operands[2])?;
-        self.dma.start(&self.refs[..], src, dst, sem, op.loc)
+        self.dma
+            .start(&self.refs[..], (src, dst), sem, None, op.loc)
     }
 
     /// `DmaWait`: the descriptor's bytes taken from its semaphore; the copies this shows complete

@@ -50,7 +50,7 @@ impl Machine<'_> {
                 };
                 let ends = (src.clone(), dst.clone());
                 self.dma
-                    .start_remote(&self.refs[..], ends, send, peer, op.loc)?;
+                    .start(&self.refs[..], ends, send, Some(peer), op.loc)?;
                 let data = self.read_window(&src)?.materialize()?;
                 let mail = Mail::Copy(Box::new(Delivery {
                     from: link.me,
@@ -111,7 +111,7 @@ impl Machine<'_> {
                         ..
                     } = *d;
                     self.dma
-                        .start_remote(&self.refs[..], (src, dst), sem, peer, loc)?;
+                        .start(&self.refs[..], (src, dst), sem, Some(peer), loc)?;
                     self.received.insert(tag, data);
                 }
                 Mail::Signal { sem, n } => self.dma.signal(sem, n),
