@@ -430,12 +430,13 @@ fn every_spmd_example_on_its_mesh() {
     use tpu_kernel::runtime::interpret::interpret_spmd;
     for (name, call) in spmd_cases() {
         let call = call.unwrap_or_else(|e| panic!("{name}: {e}"));
-        let devices = call.ir().mesh.as_ref().expect("a mesh").devices();
+        let mesh = call.ir().mesh.clone().expect("a mesh");
+        let devices = mesh.devices();
         let inputs: Vec<Vec<HostArray>> = (0..devices)
             .map(|d| reference::random_inputs(&call, d as u64))
             .collect();
         let got = call
-            .interpret_spmd(&inputs)
+            .interpret_spmd(&mesh, &inputs)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let (want, tol) = reference::expected_spmd(call.name(), &inputs)
             .unwrap_or_else(|| panic!("no reference for {name}"))
@@ -451,7 +452,7 @@ fn every_spmd_example_on_its_mesh() {
             }
         }
         for (mode, opts) in modes() {
-            let again = interpret_spmd(call.ir(), &inputs, &opts)
+            let again = interpret_spmd(call.ir(), &mesh, &inputs, &opts)
                 .unwrap_or_else(|e| panic!("{name} ({mode}): {e}"));
             assert_eq!(again, got, "{name} ({mode})");
         }

@@ -301,7 +301,9 @@ fn the_ring_all_gather_gathers_every_shard_on_every_device_bit_for_bit() {
             .scope(|| ring::ring_all_gather(ArrayType::new([8, 128], F32), "x".into()))
             .unwrap();
         let inputs = device_inputs(n, 8);
-        let outs = call.interpret_spmd(&inputs).unwrap();
+        let outs = call
+            .interpret_spmd(call.ir().mesh.as_ref().unwrap(), &inputs)
+            .unwrap();
         let (_, size, stride) = mesh.axis("x").unwrap();
         for (d, out) in outs.iter().enumerate() {
             // the shards of the devices along x that share this device's other coordinates
@@ -331,7 +333,9 @@ fn interpret_spmd_takes_one_list_of_inputs_per_device() {
     let call = mesh4()
         .scope(|| ring::ring_all_gather(ArrayType::new([8, 128], F32), "x".into()))
         .unwrap();
-    let e = call.interpret_spmd(&device_inputs(3, 8)).unwrap_err();
+    let e = call
+        .interpret_spmd(&mesh4(), &device_inputs(3, 8))
+        .unwrap_err();
     assert!(
         e.message.contains("4 devices but inputs were given for 3"),
         "{e}"
@@ -351,7 +355,9 @@ fn never_receives_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, re
 #[test]
 fn a_receive_never_waited_for_is_a_race_naming_the_devices() {
     let call = hbm_pair(never_receives_kernel, Some(mesh4())).unwrap();
-    let e = call.interpret_spmd(&device_inputs(4, 8)).unwrap_err();
+    let e = call
+        .interpret_spmd(&mesh4(), &device_inputs(4, 8))
+        .unwrap_err();
     HERE.check(
         &e,
         ErrorKind::Race,
@@ -387,7 +393,7 @@ fn vmem_call(
 #[test]
 fn a_send_buffer_written_in_flight_is_a_race() {
     let e = vmem_call(overwrite_kernel)
-        .interpret_spmd(&device_inputs(4, 8))
+        .interpret_spmd(&mesh4(), &device_inputs(4, 8))
         .unwrap_err();
     HERE.check(
         &e,
@@ -417,7 +423,7 @@ fn early_read_kernel(x: Ref<f32>, o: RefMut<f32>, buf: RefMut<f32>, send: DmaSem
 #[test]
 fn reading_a_destination_before_its_receive_is_a_race_naming_the_sender() {
     let e = vmem_call(early_read_kernel)
-        .interpret_spmd(&device_inputs(4, 8))
+        .interpret_spmd(&mesh4(), &device_inputs(4, 8))
         .unwrap_err();
     HERE.check(
         &e,
@@ -448,7 +454,9 @@ fn a_barrier_left_signalled_for_the_next_call_is_an_error() {
         .collective_id(0)
         .build()
         .unwrap();
-    let e = call.interpret_spmd(&device_inputs(4, 8)).unwrap_err();
+    let e = call
+        .interpret_spmd(&mesh4(), &device_inputs(4, 8))
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Race, "{e}");
     assert!(
         e.message
@@ -467,7 +475,9 @@ fn outside_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, recv: Dma
 #[test]
 fn a_device_id_outside_the_mesh_is_an_error_at_its_line() {
     let call = hbm_pair(outside_kernel, Some(mesh4())).unwrap();
-    let e = call.interpret_spmd(&device_inputs(4, 8)).unwrap_err();
+    let e = call
+        .interpret_spmd(&mesh4(), &device_inputs(4, 8))
+        .unwrap_err();
     HERE.check(
         &e,
         ErrorKind::OutOfBounds,
@@ -488,7 +498,9 @@ fn waits_forever_kernel(x: Ref<f32, Any>, o: RefMut<f32, Any>, send: DmaSem, rec
 #[test]
 fn every_device_waiting_is_a_deadlock_naming_each_wait() {
     let call = hbm_pair(waits_forever_kernel, Some(mesh4())).unwrap();
-    let e = call.interpret_spmd(&device_inputs(4, 8)).unwrap_err();
+    let e = call
+        .interpret_spmd(&mesh4(), &device_inputs(4, 8))
+        .unwrap_err();
     HERE.check(
         &e,
         ErrorKind::Deadlock,
@@ -535,7 +547,9 @@ fn a_ring_on_one_receive_semaphore_races_when_a_device_runs_two_steps_ahead() {
         .mesh(mesh4())
         .build()
         .unwrap();
-    let e = call.interpret_spmd(&device_inputs(4, 8)).unwrap_err();
+    let e = call
+        .interpret_spmd(&mesh4(), &device_inputs(4, 8))
+        .unwrap_err();
     HERE.check(
         &e,
         ErrorKind::Race,
@@ -558,7 +572,9 @@ fn the_ring_reduce_scatter_sums_each_block_on_its_device_in_ring_order() {
             })
             .unwrap();
         let inputs = device_inputs(n, 8 * n);
-        let outs = call.interpret_spmd(&inputs).unwrap();
+        let outs = call
+            .interpret_spmd(call.ir().mesh.as_ref().unwrap(), &inputs)
+            .unwrap();
         let (want, tol) = tpu_kernel::reference::expected_spmd(call.name(), &inputs)
             .unwrap()
             .unwrap();
@@ -603,7 +619,9 @@ fn the_all_gather_matmul_is_all_gather_x_at_y_for_every_block_choice() {
         let inputs: Vec<Vec<HostArray>> = (0..tp)
             .map(|d| tpu_kernel::reference::random_inputs(&call, d as u64))
             .collect();
-        let outs = call.interpret_spmd(&inputs).unwrap();
+        let outs = call
+            .interpret_spmd(call.ir().mesh.as_ref().unwrap(), &inputs)
+            .unwrap();
         // The reference multiplies by y as [k, n]: transpose a transposed rhs first.
         let plain: Vec<Vec<HostArray>> = inputs
             .iter()
@@ -692,4 +710,31 @@ fn the_all_gather_matmul_refuses_what_tpu_inference_refuses_naming_the_argument(
         agmm::tuned_block_sizes(5, (2048, 51200, 5120), "bfloat16", 8),
         None
     );
+}
+
+#[test]
+fn interpret_spmd_runs_on_the_mesh_the_kernel_was_built_for_and_a_plain_kernel_on_any() {
+    let ring = mesh4()
+        .scope(|| ring::ring_all_gather(ArrayType::new([8, 128], F32), "x".into()))
+        .unwrap();
+    let other = Mesh::new([("x", 2), ("y", 2)]).unwrap();
+    let e = ring
+        .interpret_spmd(&other, &device_inputs(4, 8))
+        .unwrap_err();
+    assert!(
+        e.message
+            .contains("built for the mesh {x: 4} and is run on the mesh {x: 2, y: 2}"),
+        "{e}"
+    );
+    // A kernel that talks to no other device runs on each device alone.
+    let double = pallas_call(|x: Ref<f32>, o: RefMut<f32>| o.store(x.load() * 2.0))
+        .input(block(), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .output(block(), BlockSpec::new([8, 128], |[]| (0, 0)))
+        .build()
+        .unwrap();
+    let inputs = device_inputs(4, 8);
+    let outs = double.interpret_spmd(&other, &inputs).unwrap();
+    for (d, out) in outs.iter().enumerate() {
+        assert_eq!(out, &double.interpret(&inputs[d]).unwrap(), "device {d}");
+    }
 }

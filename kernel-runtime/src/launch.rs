@@ -923,16 +923,18 @@ impl PallasCall {
 impl PallasCall {
     /// Run the kernel on the CPU with Pallas TPU semantics (see [`crate::interpret`]): one host array per
     /// input, in order; returns one per output.
-    /// Run the kernel on every device of its mesh (`.mesh(..)`), device `d` on `inputs[d]`, with
-    /// its remote copies and signals between them ([`crate::interpret::interpret_spmd`]); returns each
-    /// device's outputs. Races and deadlocks across devices are errors at the user's line naming the
-    /// devices.
+    /// Run the kernel on every device of `mesh` (the mesh it was built for: `.mesh(..)` or
+    /// `Mesh::scope`), device `d` on `inputs[d]`, with its remote copies and signals between them
+    /// ([`crate::interpret::interpret_spmd`]); returns each device's outputs. Races and deadlocks
+    /// across devices are errors at the user's line naming the devices.
     pub fn interpret_spmd(
         &self,
+        mesh: &crate::mesh::Mesh,
         inputs: &[Vec<crate::interpret::HostArray>],
     ) -> Result<Vec<Vec<crate::interpret::HostArray>>> {
         crate::interpret::interpret_spmd(
             &self.kernel,
+            mesh,
             inputs,
             &crate::interpret::InterpretOptions::default(),
         )

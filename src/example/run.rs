@@ -29,9 +29,9 @@ fn run_spmd(call: &PallasCall, engine: Engine) -> Result<String, KernelError> {
     let inputs: Vec<Vec<HostArray>> = (0..mesh.devices())
         .map(|d| reference::random_inputs(call, d as u64))
         .collect();
-    let outputs = interpret_spmd(call.ir(), &inputs, &InterpretOptions::poisoned())?;
+    let outputs = interpret_spmd(call.ir(), &mesh, &inputs, &InterpretOptions::poisoned())?;
     let (ms, runs) = median_ms(20, || {
-        interpret_spmd(call.ir(), &inputs, &InterpretOptions::default()).map(drop)
+        interpret_spmd(call.ir(), &mesh, &inputs, &InterpretOptions::default()).map(drop)
     })?;
     let mut out = format!(
         "kernel `{}` on CPU (interpret mode, every device of the mesh {}, random inputs)\n",

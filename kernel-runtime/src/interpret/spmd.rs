@@ -297,20 +297,34 @@ pub(crate) fn on_device(mesh: &crate::mesh::Mesh, d: usize, e: KernelError) -> K
     }
 }
 
-/// Run `kernel` on every device of its mesh, device `d` on `inputs[d]`; returns each device's
-/// outputs. The kernel's mesh gives the devices; the error returned is the first device's to stop
-/// on one, named after it (the others' deadlocks follow from it).
+/// Run `kernel` on every device of `mesh`, device `d` (numbered row-major over the mesh axes) on
+/// `inputs[d]`; returns each device's outputs. A kernel built for a mesh (one that talks across
+/// devices) runs on that mesh only; one built for none runs on each device alone. The error returned
+/// is the first device's to stop on one, named after it (the others' deadlocks follow from it).
 pub fn interpret_spmd(
     kernel: &Kernel,
+    mesh: &crate::mesh::Mesh,
     inputs: &[Vec<HostArray>],
     options: &InterpretOptions,
 ) -> Result<Vec<Vec<HostArray>>> {
-    let mesh = kernel.mesh.clone().ok_or_else(|| {
-        kerr!(
-            Grid,
-            "interpret_spmd runs a kernel on every device of its mesh, and this launch has none: give it one with `.mesh(Mesh::new([(\"x\", 4)])?)`"
-        )
-    })?;
+    match &kernel.mesh {
+        Some(built) if built != mesh => {
+            return Err(kerr!(
+                Grid,
+                "the kernel was built for the mesh {} and is run on the mesh {}: build it for the mesh it runs on (`.mesh(..)` or `Mesh::scope`)",
+                built.describe(),
+                mesh.describe()
+            ))
+        }
+        None if kernel.communicates() => {
+            return Err(kerr!(
+                Grid,
+                "a kernel that talks across devices without a mesh (internal error)"
+            ))
+        }
+        _ => {}
+    }
+    let mesh = mesh.clone();
     let n = mesh.devices();
     if inputs.len() != n {
         return Err(kerr!(
