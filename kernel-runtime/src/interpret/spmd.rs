@@ -70,6 +70,7 @@ struct State {
 
 /// The devices of one launch and what passes between them.
 pub(crate) struct Fabric {
+    join: std::time::Duration,
     mesh: crate::mesh::Mesh,
     state: Mutex<State>,
     turn: Condvar,
@@ -92,14 +93,26 @@ pub(crate) fn current() -> Option<Arc<Link>> {
 }
 
 /// How long a device waits for the others of its launch to join before giving up (an XLA that runs
-/// fewer device programs at once than the mesh has devices would otherwise hang).
-const JOIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// fewer device programs at once than the mesh has devices would otherwise hang): 120 s, or
+/// `TPU_KERNEL_SPMD_JOIN_SECONDS`.
+fn join_timeout() -> std::time::Duration {
+    let secs = std::env::var("TPU_KERNEL_SPMD_JOIN_SECONDS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(120);
+    std::time::Duration::from_secs(secs)
+}
 
 impl Fabric {
     /// The fabric of one launch over `mesh`: device 0 runs first.
     pub fn new(mesh: crate::mesh::Mesh) -> Arc<Fabric> {
+        Fabric::with_join_timeout(mesh, join_timeout())
+    }
+
+    fn with_join_timeout(mesh: crate::mesh::Mesh, join: std::time::Duration) -> Arc<Fabric> {
         let n = mesh.devices();
         Arc::new(Fabric {
+            join,
             mesh,
             state: Mutex::new(State {
                 running: Some(0),
@@ -179,14 +192,14 @@ impl Link {
             let (next, timeout) = self
                 .fabric
                 .turn
-                .wait_timeout(st, JOIN_TIMEOUT)
+                .wait_timeout(st, self.fabric.join)
                 .unwrap_or_else(|p| p.into_inner());
             st = next;
             if let Some(d) = late.filter(|&d| timeout.timed_out() && !st.joined[d]) {
                 let msg = format!(
                     "device {d} of the mesh {} never reached the kernel within {} s: the devices of a launch that talks across devices run together, so XLA must run every device's program at once (a CPU mesh of at most as many devices as XLA runs in parallel)",
                     self.fabric.mesh.describe(),
-                    JOIN_TIMEOUT.as_secs()
+                    self.fabric.join.as_secs()
                 );
                 st.deadlock = Some(msg.clone());
                 self.fabric.turn.notify_all();
@@ -430,4 +443,23 @@ pub(crate) fn interpret_into_launch(
         .unwrap_or_else(|p| p.into_inner())
         .retain(|l| !(Arc::ptr_eq(&l.fabric, &fabric) && fabric.finished()));
     r.map_err(|e| on_device(&mesh, d, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_that_never_joins_is_an_error_naming_it_not_a_hang() {
+        let mesh = crate::mesh::Mesh::new([("x", 2)]).unwrap();
+        let fabric = Fabric::with_join_timeout(mesh, std::time::Duration::from_millis(200));
+        // Device 1 joins; device 0, whose turn comes first, never does.
+        let e = run_device(&fabric, 1, || Ok(())).unwrap_err();
+        assert_eq!(e.kind, crate::error::ErrorKind::Deadlock, "{e}");
+        assert!(
+            e.message
+                .contains("device 0 of the mesh {x: 2} never reached the kernel"),
+            "{e}"
+        );
+    }
 }

@@ -228,8 +228,17 @@ pub fn run(kernel: &Kernel, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
     compile(kernel)?.run(inputs)
 }
 
-/// Lower `kernel` to its Mosaic module (verified) and compile that module for the CPU.
+/// Lower `kernel` to its Mosaic module (verified) and compile that module for the CPU. A kernel that
+/// talks across devices is refused: this engine runs one device (the interpreter's `interpret_spmd`
+/// runs every device of a mesh).
 pub fn compile(kernel: &Kernel) -> Result<Compiled> {
+    if kernel.communicates() {
+        return Err(crate::error::kerr!(
+            Unsupported,
+            "Mosaic-on-CPU runs one device, and kernel `{}` talks to the other devices of its mesh (remote copies, remote signals or the barrier semaphore): run it in interpret mode on every device with `interpret_spmd`",
+            kernel.name
+        ));
+    }
     crate::mosaic::mlir::with_context(|ctx| {
         let module = crate::mosaic::mlir::build(ctx, &crate::lower::lower_module(kernel)?)?;
         compile_module(kernel, &module)
