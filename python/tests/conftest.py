@@ -131,7 +131,8 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     tr.section("Parity: ours vs Pallas (post-finalize-llo ops; total scheduled bundles of the custom call; "
                "libtpu %s)" % tc.VERSIONS["libtpu"])
-    tr.write_line(f"{'kernel':<20} {'gen':<11} {'LLO ours':>8} {'Pallas':>7} {'ratio':>6}  "
+    w = max(16, *(len(n) for n, _ in rows))
+    tr.write_line(f"{'kernel':<{w}} {'gen':<11} {'LLO ours':>8} {'Pallas':>7} {'ratio':>6}  "
                   f"{'bundles ours':>12} {'Pallas':>7} {'ratio':>6}")
 
     def ratio(a, b):
@@ -141,7 +142,7 @@ def pytest_terminal_summary(terminalreporter):
         o, p = COMPILED.get(("ours", n, g)), COMPILED.get(("pallas", n, g))
         ol, ob = (o.llo_total, o.bundles) if o and o.ok else (None, None)
         pl_, pb = (p.llo_total, p.bundles) if p and p.ok else (None, None)
-        tr.write_line(f"{n:<20} {g:<11} {str(ol):>8} {str(pl_):>7} {ratio(ol, pl_):>6}  "
+        tr.write_line(f"{n:<{w}} {g:<11} {str(ol):>8} {str(pl_):>7} {ratio(ol, pl_):>6}  "
                       f"{str(ob):>12} {str(pb):>7} {ratio(ob, pb):>6}")
 
 

@@ -103,19 +103,25 @@ def _compile(fn, topo, m, k, n, generation):
         mod.all_gather_matmul_tuned_block_sizes.get_tpu_version = old
 
 
-# (m, k, n, bn) per topology: tp 4 on the 2x2s, 8 on tpu7x:2x2x1 (a TensorCore per device)
-PARITY = {"v5e:2x2": (256, 512, 1024, 128), "v6e:2x2": (256, 512, 1024, 128), "tpu7x:2x2x1": (256, 512, 1024, 128)}
+# (m, k, n, bn, bk): tp 4 on the 2x2s, 8 on tpu7x:2x2x1 (a TensorCore per device); a small config, then
+# larger ones with one n and one k block (bn None: n / tp, named for both kernels — tpu-inference's own
+# fallback, n, runs past the arrays) and with several (the f32 accumulator)
+PARITY = [(256, 512, 1024, 128, None), (1024, 2048, 4096, None, 2048), (1024, 2048, 4096, 512, 512)]
 
 
+@pytest.mark.parametrize("config", PARITY, ids=["small", "1024x2048x4096", "1024x2048x4096 bk 512"])
 @pytest.mark.parametrize("generation", GENERATIONS)
-def test_compiles_sharded_and_not_above_tpu_inferences_kernel(generation):
+def test_compiles_sharded_and_not_above_tpu_inferences_kernel(generation, config):
     topo = SHARDED[generation]
-    m, k, n, bn = PARITY[topo]
+    m, k, n, bn, bk = config
+    bn = bn or n // len(tc.topology(topo)[1].devices)
     mod = theirs()
-    mine = compiled("ours", "all_gather_matmul", topo, lambda: _compile(
-        lambda a, b, mesh: ex.all_gather_matmul(a, b, mesh, "x", bn=bn), topo, m, k, n, generation))
-    ref = compiled("pallas", "all_gather_matmul", topo, lambda: _compile(
-        lambda a, b, mesh: mod.all_gather_matmul(a, b, mesh.abstract_mesh, "x", bn=bn), topo, m, k, n, generation))
+    key = "all_gather_matmul" if config == PARITY[0] else f"all_gather_matmul {m}x{k}x{n}/{bn}/{bk}"
+    mine = compiled("ours", key, topo, lambda: _compile(
+        lambda a, b, mesh: ex.all_gather_matmul(a, b, mesh, "x", bn=bn, bk=bk), topo, m, k, n, generation))
+    ref = compiled("pallas", key, topo, lambda: _compile(
+        lambda a, b, mesh: mod.all_gather_matmul(a, b, mesh.abstract_mesh, "x", bn=bn, bk=bk), topo, m, k, n,
+        generation))
     assert mine.ok, mine.error
     assert ref.ok, ref.error
     assert mine.n_custom_calls == ref.n_custom_calls == 1
@@ -128,7 +134,7 @@ def test_compiles_sharded_and_not_above_tpu_inferences_kernel(generation):
 
 def test_the_custom_call_is_tpu_inferences_in_name_config_and_types():
     topo = SHARDED["v6e"]
-    m, k, n, bn = PARITY[topo]
+    m, k, n, bn, _ = PARITY[0]
     mod = theirs()
     mesh, args = _program(None, topo, m, k, n)
     calls = []
