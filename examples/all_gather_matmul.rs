@@ -328,7 +328,7 @@ fn all_gather_matmul_kernel<T: DotElement<Acc = f32>>(
 pub fn tuned_block_sizes(
     generation: u32,
     (m, n, k): (usize, usize, usize),
-    dtype: &str,
+    dtype: DType,
     tp: usize,
 ) -> Option<(usize, usize)> {
     /// `(generation, m, n, k, tp)` → `(bn, bk)`.
@@ -341,7 +341,7 @@ pub fn tuned_block_sizes(
         ((6, 4096, 51200, 5120, 8), (3200, 5120)),
         ((6, 8192, 51200, 5120, 8), (1280, 5120)),
     ];
-    if dtype != "bfloat16" {
+    if dtype != BF16 {
         return None;
     }
     TABLE
@@ -424,12 +424,7 @@ pub fn all_gather_matmul_launch(
             format!("the ring over {axis:?} needs at least 2 devices, the mesh has {tp}"),
         ));
     }
-    let tuned = tuned_block_sizes(
-        target.info().generation,
-        (m, n, k),
-        &x.dtype.to_string(),
-        tp,
-    );
+    let tuned = tuned_block_sizes(target.info().generation, (m, n, k), x.dtype, tp);
     let bn = bn.or(tuned.map(|t| t.0)).unwrap_or(n_per_device);
     let bk = bk.or(tuned.map(|t| t.1)).unwrap_or(k);
     if bn == 0 || n_per_device % bn != 0 {

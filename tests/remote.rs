@@ -703,11 +703,11 @@ fn the_all_gather_matmul_refuses_what_tpu_inference_refuses_naming_the_argument(
     }
     // tpu-inference's tuned table: v6, bf16, tp 8, its (m, n, k) keys.
     assert_eq!(
-        agmm::tuned_block_sizes(6, (2048, 51200, 5120), "bfloat16", 8),
+        agmm::tuned_block_sizes(6, (2048, 51200, 5120), BF16, 8),
         Some((1280, 5120))
     );
     assert_eq!(
-        agmm::tuned_block_sizes(5, (2048, 51200, 5120), "bfloat16", 8),
+        agmm::tuned_block_sizes(5, (2048, 51200, 5120), BF16, 8),
         None
     );
 }

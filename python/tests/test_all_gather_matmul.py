@@ -165,3 +165,33 @@ def test_the_kernel_program_holds_no_collective_where_gspmd_puts_two():
         hlo = jax.jit(lambda a, b: ex.all_gather_matmul(a, b, mesh, "y")).trace(*args).lower().compile().as_text()
     assert hlo.count('custom_call_target="tpu_custom_call"') == 1
     assert tc.hlo_collectives(hlo) == []
+
+
+def test_at_tpu_inferences_tuned_config_on_8_v6e_chips():
+    """tpu-inference's tuned table entry (6, m 2048, n 51200, k 5120, bf16, tp 8) -> (bn 1280, bk 5120),
+    taken by both kernels from their tables (no bn/bk named) on v6e:2x4: the same kernel name, and ours
+    at or under tpu-inference's LLO ops and bundles."""
+    topo, (m, k, n) = "v6e:2x4", (2048, 5120, 51200)
+    mod = theirs()
+    mesh, args = _program(None, topo, m, k, n)
+    names = []
+    for fn in (lambda a, b: ex.all_gather_matmul(a, b, mesh, "x"),
+               lambda a, b: mod.all_gather_matmul(a, b, mesh.abstract_mesh, "x")):
+        old = mod.all_gather_matmul_tuned_block_sizes.get_tpu_version
+        mod.all_gather_matmul_tuned_block_sizes.get_tpu_version = lambda: 6
+        try:
+            with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+                [call] = tc.tpu_custom_calls(jax.jit(fn).trace(*args).lower().as_text())
+        finally:
+            mod.all_gather_matmul_tuned_block_sizes.get_tpu_version = old
+        names.append(call["attrs"]["kernel_name"])
+    assert names[0] == names[1] == '"all_gather_matmul_kernel_bn_1280_bk_5120_rhs_transpose_False"'
+    mine = compiled("ours", "all_gather_matmul tuned", topo, lambda: _compile(
+        lambda a, b, mesh: ex.all_gather_matmul(a, b, mesh, "x"), topo, m, k, n, "v6e"))
+    ref = compiled("pallas", "all_gather_matmul tuned", topo, lambda: _compile(
+        lambda a, b, mesh: mod.all_gather_matmul(a, b, mesh.abstract_mesh, "x"), topo, m, k, n, "v6e"))
+    assert mine.ok, mine.error
+    assert ref.ok, ref.error
+    print(f"all_gather_matmul tuned {topo}: ours {mine.llo_total} LLO ops / {mine.bundles} bundles, "
+          f"tpu-inference {ref.llo_total} / {ref.bundles}")
+    assert mine.llo_total <= ref.llo_total and mine.bundles <= ref.bundles
