@@ -190,3 +190,28 @@ def test_ring_reduce_scatter_on_a_cpu_mesh_equals_psum_scatter(shape, names, ord
         assert np.array_equal(ours, want)
     else:
         np.testing.assert_allclose(ours, want, rtol=0, atol=1e-4 * n * 100)
+
+
+@pytest.mark.parametrize("name,reference", [
+    ("ring_all_gather", lambda s: jax.lax.all_gather(s, "x", tiled=True)),
+    ("ring_reduce_scatter", lambda s: jax.lax.psum_scatter(s, "x", scatter_dimension=0, tiled=True)),
+])
+def test_the_torch_ops_inside_shard_map_through_torchax(name, reference):
+    """The rings as torch ops: inside a jax.shard_map body, on the shard viewed as a torchax tensor
+    (as tpu-inference's torch layers call kernels); int32, so both are exact."""
+    import torchax
+    from torchax import interop
+    import tpu_kernel.torch.examples as tex
+    mesh = Mesh(np.array(jax.devices("cpu")[:4]), ("x",))
+    env = torchax.default_env()
+
+    def body(s):
+        with env:
+            return interop.jax_view(getattr(tex, name)(interop.torch_view(s), axis="x"))
+
+    x = np.random.default_rng(5).integers(-1000, 1000, (4 * 32, 128)).astype(np.int32)
+
+    def program(fn):
+        return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+
+    assert np.array_equal(np.asarray(program(body)(x)), np.asarray(program(reference)(x)))
