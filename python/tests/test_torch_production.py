@@ -138,6 +138,11 @@ def test_the_readme_lists_every_production_kernel_and_its_calls_run():
             env.update(zip(("lengths", "page_indices", "q", "k_pages", "v_pages"), paged_inputs()))
         if name == "ragged_paged_attention":
             env.update(rpa_inputs(), s=0.125)
+        if name == "all_gather_matmul":  # x by rows, y by columns over the "model" axis of 4 CPU devices
+            import jax
+            from jax.sharding import Mesh
+            env.update(x=rand(128, 256, seed=18), y=rand(256, 512, seed=19),
+                       mesh=Mesh(np.array(jax.devices("cpu")[:4]), ("model",)))
         exec(torch_line, env)  # noqa: S102 - the README's own line
         jenv = {"ex": ex, **{n: jnp.asarray(t.detach().float().numpy()).astype(
             {torch.bfloat16: jnp.bfloat16, torch.int8: jnp.int8, torch.int32: jnp.int32}.get(t.dtype, jnp.float32))
