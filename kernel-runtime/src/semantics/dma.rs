@@ -205,14 +205,17 @@ impl InFlight {
             _ => Some(&self.dst),
         }
     }
-    /// `o[0..8, 0..128]`, or `o[0..8, 0..128] of device 2` for the peer's end.
-    fn end(&self, refs: &(impl Refs + ?Sized), v: &RefView) -> String {
-        let local = std::ptr::eq(v, &self.src) && self.local_src().is_some()
-            || std::ptr::eq(v, &self.dst) && self.local_dst().is_some();
-        match self.peer {
+    /// The source and the destination as messages name them: `o[0..8, 0..128]`, with `of device
+    /// 2` on the peer's end.
+    fn ends(&self, refs: &(impl Refs + ?Sized)) -> (String, String) {
+        let name = |v: &RefView, local: bool| match self.peer {
             Some(p) if !local => format!("{} of device {}", v.describe(refs), p.device),
             _ => v.describe(refs),
-        }
+        };
+        (
+            name(&self.src, self.local_src().is_some()),
+            name(&self.dst, self.local_dst().is_some()),
+        )
     }
 }
 
@@ -444,11 +447,10 @@ impl DmaModel {
         dma: impl Fn(usize) -> bool,
     ) -> Result<()> {
         if let Some(f) = self.inflight.first() {
+            let (src, dst) = f.ends(refs);
             return Err(kerr!(
                 Race,
-                "the DMA from {} into {} started here is still in flight at the end of grid step {point:?}, whose next step moves along parallel axis {axis} and may run on another core: wait for it in the same step, or make axis {axis} arbitrary",
-                f.end(refs, &f.src),
-                f.end(refs, &f.dst)
+                "the DMA from {src} into {dst} started here is still in flight at the end of grid step {point:?}, whose next step moves along parallel axis {axis} and may run on another core: wait for it in the same step, or make axis {axis} arbitrary"
             )
             .at(f.started_at));
         }
@@ -485,11 +487,10 @@ impl DmaModel {
             f.local_src().is_some_and(|v| v.r >= first)
                 || f.local_dst().is_some_and(|v| v.r >= first)
         }) {
+            let (src, dst) = f.ends(refs);
             return Err(kerr!(
                 Race,
-                "the DMA from {} into {} started here is still in flight when {}: wait for it{}",
-                f.end(refs, &f.src),
-                f.end(refs, &f.dst),
+                "the DMA from {src} into {dst} started here is still in flight when {}: wait for it{}",
                 at.when(),
                 at.inside()
             )

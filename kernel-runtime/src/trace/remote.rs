@@ -18,9 +18,9 @@
 //! (`DeviceId::logical(k)`: the device's number, row-major over the mesh axes).
 
 use super::array::{IntoArg, Scalar};
-use super::dma::{DmaSem, DmaSource, DmaTarget, Endpoint, Sem};
+use super::dma::{one_semaphore, DmaSem, DmaSource, DmaTarget, Endpoint, Sem};
 use super::refs::view_in;
-use super::{emit, with, Arg, Tracer, Val};
+use super::{emit, with, Arg, Tracer};
 use crate::dtype::DType;
 use crate::error::{kerr, Result, SourceLoc};
 use crate::ir::{BinaryOp, MemSpace, OpKind, SemKind, Type, ValueId};
@@ -215,11 +215,6 @@ tuple_device_id!(A, B);
 tuple_device_id!(A, B, C);
 tuple_device_id!(A, B, C, D);
 
-/// The semaphore operand `v`, checked to be one semaphore of `kind`.
-fn one(t: &Tracer, v: Val, kind: SemKind) -> Result<ValueId> {
-    super::dma::one_semaphore(t, v, kind)
-}
-
 /// A copy from a ref of this device into the same-shaped ref of another
 /// (`pltpu.make_async_remote_copy`): [`start`](RemoteCopy::start) sends it; the send semaphore
 /// counts its bytes as they leave ([`wait_send`](RemoteCopy::wait_send): the source may be written
@@ -281,8 +276,8 @@ impl RemoteCopy {
         with(loc, |t| {
             let src = view_in(t, self.src.r, self.src.spec.as_ref(), loc)?;
             let dst = view_in(t, self.dst.r, self.dst.spec.as_ref(), loc)?;
-            let send = one(t, self.send.v, SemKind::Dma)?;
-            let recv = one(t, self.recv.v, SemKind::Dma)?;
+            let send = one_semaphore(t, self.send.v, SemKind::Dma)?;
+            let recv = one_semaphore(t, self.recv.v, SemKind::Dma)?;
             super::dma::same_window(t, src, dst)?;
             for (id, side) in [(src, "source"), (dst, "destination")] {
                 if let Type::Ref(_, _, MemSpace::Smem) = t.ty_of(id) {
@@ -314,7 +309,7 @@ impl Sem {
         let loc = SourceLoc::caller();
         let (amount, device) = (amount.into_arg(), device.into_device_id());
         with(loc, |t| {
-            let s = one(t, self.v, SemKind::Regular)?;
+            let s = one_semaphore(t, self.v, SemKind::Regular)?;
             let n = t.materialize(amount, &I32, loc)?;
             let d = device.resolve(t, loc)?;
             t.push(OpKind::SemSignalRemote, vec![s, n, d], vec![], vec![], loc);
