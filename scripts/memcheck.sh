@@ -62,7 +62,7 @@ check() { # <binary> <label> <test args...>
 
 check "$runtime" "kernel-runtime unit tests (raw destinations, workers, row order, exp-and-sum, i8 GEMM)" \
     interpret::elementwise interpret::workers::tests interpret::row_order interpret::coalesce \
-    interpret::dot::tests interpret::dot_bf16:: interpret::dot_bf16_order::tests::avx2_kernel_on_ordinary_values
+    interpret::dot::tests interpret::dot_bf16:: interpret::dot_bf16_order::tests::fma_kernels_on_ordinary_values
 check "$math" "kernel-math unit tests (the vector math's loops: exp, every unary and binary width)" \
     exp::tests element::tests accuracy::vector_loops_stay accuracy::specials_follow_jnp
 check "$focused" "tests/memcheck.rs (every example in every mode, borrowed buffers, FFI frames)"

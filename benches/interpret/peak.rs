@@ -1,6 +1,7 @@
 //! The machine's multiply-add peak per dot dtype, as this run dispatches (issue 22 item 1): every
 //! thread runs a loop of independent multiply-adds of the instruction the dot kernel of that dtype
-//! uses here — `vdpbf16ps` (bf16, AVX-512 BF16), `vpdpbusd` (i8, AVX-512 VNNI), a 512-bit FMA (f32: the
+//! uses here — `vdpbf16ps` (bf16, AVX-512 BF16 where it outruns a 512-bit FMA; else 512-bit FMAs of
+//! the widened operands), `vpdpbusd` (i8, AVX-512 VNNI), a 512-bit FMA (f32: the
 //! `gemm` crate's AVX-512 kernel, which `TPU_KERNEL_CPU` does not cap), and under `TPU_KERNEL_CPU=avx2`
 //! 256-bit FMAs for bf16 (the portable kernel in `vdpbf16ps`'s order) and i8 (widened to f32) — and
 //! the operations per second of all threads together are the peak a dot case is measured against.
@@ -16,8 +17,11 @@ pub fn peaks(threads: usize) -> Vec<(&'static str, &'static str, f64)> {
         let fma512 = ("512-bit FMA", 32.0, loop_fma512 as fn(u64) -> f32);
         let has512 = std::arch::is_x86_feature_detected!("avx512f");
         let f32_loop = if has512 { fma512 } else { fma256 };
-        let bf16_loop = if cpu::avx512_bf16() {
+        // bf16 dots run as `vdpbf16ps` where it is the faster, else as FMAs of the widened operands.
+        let bf16_loop = if cpu::bf16_dot_by_dpbf16() {
             ("vdpbf16ps", 64.0, loop_dpbf16 as fn(u64) -> f32)
+        } else if cpu::avx512() {
+            fma512
         } else {
             fma256
         };

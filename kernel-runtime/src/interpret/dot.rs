@@ -218,8 +218,7 @@ fn checked_views<'a, T: crate::semantics::host::HostElement>(
     ))
 }
 
-/// bf16 × bf16 in the one order of `dot_bf16_order`: `vdpbf16ps` where the CPU has it, else that
-/// order written out.
+/// bf16 × bf16 in the one order of `dot_bf16_order` (whose `gemm` picks the kernel).
 fn gemm_bf16(
     a: &Tensor,
     b: &Tensor,
@@ -230,11 +229,6 @@ fn gemm_bf16(
 ) -> Result<Tensor> {
     let ((m, n, k), va, vb) = checked_views::<half::bf16>(a, b, tl, tr, c.len())?;
     if m * n > 0 && k > 0 {
-        #[cfg(target_arch = "x86_64")]
-        if super::dot_bf16::available() {
-            super::dot_bf16::gemm(m, n, k, va, vb, &mut c, beta != 0.0);
-            return Ok(Tensor::from_vec(vec![m, n], c));
-        }
         super::dot_bf16_order::gemm(m, n, k, va, vb, &mut c, beta != 0.0);
     } else if beta == 0.0 {
         c.iter_mut().for_each(|x| *x = 0.0);

@@ -8,15 +8,21 @@
 //! first, a zero in its place past an odd `k` —, each step one fused multiply-add rounded to nearest
 //! even. An input (an element of `a` or `b`, or the accumulator) that is subnormal reads as a zero of
 //! its sign, and a step whose result is subnormal gives a zero of its sign (DAZ and FTZ).
-//! `tests::every_path_gives_vdpbf16ps_bits` holds the three kernels (`vdpbf16ps`, the AVX2 kernel,
+//! `tests::every_path_gives_vdpbf16ps_bits` holds the four kernels (`vdpbf16ps`, the two FMA tiles,
 //! the scalar definition) equal bit for bit on random bit patterns, subnormals, infinities and
 //! cancellations included.
 //!
-//! **The AVX2 kernel** is the f32 FMA form of the same steps: operands widened to f32 (exact) and
-//! packed — `a` per 6-row block, `b` per 16-column panel, one k row per step, zeros past the edges —;
-//! a 6×16 tile of 12 accumulators takes each k row in the order above. DAZ and FTZ are the CPU's own
-//! (MXCSR bits 6 and 15, set for the kernel's call and restored after it, see [`DazFtz`]), so the
-//! inner loop is plain FMAs.
+//! **The FMA kernels** are the f32 form of the same steps: operands widened to f32 (exact) and
+//! packed — `a` row-major (rows padded to a multiple of `MR`), `b` per `NR`-column panel, one k row
+//! per step, zeros past the edges —; an `MR × NR` tile of accumulators takes each k row in the order
+//! above: 6×16 in 256-bit registers (AVX2 + FMA), 8×32 in 512-bit ones (AVX-512F). DAZ and FTZ are the
+//! CPU's own (MXCSR bits 6 and 15, set for the kernel's call and restored after it, see [`DazFtz`]),
+//! so the inner loop is plain FMAs.
+//!
+//! **Which kernel runs** ([`gemm`]): `vdpbf16ps` where the CPU has AVX-512 BF16 and it outruns a
+//! 512-bit FMA (`crate::math::cpu::bf16_dot_by_dpbf16`: AMD), else the 8×32 tile where the CPU has
+//! AVX-512F (Intel without AMX: twice `vdpbf16ps`'s rate), else the 6×16 tile, else the definition.
+//! The choice changes the speed, never the bits.
 
 use super::dot::View;
 use half::bf16;
@@ -49,9 +55,20 @@ pub(crate) fn gemm(
     accumulate: bool,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if crate::math::cpu::avx2() {
-        avx2::gemm(m, n, k, a, b, c, accumulate);
-        return;
+    {
+        use fma::Tile;
+        if crate::math::cpu::bf16_dot_by_dpbf16() {
+            super::dot_bf16::gemm(m, n, k, a, b, c, accumulate);
+            return;
+        }
+        if fma::Avx512::available() {
+            fma::gemm::<fma::Avx512>(m, n, k, a, b, c, accumulate);
+            return;
+        }
+        if fma::Avx2::available() {
+            fma::gemm::<fma::Avx2>(m, n, k, a, b, c, accumulate);
+            return;
+        }
     }
     gemm_scalar(m, n, k, a, b, c, accumulate);
 }
@@ -123,19 +140,65 @@ impl Drop for DazFtz {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(super) mod fma {
     use super::super::dot::{edge_tile_load, edge_tile_store};
     use super::{widen, DazFtz, View};
     use half::bf16;
     use std::arch::x86_64::*;
 
-    const MR: usize = 6;
-    const NR: usize = 16;
-    /// k rows per band (even: whole pairs); a band of a B panel is 16 KiB.
+    /// k rows per band (even: whole pairs); a band of a 16-column B panel is 16 KiB, of a 32-column
+    /// one 32 KiB.
     const KC: usize = 256;
+    /// The largest tile, in f32 (an edge tile's buffer).
+    const MAX_TILE: usize = 8 * 32;
 
-    /// See [`super::gemm`]; `crate::math::cpu::avx2()` must be true.
-    pub(super) fn gemm(
+    /// A register tile of the FMA form: `MR` rows × `NR` columns of accumulators.
+    pub(crate) trait Tile {
+        const MR: usize;
+        const NR: usize;
+        /// `c (MR×NR at row stride ldc) += Σ_p` the odd then the even k row of pair p; A's element
+        /// `(i, q)` at `a + i·lda + q`, B's k row q at `b + q·NR`.
+        ///
+        /// # Safety
+        /// The tile's CPU features are available ([`Tile::available`]); `a` holds MR rows of `2·kp`
+        /// f32 at stride `lda`, `b` `2·kp·NR`, `c` MR rows of NR at stride `ldc`.
+        unsafe fn tile(kp: usize, a: (*const f32, usize), b: *const f32, c: (*mut f32, usize));
+        /// Whether this CPU runs the tile (and `widen_contiguous`'s AVX2).
+        fn available() -> bool;
+    }
+
+    /// 6×16: twelve 256-bit accumulators (AVX2 + FMA).
+    pub(crate) struct Avx2;
+    /// 8×32: sixteen 512-bit accumulators (AVX-512F), for CPUs where a 512-bit FMA outruns
+    /// `vdpbf16ps` (`crate::math::cpu::bf16_dot_by_dpbf16`).
+    pub(crate) struct Avx512;
+
+    impl Tile for Avx2 {
+        const MR: usize = 6;
+        const NR: usize = 16;
+        unsafe fn tile(kp: usize, a: (*const f32, usize), b: *const f32, c: (*mut f32, usize)) {
+            // SAFETY: the caller's contract (avx2 + fma; the extents of a 6×16 tile).
+            unsafe { tile_6x16(kp, a, b, c) }
+        }
+        fn available() -> bool {
+            crate::math::cpu::avx2()
+        }
+    }
+
+    impl Tile for Avx512 {
+        const MR: usize = 8;
+        const NR: usize = 32;
+        unsafe fn tile(kp: usize, a: (*const f32, usize), b: *const f32, c: (*mut f32, usize)) {
+            // SAFETY: the caller's contract (avx512f; the extents of an 8×32 tile).
+            unsafe { tile_8x32(kp, a, b, c) }
+        }
+        fn available() -> bool {
+            crate::math::cpu::avx2() && crate::math::cpu::avx512()
+        }
+    }
+
+    /// See [`super::gemm`]; `T::available()` must be true.
+    pub(crate) fn gemm<T: Tile>(
         m: usize,
         n: usize,
         k: usize,
@@ -144,9 +207,11 @@ mod avx2 {
         c: &mut [f32],
         accumulate: bool,
     ) {
+        let (mr, nr) = (T::MR, T::NR);
+        assert!(T::available() && mr * nr <= MAX_TILE);
         let kk = 2 * k.div_ceil(2);
-        // A widened whole, row-major with row stride kk, rows padded to a multiple of 6 (zeros).
-        let mut pa = vec![0f32; m.div_ceil(MR) * MR * kk];
+        // A widened whole, row-major with row stride kk, rows padded to a multiple of MR (zeros).
+        let mut pa = vec![0f32; m.div_ceil(mr) * mr * kk];
         for (i, row) in pa.chunks_mut(kk).take(m).enumerate() {
             widen_run(&mut row[..k], a, a.off + i * a.rs, a.cs);
         }
@@ -154,34 +219,24 @@ mod avx2 {
         if !accumulate {
             c.fill(0.0);
         }
-        // B per 16-column panel and KC-row band: k row q of the band at `q·16`.
-        let mut pb = vec![0f32; KC * NR];
+        // B per NR-column panel and KC-row band: k row q of the band at `q·NR`.
+        let mut pb = vec![0f32; KC * nr];
         let mut col = vec![0f32; KC];
-        let mut tile = [0f32; MR * NR];
-        let mut band = vec![0f32; m.div_ceil(MR) * MR * KC.min(kk)];
+        let mut tile = [0f32; MAX_TILE];
         let _env = DazFtz::set();
         for k0 in (0..kk).step_by(KC) {
             // Rows k0..k0+kc of the padded k (kc even: whole pairs), of which k0..k0+kr are B's.
             let kc = KC.min(kk - k0);
             let kr = kc.min(k - k0);
-            // The band of A per 6-row block, k row q of block g at `(g·kc + q)·6`.
-            for (g, block) in band.chunks_mut(kc * MR).take(m.div_ceil(MR)).enumerate() {
-                for r in 0..MR {
-                    let row = &pa[(g * MR + r) * kk + k0..][..kc];
-                    for (q, x) in row.iter().enumerate() {
-                        block[q * MR + r] = *x;
-                    }
-                }
-            }
-            for j0 in (0..n).step_by(NR) {
-                let nc = NR.min(n - j0);
-                if nc < NR || kr < kc {
+            for j0 in (0..n).step_by(nr) {
+                let nc = nr.min(n - j0);
+                if nc < nr || kr < kc {
                     pb.fill(0.0);
                 }
-                if b.cs == 1 && nc == NR {
+                if b.cs == 1 && nc == nr {
                     for q in 0..kr {
                         let at = b.off + (k0 + q) * b.rs + j0;
-                        widen_run(&mut pb[q * NR..(q + 1) * NR], b, at, 1);
+                        widen_run(&mut pb[q * nr..(q + 1) * nr], b, at, 1);
                     }
                 } else {
                     // Columns one by one (a transposed operand reads each in order).
@@ -189,47 +244,43 @@ mod avx2 {
                         let at = b.off + (j0 + jj) * b.cs + k0 * b.rs;
                         widen_run(&mut col[..kr], b, at, b.rs);
                         for (q, x) in col[..kr].iter().enumerate() {
-                            pb[q * NR + jj] = *x;
+                            pb[q * nr + jj] = *x;
                         }
                     }
                 }
-                for i0 in (0..m).step_by(MR) {
-                    let mr = MR.min(m - i0);
-                    let direct = mr == MR && nc == NR;
+                for i0 in (0..m).step_by(mr) {
+                    let rows = mr.min(m - i0);
+                    let direct = rows == mr && nc == nr;
                     let (out, ldc) = if direct {
                         (c[i0 * n + j0..].as_mut_ptr(), n)
                     } else {
-                        edge_tile_load(&mut tile, NR, c, n, (i0, j0), (mr, nc), true);
-                        (tile.as_mut_ptr(), NR)
+                        let t = &mut tile[..mr * nr];
+                        edge_tile_load(t, nr, c, n, (i0, j0), (rows, nc), true);
+                        (tile.as_mut_ptr(), nr)
                     };
-                    // SAFETY: `avx2()` (avx2 + fma); block i0/6 of the band holds kc·6 f32, pb
-                    // kc·16; `out` is 6 rows of 16 f32 at stride ldc: the local tile, or (a whole
-                    // tile) rows i0..i0+6, columns j0..j0+16 of the m×n `c`.
+                    // SAFETY: `T::available()` (asserted); rows i0..i0+MR of `pa` (padded to a
+                    // multiple of MR) hold columns k0..k0+kc at stride kk, pb kc·NR; `out` is MR rows
+                    // of NR f32 at stride ldc: the local tile, or (a whole tile) rows i0..i0+MR,
+                    // columns j0..j0+NR of the m×n `c`.
                     unsafe {
-                        let a_at = band[i0 * kc..].as_ptr();
-                        tile_6x16(kc / 2, a_at, pb.as_ptr(), out, ldc)
+                        let a_at = pa[i0 * kk + k0..].as_ptr();
+                        T::tile(kc / 2, (a_at, kk), pb.as_ptr(), (out, ldc))
                     };
                     if !direct {
-                        edge_tile_store(&tile, NR, c, n, (i0, j0), (mr, nc));
+                        edge_tile_store(&tile[..mr * nr], nr, c, n, (i0, j0), (rows, nc));
                     }
                 }
             }
         }
     }
 
-    /// `dst[t] = widen(v.data[at + t·stride])` for every t (16 at a time when contiguous).
+    /// `dst[t] = widen(v.data[at + t·stride])` for every t (8 at a time when contiguous).
     fn widen_run(dst: &mut [f32], v: View<'_, bf16>, at: usize, stride: usize) {
         let n = dst.len();
         if stride == 1 {
             let src = &v.data[at..at + n];
-            let full = n / 8 * 8;
-            for (d, s) in dst[..full].chunks_exact_mut(8).zip(src.chunks_exact(8)) {
-                // SAFETY: avx2 (the caller's `avx2()`); 8 u16 read from `s`, 8 f32 written to `d`.
-                unsafe { widen8(s.as_ptr().cast(), d.as_mut_ptr()) };
-            }
-            for (d, s) in dst[full..].iter_mut().zip(&src[full..]) {
-                *d = widen(*s);
-            }
+            // SAFETY: avx2 (every tile's `available`); `src` and `dst` hold n elements each.
+            unsafe { widen_contiguous(src.as_ptr().cast(), dst.as_mut_ptr(), n) };
         } else {
             for (t, d) in dst.iter_mut().enumerate() {
                 *d = widen(v.data[at + t * stride]);
@@ -237,28 +288,40 @@ mod avx2 {
         }
     }
 
-    /// Eight bf16 at `s` widened to f32 at `d`.
+    /// `n` bf16 at `s` widened to f32 at `d`, eight at a time.
     ///
     /// # Safety
-    /// avx2 available; `s` readable for 8 u16, `d` writable for 8 f32.
+    /// avx2 available; `s` readable for `n` u16, `d` writable for `n` f32.
     #[target_feature(enable = "avx2")]
-    unsafe fn widen8(s: *const u16, d: *mut f32) {
-        // SAFETY: the caller's contract; unaligned accesses.
+    unsafe fn widen_contiguous(s: *const u16, d: *mut f32, n: usize) {
+        // SAFETY: the caller's contract; unaligned accesses, all below `n`.
         unsafe {
-            let x = _mm256_cvtepu16_epi32(_mm_loadu_si128(s.cast()));
-            _mm256_storeu_si256(d.cast(), _mm256_slli_epi32::<16>(x));
+            let full = n / 8 * 8;
+            for t in (0..full).step_by(8) {
+                let x = _mm256_cvtepu16_epi32(_mm_loadu_si128(s.add(t).cast()));
+                _mm256_storeu_si256(d.add(t).cast(), _mm256_slli_epi32::<16>(x));
+            }
+            for t in full..n {
+                *d.add(t) = f32::from_bits((*s.add(t) as u32) << 16);
+            }
         }
     }
 
-    /// `c (6×16 at row stride ldc) += Σ_p` the odd then the even k row of pair p; A's k row q at
-    /// `a + q·6`.
+    /// [`Tile::tile`] of [`Avx2`].
     ///
     /// # Safety
-    /// avx2 + fma available; `a` holds `2·kp·6` f32, `b` `2·kp·16`, `c` 6 rows of 16 at stride
-    /// `ldc`.
+    /// avx2 + fma available; `a` holds 6 rows of `2·kp` f32 at stride `lda`, `b` `2·kp·16`, `c` 6
+    /// rows of 16 at stride `ldc`.
     #[inline(never)]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile_6x16(kp: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize) {
+    unsafe fn tile_6x16(
+        kp: usize,
+        (a, lda): (*const f32, usize),
+        b: *const f32,
+        (c, ldc): (*mut f32, usize),
+    ) {
+        const MR: usize = 6;
+        const NR: usize = 16;
         // SAFETY: the caller's contract bounds every offset below.
         unsafe {
             let mut acc = [[_mm256_setzero_ps(); 2]; MR];
@@ -271,7 +334,7 @@ mod avx2 {
                     let b0 = _mm256_loadu_ps(b.add(q * NR));
                     let b1 = _mm256_loadu_ps(b.add(q * NR + 8));
                     for (i, row) in acc.iter_mut().enumerate() {
-                        let ai = _mm256_broadcast_ss(&*a.add(q * MR + i));
+                        let ai = _mm256_broadcast_ss(&*a.add(i * lda + q));
                         row[0] = _mm256_fmadd_ps(ai, b0, row[0]);
                         row[1] = _mm256_fmadd_ps(ai, b1, row[1]);
                     }
@@ -283,207 +346,47 @@ mod avx2 {
             }
         }
     }
-}
 
-#[cfg(all(test, target_arch = "x86_64"))]
-mod tests {
-    use super::*;
-
-    /// A bf16 from random bits, biased toward the interesting: subnormals, tiny and huge exponents,
-    /// zeros of both signs, infinities (no NaN: a NaN's payload is the CPU's choice).
-    fn element(state: &mut u64) -> bf16 {
-        *state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let r = (*state >> 33) as u32;
-        let sign = (r & 1) << 15;
-        let mant = (r >> 1) & 0x7f;
-        let exp = match (r >> 8) % 16 {
-            0 => 0,                 // zero or subnormal
-            1 => 1 + (r >> 12) % 4, // near the bottom of the normals
-            // Huge, now and then infinite.
-            2 => {
-                if (r >> 12).is_multiple_of(64) {
-                    0xff
-                } else {
-                    250
+    /// [`Tile::tile`] of [`Avx512`].
+    ///
+    /// # Safety
+    /// avx512f available; `a` holds 8 rows of `2·kp` f32 at stride `lda`, `b` `2·kp·32`, `c` 8 rows
+    /// of 32 at stride `ldc`.
+    #[inline(never)]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tile_8x32(
+        kp: usize,
+        (a, lda): (*const f32, usize),
+        b: *const f32,
+        (c, ldc): (*mut f32, usize),
+    ) {
+        const MR: usize = 8;
+        const NR: usize = 32;
+        // SAFETY: the caller's contract bounds every offset below.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+            for (i, row) in acc.iter_mut().enumerate() {
+                row[0] = _mm512_loadu_ps(c.add(i * ldc));
+                row[1] = _mm512_loadu_ps(c.add(i * ldc + 16));
+            }
+            for p in 0..kp {
+                for q in [2 * p + 1, 2 * p] {
+                    let b0 = _mm512_loadu_ps(b.add(q * NR));
+                    let b1 = _mm512_loadu_ps(b.add(q * NR + 16));
+                    for (i, row) in acc.iter_mut().enumerate() {
+                        let ai = _mm512_set1_ps(*a.add(i * lda + q));
+                        row[0] = _mm512_fmadd_ps(ai, b0, row[0]);
+                        row[1] = _mm512_fmadd_ps(ai, b1, row[1]);
+                    }
                 }
             }
-            _ => 120 + (r >> 12) % 16, // ordinary magnitudes, so sums cancel
-        };
-        let bits = sign | exp.min(0xff) << 7 | if exp == 0xff { 0 } else { mant };
-        bf16::from_bits(bits as u16)
-    }
-
-    /// The AVX2 kernel against the definition on ordinary magnitudes (no subnormal input, sum or
-    /// result), edge tiles, bands and transposed views included: what `scripts/memcheck.sh` runs,
-    /// since valgrind ignores MXCSR's DAZ and FTZ (the subnormal cases are
-    /// [`every_path_gives_vdpbf16ps_bits`]'s, run natively).
-    #[test]
-    fn avx2_kernel_on_ordinary_values() {
-        let mut state = 7u64;
-        let mut ordinary = || {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let r = (state >> 33) as u32;
-            bf16::from_bits(((r & 1) << 15 | (120 + (r >> 1) % 16) << 7 | (r >> 8) & 0x7f) as u16)
-        };
-        for (m, n, k, accumulate) in [(13, 33, 517, true), (6, 16, 8, false), (1, 20, 3, false)] {
-            let av: Vec<bf16> = (0..m * k).map(|_| ordinary()).collect();
-            let bv: Vec<bf16> = (0..k * n).map(|_| ordinary()).collect();
-            let init: Vec<f32> = (0..m * n).map(|_| widen(ordinary())).collect();
-            for (a, b) in [
-                (view(&av, k, 1), view(&bv, n, 1)),
-                (view(&av, 1, m), view(&bv, 1, k)),
-            ] {
-                let (mut want, mut got) = (init.clone(), init.clone());
-                gemm_scalar(m, n, k, a, b, &mut want, accumulate);
-                avx2::gemm(m, n, k, a, b, &mut got, accumulate);
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&got), bits(&want), "({m},{n},{k})");
-            }
-        }
-    }
-
-    /// Fuzz: random shapes (edge tiles, odd k, several k bands), operands at random offsets inside
-    /// larger buffers with padded row strides, either layout, with and without an accumulator — every
-    /// kernel gives the definition's bits.
-    #[test]
-    fn random_shapes_and_views_give_the_definitions_bits() {
-        let mut state = 0xf022u64;
-        let mut next = |below: usize| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 33) as usize) % below
-        };
-        for round in 0..120 {
-            let (m, n, k) = (
-                1 + next(30),
-                1 + next(40),
-                1 + next(if round % 4 == 0 { 700 } else { 70 }),
-            );
-            let mut bits = 0x5eedu64 + round;
-            let mut operand =
-                |rows: usize, cols: usize, transposed: bool, pad: usize, off: usize| {
-                    // Logical rows × cols; stored row-major with `pad` extra columns, or transposed.
-                    let (outer, inner) = if transposed {
-                        (cols, rows)
-                    } else {
-                        (rows, cols)
-                    };
-                    let stride = inner + pad;
-                    let data: Vec<bf16> = (0..off + outer * stride)
-                        .map(|_| element(&mut bits))
-                        .collect();
-                    let (rs, cs) = if transposed { (1, stride) } else { (stride, 1) };
-                    (data, off, rs, cs)
-                };
-            let (ta, tb) = (next(2) == 1, next(2) == 1);
-            let (ad, aoff, ars, acs) = operand(m, k, ta, next(3), next(5));
-            let (bd, boff, brs, bcs) = operand(k, n, tb, next(3), next(5));
-            let a = View {
-                data: &ad,
-                off: aoff,
-                rs: ars,
-                cs: acs,
-            };
-            let b = View {
-                data: &bd,
-                off: boff,
-                rs: brs,
-                cs: bcs,
-            };
-            let accumulate = next(2) == 1;
-            let init: Vec<f32> = (0..m * n).map(|_| widen(element(&mut bits))).collect();
-            let mut want = init.clone();
-            gemm_scalar(m, n, k, a, b, &mut want, accumulate);
-            let mut got = init.clone();
-            avx2::gemm(m, n, k, a, b, &mut got, accumulate);
-            let same =
-                |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
-            assert!(
-                same(&got, &want),
-                "avx2 ({m},{n},{k}) ta {ta} tb {tb} acc {accumulate}"
-            );
-            if super::super::dot_bf16::available() {
-                let mut hw = init.clone();
-                super::super::dot_bf16::gemm(m, n, k, a, b, &mut hw, accumulate);
-                assert!(
-                    same(&hw, &want),
-                    "vdpbf16ps ({m},{n},{k}) ta {ta} tb {tb} acc {accumulate}"
-                );
-            }
-        }
-    }
-
-    fn view(data: &[bf16], rs: usize, cs: usize) -> View<'_, bf16> {
-        View {
-            data,
-            off: 0,
-            rs,
-            cs,
-        }
-    }
-
-    #[test]
-    fn every_path_gives_vdpbf16ps_bits() {
-        use std::arch::is_x86_feature_detected as has;
-        assert!(
-            has!("avx2") && has!("fma"),
-            "the AVX2 kernel needs avx2 + fma"
-        );
-        let mut state = 0x5eed;
-        for (m, n, k) in [
-            (1, 1, 1),
-            (7, 17, 3),
-            (6, 16, 8),
-            (13, 33, 130),
-            (8, 32, 64),
-            (3, 5, 1),
-        ] {
-            let av: Vec<bf16> = (0..m * k).map(|_| element(&mut state)).collect();
-            let bv: Vec<bf16> = (0..k * n).map(|_| element(&mut state)).collect();
-            let init: Vec<f32> = (0..m * n)
-                .map(|_| {
-                    let e = element(&mut state);
-                    // Accumulators with a subnormal now and then (DAZ on the accumulator).
-                    f32::from_bits((e.to_bits() as u32) << 16 | (e.to_bits() as u32 & 3))
-                })
-                .collect();
-            // The same matrices stored transposed (read through column-major views, as `dot_nt`).
-            let at: Vec<bf16> = (0..m * k).map(|t| av[(t % m) * k + t / m]).collect();
-            let bt: Vec<bf16> = (0..k * n).map(|t| bv[(t % k) * n + t / k]).collect();
-            let layouts = [
-                (view(&av, k, 1), view(&bv, n, 1)),
-                (view(&at, 1, m), view(&bt, 1, k)),
-            ];
-            for ((a, b), accumulate) in layouts.into_iter().flat_map(|l| [(l, false), (l, true)]) {
-                let mut want = init.clone();
-                gemm_scalar(m, n, k, a, b, &mut want, accumulate);
-                let mut got = init.clone();
-                avx2::gemm(m, n, k, a, b, &mut got, accumulate);
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(
-                    bits(&got),
-                    bits(&want),
-                    "avx2 ({m},{n},{k}) acc {accumulate}"
-                );
-                if super::super::dot_bf16::available() {
-                    let mut hw = init.clone();
-                    super::super::dot_bf16::gemm(m, n, k, a, b, &mut hw, accumulate);
-                    let d = bits(&hw).iter().zip(bits(&want)).position(|(x, y)| *x != y);
-                    assert!(
-                        d.is_none(),
-                        "vdpbf16ps ({m},{n},{k}) acc {accumulate} at {d:?}: {:?} vs {:?}",
-                        d.map(|d| hw[d]),
-                        d.map(|d| want[d])
-                    );
-                } else {
-                    eprintln!("no avx512bf16 on this CPU: vdpbf16ps not compared here");
-                }
+            for (i, row) in acc.iter().enumerate() {
+                _mm512_storeu_ps(c.add(i * ldc), row[0]);
+                _mm512_storeu_ps(c.add(i * ldc + 16), row[1]);
             }
         }
     }
 }
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests;
