@@ -22,10 +22,42 @@ pub(crate) fn bitcast_rows(t: &Tensor, to: DType) -> Result<Tensor> {
         out_shape[rank - 2] = t.shape[rank - 2] * a / b;
     }
     let data = with_dtype!(from, T => {
-        let src = t.to_vec::<T>()?;
-        with_dtype!(to, U => U::wrap(repack::<T, U>(&src, &t.shape)))
+        if a == b && a >= 8 && t.is_contiguous() {
+            // Same width: the elements' bytes, copied once from the operand.
+            let src = &t.data::<T>()?[t.offset..t.offset + t.numel()];
+            with_dtype!(to, U => U::wrap(same_bits::<T, U>(src)))
+        } else {
+            let src = t.to_vec::<T>()?;
+            with_dtype!(to, U => U::wrap(repack::<T, U>(&src, &t.shape)))
+        }
     });
     Ok(Tensor::from_data(out_shape, data))
+}
+
+/// `src`'s elements as `U`s of the same bits (`repack`'s same-width case), as one copy of bytes.
+fn same_bits<T: Element, U: Element>(src: &[T]) -> Vec<U> {
+    let size = std::mem::size_of::<T>();
+    if size != std::mem::size_of::<U>() || T::DTYPE == DType::Bool || U::DTYPE == DType::Bool {
+        return src
+            .iter()
+            .map(|x| U::from_literal_bits(x.literal().bits))
+            .collect();
+    }
+    let mut out: Vec<U> = Vec::with_capacity(src.len());
+    // SAFETY: `out` has room for `src.len()` elements of U, whose size is T's; the element types of
+    // the non-bool dtypes of at least 8 bits are integers, IEEE floats (`f32`, `bf16`, `f16`) and
+    // `#[repr(transparent)]` newtypes of `u8` (the 8-bit floats), in which every bit pattern is a
+    // value and whose `literal().bits` / `from_literal_bits` are exactly those bits — so the copied
+    // bytes are the elements `repack` would make. Every element is written before `set_len`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            src.as_ptr().cast::<u8>(),
+            out.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(src),
+        );
+        out.set_len(src.len());
+    }
+    out
 }
 
 /// [`bitcast_rows`] over `src` (row-major, of `shape`) from `T` to `U`, typed: one pass.
@@ -276,5 +308,62 @@ impl<'k> Machine<'k> {
         let written = walk::write(&mut base, &segs, (&bits, &keep));
         self.refs[v.r].content = Some(base);
         written
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::{f8e4m3fn, f8e5m2};
+    use half::{bf16, f16};
+
+    /// The byte copy of a same-width bitcast gives `repack`'s elements, bit for bit, for every pair
+    /// of dtypes of one width (NaN payloads, subnormals and signed zeros among the random bits).
+    #[test]
+    fn same_width_bitcasts_copy_repacks_bits() {
+        fn check<T: Element, U: Element>(bits: &[u64]) {
+            let src: Vec<T> = bits.iter().map(|b| T::from_literal_bits(*b)).collect();
+            let fast: Vec<U> = same_bits::<T, U>(&src);
+            let slow: Vec<U> = repack::<T, U>(&src, &[src.len()]);
+            let lit = |v: &[U]| v.iter().map(|x| x.literal().bits).collect::<Vec<_>>();
+            assert_eq!(lit(&fast), lit(&slow), "{:?} -> {:?}", T::DTYPE, U::DTYPE);
+        }
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let bits: Vec<u64> = (0..4099)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state
+            })
+            .collect();
+        let w32: Vec<u64> = bits.iter().map(|b| b & 0xffff_ffff).collect();
+        let w16: Vec<u64> = bits.iter().map(|b| b & 0xffff).collect();
+        let w8: Vec<u64> = bits.iter().map(|b| b & 0xff).collect();
+        check::<u32, f32>(&w32);
+        check::<f32, i32>(&w32);
+        check::<i32, u32>(&w32);
+        check::<bf16, f16>(&w16);
+        check::<f16, bf16>(&w16);
+        check::<u8, f8e4m3fn>(&w8);
+        check::<f8e4m3fn, f8e5m2>(&w8);
+        check::<f8e5m2, i8>(&w8);
+        check::<i8, u8>(&w8);
+    }
+
+    /// A strided (non-contiguous) operand takes the element-by-element path and gives its bits.
+    #[test]
+    fn a_strided_operand_is_bitcast_element_by_element() {
+        let t = Tensor::from_vec(vec![4, 3], (0..12u32).map(|i| i * 0x0101_0101).collect());
+        let mut col = t.clone();
+        col.shape = smallvec::smallvec![4, 1];
+        col.strides = smallvec::smallvec![3, 1];
+        col.offset = 1;
+        let out = bitcast_rows(&col, DType::F32).expect("bitcast");
+        let got: Vec<u32> = out.data::<f32>().expect("f32")[..4]
+            .iter()
+            .map(|x| x.to_bits())
+            .collect();
+        assert_eq!(got, [1u32, 4, 7, 10].map(|i| i * 0x0101_0101));
     }
 }
