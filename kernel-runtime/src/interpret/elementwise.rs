@@ -161,6 +161,13 @@ pub(crate) fn map2_rows[A: HostElement, B: HostElement, R: HostElement](
                         d.write(f(x, y));
                     }
                 }
+                (0, 0, 1) => {
+                    // Both broadcast along the row (an iota over rows plus a scalar): one value.
+                    let v = f(ad[oa], bd[ob]);
+                    for d in out.row(od, len).iter_mut() {
+                        d.write(v);
+                    }
+                }
                 (sa, sb, so) => {
                     for i in 0..len {
                         out.put(od + i * so, f(ad[oa + i * sa], bd[ob + i * sb]));

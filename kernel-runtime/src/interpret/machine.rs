@@ -80,6 +80,8 @@ pub(crate) struct Machine<'k> {
     link: Option<std::sync::Arc<super::spmd::Link>>,
     received: std::collections::HashMap<u64, Tensor>,
     barrier: usize,
+    /// The segments of recently read or written view windows.
+    segments: walk::SegmentCache,
 }
 
 impl<'k> Machine<'k> {
@@ -107,6 +109,7 @@ impl<'k> Machine<'k> {
             dma: DmaModel::default(),
             link,
             received: std::collections::HashMap::new(),
+            segments: walk::SegmentCache::default(),
             barrier,
         }
     }

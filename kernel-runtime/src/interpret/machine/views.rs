@@ -3,7 +3,7 @@
 //! re-indexes for free, else reads, and writing one always writes, only the elements its window
 //! covers, in place ([`walk`](super::walk)). Value bitcasts (`pltpu.bitcast`) share [`bitcast_rows`].
 
-use super::walk::{self, kept_sizes, ones, Walk};
+use super::walk::{self, kept_sizes, ones};
 use super::*;
 use crate::dtype::Element;
 use crate::semantics::views::{ViewPath, ViewStep};
@@ -261,10 +261,13 @@ impl<'k> Machine<'k> {
         if let Some(t) = forward_for_free(&base, p)? {
             return Ok(t.strided_window(window.0, (window.1, steps), window.2));
         }
-        let walk = Walk::new(p, &base.strides, base.offset);
+        let dtype = p.result().1;
         let kept = kept_sizes(window.1, window.2);
         let n = kept.iter().product();
-        let data = walk::read(&base, &walk.window(window, steps)?, walk.result().1, n)?;
+        let segs = self
+            .segments
+            .window(p, (&base.strides, base.offset), window, steps)?;
+        let data = walk::read(&base, &segs, dtype, n)?;
         Ok(Tensor::from_data(kept, data))
     }
 
@@ -283,8 +286,8 @@ impl<'k> Machine<'k> {
             .clone()
             .ok_or_else(|| internal("a write through a plain window"))?;
         // The contents are written as `owned_contents` gives them: row-major from offset 0.
-        let walk = Walk::new(&p, &row_major_strides(&self.refs[v.r].shape), 0);
-        let dtype = walk.result().1;
+        let strides = row_major_strides(&self.refs[v.r].shape);
+        let dtype = p.result().1;
         let n: usize = kept_sizes(window.1, window.2).iter().product();
         if value.dtype != dtype || value.numel() != n {
             return Err(internal("stored value does not match the view's window"));
@@ -303,7 +306,7 @@ impl<'k> Machine<'k> {
         if keep.len() != n {
             return Err(internal("store mask does not match the view's window"));
         }
-        let segs = walk.window(window, steps)?;
+        let segs = self.segments.window(&p, (&strides, 0), window, steps)?;
         let mut base = self.owned_contents(v.r)?;
         let written = walk::write(&mut base, &segs, (&bits, &keep));
         self.refs[v.r].content = Some(base);

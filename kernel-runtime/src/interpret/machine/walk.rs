@@ -27,7 +27,7 @@ type Idx = SmallVec<[usize; 6]>;
 
 /// `len` elements of the ref's buffer from `off`, `stride` apart: `bits` says which bits of each are
 /// which bits of the view's elements `at..at + len` of the window.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Segment {
     at: usize,
     len: usize,
@@ -80,7 +80,7 @@ fn delinear(mut lin: usize, shape: &[usize]) -> Idx {
 
 /// The bit ranges a segment carries: bits `rshift..rshift + width` of a stage's element are bits
 /// `lshift..lshift + width` of the view's.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Bits {
     rshift: u32,
     width: u32,
@@ -283,6 +283,68 @@ impl<'p> Walk<'p> {
     }
 }
 
+/// The segments of the view windows a run read or wrote lately, so that a loop reading the same
+/// window of the same view again (each sequence's key rows of a KV buffer slot) walks the path once.
+/// An entry is keyed by everything [`Walk::window`]'s answer depends on: the path, the ref buffer's
+/// strides and offset, and the window; a hit gives the same segments the walk would.
+#[derive(Default)]
+pub(in crate::interpret) struct SegmentCache {
+    entries: std::cell::RefCell<Vec<(SegmentKey, std::sync::Arc<[Segment]>)>>,
+    next: std::cell::Cell<usize>,
+}
+
+struct SegmentKey {
+    path: ViewPath,
+    base: (Vec<usize>, usize),
+    window: (Vec<usize>, Vec<usize>, Vec<bool>),
+    steps: Vec<usize>,
+}
+
+/// Entries kept (a kernel's hot loop touches a few views; each entry holds one window's segments).
+const CACHED_WINDOWS: usize = 32;
+
+impl SegmentCache {
+    /// The segments of `window` (`steps` apart) of view `p` over a buffer at `offset` with
+    /// `strides`: from the cache, else walked (and kept).
+    pub(super) fn window(
+        &self,
+        p: &ViewPath,
+        (strides, offset): (&[usize], usize),
+        window: (&[usize], &[usize], &[bool]),
+        steps: &[usize],
+    ) -> Result<std::sync::Arc<[Segment]>> {
+        let hit = |k: &SegmentKey| {
+            k.base.1 == offset
+                && k.base.0 == strides
+                && k.window.0 == window.0
+                && k.window.1 == window.1
+                && k.window.2 == window.2
+                && k.steps == steps
+                && k.path == *p
+        };
+        if let Some((_, segs)) = self.entries.borrow().iter().find(|(k, _)| hit(k)) {
+            return Ok(segs.clone());
+        }
+        let segs: std::sync::Arc<[Segment]> =
+            Walk::new(p, strides, offset).window(window, steps)?.into();
+        let key = SegmentKey {
+            path: p.clone(),
+            base: (strides.to_vec(), offset),
+            window: (window.0.to_vec(), window.1.to_vec(), window.2.to_vec()),
+            steps: steps.to_vec(),
+        };
+        let mut entries = self.entries.borrow_mut();
+        if entries.len() < CACHED_WINDOWS {
+            entries.push((key, segs.clone()));
+        } else {
+            let at = self.next.get() % CACHED_WINDOWS;
+            entries[at] = (key, segs.clone());
+            self.next.set(at + 1);
+        }
+        Ok(segs)
+    }
+}
+
 /// Gather `segs` from `base` (the ref's contents) into the window's elements, of type `dtype`.
 pub(super) fn read(base: &Tensor, segs: &[Segment], dtype: DType, n: usize) -> Result<HostData> {
     Ok(with_dtype!(base.dtype, T => {
@@ -291,14 +353,16 @@ pub(super) fn read(base: &Tensor, segs: &[Segment], dtype: DType, n: usize) -> R
     }))
 }
 
-/// [`read`] for ref elements `T` and view elements `U`.
-fn gather<T: HostElement, U: HostElement>(
+crate::interpret::simd::multiversion! {
+/// [`read`] for ref elements `T` and view elements `U` (every element type is at most 32 bits wide,
+/// so the bits travel as `u32`).
+fn gather[T: HostElement, U: HostElement](
     data: &[T],
     segs: &[Segment],
     n: usize,
 ) -> Result<Vec<U>> {
     let mut out = vec![U::from_literal_bits(0); n];
-    let full = ones(U::DTYPE.bit_width());
+    let full = ones(U::DTYPE.bit_width()) as u32;
     for s in segs {
         if s.len == 0 {
             continue;
@@ -306,34 +370,47 @@ fn gather<T: HostElement, U: HostElement>(
         if s.off + s.stride * (s.len - 1) >= data.len() || s.at + s.len > n {
             return Err(internal("view read outside its ref"));
         }
-        let (m, rs, ls) = (ones(s.bits.width), s.bits.rshift, s.bits.lshift);
+        let (m, rs, ls) = (ones(s.bits.width) as u32, s.bits.rshift, s.bits.lshift);
         let dst = &mut out[s.at..s.at + s.len];
-        let whole = ls == 0 && m & full == full;
         // The whole element from this stretch (same width, or a narrow share of a wide one), or
-        // its bits `ls..` (a wide element from narrow rows).
-        let put = |o: &mut U, x: &T| {
-            let x = (x.literal().bits >> rs) & m;
-            *o = if whole {
-                U::from_literal_bits(x)
-            } else {
-                U::from_literal_bits((o.literal().bits & full) | (x << ls))
-            };
-        };
-        if s.stride == 0 {
+        // its bits `ls..` (a wide element from narrow rows). Each loop has no branch, so it vectorizes.
+        let bits = |x: &T| ((x.literal().bits as u32) >> rs) & m;
+        let put = |o: &U, x: u32| U::from_literal_bits(u64::from(((o.literal().bits as u32) & full) | (x << ls)));
+        let whole = ls == 0 && m & full == full;
+        let src = if s.stride == 0 {
             // A broadcast (an unwritten ref's fill value): one element throughout.
-            let x = &data[s.off];
-            dst.iter_mut().for_each(|o| put(o, x));
+            let x = bits(&data[s.off]);
+            if whole {
+                dst.fill(U::from_literal_bits(u64::from(x)));
+            } else {
+                dst.iter_mut().for_each(|o| *o = put(o, x));
+            }
+            continue;
         } else if s.stride == 1 {
-            // Contiguous (the usual lane run): no index arithmetic, so the loop vectorizes.
-            dst.iter_mut()
-                .zip(&data[s.off..s.off + s.len])
-                .for_each(|(o, x)| put(o, x));
+            // Contiguous (the usual lane run): no index arithmetic.
+            &data[s.off..s.off + s.len]
         } else {
-            let src = data[s.off..].iter().step_by(s.stride.max(1));
-            dst.iter_mut().zip(src).for_each(|(o, x)| put(o, x));
+            &data[s.off..=s.off + s.stride * (s.len - 1)]
+        };
+        let step = s.stride.max(1);
+        if whole && step == 1 {
+            dst.iter_mut()
+                .zip(src)
+                .for_each(|(o, x)| *o = U::from_literal_bits(u64::from(bits(x))));
+        } else if step == 1 {
+            dst.iter_mut().zip(src).for_each(|(o, x)| *o = put(o, bits(x)));
+        } else {
+            dst.iter_mut().zip(src.iter().step_by(step)).for_each(|(o, x)| {
+                *o = if whole {
+                    U::from_literal_bits(u64::from(bits(x)))
+                } else {
+                    put(o, bits(x))
+                }
+            });
         }
     }
     Ok(out)
+}
 }
 
 /// Scatter the window's elements `bits` (as bits; only the bits set in `keep` are written) into `base`

@@ -251,3 +251,53 @@ fn reads_and_writes_agree_with_the_plain_path() {
         }
     }
 }
+
+/// The segment cache answers what the walk answers: every path × random windows over buffers at two
+/// offsets and two stride layouts, asked through one cache (small, so entries are evicted and
+/// asked again) in an order that repeats keys and interleaves near-identical ones.
+#[test]
+fn the_segment_cache_gives_the_walks_segments() {
+    let mut rng = Rng(0x5E6_CAC4E);
+    let cache = SegmentCache::default();
+    let mut asked = Vec::new();
+    for (shape, dtype, steps_of_path) in paths() {
+        let mut p = ViewPath::new(&shape, dtype);
+        p.steps = steps_of_path;
+        let (vshape, _) = p.result();
+        let strides = row_major_strides(&shape).to_vec();
+        // A second layout: the same shape inside a buffer whose rows are padded.
+        let mut padded = strides.clone();
+        if let Some(r) = shape.len().checked_sub(2) {
+            for (d, s) in padded.iter_mut().enumerate() {
+                if d <= r {
+                    *s += *s / shape[shape.len() - 1].max(1);
+                }
+            }
+        }
+        for _ in 0..12 {
+            let w = random_window(&mut rng, &vshape);
+            for layout in [&strides, &padded] {
+                for offset in [0, 3] {
+                    asked.push((p.clone(), layout.clone(), offset, w.clone()));
+                }
+            }
+        }
+    }
+    for round in 0..3 {
+        for i in 0..asked.len() {
+            // Round 1 walks the list backwards, round 2 strides through it: other eviction orders.
+            let k = match round {
+                0 => i,
+                1 => asked.len() - 1 - i,
+                _ => (i * 7) % asked.len(),
+            };
+            let (p, strides, offset, (starts, sizes, squeezed, steps)) = &asked[k];
+            let window = (&starts[..], &sizes[..], &squeezed[..]);
+            let want = Walk::new(p, strides, *offset)
+                .window(window, steps)
+                .unwrap();
+            let got = cache.window(p, (strides, *offset), window, steps).unwrap();
+            assert_eq!(&got[..], &want[..], "round {round} entry {k}");
+        }
+    }
+}
