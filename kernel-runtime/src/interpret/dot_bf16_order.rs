@@ -238,8 +238,12 @@ pub(super) mod fma {
                         let at = b.off + (k0 + q) * b.rs + j0;
                         widen_run(&mut pb[q * nr..(q + 1) * nr], b, at, 1);
                     }
+                } else if b.rs == 1 {
+                    // A transposed operand (`dot_nt`'s keys): each column is a contiguous run of
+                    // k, turned into rows of the panel 8 × 8 at a time.
+                    pack_transposed(&mut pb, nr, b, (k0, kr), (j0, nc));
                 } else {
-                    // Columns one by one (a transposed operand reads each in order).
+                    // Columns one by one.
                     for jj in 0..nc {
                         let at = b.off + (j0 + jj) * b.cs + k0 * b.rs;
                         widen_run(&mut col[..kr], b, at, b.rs);
@@ -284,6 +288,92 @@ pub(super) mod fma {
         } else {
             for (t, d) in dst.iter_mut().enumerate() {
                 *d = widen(v.data[at + t * stride]);
+            }
+        }
+    }
+
+    /// Rows `k0..k0 + kr` of columns `j0..j0 + nc` of `b` (whose columns are contiguous: `rs` 1),
+    /// widened into the panel `pb` (k row q at `q·nr`): 8 × 8 blocks through registers, the edges
+    /// one by one.
+    fn pack_transposed(
+        pb: &mut [f32],
+        nr: usize,
+        b: View<'_, bf16>,
+        (k0, kr): (usize, usize),
+        (j0, nc): (usize, usize),
+    ) {
+        let column = |jj: usize| b.off + (j0 + jj) * b.cs + k0;
+        let (j8, q8) = (nc / 8 * 8, kr / 8 * 8);
+        assert!(pb.len() >= kr * nr && nc <= nr);
+        for jj in (0..j8).step_by(8) {
+            let last = column(jj + 7) + kr;
+            assert!(last <= b.data.len());
+            for q in (0..q8).step_by(8) {
+                // SAFETY: avx2 (every tile's `available`); the 8 columns jj..jj+8 hold kr ≥ q + 8
+                // elements from `column` (the last one's end checked above, the others' before
+                // it: columns ascend by `cs`), and the panel rows q..q+8 hold nr ≥ jj + 8 f32.
+                unsafe {
+                    transpose8(
+                        b.data.as_ptr().add(column(jj) + q).cast(),
+                        b.cs,
+                        pb.as_mut_ptr().add(q * nr + jj),
+                        nr,
+                    )
+                };
+            }
+        }
+        for jj in 0..nc {
+            let from = if jj < j8 { q8 } else { 0 };
+            let at = column(jj);
+            for q in from..kr {
+                pb[q * nr + jj] = widen(b.data[at + q]);
+            }
+        }
+    }
+
+    /// `d[q·ld + c] = widen(s[c·cs + q])` for q, c in 0..8: eight runs of 8 bf16, `cs` apart,
+    /// widened and transposed.
+    ///
+    /// # Safety
+    /// avx2 available; `s` readable at `c·cs .. c·cs + 8` for c in 0..8, `d` writable at
+    /// `q·ld .. q·ld + 8` for q in 0..8.
+    #[target_feature(enable = "avx2")]
+    unsafe fn transpose8(s: *const u16, cs: usize, d: *mut f32, ld: usize) {
+        // SAFETY: the caller's contract; unaligned accesses.
+        unsafe {
+            let row = |c: usize| {
+                let x = _mm256_cvtepu16_epi32(_mm_loadu_si128(s.add(c * cs).cast()));
+                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(x))
+            };
+            let r = [0, 1, 2, 3, 4, 5, 6, 7].map(row);
+            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            let out = [
+                _mm256_permute2f128_ps::<0x20>(u0, u4),
+                _mm256_permute2f128_ps::<0x20>(u1, u5),
+                _mm256_permute2f128_ps::<0x20>(u2, u6),
+                _mm256_permute2f128_ps::<0x20>(u3, u7),
+                _mm256_permute2f128_ps::<0x31>(u0, u4),
+                _mm256_permute2f128_ps::<0x31>(u1, u5),
+                _mm256_permute2f128_ps::<0x31>(u2, u6),
+                _mm256_permute2f128_ps::<0x31>(u3, u7),
+            ];
+            for (q, v) in out.into_iter().enumerate() {
+                _mm256_storeu_ps(d.add(q * ld), v);
             }
         }
     }
