@@ -183,6 +183,7 @@ impl<'k> Machine<'k> {
                 (None, None) => match plan.acc_in_place[i] {
                     Some(rf) => self.dot_in_place(op, rf, &plan.sub[i]),
                     None if plan.acc_owned[i] => self.dot_owned_acc(op, &plan.sub[i]),
+                    None if plan.bitcast_owned[i] => self.bitcast_consuming(op),
                     None => self.op(op, &plan.sub[i]),
                 },
             }

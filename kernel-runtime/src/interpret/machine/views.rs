@@ -34,6 +34,55 @@ pub(crate) fn bitcast_rows(t: &Tensor, to: DType) -> Result<Tensor> {
     Ok(Tensor::from_data(out_shape, data))
 }
 
+/// [`bitcast_rows`] of a value the bitcast consumes: a same-width bitcast of a whole, contiguous
+/// buffer nothing else holds reuses the buffer (the same bytes are the result's elements, as
+/// [`same_bits`] copies them); anything else is copied as `bitcast_rows` copies it.
+pub(crate) fn bitcast_consumed(t: Tensor, to: DType) -> Result<Tensor> {
+    let whole = t.offset == 0 && t.is_contiguous() && t.numel() == t.buf.len();
+    if t.dtype.bit_width() != to.bit_width() || t.dtype.bit_width() < 8 || !whole {
+        let out = bitcast_rows(&t, to);
+        recycle(t);
+        return out;
+    }
+    let Buf::Host(arc) = t.buf else {
+        return bitcast_rows(&t, to);
+    };
+    let data = match std::sync::Arc::try_unwrap(arc) {
+        Ok(data) => data,
+        Err(shared) => {
+            let t = Tensor {
+                buf: Buf::Host(shared),
+                ..t
+            };
+            return bitcast_rows(&t, to);
+        }
+    };
+    let data = with_dtype!(t.dtype, T => {
+        let v = T::into_vec(data).ok_or_else(|| internal("bitcast operand type"))?;
+        with_dtype!(to, U => U::wrap(reuse::<T, U>(v)))
+    });
+    Ok(Tensor::from_data(t.shape, data))
+}
+
+/// `v`'s elements as `U`s of the same bits, in `v`'s allocation when `T` and `U` have one size and
+/// alignment (else copied, as [`same_bits`]).
+fn reuse<T: Element, U: Element>(v: Vec<T>) -> Vec<U> {
+    use std::mem::{align_of, size_of};
+    if size_of::<T>() != size_of::<U>()
+        || align_of::<T>() != align_of::<U>()
+        || T::DTYPE == DType::Bool
+        || U::DTYPE == DType::Bool
+    {
+        return same_bits(&v);
+    }
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: the allocation came from a `Vec<T>` and `U` has `T`'s size and alignment, so it is a
+    // valid allocation of `capacity` `U`s; its `len` elements are initialized, and their bytes are
+    // `U` values with the same bits (see `same_bits` for why every such pattern is a value). The
+    // `ManuallyDrop` keeps the `Vec<T>` from freeing what the `Vec<U>` now owns.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<U>(), v.len(), v.capacity()) }
+}
+
 /// `src`'s elements as `U`s of the same bits (`repack`'s same-width case), as one copy of bytes.
 fn same_bits<T: Element, U: Element>(src: &[T]) -> Vec<U> {
     let size = std::mem::size_of::<T>();
@@ -184,6 +233,21 @@ impl<'k> Machine<'k> {
             squeezed: squeezed.to_vec(),
         });
         RefView::through(base.r, p)
+    }
+
+    /// A value `Bitcast` whose operand dies here (see [`Plan`](super::super::plan::Plan)'s
+    /// `bitcast_owned`): the operand is taken from the environment and its buffer reused when
+    /// nothing else holds it ([`bitcast_consumed`]).
+    pub(super) fn bitcast_consuming(&mut self, op: &Op) -> Result<Vec<Value>> {
+        let to = self.func.ty(op.results[0]).dtype();
+        let t = match self.env.get_mut(op.operands[0].0 as usize) {
+            Some(slot @ Some(Value::T(_))) => match slot.take() {
+                Some(Value::T(t)) => t,
+                _ => return Err(internal("bitcast operand")),
+            },
+            _ => return Err(internal("bitcast operand")),
+        };
+        Ok(vec![Value::T(bitcast_consumed(t, to)?)])
     }
 
     /// A load of window `w` of view `v`: bounds-checked against the view, raced against the copies
@@ -352,6 +416,57 @@ mod tests {
         check::<f8e4m3fn, f8e5m2>(&w8);
         check::<f8e5m2, i8>(&w8);
         check::<i8, u8>(&w8);
+    }
+
+    /// A consumed operand's buffer becomes the result when nothing else holds it (same pointer,
+    /// same bits); a shared buffer, a window of a larger one or a width change is copied, the
+    /// operand's holders untouched — every way giving `bitcast_rows`'s bits.
+    #[test]
+    fn a_consumed_bitcast_reuses_a_buffer_only_it_holds() {
+        let bits: Vec<u32> = (0..24u32).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
+        let t = Tensor::from_vec(vec![4, 6], bits.clone());
+        let want = bitcast_rows(&t, DType::F32).expect("bitcast");
+        let ptr = t.data::<u32>().expect("u32").as_ptr() as usize;
+        let got = bitcast_consumed(t, DType::F32).expect("consumed");
+        assert_eq!(
+            got.data::<f32>().expect("f32").as_ptr() as usize,
+            ptr,
+            "reused"
+        );
+        let b = |t: &Tensor| {
+            t.data::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(b(&got), b(&want));
+
+        let shared = Tensor::from_vec(vec![4, 6], bits.clone());
+        let holder = shared.clone();
+        let got = bitcast_consumed(shared, DType::F32).expect("consumed");
+        assert_eq!(b(&got), b(&want));
+        assert_eq!(
+            holder.data::<u32>().expect("u32"),
+            &bits[..],
+            "the holder keeps its data"
+        );
+
+        let mut window = Tensor::from_vec(vec![4, 6], bits.clone());
+        window.shape = smallvec::smallvec![2, 6];
+        window.offset = 12;
+        let got = bitcast_consumed(window.clone(), DType::I32).expect("consumed");
+        let want = bitcast_rows(&window, DType::I32).expect("bitcast");
+        assert_eq!(got.data::<i32>().unwrap(), want.data::<i32>().unwrap());
+
+        let narrow = Tensor::from_vec(vec![4, 6], bits);
+        let got = bitcast_consumed(narrow.clone(), DType::BF16).expect("consumed");
+        let want = bitcast_rows(&narrow, DType::BF16).expect("bitcast");
+        assert_eq!(got.shape, want.shape);
+        assert_eq!(
+            got.data::<half::bf16>().unwrap(),
+            want.data::<half::bf16>().unwrap()
+        );
     }
 
     /// A strided (non-contiguous) operand takes the element-by-element path and gives its bits.

@@ -42,6 +42,9 @@ pub(crate) struct Plan {
     /// `dot`s whose accumulator operand dies at them (and is not one of their factors): its buffer,
     /// when nothing else holds it, may become the result instead of being copied.
     pub(crate) acc_owned: Vec<bool>,
+    /// Value bitcasts whose operand dies at them: its buffer, when nothing else holds it, may become
+    /// the result (same width: the same bytes) instead of being copied.
+    pub(crate) bitcast_owned: Vec<bool>,
     pub(crate) sub: Vec<Vec<Plan>>,
 }
 
@@ -128,6 +131,16 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: b
         .enumerate()
         .map(|(i, op)| fuse && acc_in_place[i].is_none() && acc_dies_at(op, &dead_after[i]))
         .collect();
+    let bitcast_owned = r
+        .ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| {
+            fuse && matches!(op.kind, OpKind::Bitcast)
+                && op.operands.len() == 1
+                && dead_after[i].contains(&op.operands[0])
+        })
+        .collect();
     let sub = r
         .ops
         .iter()
@@ -145,6 +158,7 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: b
         chain,
         acc_in_place,
         acc_owned,
+        bitcast_owned,
         sub,
     }
 }
