@@ -18,12 +18,10 @@ pub fn peaks(threads: usize) -> Vec<(&'static str, &'static str, f64)> {
         let has512 = std::arch::is_x86_feature_detected!("avx512f");
         let f32_loop = if has512 { fma512 } else { fma256 };
         // bf16 dots run as `vdpbf16ps` where it is the faster, else as FMAs of the widened operands.
-        let bf16_loop = if cpu::bf16_dot_by_dpbf16() {
-            ("vdpbf16ps", 64.0, loop_dpbf16 as fn(u64) -> f32)
-        } else if cpu::avx512() {
-            fma512
-        } else {
-            fma256
+        let bf16_loop = match cpu::bf16_dot() {
+            cpu::Bf16Dot::Dpbf16 => ("vdpbf16ps", 64.0, loop_dpbf16 as fn(u64) -> f32),
+            cpu::Bf16Dot::Fma512 => fma512,
+            cpu::Bf16Dot::Fma256 | cpu::Bf16Dot::Scalar => fma256,
         };
         let i8_loop = if cpu::avx512_vnni() {
             ("vpdpbusd", 128.0, loop_dpbusd as fn(u64) -> f32)

@@ -77,6 +77,33 @@ pub fn bf16_dot_by_dpbf16() -> bool {
     *BY.get_or_init(|| avx512_bf16() && !intel())
 }
 
+/// The kernel that runs bf16 × bf16 dots: every one gives `vdpbf16ps`'s bits, so the fastest this
+/// CPU (and `TPU_KERNEL_CPU`) allows runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bf16Dot {
+    /// `vdpbf16ps` tiles ([`bf16_dot_by_dpbf16`]).
+    Dpbf16,
+    /// FMAs of the widened operands in 512-bit registers (AVX-512F).
+    Fma512,
+    /// FMAs of the widened operands in 256-bit registers (AVX2 + FMA).
+    Fma256,
+    /// The scalar definition.
+    Scalar,
+}
+
+/// Which [`Bf16Dot`] kernel this process runs.
+pub fn bf16_dot() -> Bf16Dot {
+    if bf16_dot_by_dpbf16() {
+        Bf16Dot::Dpbf16
+    } else if avx2() && avx512() {
+        Bf16Dot::Fma512
+    } else if avx2() {
+        Bf16Dot::Fma256
+    } else {
+        Bf16Dot::Scalar
+    }
+}
+
 /// Whether the CPU's vendor string is `GenuineIntel`.
 #[cfg(target_arch = "x86_64")]
 fn intel() -> bool {
@@ -116,8 +143,8 @@ pub fn describe() -> String {
     for (on, name) in [
         (avx2(), "avx2+fma"),
         (avx512(), "avx512f"),
-        (bf16_dot_by_dpbf16(), "avx512-bf16-dot"),
-        (avx512() && !bf16_dot_by_dpbf16(), "bf16-dot-as-fma512"),
+        (bf16_dot() == Bf16Dot::Dpbf16, "avx512-bf16-dot"),
+        (bf16_dot() == Bf16Dot::Fma512, "bf16-dot-as-fma512"),
         (avx512_vnni(), "avx512-vnni-dot"),
     ] {
         if on {

@@ -19,10 +19,10 @@
 //! CPU's own (MXCSR bits 6 and 15, set for the kernel's call and restored after it, see [`DazFtz`]),
 //! so the inner loop is plain FMAs.
 //!
-//! **Which kernel runs** ([`gemm`]): `vdpbf16ps` where the CPU has AVX-512 BF16 and it outruns a
-//! 512-bit FMA (`crate::math::cpu::bf16_dot_by_dpbf16`: AMD), else the 8×32 tile where the CPU has
-//! AVX-512F (Intel without AMX: twice `vdpbf16ps`'s rate), else the 6×16 tile, else the definition.
-//! The choice changes the speed, never the bits.
+//! **Which kernel runs** ([`gemm`], as `crate::math::cpu::bf16_dot` says): `vdpbf16ps` where the CPU
+//! has AVX-512 BF16 and it outruns a 512-bit FMA (`crate::math::cpu::bf16_dot_by_dpbf16`: AMD),
+//! else the 8×32 tile where the CPU has AVX-512F (Intel without AMX: twice `vdpbf16ps`'s rate), else
+//! the 6×16 tile, else the definition. The choice changes the speed, never the bits.
 
 use super::dot::View;
 use half::bf16;
@@ -54,23 +54,16 @@ pub(crate) fn gemm(
     c: &mut [f32],
     accumulate: bool,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use fma::Tile;
-        if crate::math::cpu::bf16_dot_by_dpbf16() {
-            super::dot_bf16::gemm(m, n, k, a, b, c, accumulate);
-            return;
-        }
-        if fma::Avx512::available() {
-            fma::gemm::<fma::Avx512>(m, n, k, a, b, c, accumulate);
-            return;
-        }
-        if fma::Avx2::available() {
-            fma::gemm::<fma::Avx2>(m, n, k, a, b, c, accumulate);
-            return;
-        }
+    use crate::math::cpu::{bf16_dot, Bf16Dot};
+    match bf16_dot() {
+        #[cfg(target_arch = "x86_64")]
+        Bf16Dot::Dpbf16 => super::dot_bf16::gemm(m, n, k, a, b, c, accumulate),
+        #[cfg(target_arch = "x86_64")]
+        Bf16Dot::Fma512 => fma::gemm::<fma::Avx512>(m, n, k, a, b, c, accumulate),
+        #[cfg(target_arch = "x86_64")]
+        Bf16Dot::Fma256 => fma::gemm::<fma::Avx2>(m, n, k, a, b, c, accumulate),
+        _ => gemm_scalar(m, n, k, a, b, c, accumulate),
     }
-    gemm_scalar(m, n, k, a, b, c, accumulate);
 }
 
 /// The definition, one element at a time.
@@ -341,11 +334,7 @@ pub(super) mod fma {
     unsafe fn transpose8(s: *const u16, cs: usize, d: *mut f32, ld: usize) {
         // SAFETY: the caller's contract; unaligned accesses.
         unsafe {
-            let row = |c: usize| {
-                let x = _mm256_cvtepu16_epi32(_mm_loadu_si128(s.add(c * cs).cast()));
-                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(x))
-            };
-            let r = [0, 1, 2, 3, 4, 5, 6, 7].map(row);
+            let r = [0, 1, 2, 3, 4, 5, 6, 7].map(|c| widen8(s.add(c * cs)));
             let t0 = _mm256_unpacklo_ps(r[0], r[1]);
             let t1 = _mm256_unpackhi_ps(r[0], r[1]);
             let t2 = _mm256_unpacklo_ps(r[2], r[3]);
@@ -378,6 +367,20 @@ pub(super) mod fma {
         }
     }
 
+    /// Eight bf16 at `s`, widened to f32.
+    ///
+    /// # Safety
+    /// avx2 available; `s` readable for 8 u16.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn widen8(s: *const u16) -> __m256 {
+        // SAFETY: the caller's contract; an unaligned load.
+        unsafe {
+            let x = _mm256_cvtepu16_epi32(_mm_loadu_si128(s.cast()));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(x))
+        }
+    }
+
     /// `n` bf16 at `s` widened to f32 at `d`, eight at a time.
     ///
     /// # Safety
@@ -388,8 +391,7 @@ pub(super) mod fma {
         unsafe {
             let full = n / 8 * 8;
             for t in (0..full).step_by(8) {
-                let x = _mm256_cvtepu16_epi32(_mm_loadu_si128(s.add(t).cast()));
-                _mm256_storeu_si256(d.add(t).cast(), _mm256_slli_epi32::<16>(x));
+                _mm256_storeu_ps(d.add(t), widen8(s.add(t)));
             }
             for t in full..n {
                 *d.add(t) = f32::from_bits((*s.add(t) as u32) << 16);
