@@ -1,20 +1,37 @@
 """Our tuner against hardware-tuned choices (issue 25, item 3): `tpu_kernel.tune` over tpu-inference
-0.32.0's own Pallas quantized matmul on the keys of its shipped table (the v6 int8 x int8 entries of
-`quantized_matmul/tuned_block_sizes.py`, tuned on TPUs), compiled for v6e by libtpu with no TPU and
-ranked by our static cost model (docs/tune.md). Per key: is the table's choice our first, in our top 3,
-and the model's predicted cost of the table's choice over our best.
+0.32.0's own Pallas kernels on the keys of the block-size tables it ships (tuned on TPUs), compiled by
+libtpu with no TPU and ranked by our static cost model (docs/tune.md). Per key: is the table's choice
+our first, in our top 3, and the model's predicted cost of the table's choice over our best.
 
-    .venv/bin/python benches/tune_tpu_inference.py                 # every v6 int8 x int8 key (long)
-    .venv/bin/python benches/tune_tpu_inference.py --sample 16     # 16 keys spread over the table
-    .venv/bin/python benches/tune_tpu_inference.py --keys 3 --json out.json
-    .venv/bin/python benches/tune_tpu_inference.py --sample 8 --ours   # our quantized_matmul_w8a8 instead
+Two tables (`--table`):
 
-The space per key: batch blocks 128·2^i up to the batch (and the batch itself), out and in blocks
-among the multiples of 128 dividing n_out / n_in (up to four, spread from 128 to the whole dimension),
-and the table's own choice always. x is bf16 (quantized to int8 in the kernel, as the table's
-`x_q_dtype` says), w int8 with f32 per-channel scales.
+- `qmm`: `quantized_matmul/tuned_block_sizes.py`, its v6 int8 x int8 entries (319 keys), for v6e.
+  x is bf16 (quantized to int8 in the kernel, as the key's `x_q_dtype` says), w int8 with f32
+  per-channel scales. Space per key: batch blocks 128·2^i up to the batch (and the batch itself), out
+  and in blocks among the multiples of 128 dividing n_out / n_in (up to four, spread from 128 to the
+  whole dimension).
+- `gmm`: `megablox/tuned_block_sizes.py` (50 keys: bf16 lhs x float8_e4m3fn rhs with per-channel
+  scales, bf16 out). The table names no generation; fp8 weights point at tpu7x, whose MXU takes fp8,
+  so the keys are compiled for tpu7x. Group sizes are run-time data, and so is the grid's group-tile
+  axis: the model takes its bound with every group holding rows, m / tm + min(groups, m) - 1 visits. Space per key: tm among 128/256/512 dividing m (m itself if
+  smaller), tk and tn among the multiples of 128 up to k / n (up to four, spread), with k / n rounded
+  up to 128 as a candidate.
+
+In both the table's own choice is always a candidate.
+
+    .venv/bin/python benches/tune_tpu_inference.py --sample 16                 # 16 qmm keys, spread
+    .venv/bin/python benches/tune_tpu_inference.py --out qmm.jsonl             # every qmm key (hours)
+    .venv/bin/python benches/tune_tpu_inference.py --table gmm --out gmm.jsonl # every gmm key
+    .venv/bin/python benches/tune_tpu_inference.py --report qmm.jsonl gmm.jsonl  # re-rank, no compile
+    .venv/bin/python benches/tune_tpu_inference.py --sample 8 --ours           # our quantized_matmul_w8a8
+
+`--out` appends one JSON line per key with every candidate's outcome and the model's inputs
+(`steps`, `body`, `outside`, `dma_step`), and skips the keys already in the file, so a long run can be
+stopped and resumed; keys run in a spread order (any prefix is spread over the table). `--report`
+ranks the stored candidates again under the model, so the model can change without a compile.
 """
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -31,15 +48,18 @@ import tpu_inference_rpa  # noqa: E402  (registers tpu-inference's bare package,
 import tpu_kernel  # noqa: E402
 
 
-def qmm_module():
-    import importlib
+def _tpu_inference(module: str):
     tpu_inference_rpa._register_bare_package()
     logger = sys.modules["tpu_inference.logger"]
     if not hasattr(logger.init_logger(__name__), "warning_once"):
         import logging
         logging.Logger.warning_once = logging.Logger.warning  # tpu-inference's logger API
-    kernel = importlib.import_module("tpu_inference.kernels.quantized_matmul.kernel")
-    tuned = importlib.import_module("tpu_inference.kernels.quantized_matmul.tuned_block_sizes")
+    return importlib.import_module(f"tpu_inference.kernels.{module}")
+
+
+def qmm_module():
+    kernel = _tpu_inference("quantized_matmul.kernel")
+    tuned = _tpu_inference("quantized_matmul.tuned_block_sizes")
     tuned.get_tpu_version = lambda: 6  # the generation its VMEM limit is read for
     return kernel, tuned
 
@@ -52,59 +72,193 @@ def spread(values, n):
     return sorted({values[round(i * (len(values) - 1) / (n - 1))] for i in range(n)})
 
 
-def space_for(key, table_value):
-    b, o, i = key.n_batch, key.n_out, key.n_in
-    batch = [v for v in (128, 256, 512, 1024, 2048) if v <= max(b, 128)] + ([b] if b % 128 == 0 else [])
-    outs = spread([d for d in range(128, o + 1, 128) if o % d == 0], 4)
-    ins = spread([d for d in range(128, i + 1, 128) if i % d == 0], 4)
-    tv = table_value
-    return {"bb": sorted(set(batch) | {tv.batch_block_size}), "bo": sorted(set(outs) | {tv.out_block_size}),
-            "bi": sorted(set(ins) | {tv.in_block_size})}
+def spread_order(n):
+    """0..n-1 in an order whose every prefix is spread over the range (bit-reversed, van der Corput)."""
+    bits = max(1, (n - 1).bit_length())
+    rev = sorted(range(1 << bits), key=lambda i: int(format(i, f"0{bits}b")[::-1], 2))
+    return [i for i in rev if i < n]
 
 
-def v6_int8_keys(tuned):
-    """The table's v6 int8 x int8 entries, sorted: (TunedKey, TunedValue)."""
-    return sorted((k, v) for k, v in tuned.TUNED_BLOCK_SIZES.items()
-                  if k.tpu_version == 6 and k.x_q_dtype == "int8" and k.w_q_dtype == "int8")
+def _dim_blocks(d, n=4):
+    return spread([b for b in range(128, d + 1, 128) if d % b == 0], n)
 
 
-def run(kernel, tuned, keys, workers=2, verbose=False):
-    """Tune tpu-inference's kernel on each key; a row per key (see the module docstring)."""
-    def qmm(x, w_q, w_scale, *, bb, bo, bi):
-        return kernel.quantized_matmul_kernel(x, w_q, w_scale, x_q_dtype=jnp.int8,
-                                              tuned_value=tuned.TunedValue(bb, bo, bi))
+class Qmm:
+    """tpu-inference's quantized matmul on its v6 int8 x int8 table, for v6e."""
+    name, generation, params = "qmm", "v6e", ("bb", "bo", "bi")
 
+    def __init__(self):
+        self.kernel, self.tuned = qmm_module()
+
+    def keys(self):
+        """The table's v6 int8 x int8 entries, sorted: (key [batch, out, in], the table's config)."""
+        t = self.tuned
+        items = sorted((k, v) for k, v in t.TUNED_BLOCK_SIZES.items()
+                       if k.tpu_version == 6 and k.x_q_dtype == "int8" and k.w_q_dtype == "int8")
+        return [([k.n_batch, k.n_out, k.n_in], {"bb": v.batch_block_size, "bo": v.out_block_size,
+                                                "bi": v.in_block_size}) for k, v in items]
+
+    @staticmethod
+    def space(key, table):
+        b, o, i = key
+        batch = [v for v in (128, 256, 512, 1024, 2048) if v <= max(b, 128)] + ([b] if b % 128 == 0 else [])
+        return {"bb": sorted(set(batch) | {table["bb"]}), "bo": sorted(set(_dim_blocks(o)) | {table["bo"]}),
+                "bi": sorted(set(_dim_blocks(i)) | {table["bi"]})}
+
+    def args(self, key):
+        b, o, i = key
+        S = jax.ShapeDtypeStruct
+        return (S((b, i), jnp.bfloat16), S((o, i), jnp.int8), S((o,), jnp.float32))
+
+    @staticmethod
+    def trips(key):
+        return None  # a static grid
+
+    def fn(self):
+        kernel, tuned = self.kernel, self.tuned
+
+        def qmm(x, w_q, w_scale, *, bb, bo, bi):
+            return kernel.quantized_matmul_kernel(x, w_q, w_scale, x_q_dtype=jnp.int8,
+                                                  tuned_value=tuned.TunedValue(bb, bo, bi))
+        return qmm
+
+
+class Gmm:
+    """tpu-inference's megablox gmm on its table (bf16 x fp8, per-channel scales), for tpu7x."""
+    name, generation, params = "gmm", "tpu7x", ("tm", "tk", "tn")
+
+    def __init__(self):
+        self.gmm = _tpu_inference("megablox.gmm")
+        self.tuned = _tpu_inference("megablox.tuned_block_sizes")
+
+    def keys(self):
+        """(key [m, k, n, total groups, current groups], the table's config), sorted."""
+        rows = []
+        for k, v in sorted(self.tuned.TUNED_BLOCK_SIZES.items()):
+            m, kk, n, g_total, g_cur, lhs, rhs, qbs = k
+            assert (lhs, rhs, qbs) == ("bfloat16", "float8_e4m3fn", kk), k
+            rows.append(([m, kk, n, g_total, g_cur], {"tm": v[0], "tk": v[1], "tn": v[2]}))
+        return rows
+
+    def space(self, key, table):
+        m, k, n = key[:3]
+        tms = [t for t in (128, 256, 512) if t <= m and m % t == 0] or [m]
+
+        def blocks(d):
+            up = -(-d // 128) * 128
+            return spread(list(range(128, up + 1, 128)), 4)
+        return {"tm": sorted(set(tms) | {table["tm"]}), "tk": sorted(set(blocks(k)) | {table["tk"]}),
+                "tn": sorted(set(blocks(n)) | {table["tn"]})}
+
+    def args(self, key):
+        m, k, n, g_total, g_cur = key
+        S = jax.ShapeDtypeStruct
+        return (S((m, k), jnp.bfloat16), S((g_cur, k, n), jnp.float8_e4m3fn), S((g_total,), jnp.int32),
+                S((g_cur, 1, 1, n), jnp.float32))
+
+    @staticmethod
+    def trips(key):
+        """The trip count of the grid's run-time axis (group-tile visits) for a configuration."""
+        m, g_cur = key[0], key[4]
+        return lambda c: [m // c["tm"] + min(g_cur, m) - 1]
+
+    def fn(self):
+        gmm = self.gmm.gmm
+
+        def grouped(lhs, rhs, group_sizes, rhs_scale, *, tm, tk, tn):
+            return gmm(lhs, rhs, group_sizes, preferred_element_type=jnp.bfloat16, rhs_scale=rhs_scale,
+                       tiling=(tm, tk, tn))
+        return grouped
+
+
+TABLES = {"qmm": Qmm, "gmm": Gmm}
+
+
+def tune_key(table, key, choice, workers=2):
+    """One key tuned: a JSON row with every candidate (config, outcome, the model's inputs)."""
+    t0 = time.perf_counter()
+    t = tpu_kernel.tune(table.fn(), *table.args(key), space=table.space(key, choice), generation=table.generation,
+                        workers=workers, cache_dir="", progress=False, name=f"tpu_inference.{table.name}",
+                        trips=table.trips(key))
+    cands = [{"config": c.config, "outcome": c.outcome, "estimate": c.estimate, "reason": c.reason}
+             for c in t.candidates]
+    return {"table": table.name, "generation": table.generation, "key": key, "table_choice": choice,
+            "candidates": cands, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def model_cycles(estimate, step_overhead=0.0):
+    """The model's cycles (docs/tune.md) from its stored inputs, plus `step_overhead` per grid step."""
+    return estimate["cycles"] + step_overhead * estimate["steps"]
+
+
+def judge(row, step_overhead=0.0):
+    """Where the table's choice lands in our ranking of `row`'s candidates."""
+    ranked = sorted((c for c in row["candidates"] if c["outcome"] == "ranked"),
+                    key=lambda c: (model_cycles(c["estimate"], step_overhead), json.dumps(c["config"], sort_keys=True)))
+    configs = [c["config"] for c in ranked]
+    choice = row["table_choice"]
+    pos = configs.index(choice) if choice in configs else None
+    best = model_cycles(ranked[0]["estimate"], step_overhead) if ranked else None
+    out = {"key": row["key"], "table": choice, "ours": configs[0] if ranked else None, "ranked": len(ranked),
+           "candidates": len(row["candidates"]), "rank_of_table": None if pos is None else pos + 1,
+           "cost_ratio_table_over_ours": None if pos is None else
+           model_cycles(ranked[pos]["estimate"], step_overhead) / best}
+    if pos is None:
+        c = next((c for c in row["candidates"] if c["config"] == choice), None)
+        out["table_outcome"] = "absent" if c is None else f"{c['outcome']}: {c['reason']}"
+    return out
+
+
+def run(table, keys, workers=2, verbose=False, out=None):
+    """Tune `table`'s kernel on each (key, choice); rows as `judge` gives them. With `out`, every raw
+    row is appended there as it is made."""
     rows = []
     t0 = time.perf_counter()
-    for n, (key, value) in enumerate(keys):
-        S = jax.ShapeDtypeStruct
-        args = (S((key.n_batch, key.n_in), jnp.bfloat16), S((key.n_out, key.n_in), jnp.int8),
-                S((key.n_out,), jnp.float32))
-        space = space_for(key, value)
-        t = tpu_kernel.tune(qmm, *args, space=space, generation="v6e", workers=workers, cache_dir="",
-                            progress=False, name="tpu_inference.quantized_matmul")
-        ranked = t.ranked()
-        table = {"bb": value.batch_block_size, "bo": value.out_block_size, "bi": value.in_block_size}
-        order = [c.config for c in ranked]
-        pos = order.index(table) if table in order else None
-        table_cycles = ranked[pos].cycles if pos is not None else None
-        row = {"key": list(key)[1:4], "table": table, "ours": t.best, "rank_of_table": None if pos is None else pos + 1,
-               "ranked": len(ranked), "candidates": len(t.candidates),
-               "cost_ratio_table_over_ours": None if table_cycles is None else table_cycles / t.best_cycles,
-               "table_outcome": next((c.outcome + (": " + c.reason if c.reason else "") for c in t.candidates
-                                      if c.config == table), "absent")}
+    for n, (key, choice) in enumerate(keys):
+        raw = tune_key(table, key, choice, workers)
+        if out:
+            with open(out, "a") as f:
+                f.write(json.dumps(raw) + "\n")
+        row = judge(raw)
         rows.append(row)
-        ratio = "-" if row["cost_ratio_table_over_ours"] is None else f"{row['cost_ratio_table_over_ours']:.3f}"
         if verbose:
-            print(f"[{n + 1}/{len(keys)} {time.perf_counter() - t0:.0f} s] batch {key.n_batch} out {key.n_out} in "
-                  f"{key.n_in}: table {table['bb']},{table['bo']},{table['bi']} rank {row['rank_of_table']}/{len(ranked)}"
-                  f", ours {t.best['bb']},{t.best['bo']},{t.best['bi']}, table/ours {ratio}", flush=True)
+            print(f"[{n + 1}/{len(keys)} {time.perf_counter() - t0:.0f} s] {format_row(table.params, row)}",
+                  flush=True)
+    return rows
+
+
+def _cfg(params, c):
+    return ",".join(str(c[p]) for p in params) if c else "-"
+
+
+def format_row(params, r):
+    ratio = "-" if r["cost_ratio_table_over_ours"] is None else f"{r['cost_ratio_table_over_ours']:.3f}"
+    rank = f"{r['rank_of_table']}/{r['ranked']}" if r["rank_of_table"] else f"- ({r.get('table_outcome', '')[:80]})"
+    return (f"key {r['key']}: table {_cfg(params, r['table'])} rank {rank}, ours {_cfg(params, r['ours'])}, "
+            f"table/ours {ratio}")
+
+
+def summary(rows, label=""):
+    n = len(rows)
+    first = sum(r["rank_of_table"] == 1 for r in rows)
+    top3 = sum(r["rank_of_table"] is not None and r["rank_of_table"] <= 3 for r in rows)
+    ratios = sorted(r["cost_ratio_table_over_ours"] for r in rows if r["cost_ratio_table_over_ours"])
+    med = ratios[len(ratios) // 2] if ratios else float("nan")
+    return (f"{label}keys {n}: the table's choice is our first on {first} ({first / max(1, n):.0%}), in our top 3 on "
+            f"{top3} ({top3 / max(1, n):.0%}); median predicted cost table/ours {med:.3f}")
+
+
+def read_rows(paths):
+    rows = []
+    for p in paths:
+        with open(p) as f:
+            rows += [json.loads(line) for line in f if line.strip()]
     return rows
 
 
 def run_ours(keys, workers=2, verbose=False):
     """Our `quantized_matmul_w8a8` (x int8 [m, k] with per-row scales, w int8 [k, n] with per-channel
-    scales) tuned over the same space on each key: our best's predicted cycles, and the table's choice
+    scales) tuned over the qmm space on each key: our best's predicted cycles, and the table's choice
     run through our kernel (or why our checks refuse it)."""
     import tpu_kernel.examples as ex
 
@@ -113,13 +267,12 @@ def run_ours(keys, workers=2, verbose=False):
 
     rows = []
     t0 = time.perf_counter()
-    for n, (key, value) in enumerate(keys):
+    for n, (key, table) in enumerate(keys):
         S = jax.ShapeDtypeStruct
-        m, k, o = key.n_batch, key.n_in, key.n_out
+        m, o, k = key
         args = (S((m, k), jnp.int8), S((m, 1), jnp.float32), S((k, o), jnp.int8), S((1, o), jnp.float32))
-        t = tpu_kernel.tune(ours, *args, space=space_for(key, value), generation="v6e", workers=workers,
+        t = tpu_kernel.tune(ours, *args, space=Qmm.space(key, table), generation="v6e", workers=workers,
                             cache_dir="", progress=False, name="examples.quantized_matmul_w8a8")
-        table = {"bb": value.batch_block_size, "bo": value.out_block_size, "bi": value.in_block_size}
         mine = next((c for c in t.candidates if c.config == table), None)
         row = {"key": [m, o, k], "table": table, "ours_best": t.best, "ours_best_cycles": t.best_cycles,
                "table_through_ours": None if mine is None or mine.outcome != "ranked" else mine.cycles,
@@ -138,24 +291,42 @@ def run_ours(keys, workers=2, verbose=False):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--table", choices=sorted(TABLES), default="qmm")
     ap.add_argument("--sample", type=int, help="this many keys, spread over the table")
-    ap.add_argument("--keys", type=int, help="the first N keys")
+    ap.add_argument("--keys", type=int, help="the first N keys (in the spread order)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--out", help="append every key's candidates here (JSON lines); keys already there are skipped")
+    ap.add_argument("--json", help="write the judged rows here")
+    ap.add_argument("--report", nargs="+", metavar="JSONL", help="judge stored rows again; no compile")
+    ap.add_argument("--step-overhead", type=float, default=0.0,
+                    help="cycles added per grid step when judging (default: the model as it is)")
     ap.add_argument("--ours", action="store_true",
-                    help="tune our quantized_matmul_w8a8 on the keys instead, and run the table's choice through it")
+                    help="qmm: tune our quantized_matmul_w8a8 on the keys instead, and run the table's choice through it")
     a = ap.parse_args()
-    kernel, tuned = qmm_module()
-    keys = v6_int8_keys(tuned)
+
+    if a.report:
+        raw = read_rows(a.report)
+        for name in sorted({r["table"] for r in raw}):
+            params = TABLES[name].params
+            rows = [judge(r, a.step_overhead) for r in raw if r["table"] == name]
+            for r in rows:
+                print(format_row(params, r))
+            print(summary(rows, f"{name}: "))
+        return
+
+    table = TABLES[a.table]()
+    keys = table.keys()
+    print(f"{len(keys)} keys of tpu-inference's {a.table} table, for {table.generation}", flush=True)
     if a.sample:
         keys = [keys[round(i * (len(keys) - 1) / max(1, a.sample - 1))] for i in range(min(a.sample, len(keys)))]
+    else:
+        keys = [keys[i] for i in spread_order(len(keys))]
     if a.keys:
         keys = keys[:a.keys]
-    print(f"{len(keys)} v6 int8 x int8 keys of tpu-inference's quantized matmul table", flush=True)
-
-    t0 = time.perf_counter()
     if a.ours:
+        assert a.table == "qmm", "--ours is for the qmm table"
+        t0 = time.perf_counter()
         rows = run_ours(keys, a.workers, verbose=True)
         through = [r for r in rows if r["table_through_ours"]]
         print(f"\nkeys {len(rows)}; the table's choice runs through our kernel on {len(through)}; "
@@ -163,15 +334,15 @@ def main():
         if a.json:
             Path(a.json).write_text(json.dumps({"rows": rows}, indent=1))
         return
-    rows = run(kernel, tuned, keys, a.workers, verbose=True)
-    ranked_rows = [r for r in rows if r["rank_of_table"] is not None]
-    first = sum(r["rank_of_table"] == 1 for r in ranked_rows)
-    top3 = sum(r["rank_of_table"] <= 3 for r in ranked_rows)
-    print(f"\nkeys {len(rows)}; the table's choice compiled and ranked on {len(ranked_rows)}: our first on "
-          f"{first} ({first / max(1, len(rows)):.0%}), in our top 3 on {top3} ({top3 / max(1, len(rows)):.0%}); "
-          f"{time.perf_counter() - t0:.0f} s")
+    if a.out and os.path.exists(a.out):
+        done = {json.dumps(r["key"]) for r in read_rows([a.out]) if r["table"] == a.table}
+        keys = [k for k in keys if json.dumps(k[0]) not in done]
+        print(f"{len(done)} keys already in {a.out}; {len(keys)} to go", flush=True)
+    t0 = time.perf_counter()
+    rows = run(table, keys, a.workers, verbose=True, out=a.out)
+    print("\n" + summary(rows) + f"; {time.perf_counter() - t0:.0f} s")
     if a.json:
-        Path(a.json).write_text(json.dumps({"rows": rows, "first": first, "top3": top3}, indent=1))
+        Path(a.json).write_text(json.dumps({"rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

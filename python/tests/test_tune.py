@@ -95,20 +95,52 @@ def test_the_jax_op_takes_its_defaults_from_the_cache(tmp_path, monkeypatch):
     assert 'params={"block":[128,256,128]}' in jaxpr, jaxpr
 
 
+def _tune_tpu_inference():
+    import sys
+    from conftest import REPO
+    sys.path.insert(0, str(REPO / "benches"))
+    import tune_tpu_inference as tti
+    return tti
+
+
 def test_tpu_inference_table_sample():
     """Item 3's command (benches/tune_tpu_inference.py) on one key of tpu-inference's v6 int8 table:
     tpu-inference's own Pallas quantized matmul tuned over our space for that key (the table's choice
     always among the candidates) compiles and is ranked by the model; the row says where the table's
     hardware-tuned choice lands. The full table is a benchmark (docs/tune.md), not a test."""
-    import sys
-    from conftest import REPO
-    sys.path.insert(0, str(REPO / "benches"))
-    import tune_tpu_inference as tti
-    kernel, tuned = tti.qmm_module()
-    keys = tti.v6_int8_keys(tuned)
+    tti = _tune_tpu_inference()
+    table = tti.Qmm()
+    keys = table.keys()
     assert len(keys) == 319, len(keys)  # the table of tpu-inference 0.32.0
-    [row] = tti.run(kernel, tuned, keys[:1], workers=2)
+    [row] = tti.run(table, keys[:1], workers=2)
     print(row)
     assert row["ranked"] >= 4, row
     assert row["rank_of_table"] is not None and 1 <= row["rank_of_table"] <= row["ranked"], row
     assert row["cost_ratio_table_over_ours"] >= 1.0, row
+
+
+def test_tpu_inference_gmm_sample(tmp_path):
+    """The same on one key of tpu-inference's megablox gmm table, a kernel whose grid has an axis sized
+    at run time (its group-tile visits): ranked with the trip count the bench gives, refused with the
+    reason without one; the stored row judges the same again (`--report`)."""
+    tti = _tune_tpu_inference()
+    table = tti.Gmm()
+    keys = table.keys()
+    assert len(keys) == 50, len(keys)  # the table of tpu-inference 0.32.0
+    key, choice = keys[0]
+    out = tmp_path / "gmm.jsonl"
+    [row] = tti.run(table, [(key, choice)], workers=2, out=str(out))
+    print(row)
+    assert row["ranked"] >= 4 and row["rank_of_table"] is not None, row
+    [raw] = tti.read_rows([str(out)])
+    assert tti.judge(raw) == row
+    [mine] = [c for c in raw["candidates"] if c["config"] == choice]
+    m, k, n, g = key[0], key[1], key[2], key[4]
+    visits = m // choice["tm"] + min(g, m) - 1
+    n_tiles, k_tiles = -(-n // choice["tn"]), -(-k // choice["tk"])
+    assert mine["estimate"]["steps"] == n_tiles * visits * k_tiles, (mine, visits)
+    # without trips the kernel compiles but is not ranked, and says why
+    small = {"tm": [choice["tm"]], "tk": [choice["tk"]], "tn": [choice["tn"]]}
+    with pytest.raises(RuntimeError, match="sized at run time"):
+        tpu_kernel.tune(table.fn(), *table.args(key), space=small, generation="tpu7x", cache_dir="",
+                        progress=False)

@@ -164,10 +164,12 @@ def _read(path: str) -> dict:
 def tune(fn: Callable, *args: Any, space: Mapping[str, Iterable[Any]], generation: str = "v6e",
          constraints: Sequence[Callable[[dict], bool]] = (), static: Mapping[str, Any] | None = None,
          workers: int = 2, cache_dir: str | None = None, refresh: bool = False, progress: bool = True,
-         name: str | None = None) -> Tuned:
+         name: str | None = None, trips: Callable[[dict], Sequence[int]] | None = None) -> Tuned:
     """Tune `fn`'s parameters in `space` for `generation` (see the module docstring). `args` are arrays
     or `jax.ShapeDtypeStruct`s; `static` are further keyword arguments passed to every call (and part
-    of the key)."""
+    of the key). `trips(config)` gives the trip counts of the kernel's grid axes sized at run time (a
+    Pallas grid sized by a traced value, e.g. megablox gmm's group tiles), in axis order; the model
+    cannot rank a kernel with such an axis without them."""
     from . import libtpu
     static = dict(static or {})
     name = name or _name_of(fn)
@@ -201,7 +203,9 @@ def tune(fn: Callable, *args: Any, space: Mapping[str, Iterable[Any]], generatio
     step = max(1, workers) * 4 if progress else max(1, len(jobs))  # rounds, for the progress bar
     for i in range(0, len(jobs), step):
         chunk = jobs[i:i + step]
-        verdicts += libtpu.compile_many([(h, generation) for _, h in chunk], workers=workers)
+        verdicts += libtpu.compile_many([{"stablehlo": h, "topology": generation,
+                                           "trips": [int(t) for t in trips(c)] if trips else []}
+                                          for c, h in chunk], workers=workers)
         if progress:
             _progress(len(verdicts), len(jobs), label)
     ranked = []
@@ -210,7 +214,8 @@ def tune(fn: Callable, *args: Any, space: Mapping[str, Iterable[Any]], generatio
             ranked.append(Candidate(c, "ranked", cycles=v.estimate["cycles"], estimate=v.estimate,
                                     bundles=v.bundles))
         else:
-            first = next((l for l in (v.error or "no schedule of the kernel").splitlines() if l.strip()), "")
+            why = v.error or v.estimate_error or "no schedule of the kernel"
+            first = next((l for l in why.splitlines() if l.strip()), "")
             candidates.append(Candidate(c, "rejected", reason=first))
     if not ranked:
         raise RuntimeError(f"tune: no configuration of {name} compiled for {generation}:\n"

@@ -41,6 +41,8 @@ class Compiled:
     schedule: dict | None = None
     #: the static cost model's estimate (docs/tune.md): cycles, seconds, steps, body, dma_step, ...
     estimate: dict | None = None
+    #: why there is no estimate of a compiled kernel (a grid axis sized at run time with no `trips`)
+    estimate_error: str | None = None
 
     def summary(self) -> str:
         if not self.ok:
@@ -80,7 +82,8 @@ def worker_command() -> list[str]:
 
 
 def compile_many(programs: Iterable[tuple[str, str]] | Sequence[dict], *, workers: int = 1) -> list[Compiled]:
-    """Compile each `(stablehlo, topology)` (or `{"stablehlo", "topology", "num_partitions"}`) in
+    """Compile each `(stablehlo, topology)` (or `{"stablehlo", "topology", "num_partitions", "trips"}`,
+    `trips` the trip counts of the grid axes sized at run time, for the estimate) in
     parallel on up to `workers` worker processes; verdicts in the programs' order. Raises
     `LibraryError` when a worker cannot run at all (no libtpu, ...); libtpu's rejections and aborts
     are verdicts."""

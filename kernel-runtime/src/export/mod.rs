@@ -640,6 +640,8 @@ mod libtpu_abi {
             .collect::<Option<_>>()
             .ok_or_else(|| refuse("`worker` must hold strings"))?;
         let workers = v["workers"].as_u64().unwrap_or(1).max(1) as usize;
+        // per job: trip counts of grid axes sized at run time (`cost::estimate`)
+        let mut trips: Vec<Vec<u64>> = Vec::new();
         let jobs = v["jobs"]
             .as_array()
             .ok_or_else(|| refuse("`jobs` must be a list"))?
@@ -650,6 +652,12 @@ mod libtpu_abi {
                     return Err(refuse("a job needs `stablehlo` and `topology` strings"));
                 };
                 let mut job = Job::new(hlo, topology);
+                trips.push(
+                    j["trips"]
+                        .as_array()
+                        .map(|t| t.iter().filter_map(Value::as_u64).collect::<Vec<u64>>())
+                        .unwrap_or_default(),
+                );
                 job.num_replicas = j["num_replicas"].as_u64().unwrap_or(1) as u32;
                 job.num_partitions = j["num_partitions"].as_u64().unwrap_or(1) as u32;
                 Ok(job)
@@ -660,22 +668,25 @@ mod libtpu_abi {
         Ok(json!({
             "ok": true,
             "library": compiler.library().display().to_string(),
-            "results": results.into_iter().map(|r| match r {
-                Ok(c) => verdict(&c),
+            "results": results.into_iter().zip(&trips).map(|(r, t)| match r {
+                Ok(c) => verdict(&c, t),
                 Err(e) => json!({"error": e.to_string()}),
             }).collect::<Vec<_>>(),
         }))
     }
 
-    fn verdict(c: &Compiled) -> Value {
+    fn verdict(c: &Compiled, trips: &[u64]) -> Value {
         let target = crate::Target::parse(c.topology.split(':').next().unwrap_or("")).ok();
-        let estimate = match (&c.schedule, target) {
-            (Some(s), Some(t)) => {
-                let e = crate::libtpu::cost::estimate(s, t);
-                json!({"cycles": e.cycles, "seconds": e.seconds, "steps": e.steps, "body": e.body,
-                       "outside": e.outside, "dma_step": e.dma_step, "dma_bound": e.dma_bound()})
-            }
-            _ => Value::Null,
+        let (estimate, estimate_error) = match (&c.schedule, target) {
+            (Some(s), Some(t)) => match crate::libtpu::cost::estimate(s, t, trips) {
+                Ok(e) => (
+                    json!({"cycles": e.cycles, "seconds": e.seconds, "steps": e.steps, "body": e.body,
+                           "outside": e.outside, "dma_step": e.dma_step, "dma_bound": e.dma_bound()}),
+                    Value::Null,
+                ),
+                Err(why) => (Value::Null, Value::String(why)),
+            },
+            _ => (Value::Null, Value::Null),
         };
         let schedule = c.schedule.as_ref().map(|s| {
             json!({"bundles_by_depth": s.bundles_by_depth, "iteration_bounds": s.iteration_bounds,
@@ -684,6 +695,7 @@ mod libtpu_abi {
         json!({
             "schedule": schedule,
             "estimate": estimate,
+            "estimate_error": estimate_error,
             "topology": c.topology,
             "ok": c.ok,
             "aborted": c.aborted,

@@ -13,6 +13,10 @@
 //!   for its own copies (the pipeline fills).
 //!
 //! `cycles = outside + dma_step + body + (steps − 1) × max(body, dma_step)`.
+//!
+//! A grid axis whose size is a traced value (a Pallas grid sized by scalar prefetch, as megablox's
+//! gmm sizes its group-tile axis) has no trip count in the dump: Mosaic writes [`RUN_TIME_BOUND`].
+//! The caller gives its trip count (`trips`); without one the kernel cannot be estimated.
 
 use super::Schedule;
 use crate::Target;
@@ -48,6 +52,9 @@ pub fn constants(target: Target) -> Constants {
     }
 }
 
+/// The bound the pipeline's descriptors carry for a grid axis sized at run time (`i32::MAX`).
+pub const RUN_TIME_BOUND: u64 = i32::MAX as u64;
+
 /// What the model predicts for one compiled kernel.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Estimate {
@@ -72,10 +79,37 @@ impl Estimate {
     }
 }
 
-/// The model's estimate of a kernel whose final schedule is `s`, on `target`.
-pub fn estimate(s: &Schedule, target: Target) -> Estimate {
+/// The model's estimate of a kernel whose final schedule is `s`, on `target`. `trips` are the trip
+/// counts of the grid axes sized at run time ([`RUN_TIME_BOUND`]), in axis order: exactly one per
+/// such axis, or the estimate is refused with the reason.
+pub fn estimate(s: &Schedule, target: Target, trips: &[u64]) -> Result<Estimate, String> {
     let c = constants(target);
-    let steps: u64 = s.iteration_bounds.iter().product::<u64>().max(1);
+    let run_time = s
+        .iteration_bounds
+        .iter()
+        .filter(|&&b| b == RUN_TIME_BOUND)
+        .count();
+    if run_time != trips.len() {
+        return Err(format!(
+            "the grid {:?} has {run_time} axes sized at run time (bound {RUN_TIME_BOUND}); {} trip \
+             counts were given: give one per such axis (`trips`)",
+            s.iteration_bounds,
+            trips.len()
+        ));
+    }
+    let mut given = trips.iter();
+    let steps: u64 = s
+        .iteration_bounds
+        .iter()
+        .map(|&b| {
+            if b == RUN_TIME_BOUND {
+                *given.next().expect("counted above")
+            } else {
+                b
+            }
+        })
+        .product::<u64>()
+        .max(1);
     let outside = s.bundles_by_depth.first().copied().unwrap_or(0);
     let body: u64 = s.bundles_by_depth.iter().skip(1).sum();
     let (outside, body) = if body == 0 {
@@ -87,14 +121,14 @@ pub fn estimate(s: &Schedule, target: Target) -> Estimate {
     let dma_step = s.dma_bytes_per_step as f64 / (c.hbm_bytes_per_s / c.clock_hz);
     let cycles =
         outside as f64 + dma_step + body as f64 + (steps - 1) as f64 * (body as f64).max(dma_step);
-    Estimate {
+    Ok(Estimate {
         steps,
         outside,
         body,
         dma_step,
         cycles,
         seconds: cycles / c.clock_hz,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -109,7 +143,7 @@ mod tests {
             dma_bytes_per_step: 0,
             dma_descriptors: 0,
         };
-        let e = estimate(&s, Target::V5e);
+        let e = estimate(&s, Target::V5e, &[]).unwrap();
         assert_eq!((e.steps, e.outside, e.body), (8, 10, 100));
         assert_eq!(e.cycles, 10.0 + 100.0 + 7.0 * 100.0);
         // v5e: 819e9 B/s at 1.5 GHz = 546 B/cycle; 546 KB a step is 1,000 cycles, DMA-bound
@@ -117,7 +151,7 @@ mod tests {
             dma_bytes_per_step: 546_000,
             ..s
         };
-        let e = estimate(&heavy, Target::V5e);
+        let e = estimate(&heavy, Target::V5e, &[]).unwrap();
         assert!(e.dma_bound());
         assert!(
             (e.cycles - (10.0 + 1000.0 + 100.0 + 7.0 * 1000.0)).abs() < 1e-6,
@@ -132,8 +166,28 @@ mod tests {
             bundles_by_depth: vec![50],
             ..Schedule::default()
         };
-        let e = estimate(&s, Target::V6e);
+        let e = estimate(&s, Target::V6e, &[]).unwrap();
         assert_eq!((e.steps, e.outside, e.body), (1, 0, 50));
         assert_eq!(e.cycles, 50.0);
+    }
+
+    #[test]
+    fn an_axis_sized_at_run_time_takes_its_given_trip_count() {
+        let s = Schedule {
+            bundles_by_depth: vec![10, 100],
+            iteration_bounds: vec![2, RUN_TIME_BOUND, 3],
+            ..Schedule::default()
+        };
+        let e = estimate(&s, Target::V6e, &[5]).unwrap();
+        assert_eq!(e.steps, 30);
+        assert_eq!(e.cycles, 10.0 + 100.0 + 29.0 * 100.0);
+        let missing = estimate(&s, Target::V6e, &[]).unwrap_err();
+        assert!(missing.contains("1 axes sized at run time"), "{missing}");
+        assert!(estimate(&s, Target::V6e, &[5, 5]).is_err());
+        let fixed = Schedule {
+            iteration_bounds: vec![2, 3],
+            ..s
+        };
+        assert!(estimate(&fixed, Target::V6e, &[5]).is_err());
     }
 }

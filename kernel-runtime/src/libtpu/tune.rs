@@ -370,13 +370,17 @@ pub fn tune(
     for (c, r) in compiled_configs.into_iter().zip(results) {
         let v = r?;
         match (&v.schedule, v.ok) {
-            (Some(s), true) => ranked.push((
-                c,
-                Outcome::Ranked {
-                    estimate: cost::estimate(s, target),
-                    bundles: v.bundles.unwrap_or(0),
-                },
-            )),
+            // our kernels' grids are static: no axis is sized at run time
+            (Some(s), true) => match cost::estimate(s, target, &[]) {
+                Ok(estimate) => ranked.push((
+                    c,
+                    Outcome::Ranked {
+                        estimate,
+                        bundles: v.bundles.unwrap_or(0),
+                    },
+                )),
+                Err(why) => outcomes.push((c, Outcome::Rejected(why))),
+            },
             (None, true) => outcomes.push((
                 c,
                 Outcome::Rejected("compiled, but libtpu wrote no schedule of the kernel".into()),
