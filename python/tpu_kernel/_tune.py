@@ -66,7 +66,7 @@ class Tuned:
         for c in self.candidates:
             if c.outcome == "ranked":
                 e = c.estimate or {}
-                lines.append(f"  {c.config}  {c.cycles:.0f} cycles  {e.get('steps')} steps x {e.get('body')} "
+                lines.append(f"  {c.config}  {c.cycles:.0f} cycles  {e.get('iterations')} iterations x {e.get('body')} "
                              f"bundles{', DMA-bound' if e.get('dma_bound') else ''}")
             else:
                 lines.append(f"  {c.config}  {c.outcome}: {c.reason}")

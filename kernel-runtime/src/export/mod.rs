@@ -680,18 +680,17 @@ mod libtpu_abi {
         let (estimate, estimate_error) = match (&c.schedule, target) {
             (Some(s), Some(t)) => match crate::libtpu::cost::estimate(s, t, trips) {
                 Ok(e) => (
-                    json!({"cycles": e.cycles, "seconds": e.seconds, "steps": e.steps, "body": e.body,
-                           "outside": e.outside, "dma_step": e.dma_step, "dma_bound": e.dma_bound()}),
+                    json!({"cycles": e.cycles, "seconds": e.seconds, "steps": e.steps,
+                           "iterations": e.iterations, "body": e.body, "outside": e.outside,
+                           "around": e.around, "dma_step": e.dma_step, "vmem": e.vmem,
+                           "dma_bound": e.dma_bound()}),
                     Value::Null,
                 ),
                 Err(why) => (Value::Null, Value::String(why)),
             },
             _ => (Value::Null, Value::Null),
         };
-        let schedule = c.schedule.as_ref().map(|s| {
-            json!({"bundles_by_depth": s.bundles_by_depth, "iteration_bounds": s.iteration_bounds,
-                   "dma_bytes_per_step": s.dma_bytes_per_step, "dma_descriptors": s.dma_descriptors})
-        });
+        let schedule = c.schedule.as_ref().map(crate::libtpu::Schedule::to_json);
         json!({
             "schedule": schedule,
             "estimate": estimate,

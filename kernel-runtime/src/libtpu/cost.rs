@@ -1,18 +1,21 @@
 //! A static cost model of one compiled kernel, from libtpu's own output: what `tune` ranks candidates
 //! by, with no TPU. See `docs/tune.md` for the model, its inputs, constants and limits.
 //!
-//! - **Compute**: the final VLIW schedule of the kernel's program, one bundle per cycle: the bundles
-//!   outside the grid loop once, the grid loop's body (every bundle at loop depth ≥ 1) once per grid
-//!   step. Loops inside the body are counted once (their trip counts are not in the dump).
+//! - **Compute**: the final VLIW schedule of the kernel's program ([`Schedule`]), one bundle per
+//!   cycle, every loop weighted by its trip count from its exit test: the bundles outside the grid
+//!   loop, and one iteration of the grid loop (`body`) run `iterations` times (the loop's own trip
+//!   count; the grid's steps when that is known only at run time). The other programs of the module
+//!   (XLA's pads, slices and fusions around the kernel) add their bundles (`around`), loops weighted.
 //! - **Memory**: the bytes the pipeline's DMAs move per grid step (`Schedule::dma_bytes_per_step`:
 //!   every blocked operand's window, as if its block changed every step — an upper bound where a
 //!   block index repeats and the pipeline skips the copy), at the generation's HBM bandwidth per
-//!   TensorCore, in cycles of its clock.
-//! - **Overlap**: the pipeline double-buffers, so each step after the first costs the larger of its
-//!   compute and its DMA (the next step's copies run under this step's compute); the first step waits
-//!   for its own copies (the pipeline fills).
+//!   TensorCore, in cycles of its clock; and the operands XLA placed whole in VMEM, moved once outside
+//!   the kernel (`vmem`).
+//! - **Overlap**: the pipeline double-buffers, so each iteration after the first costs the larger of
+//!   its compute and its DMA (the next step's copies run under this step's compute); the first waits
+//!   for its own copies (the pipeline fills). Nothing overlaps the VMEM operands' copies.
 //!
-//! `cycles = outside + dma_step + body + (steps − 1) × max(body, dma_step)`.
+//! `cycles = around + outside + vmem + dma_step + body + (iterations − 1) × max(body, dma_step)`.
 //!
 //! A grid axis whose size is a traced value (a Pallas grid sized by scalar prefetch, as megablox's
 //! gmm sizes its group-tile axis) has no trip count in the dump: Mosaic writes [`RUN_TIME_BOUND`].
@@ -58,14 +61,22 @@ pub const RUN_TIME_BOUND: u64 = i32::MAX as u64;
 /// What the model predicts for one compiled kernel.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Estimate {
-    /// Grid steps (product of the grid's bounds; 1 without a grid loop).
+    /// Grid steps (product of the grid's bounds, run-time axes at their given trip counts; 1
+    /// without a grid).
     pub steps: u64,
-    /// Bundles outside the grid loop.
+    /// Iterations of the grid loop (its exit test's bound: the steps plus the pipeline's extra
+    /// iterations; `steps` when the bound is known only at run time); 0 without a loop.
+    pub iterations: u64,
+    /// Bundles outside the grid loop, loops weighted.
     pub outside: u64,
-    /// Bundles of one grid step (the loop body).
+    /// Bundles of one grid loop iteration, inner loops weighted.
     pub body: u64,
+    /// Bundles of the module's other programs (XLA's ops around the kernel), loops weighted.
+    pub around: u64,
     /// DMA of one step, in cycles.
     pub dma_step: f64,
+    /// Copying the operands XLA placed in VMEM, in cycles.
+    pub vmem: f64,
     /// The model's total, cycles.
     pub cycles: f64,
     /// The same in seconds at the generation's clock.
@@ -110,22 +121,30 @@ pub fn estimate(s: &Schedule, target: Target, trips: &[u64]) -> Result<Estimate,
         })
         .product::<u64>()
         .max(1);
-    let outside = s.bundles_by_depth.first().copied().unwrap_or(0);
-    let body: u64 = s.bundles_by_depth.iter().skip(1).sum();
-    let (outside, body) = if body == 0 {
-        // no grid loop (one step): the whole schedule runs once
-        (0, outside)
+    let per_cycle = c.hbm_bytes_per_s / c.clock_hz;
+    let dma_step = s.dma_bytes_per_step as f64 / per_cycle;
+    let vmem = s.vmem_operand_bytes as f64 / per_cycle;
+    let (outside, body, around) = (s.outside_weighted, s.loop_body_weighted, s.around_weighted);
+    let (iterations, kernel) = if body == 0 {
+        // no loop: the schedule runs once, after all of its copies
+        (0, outside as f64 + dma_step * steps as f64)
     } else {
-        (outside, body)
+        let iterations = s.loop_trips.unwrap_or(steps).max(1);
+        let b = body as f64;
+        (
+            iterations,
+            outside as f64 + dma_step + b + (iterations - 1) as f64 * b.max(dma_step),
+        )
     };
-    let dma_step = s.dma_bytes_per_step as f64 / (c.hbm_bytes_per_s / c.clock_hz);
-    let cycles =
-        outside as f64 + dma_step + body as f64 + (steps - 1) as f64 * (body as f64).max(dma_step);
+    let cycles = around as f64 + vmem + kernel;
     Ok(Estimate {
         steps,
+        iterations,
         outside,
         body,
+        around,
         dma_step,
+        vmem,
         cycles,
         seconds: cycles / c.clock_hz,
     })
@@ -135,21 +154,26 @@ pub fn estimate(s: &Schedule, target: Target, trips: &[u64]) -> Result<Estimate,
 mod tests {
     use super::*;
 
+    fn looped(outside: u64, body: u64, trips: Option<u64>, bounds: Vec<u64>) -> Schedule {
+        Schedule {
+            outside_weighted: outside,
+            loop_body_weighted: body,
+            loop_trips: trips,
+            iteration_bounds: bounds,
+            ..Schedule::default()
+        }
+    }
+
     #[test]
     fn steady_state_is_the_larger_of_compute_and_dma() {
-        let s = Schedule {
-            bundles_by_depth: vec![10, 100],
-            iteration_bounds: vec![4, 2],
-            dma_bytes_per_step: 0,
-            dma_descriptors: 0,
-        };
+        let s = looped(10, 100, Some(8), vec![4, 2]);
         let e = estimate(&s, Target::V5e, &[]).unwrap();
-        assert_eq!((e.steps, e.outside, e.body), (8, 10, 100));
+        assert_eq!((e.steps, e.iterations, e.outside, e.body), (8, 8, 10, 100));
         assert_eq!(e.cycles, 10.0 + 100.0 + 7.0 * 100.0);
         // v5e: 819e9 B/s at 1.5 GHz = 546 B/cycle; 546 KB a step is 1,000 cycles, DMA-bound
         let heavy = Schedule {
             dma_bytes_per_step: 546_000,
-            ..s
+            ..s.clone()
         };
         let e = estimate(&heavy, Target::V5e, &[]).unwrap();
         assert!(e.dma_bound());
@@ -158,36 +182,49 @@ mod tests {
             "{e:?}"
         );
         assert!((e.seconds - e.cycles / 1.5e9).abs() < 1e-12);
+        // the loop's own trip count (steps + the pipeline's extra iterations) runs the body
+        let e = estimate(&looped(10, 100, Some(10), vec![4, 2]), Target::V5e, &[]).unwrap();
+        assert_eq!((e.steps, e.iterations, e.cycles), (8, 10, 10.0 + 1000.0));
     }
 
     #[test]
-    fn no_grid_loop_is_one_step() {
+    fn no_loop_runs_once_after_its_copies() {
         let s = Schedule {
-            bundles_by_depth: vec![50],
+            outside_weighted: 50,
+            dma_bytes_per_step: 546 * 3,
             ..Schedule::default()
         };
-        let e = estimate(&s, Target::V6e, &[]).unwrap();
-        assert_eq!((e.steps, e.outside, e.body), (1, 0, 50));
-        assert_eq!(e.cycles, 50.0);
+        let e = estimate(&s, Target::V5e, &[]).unwrap();
+        assert_eq!((e.steps, e.iterations, e.outside, e.body), (1, 0, 50, 0));
+        assert!((e.cycles - 53.0).abs() < 1e-9, "{e:?}");
+    }
+
+    #[test]
+    fn vmem_operands_and_the_ops_around_add_unoverlapped() {
+        let s = Schedule {
+            vmem_operand_bytes: 546 * 20,
+            around_weighted: 7,
+            ..looped(10, 100, Some(8), vec![8])
+        };
+        let e = estimate(&s, Target::V5e, &[]).unwrap();
+        assert!((e.vmem - 20.0).abs() < 1e-9 && e.around == 7, "{e:?}");
+        assert!(
+            (e.cycles - (7.0 + 20.0 + 10.0 + 800.0)).abs() < 1e-6,
+            "{e:?}"
+        );
     }
 
     #[test]
     fn an_axis_sized_at_run_time_takes_its_given_trip_count() {
-        let s = Schedule {
-            bundles_by_depth: vec![10, 100],
-            iteration_bounds: vec![2, RUN_TIME_BOUND, 3],
-            ..Schedule::default()
-        };
+        // the grid loop's exit test is a register: its iterations are the steps
+        let s = looped(10, 100, None, vec![2, RUN_TIME_BOUND, 3]);
         let e = estimate(&s, Target::V6e, &[5]).unwrap();
-        assert_eq!(e.steps, 30);
+        assert_eq!((e.steps, e.iterations), (30, 30));
         assert_eq!(e.cycles, 10.0 + 100.0 + 29.0 * 100.0);
         let missing = estimate(&s, Target::V6e, &[]).unwrap_err();
         assert!(missing.contains("1 axes sized at run time"), "{missing}");
         assert!(estimate(&s, Target::V6e, &[5, 5]).is_err());
-        let fixed = Schedule {
-            iteration_bounds: vec![2, 3],
-            ..s
-        };
+        let fixed = looped(10, 100, None, vec![2, 3]);
         assert!(estimate(&fixed, Target::V6e, &[5]).is_err());
     }
 }

@@ -7,6 +7,7 @@
 //! The rules are the Python path's (`python/tpu_toolchain.py`), so both count the same thing; the
 //! test `libtpu_agrees_with_the_python_path` holds them equal.
 
+use super::schedule::{parse_schedule, Schedule};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -76,103 +77,6 @@ pub(crate) struct Found {
     pub bundles_by_program: BTreeMap<String, u64>,
     pub schedules: BTreeMap<String, Schedule>,
     pub hlo: Option<String>,
-}
-
-/// The shape of one program's final VLIW schedule (`<id>-<program>-NN-final_bundles.txt`): bundles by
-/// loop depth (the `>` marks; depth 1 is the grid loop of a kernel with a grid of more than one
-/// step), the grid (`iteration_bounds` of the pipeline's DMA descriptors) and the bytes the
-/// pipeline's DMAs move per grid step (each descriptor's `window_bounds` tiles × its
-/// `element_size_in_bytes`, descriptors inside the grid loop; all of them when there is no loop).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Schedule {
-    pub bundles_by_depth: Vec<u64>,
-    pub iteration_bounds: Vec<u64>,
-    pub dma_bytes_per_step: u64,
-    pub dma_descriptors: u32,
-}
-
-/// Parse a final-bundles dump (see [`Schedule`]).
-pub(crate) fn parse_schedule(text: &str) -> Schedule {
-    let mut s = Schedule::default();
-    let mut depth = 0usize;
-    let mut window: Option<u64> = None;
-    let mut bounds: Option<Vec<u64>> = None;
-    // (depth of the bundle that holds it, bytes)
-    let mut descriptors: Vec<(usize, u64)> = Vec::new();
-    let tuple = |rest: &str| -> Option<Vec<u64>> {
-        rest.trim()
-            .trim_start_matches('(')
-            .split(')')
-            .next()?
-            .split(',')
-            .filter(|t| !t.trim().is_empty())
-            .map(|t| t.trim().parse().ok())
-            .collect()
-    };
-    for line in text.lines() {
-        if let Some(d) = bundle_depth(line) {
-            depth = d;
-            if s.bundles_by_depth.len() <= d {
-                s.bundles_by_depth.resize(d + 1, 0);
-            }
-            s.bundles_by_depth[d] += 1;
-            continue;
-        }
-        let t = line.trim();
-        if let Some(rest) = t.strip_prefix("window_bounds:") {
-            window = tuple(rest).map(|v| v.iter().product());
-        } else if let Some(rest) = t.strip_prefix("iteration_bounds:") {
-            if bounds.is_none() {
-                bounds = tuple(rest);
-            }
-        } else if let Some(rest) = t.strip_prefix("element_size_in_bytes:") {
-            let rest = rest.trim_start();
-            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-            let size: Option<u64> = rest[..digits].parse().ok();
-            if let (Some(w), Some(size)) = (window.take(), size) {
-                descriptors.push((depth, w * size));
-            }
-        }
-    }
-    s.iteration_bounds = bounds.unwrap_or_default();
-    let in_loop: Vec<u64> = descriptors
-        .iter()
-        .filter(|(d, _)| *d >= 1)
-        .map(|(_, b)| *b)
-        .collect();
-    let counted: Vec<u64> = if in_loop.is_empty() {
-        descriptors.iter().map(|(_, b)| *b).collect()
-    } else {
-        in_loop
-    };
-    s.dma_bytes_per_step = counted.iter().sum();
-    s.dma_descriptors = counted.len() as u32;
-    s
-}
-
-/// A bundle line (`  0x1f LB: >> { ... }`, `     0   :  { ... }`) → its loop depth (the `>` marks
-/// between the address and the bundle's `{`).
-fn bundle_depth(line: &str) -> Option<usize> {
-    let t = line.trim_start();
-    let addr = t.split_whitespace().next()?;
-    let hex = addr
-        .strip_prefix("0x")
-        .map(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()));
-    if !(hex == Some(true) || addr.bytes().all(|b| b.is_ascii_digit())) {
-        return None;
-    }
-    let rest = &t[addr.len()..];
-    let brace = rest.find('{')?;
-    let head = &rest[..brace];
-    // the tag (`LB:`), the `:` and the depth marks only
-    if !head
-        .chars()
-        .all(|c| c.is_ascii_uppercase() || c == ':' || c == '>' || c.is_whitespace())
-        || !head.contains(':')
-    {
-        return None;
-    }
-    Some(head.chars().filter(|&c| c == '>').count())
 }
 
 /// Read the files written since `before` (a failed compile's dumps may be partial: then only whole
@@ -428,30 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn schedules_give_depths_grid_and_dma_bytes() {
-        let text = "= control target key end\n\
-             \n     0   :  { %s0 = smov 0 }\n\
-             \x20  0x1   :  { %1 = dma.hbm_to_vmem %a /* window:\n\
-             window_bounds: (16, 1)\n\
-             iteration_bounds: (4, 4, 4)\n\
-             element_size_in_bytes: 2048\n\
-             second_minor_factor: 1 */ }\n\
-             \x20 0x2 LB: > { %2 = dma.hbm_to_vmem %b /* window:\n\
-             window_bounds: (16, 1)\n\
-             iteration_bounds: (4, 4, 4)\n\
-             element_size_in_bytes: 2048 */ }\n\
-             \x20 0x3   : > { %3 = dma.vmem_to_hbm %c /* window:\n\
-             window_bounds: (32, 2)\n\
-             element_size_in_bytes: 4096 */ }\n\
-             \x20 0x4 LB: >> { %4 = vadd }\n\
-             \x20 0x5   : >> {}\n\
-             \x20 0x6 PF: > {}\n\
-             \x20 0x7   :  {} /* End region 3 */\n";
-        let s = parse_schedule(text);
-        assert_eq!(s.bundles_by_depth, [3, 3, 2]);
-        assert_eq!(s.iteration_bounds, [4, 4, 4]);
-        assert_eq!(s.dma_bytes_per_step, 16 * 2048 + 64 * 4096);
-        assert_eq!(s.dma_descriptors, 2);
+    fn schedule_files_name_their_program() {
         assert_eq!(
             schedule_program("0012-name.1-01-final_bundles.txt"),
             Some("name.1")

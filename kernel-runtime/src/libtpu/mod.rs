@@ -21,10 +21,11 @@
 pub mod cost;
 mod dumps;
 mod pjrt;
+mod schedule;
 pub mod tune;
 mod worker;
 
-pub use dumps::Schedule;
+pub use schedule::Schedule;
 
 use crate::error::{ErrorKind, KernelError};
 use serde_json::{json, Value};
@@ -607,26 +608,32 @@ impl Compiler {
                 .sum();
         }
         if compiled.ok && !calls.is_empty() {
+            let schedules: BTreeMap<&str, Schedule> = v["schedules"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, s)| (k.as_str(), Schedule::from_json(s)))
+                        .collect()
+                })
+                .unwrap_or_default();
             let mut merged: Option<Schedule> = None;
             for c in &calls {
-                let Some(one) = v["schedules"].get(*c).map(schedule_from_json) else {
+                let Some(one) = schedules.get(c) else {
                     merged = None;
                     break;
                 };
-                merged = Some(match merged {
-                    None => one,
-                    Some(mut m) => {
-                        if m.bundles_by_depth.len() < one.bundles_by_depth.len() {
-                            m.bundles_by_depth.resize(one.bundles_by_depth.len(), 0);
-                        }
-                        for (d, n) in one.bundles_by_depth.iter().enumerate() {
-                            m.bundles_by_depth[d] += n;
-                        }
-                        m.dma_bytes_per_step += one.dma_bytes_per_step;
-                        m.dma_descriptors += one.dma_descriptors;
-                        m
-                    }
-                });
+                match &mut merged {
+                    None => merged = Some(one.clone()),
+                    Some(m) => m.merge(one),
+                }
+            }
+            if let Some(m) = &mut merged {
+                // the XLA ops around the kernel (pads, slices, fusions): the rest of the module
+                m.around_weighted = schedules
+                    .iter()
+                    .filter(|(p, _)| !calls.contains(p))
+                    .map(|(_, s)| s.weighted_total())
+                    .sum();
             }
             compiled.schedule = merged;
         }
@@ -634,20 +641,6 @@ impl Compiler {
             .as_array()
             .and_then(|a| a.iter().filter_map(Value::as_u64).max());
         Ok((compiled, true))
-    }
-}
-
-fn schedule_from_json(v: &Value) -> Schedule {
-    let list = |k: &str| -> Vec<u64> {
-        v[k].as_array()
-            .map(|a| a.iter().filter_map(Value::as_u64).collect())
-            .unwrap_or_default()
-    };
-    Schedule {
-        bundles_by_depth: list("bundles_by_depth"),
-        iteration_bounds: list("iteration_bounds"),
-        dma_bytes_per_step: v["dma_bytes_per_step"].as_u64().unwrap_or(0),
-        dma_descriptors: v["dma_descriptors"].as_u64().unwrap_or(0) as u32,
     }
 }
 

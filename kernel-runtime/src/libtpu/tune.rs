@@ -230,9 +230,9 @@ impl Tuned {
         for (c, o) in &self.outcomes {
             out += &match o {
                 Outcome::Ranked { estimate: e, bundles } => format!(
-                    "  {c:<28} {:>12.0} cycles  {} steps × {} bundles{}  (DMA {:.0}/step; {bundles} bundles)\n",
+                    "  {c:<28} {:>12.0} cycles  {} iterations × {} bundles{}  (DMA {:.0}/step; {bundles} bundles)\n",
                     e.cycles,
-                    e.steps,
+                    e.iterations,
                     e.body,
                     if e.dma_bound() { ", DMA-bound" } else { "" },
                     e.dma_step

@@ -126,17 +126,7 @@ fn compile(
     let schedules: serde_json::Map<String, Value> = found
         .schedules
         .iter()
-        .map(|(program, s)| {
-            (
-                program.clone(),
-                json!({
-                    "bundles_by_depth": s.bundles_by_depth,
-                    "iteration_bounds": s.iteration_bounds,
-                    "dma_bytes_per_step": s.dma_bytes_per_step,
-                    "dma_descriptors": s.dma_descriptors,
-                }),
-            )
-        })
+        .map(|(program, s)| (program.clone(), s.to_json()))
         .collect();
     json!({
         "ok": verdict.is_ok(),

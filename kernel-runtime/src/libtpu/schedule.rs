@@ -1,0 +1,387 @@
+//! The shape of one program's final VLIW schedule, read from libtpu's dump of it
+//! (`<id>-<program>-NN-final_bundles.txt`): what the cost model (`cost`) weighs.
+//!
+//! - **Bundles by loop depth**: the `>` marks between a bundle's address and its `{`.
+//! - **Loops and their trip counts**: a loop starts at an `LB:` bundle and ends with the bundle that
+//!   holds its `/* loop exit test */` (`scmp.ge.s32.totalorder %i, N`); a constant `N` is the trip
+//!   count (for a Pallas grid loop, the grid's steps plus the pipeline's two extra iterations); a
+//!   register `N` (a trip count known at run time) leaves it unknown, and such a loop counts once.
+//! - **The grid**: `iteration_bounds` of the pipeline's DMA descriptors, and the bytes those DMAs move
+//!   per grid step (each descriptor's `window_bounds` tiles × its `element_size_in_bytes`, descriptors
+//!   inside a loop; all of them when there is no loop).
+//! - **Operands XLA placed in VMEM** (`inlined_call_operand.vmem [shape: bf16[16,8192], ...`): moved
+//!   between HBM and VMEM outside the kernel, not by its pipeline.
+
+use serde_json::{json, Value};
+
+/// See the module documentation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Schedule {
+    pub bundles_by_depth: Vec<u64>,
+    pub iteration_bounds: Vec<u64>,
+    pub dma_bytes_per_step: u64,
+    pub dma_descriptors: u32,
+    /// Bundles outside the grid loop, each other loop weighted by its trip count.
+    pub outside_weighted: u64,
+    /// One iteration of the grid loop (the depth-1 loop with the most bundles): its bundles, the
+    /// loops inside it weighted by their trip counts. 0 without a loop.
+    pub loop_body_weighted: u64,
+    /// The grid loop's trip count, when its exit test is a constant.
+    pub loop_trips: Option<u64>,
+    /// Bytes of the operands (inputs and outputs) XLA placed in VMEM.
+    pub vmem_operand_bytes: u64,
+    /// Bundles of the other programs of the module (XLA's ops around the kernel: pads, slices,
+    /// fusions), loops weighted. Set by the caller that knows which programs are the kernel's.
+    pub around_weighted: u64,
+}
+
+impl Schedule {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "bundles_by_depth": self.bundles_by_depth,
+            "iteration_bounds": self.iteration_bounds,
+            "dma_bytes_per_step": self.dma_bytes_per_step,
+            "dma_descriptors": self.dma_descriptors,
+            "outside_weighted": self.outside_weighted,
+            "loop_body_weighted": self.loop_body_weighted,
+            "loop_trips": self.loop_trips,
+            "vmem_operand_bytes": self.vmem_operand_bytes,
+            "around_weighted": self.around_weighted,
+        })
+    }
+
+    pub fn from_json(v: &Value) -> Schedule {
+        let list = |k: &str| -> Vec<u64> {
+            v[k].as_array()
+                .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default()
+        };
+        let n = |k: &str| v[k].as_u64().unwrap_or(0);
+        Schedule {
+            bundles_by_depth: list("bundles_by_depth"),
+            iteration_bounds: list("iteration_bounds"),
+            dma_bytes_per_step: n("dma_bytes_per_step"),
+            dma_descriptors: n("dma_descriptors") as u32,
+            outside_weighted: n("outside_weighted"),
+            loop_body_weighted: n("loop_body_weighted"),
+            loop_trips: v["loop_trips"].as_u64(),
+            vmem_operand_bytes: n("vmem_operand_bytes"),
+            around_weighted: n("around_weighted"),
+        }
+    }
+
+    /// Every bundle of the program run once, loops weighted by their trip counts (the grid loop by
+    /// its own, or once when it is known only at run time).
+    pub fn weighted_total(&self) -> u64 {
+        self.outside_weighted + self.loop_body_weighted * self.loop_trips.unwrap_or(1)
+    }
+
+    /// `other`'s parts added to this one's (several custom calls of one module).
+    pub fn merge(&mut self, other: &Schedule) {
+        if self.bundles_by_depth.len() < other.bundles_by_depth.len() {
+            self.bundles_by_depth
+                .resize(other.bundles_by_depth.len(), 0);
+        }
+        for (d, n) in other.bundles_by_depth.iter().enumerate() {
+            self.bundles_by_depth[d] += n;
+        }
+        if self.iteration_bounds.is_empty() {
+            self.iteration_bounds = other.iteration_bounds.clone();
+        }
+        self.dma_bytes_per_step += other.dma_bytes_per_step;
+        self.dma_descriptors += other.dma_descriptors;
+        self.outside_weighted += other.outside_weighted;
+        self.loop_body_weighted += other.loop_body_weighted;
+        self.loop_trips = self.loop_trips.max(other.loop_trips);
+        self.vmem_operand_bytes += other.vmem_operand_bytes;
+        self.around_weighted += other.around_weighted;
+    }
+}
+
+/// A loop being read: its depth, its bundles (inner loops weighted) and its trip count.
+struct Open {
+    depth: usize,
+    bundles: u64,
+    trips: Option<u64>,
+    /// Its exit test was read: the loop ends at the next bundle of a lower depth.
+    exited: bool,
+}
+
+/// Parse a final-bundles dump (see [`Schedule`]).
+pub(crate) fn parse_schedule(text: &str) -> Schedule {
+    let mut s = Schedule::default();
+    let mut depth = 0usize;
+    let mut window: Option<u64> = None;
+    let mut bounds: Option<Vec<u64>> = None;
+    // (depth of the bundle that holds it, bytes)
+    let mut descriptors: Vec<(usize, u64)> = Vec::new();
+    let mut open: Vec<Open> = Vec::new();
+    // the depth-1 loops: (bundles of one iteration, trip count)
+    let mut top_loops: Vec<(u64, Option<u64>)> = Vec::new();
+    let mut depth0 = 0u64;
+    let close = |open: &mut Vec<Open>, top_loops: &mut Vec<(u64, Option<u64>)>| {
+        let l = open.pop().expect("a loop is open");
+        if l.depth == 1 {
+            top_loops.push((l.bundles, l.trips));
+        } else if let Some(parent) = open.last_mut() {
+            parent.bundles += l.bundles * l.trips.unwrap_or(1);
+        }
+    };
+    let tuple = |rest: &str| -> Option<Vec<u64>> {
+        rest.trim()
+            .trim_start_matches('(')
+            .split(')')
+            .next()?
+            .split(',')
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| t.trim().parse().ok())
+            .collect()
+    };
+    for line in text.lines() {
+        if let Some((d, starts_loop)) = bundle_depth(line) {
+            depth = d;
+            if s.bundles_by_depth.len() <= d {
+                s.bundles_by_depth.resize(d + 1, 0);
+            }
+            s.bundles_by_depth[d] += 1;
+            // An empty bundle (`0x9   :  {}`) carries no depth marks even inside a loop: before
+            // the loop's exit test it is a cycle of the loop it sits in.
+            if d == 0 && !starts_loop && is_empty_bundle(line) {
+                match open.last_mut() {
+                    Some(l) if !l.exited => l.bundles += 1,
+                    _ => depth0 += 1,
+                }
+                continue;
+            }
+            while open.last().is_some_and(|l| l.depth > d)
+                || (starts_loop && open.last().is_some_and(|l| l.depth == d))
+            {
+                close(&mut open, &mut top_loops);
+            }
+            while open.last().map_or(0, |l| l.depth) < d {
+                let depth = open.last().map_or(0, |l| l.depth) + 1;
+                open.push(Open {
+                    depth,
+                    bundles: 0,
+                    trips: None,
+                    exited: false,
+                });
+            }
+            match open.last_mut() {
+                Some(l) => {
+                    l.bundles += 1;
+                    if line.contains(EXIT_TEST) {
+                        l.exited = true;
+                        l.trips = l.trips.or(exit_test_bound(line));
+                    }
+                }
+                None => depth0 += 1,
+            }
+            s.vmem_operand_bytes += vmem_operand_bytes(line);
+            continue;
+        }
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("window_bounds:") {
+            window = tuple(rest).map(|v| v.iter().product());
+        } else if let Some(rest) = t.strip_prefix("iteration_bounds:") {
+            if bounds.is_none() {
+                bounds = tuple(rest);
+            }
+        } else if let Some(rest) = t.strip_prefix("element_size_in_bytes:") {
+            let rest = rest.trim_start();
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            let size: Option<u64> = rest[..digits].parse().ok();
+            if let (Some(w), Some(size)) = (window.take(), size) {
+                descriptors.push((depth, w * size));
+            }
+        }
+    }
+    while !open.is_empty() {
+        close(&mut open, &mut top_loops);
+    }
+    // The grid loop is the depth-1 loop with the most bundles; other loops run outside it.
+    let grid = (0..top_loops.len()).max_by_key(|&i| (top_loops[i].0, usize::MAX - i));
+    s.outside_weighted = depth0;
+    for (i, (bundles, trips)) in top_loops.iter().enumerate() {
+        if Some(i) == grid {
+            s.loop_body_weighted = *bundles;
+            s.loop_trips = *trips;
+        } else {
+            s.outside_weighted += bundles * trips.unwrap_or(1);
+        }
+    }
+    s.iteration_bounds = bounds.unwrap_or_default();
+    let in_loop: Vec<u64> = descriptors
+        .iter()
+        .filter(|(d, _)| *d >= 1)
+        .map(|(_, b)| *b)
+        .collect();
+    let counted: Vec<u64> = if in_loop.is_empty() {
+        descriptors.iter().map(|(_, b)| *b).collect()
+    } else {
+        in_loop
+    };
+    s.dma_bytes_per_step = counted.iter().sum();
+    s.dma_descriptors = counted.len() as u32;
+    s
+}
+
+/// A bundle line (`  0x1f LB: >> { ... }`, `     0   :  { ... }`) → its loop depth (the `>` marks
+/// between the address and the bundle's `{`), and whether it starts a loop body (`LB:`).
+fn bundle_depth(line: &str) -> Option<(usize, bool)> {
+    let t = line.trim_start();
+    let addr = t.split_whitespace().next()?;
+    let hex = addr
+        .strip_prefix("0x")
+        .map(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()));
+    if !(hex == Some(true) || addr.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
+    let rest = &t[addr.len()..];
+    let brace = rest.find('{')?;
+    let head = &rest[..brace];
+    // the tag (`LB:`), the `:` and the depth marks only
+    if !head
+        .chars()
+        .all(|c| c.is_ascii_uppercase() || c == ':' || c == '>' || c.is_whitespace())
+        || !head.contains(':')
+    {
+        return None;
+    }
+    Some((
+        head.chars().filter(|&c| c == '>').count(),
+        head.contains("LB:"),
+    ))
+}
+
+const EXIT_TEST: &str = "/* loop exit test */";
+
+/// A bundle with nothing in it: `{}`, perhaps followed by a comment.
+fn is_empty_bundle(line: &str) -> bool {
+    line.split_once('{')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('}'))
+}
+
+/// The constant bound of a bundle's loop exit test (`%p = scmp.ge.s32.totalorder %s, 66 /* loop exit
+/// test */`); `None` when the bundle has none or the bound is a register.
+fn exit_test_bound(line: &str) -> Option<u64> {
+    let at = line.find(EXIT_TEST)?;
+    let op = line[..at].rsplit(";;").next()?;
+    let bound = op.rsplit(',').next()?.trim();
+    bound.parse().ok()
+}
+
+/// Bytes of the operands a bundle names as placed in VMEM by XLA
+/// (`inlined_call_operand.vmem [shape: bf16[16,8192], index: 0, kind: input, ...]`).
+fn vmem_operand_bytes(line: &str) -> u64 {
+    line.match_indices("inlined_call_operand.vmem [shape: ")
+        .filter_map(|(at, m)| {
+            let rest = &line[at + m.len()..];
+            let (dtype, dims) = rest.split_once('[')?;
+            let dims = dims.split(']').next()?;
+            let elements: u64 = dims
+                .split(',')
+                .filter(|d| !d.trim().is_empty())
+                .map(|d| d.trim().parse::<u64>().ok())
+                .product::<Option<u64>>()?;
+            let bits: u64 = match dtype.trim() {
+                "pred" | "s8" | "u8" => 8,
+                t if t.starts_with("f8") => 8,
+                "s4" | "u4" => 4,
+                "bf16" | "f16" | "s16" | "u16" => 16,
+                "f32" | "s32" | "u32" => 32,
+                "f64" | "s64" | "u64" => 64,
+                _ => return None,
+            };
+            Some(elements * bits / 8)
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_give_depths_grid_and_dma_bytes() {
+        let text = "= control target key end\n\
+             \n     0   :  { %s0 = smov 0 }\n\
+             \x20  0x1   :  { %1 = dma.hbm_to_vmem %a /* window:\n\
+             window_bounds: (16, 1)\n\
+             iteration_bounds: (4, 4, 4)\n\
+             element_size_in_bytes: 2048\n\
+             second_minor_factor: 1 */ }\n\
+             \x20 0x2 LB: > { %2 = dma.hbm_to_vmem %b /* window:\n\
+             window_bounds: (16, 1)\n\
+             iteration_bounds: (4, 4, 4)\n\
+             element_size_in_bytes: 2048 */ }\n\
+             \x20 0x3   : > { %3 = dma.vmem_to_hbm %c /* window:\n\
+             window_bounds: (32, 2)\n\
+             element_size_in_bytes: 4096 */ }\n\
+             \x20 0x4 LB: >> { %4 = vadd }\n\
+             \x20 0x5   : >> {}\n\
+             \x20 0x6 PF: > { %p = scmp.ge.s32.totalorder %s9, 4 /* loop exit test */ }\n\
+             \x20 0x7   :  {} /* End region 3 */\n";
+        let s = parse_schedule(text);
+        assert_eq!(s.bundles_by_depth, [3, 3, 2]);
+        assert_eq!(s.iteration_bounds, [4, 4, 4]);
+        assert_eq!(s.dma_bytes_per_step, 16 * 2048 + 64 * 4096);
+        assert_eq!(s.dma_descriptors, 2);
+        // the inner loop has no exit test and counts once
+        assert_eq!((s.outside_weighted, s.loop_body_weighted), (3, 5));
+        assert_eq!(s.loop_trips, Some(4));
+    }
+
+    /// Loops as libtpu writes them: nested, one after another, bounds constant or in a register.
+    #[test]
+    fn loops_are_weighted_by_their_exit_tests() {
+        let text = "\
+     0   :  { %s0 = inlined_call_operand.vmem [shape: bf16[16,8192], index: 0, kind: input, shape index: {}]  ;;  %s1 = inlined_call_operand.hbm [shape: s8[128,8192], index: 1, kind: input, shape index: {}]  ;;  %s2 = inlined_call_operand.vmem [shape: f32[1,128], index: 2, kind: input, shape index: {}] }
+   0x1 LB: > { %s26 = sadd.s32 1, %s3 }
+   0x2   : > { %v1 = vld [vmem:[%s0]] }
+   0x2a   :  {} /* End region 22 */
+   0x3 LB: >> { %v2 = vadd.f32 %v1, %v1 }
+   0x4   : >> { %p9 = scmp.ge.s32.totalorder %s4, 8 /* loop exit test */ }
+   0x5   : > { %p11 = scmp.ge.s32.totalorder %s14, 66 /* loop exit test */  ;;  %s3 = smov.u32 %s2 }
+   0x6   :  { %s7 = smov 0 }
+   0x7 LB: > { %v3 = vmul.f32 %v2, %v2 }
+   0x8   : > { %p12 = scmp.ge.s32.totalorder %s15, %s16 /* loop exit test */ }
+   0x9   :  {}
+";
+        let s = parse_schedule(text);
+        assert_eq!(s.bundles_by_depth, [4, 5, 2]);
+        // the grid loop: 4 bundles of its own (one empty, unmarked) + the inner loop's 2 × 8, run 66
+        // times
+        assert_eq!(s.loop_body_weighted, 4 + 2 * 8);
+        assert_eq!(s.loop_trips, Some(66));
+        // outside: 3 bundles, and the second loop once (its bound is a register)
+        assert_eq!(s.outside_weighted, 3 + 2);
+        assert_eq!(s.weighted_total(), 5 + 20 * 66);
+        assert_eq!(s.vmem_operand_bytes, 16 * 8192 * 2 + 128 * 4);
+        assert_eq!(Schedule::from_json(&s.to_json()), s);
+    }
+
+    #[test]
+    fn exit_tests_and_operands_are_read_from_one_bundle() {
+        assert_eq!(
+            exit_test_bound("{ %p = scmp.ge.s32.totalorder %s1, 130 /* loop exit test */ }"),
+            Some(130)
+        );
+        assert_eq!(
+            exit_test_bound("{ %p = scmp.ge.s32.totalorder %s1, 130 }"),
+            None
+        );
+        assert_eq!(
+            vmem_operand_bytes("inlined_call_operand.vmem [shape: f8e4m3fn[4,128], index"),
+            512
+        );
+        assert_eq!(
+            vmem_operand_bytes("inlined_call_operand.hbm [shape: f32[4,128], index"),
+            0
+        );
+        assert_eq!(
+            vmem_operand_bytes("inlined_call_operand.vmem [shape: c64[4], index"),
+            0
+        );
+    }
+}
