@@ -13,9 +13,9 @@ Two tables (`--table`):
 - `gmm`: `megablox/tuned_block_sizes.py` (50 keys: bf16 lhs x float8_e4m3fn rhs with per-channel
   scales, bf16 out). The table names no generation; fp8 weights point at tpu7x, whose MXU takes fp8,
   so the keys are compiled for tpu7x. Group sizes are run-time data, and so is the grid's group-tile
-  axis: the model takes its bound with every group holding rows, m / tm + min(groups, m) - 1 visits. Space per key: tm among 128/256/512 dividing m (m itself if
-  smaller), tk and tn among the multiples of 128 up to k / n (up to four, spread), with k / n rounded
-  up to 128 as a candidate.
+  axis: the model takes its bound with every group holding rows, m / tm + min(groups, m) - 1 visits.
+  Space per key: tm among 128/256/512 dividing m (m itself if smaller), tk among the multiples of 128 dividing k and k itself (gmm takes tk = k for any other tk),
+  tn among the multiples of 128 up to n rounded up to 128 (up to four of each, spread).
 
 In both the table's own choice is always a candidate.
 
@@ -143,12 +143,12 @@ class Gmm:
     def space(self, key, table):
         m, k, n = key[:3]
         tms = [t for t in (128, 256, 512) if t <= m and m % t == 0] or [m]
-
-        def blocks(d):
-            up = -(-d // 128) * 128
-            return spread(list(range(128, up + 1, 128)), 4)
-        return {"tm": sorted(set(tms) | {table["tm"]}), "tk": sorted(set(blocks(k)) | {table["tk"]}),
-                "tn": sorted(set(blocks(n)) | {table["tn"]})}
+        # gmm keeps a tk that divides k or that k divides (its scales are per channel: one quant block
+        # of k) and takes tk = k otherwise: only those are distinct kernels
+        tks = spread([t for t in range(128, k + 1, 128) if k % t == 0] + [k], 4)
+        tns = spread(list(range(128, -(-n // 128) * 128 + 1, 128)), 4)
+        return {"tm": sorted(set(tms) | {table["tm"]}), "tk": sorted(set(tks) | {table["tk"]}),
+                "tn": sorted(set(tns) | {table["tn"]})}
 
     def args(self, key):
         m, k, n, g_total, g_cur = key

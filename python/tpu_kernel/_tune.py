@@ -34,7 +34,14 @@ import warnings
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 ENV_CACHE = "TPU_KERNEL_TUNE_CACHE"
-_TOPOLOGIES = {"v4": "v4:2x2x1", "v5e": "v5e:1x1", "v5p": "v5p:2x2x1", "v6e": "v6e:1x1", "tpu7x": "tpu7x:1x1x1"}
+
+
+def _topologies(library: Any = None) -> dict:
+    """Generation name → its smallest topology, from Rust's target table (`library.targets`; the
+    examples library's when none is given)."""
+    if library is None:
+        from .examples import library
+    return {t["name"]: t["topology"] for t in library.targets}
 
 
 @dataclasses.dataclass
@@ -109,7 +116,7 @@ def _mesh(generation: str) -> Any:
     import numpy as np
     from jax.experimental import topologies
     from jax.sharding import Mesh
-    desc = topologies.get_topology_desc(_TOPOLOGIES.get(generation, generation), "tpu")
+    desc = topologies.get_topology_desc(_topologies().get(generation, generation), "tpu")
     return Mesh(np.array(desc.devices[:1]), ("x",))
 
 
@@ -254,7 +261,7 @@ def tuned_defaults(kernel: Any, arrays: Sequence[Any], given: Mapping[str, Any],
     missing = [p["name"] for p in kernel.params if p["name"] not in given]
     if not missing:
         return {}
-    generation = target if target in _TOPOLOGIES else "v5e"
+    generation = target if target is not None and target in _topologies(kernel.library) else "v5e"
     try:
         key = key_of(_name_of(kernel), arrays, dict(given))
     except Exception:  # arguments without shape/dtype: nothing to key on
