@@ -14,8 +14,9 @@ Two tables (`--table`):
   scales, bf16 out). The table names no generation; fp8 weights point at tpu7x, whose MXU takes fp8,
   so the keys are compiled for tpu7x. Group sizes are run-time data, and so is the grid's group-tile
   axis: the model takes its bound with every group holding rows, m / tm + min(groups, m) - 1 visits.
-  Space per key: tm among 128/256/512 dividing m (m itself if smaller), tk among the multiples of 128 dividing k and k itself (gmm takes tk = k for any other tk),
-  tn among the multiples of 128 up to n rounded up to 128 (up to four of each, spread).
+  Space per key: tm among 128/256/512 dividing m (m itself if smaller), tk among the multiples of 128
+  dividing k and k itself (gmm takes tk = k for any other tk), tn among the multiples of 128 up to n
+  rounded up to 128 (up to four of each, spread).
 
 In both the table's own choice is always a candidate.
 
