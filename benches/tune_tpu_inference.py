@@ -9,7 +9,8 @@ Two tables (`--table`):
   x is bf16 (quantized to int8 in the kernel, as the key's `x_q_dtype` says), w int8 with f32
   per-channel scales. Space per key: batch blocks 128·2^i up to the batch (and the batch itself), out
   and in blocks among the multiples of 128 dividing n_out / n_in (up to four, spread from 128 to the
-  whole dimension).
+  whole dimension); pruned before compiling where tpu-inference's own VMEM accounting says the blocks
+  need more than its v6 VMEM limit.
 - `gmm`: `megablox/tuned_block_sizes.py` (50 keys: bf16 lhs x float8_e4m3fn rhs with per-channel
   scales, bf16 out). The table names no generation; fp8 weights point at tpu7x, whose MXU takes fp8,
   so the keys are compiled for tpu7x. Group sizes are run-time data, and so is the grid's group-tile
@@ -115,6 +116,27 @@ class Qmm:
     def trips(key):
         return None  # a static grid
 
+    def constraints(self, key, choice):
+        """Prune before compiling what tpu-inference's own VMEM accounting (`util.get_vmem_limit`,
+        uncapped) says needs more than its v6 limit (`DEVICE_VMEM_LIMIT[6]`, 96 MiB): such a kernel
+        runs out of VMEM on the TPU. The table's choice is never pruned."""
+        util = _tpu_inference("quantized_matmul.util")
+        limit = self.tuned.DEVICE_VMEM_LIMIT[6]
+        b, o, i = key
+
+        def fits(c):
+            if c == choice:
+                return True
+            up = [-(-d // blk) * blk for d, blk in ((b, c["bb"]), (o, c["bo"]), (i, c["bi"]))]
+            nb, no, ni = up[0] // c["bb"], up[1] // c["bo"], up[2] // c["bi"]
+            need = util.get_vmem_limit(
+                n_batch=nb, n_out=no, n_in=ni, batch_block_size=c["bb"], out_block_size=c["bo"],
+                in_block_size=c["bi"], x_dtype=jnp.bfloat16, x_q_dtype=jnp.int8, w_q_dtype=jnp.int8,
+                scale_dtype=jnp.float32, out_dtype=jnp.bfloat16, acc_dtype=jnp.int32, save_acc=ni > 1,
+                save_x_q=ni == 1 and no > 1, upper_limit_bytes=1 << 62)
+            return need <= limit
+        return [fits]
+
     def fn(self):
         kernel, tuned = self.kernel, self.tuned
 
@@ -157,6 +179,9 @@ class Gmm:
         return (S((m, k), jnp.bfloat16), S((g_cur, k, n), jnp.float8_e4m3fn), S((g_total,), jnp.int32),
                 S((g_cur, 1, 1, n), jnp.float32))
 
+    def constraints(self, key, choice):
+        return []
+
     @staticmethod
     def trips(key):
         """The trip count of the grid's run-time axis (group-tile visits) for a configuration."""
@@ -178,13 +203,17 @@ TABLES = {"qmm": Qmm, "gmm": Gmm}
 def tune_key(table, key, choice, workers=2):
     """One key tuned: a JSON row with every candidate (config, outcome, the model's inputs)."""
     t0 = time.perf_counter()
-    t = tpu_kernel.tune(table.fn(), *table.args(key), space=table.space(key, choice), generation=table.generation,
-                        workers=workers, cache_dir="", progress=False, name=f"tpu_inference.{table.name}",
-                        trips=table.trips(key))
+    space = table.space(key, choice)
+    t = tpu_kernel.tune(table.fn(), *table.args(key), space=space, generation=table.generation,
+                        constraints=table.constraints(key, choice), workers=workers, cache_dir="",
+                        progress=False, name=f"tpu_inference.{table.name}", trips=table.trips(key))
     cands = [{"config": c.config, "outcome": c.outcome, "estimate": c.estimate, "reason": c.reason}
              for c in t.candidates]
+    size = 1
+    for values in space.values():
+        size *= len(values)
     return {"table": table.name, "generation": table.generation, "key": key, "table_choice": choice,
-            "candidates": cands, "seconds": round(time.perf_counter() - t0, 1)}
+            "space": size, "candidates": cands, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def model_cycles(estimate, step_overhead=0.0):

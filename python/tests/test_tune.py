@@ -115,8 +115,12 @@ def test_tpu_inference_table_sample():
     [row] = tti.run(table, keys[:1], workers=2)
     print(row)
     assert row["ranked"] >= 4, row
-    assert row["rank_of_table"] is not None and 1 <= row["rank_of_table"] <= row["ranked"], row
-    assert row["cost_ratio_table_over_ours"] >= 1.0, row
+    # batch 16, out 128, in 8192: the table's 16-row block over the whole input is our first. A
+    # 128-row block pads x, XLA fuses the pad into the call and places the operands in VMEM: a model
+    # blind to VMEM-placed operands, the grid loop's own trip count and the ops around the kernel
+    # ranked that first, and the table's choice 5th of 8 (docs/tune.md).
+    assert row["rank_of_table"] == 1, row
+    assert row["cost_ratio_table_over_ours"] == 1.0, row
 
 
 def test_tpu_inference_gmm_sample(tmp_path):
