@@ -65,6 +65,18 @@ def test_worker_pool_throughput():
           "worker start-up included in the wall time)")
 
 
+def test_without_llo_counts_the_schedule_is_the_same():
+    """`llo_counts=False` (what `tune` compiles with: no Mosaic stage dumps) gives the same verdict,
+    bundles, schedule and estimate, and no LLO op counts."""
+    jobs = [(Example(n).stablehlo_for("v6e"), "v6e") for n in ("matmul", "flash_attention")]
+    full = lt.compile_many(jobs, workers=2)
+    lean = lt.compile_many(jobs, workers=2, llo_counts=False)
+    for f, l in zip(full, lean):
+        assert f.ok and l.ok and f.llo_counts and l.llo_counts is None, (f.summary(), l.summary())
+        assert (l.bundles, l.bundles_by_program, l.schedule, l.estimate) == \
+            (f.bundles, f.bundles_by_program, f.schedule, f.estimate)
+
+
 def test_an_abort_is_a_verdict_and_the_worker_is_replaced():
     """tpu-inference's ragged paged attention traced for v6 (int16 mask arithmetic) and compiled for
     v5e makes libtpu abort the process (TOOLCHAIN.md): through the Rust compiler that is a verdict

@@ -212,7 +212,7 @@ def tune(fn: Callable, *args: Any, space: Mapping[str, Iterable[Any]], generatio
         chunk = jobs[i:i + step]
         verdicts += libtpu.compile_many([{"stablehlo": h, "topology": generation,
                                            "trips": [int(t) for t in trips(c)] if trips else []}
-                                          for c, h in chunk], workers=workers)
+                                          for c, h in chunk], workers=workers, llo_counts=False)
         if progress:
             _progress(len(verdicts), len(jobs), label)
     ranked = []

@@ -81,12 +81,14 @@ def worker_command() -> list[str]:
             _library_path()]
 
 
-def compile_many(programs: Iterable[tuple[str, str]] | Sequence[dict], *, workers: int = 1) -> list[Compiled]:
+def compile_many(programs: Iterable[tuple[str, str]] | Sequence[dict], *, workers: int = 1,
+                 llo_counts: bool = True) -> list[Compiled]:
     """Compile each `(stablehlo, topology)` (or `{"stablehlo", "topology", "num_partitions", "trips"}`,
     `trips` the trip counts of the grid axes sized at run time, for the estimate) in
     parallel on up to `workers` worker processes; verdicts in the programs' order. Raises
     `LibraryError` when a worker cannot run at all (no libtpu, ...); libtpu's rejections and aborts
-    are verdicts."""
+    are verdicts. `llo_counts=False` skips libtpu's Mosaic stage dumps (no `llo_counts`): for a large
+    kernel they take longer than its compile, and the schedule does not need them."""
     from .examples import library
     jobs = []
     for p in programs:
@@ -99,7 +101,7 @@ def compile_many(programs: Iterable[tuple[str, str]] | Sequence[dict], *, worker
     if not env_library:
         os.environ["TPU_LIBRARY_PATH"] = library_file()
     answer = library.call("libtpu_compile", {"jobs": jobs, "workers": int(workers),
-                                            "worker": worker_command()})
+                                            "worker": worker_command(), "llo": bool(llo_counts)})
     if not answer.get("ok"):
         error = answer.get("error")
         raise LibraryError(f"libtpu_compile: {error.get('message') if isinstance(error, dict) else error}",

@@ -606,25 +606,27 @@ mod libtpu_abi {
 
     /// One pool per (worker program, size), kept for the process: its workers stay alive across
     /// calls (libtpu loads once per worker).
-    type Pools = Mutex<HashMap<(Vec<OsString>, usize), Arc<Compiler>>>;
+    type Pools = Mutex<HashMap<(Vec<OsString>, usize, bool), Arc<Compiler>>>;
 
-    fn pool(program: Vec<OsString>, workers: usize) -> Result<Arc<Compiler>> {
+    fn pool(program: Vec<OsString>, workers: usize, llo: bool) -> Result<Arc<Compiler>> {
         static POOLS: OnceLock<Pools> = OnceLock::new();
         let mut pools = POOLS
             .get_or_init(Default::default)
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let key = (program.clone(), workers);
+        let key = (program.clone(), workers, llo);
         if let Some(c) = pools.get(&key) {
             return Ok(Arc::clone(c));
         }
-        let c = Arc::new(Compiler::new_with_worker(workers, program)?);
+        let c = Compiler::new_with_worker(workers, program)?;
+        let c = Arc::new(if llo { c } else { c.without_llo_counts() });
         pools.insert(key, Arc::clone(&c));
         Ok(c)
     }
 
-    /// `{"jobs": [{"stablehlo", "topology", "num_replicas"?, "num_partitions"?}], "workers": n,
-    /// "worker": [program, args..]}` → `{"ok": true, "results": [verdict | {"error": ..}]}`.
+    /// `{"jobs": [{"stablehlo", "topology", "num_replicas"?, "num_partitions"?, "trips"?}], "workers":
+    /// n, "worker": [program, args..], "llo"?: false (no LLO op counts, no Mosaic dumps)}` →
+    /// `{"ok": true, "results": [verdict | {"error": ..}]}`.
     pub(super) fn compile(v: &Value) -> Result<Value> {
         let refuse = |what: &str| {
             crate::error::KernelError::new(
@@ -663,7 +665,7 @@ mod libtpu_abi {
                 Ok(job)
             })
             .collect::<Result<Vec<Job>>>()?;
-        let compiler = pool(program, workers)?;
+        let compiler = pool(program, workers, v["llo"].as_bool().unwrap_or(true))?;
         let results = compiler.compile_all(&jobs, &|_, _| {});
         Ok(json!({
             "ok": true,

@@ -279,6 +279,8 @@ pub struct Compiler {
     program: Vec<OsString>,
     max: usize,
     timeout: Option<Duration>,
+    /// Dump every Mosaic stage (for the LLO op counts). Large kernels write hundreds of MB of them.
+    llo_counts: bool,
     idle: Mutex<(Vec<Worker>, usize)>,
     freed: Condvar,
 }
@@ -316,6 +318,7 @@ impl Compiler {
             program,
             max: workers.max(1),
             timeout: None,
+            llo_counts: true,
             idle: Mutex::new((Vec::new(), 0)),
             freed: Condvar::new(),
         })
@@ -330,6 +333,14 @@ impl Compiler {
     /// Give up on a compile after `timeout` (the worker is killed; the verdict says so).
     pub fn with_timeout(mut self, timeout: Duration) -> Compiler {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Without LLO op counts (`Compiled::llo_counts` is `None`): libtpu writes no Mosaic stage
+    /// dumps, which for a large kernel take longer than its compile. What `tune` needs is the
+    /// schedule alone.
+    pub fn without_llo_counts(mut self) -> Compiler {
+        self.llo_counts = false;
         self
     }
 
@@ -453,7 +464,11 @@ impl Compiler {
             .filter(|a| !ours.iter().any(|o| a.contains(o)))
             .map(str::to_string)
             .collect();
-        init.extend(dirs.init_args());
+        init.extend(
+            dirs.init_args()
+                .into_iter()
+                .filter(|a| self.llo_counts || !a.contains("xla_mosaic_dump_to")),
+        );
         let (exe, args) = self
             .program
             .split_first()

@@ -363,7 +363,8 @@ pub fn tune(
             Err(e) => outcomes.push((c, Outcome::Pruned(e.message.clone()))),
         }
     }
-    let compiler = Compiler::new_with_worker(options.workers, default_program()?)?;
+    let compiler =
+        Compiler::new_with_worker(options.workers, default_program()?)?.without_llo_counts();
     let bar = Progress::new(options.progress, jobs.len(), kernel, target);
     let results = compiler.compile_all(&jobs, &|done, total| bar.tick(done, total));
     let mut ranked = Vec::new();
