@@ -30,7 +30,8 @@ In both the table's own choice is always a candidate.
 `--out` appends one JSON line per key with every candidate's outcome and the model's inputs
 (`steps`, `body`, `outside`, `dma_step`), and skips the keys already in the file, so a long run can be
 stopped and resumed; keys run in a spread order (any prefix is spread over the table). `--report`
-ranks the stored candidates again under the model, so the model can change without a compile.
+estimates the stored schedules again under the model as it is now and ranks them, so the model can
+change without a compile.
 """
 import argparse
 import importlib
@@ -207,13 +208,30 @@ def tune_key(table, key, choice, workers=2):
     t = tpu_kernel.tune(table.fn(), *table.args(key), space=space, generation=table.generation,
                         constraints=table.constraints(key, choice), workers=workers, cache_dir="",
                         progress=False, name=f"tpu_inference.{table.name}", trips=table.trips(key))
-    cands = [{"config": c.config, "outcome": c.outcome, "estimate": c.estimate, "reason": c.reason}
-             for c in t.candidates]
+    cands = [{"config": c.config, "outcome": c.outcome, "estimate": c.estimate, "reason": c.reason,
+              "schedule": c.schedule} for c in t.candidates]
     size = 1
     for values in space.values():
         size *= len(values)
     return {"table": table.name, "generation": table.generation, "key": key, "table_choice": choice,
             "space": size, "candidates": cands, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def reestimate(row):
+    """`row` with every stored schedule estimated again by the model as it is now (no compile)."""
+    from tpu_kernel import libtpu
+    trips_of = TABLES[row["table"]].trips(row["key"])
+    cands = []
+    for c in row["candidates"]:
+        if c.get("schedule") and c["outcome"] in ("ranked", "rejected"):
+            est, why = libtpu.estimate(c["schedule"], row["generation"], trips_of(c["config"]) if trips_of else ())
+            # a schedule is there only when libtpu compiled it: rejected, it was the model that refused
+            if est is not None:
+                c = {**c, "outcome": "ranked", "estimate": est, "reason": None}
+            elif est is None and c["outcome"] == "ranked":
+                c = {**c, "outcome": "rejected", "estimate": None, "reason": why}
+        cands.append(c)
+    return {**row, "candidates": cands}
 
 
 def model_cycles(estimate, step_overhead=0.0):
@@ -336,7 +354,7 @@ def main():
     a = ap.parse_args()
 
     if a.report:
-        raw = read_rows(a.report)
+        raw = [reestimate(r) for r in read_rows(a.report)]
         for name in sorted({r["table"] for r in raw}):
             params = TABLES[name].params
             rows = [judge(r, a.step_overhead) for r in raw if r["table"] == name]

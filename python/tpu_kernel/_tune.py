@@ -52,6 +52,8 @@ class Candidate:
     estimate: dict | None = None
     bundles: int | None = None
     reason: str | None = None
+    #: libtpu's schedule of the compiled candidate (`tpu_kernel.libtpu.estimate` re-estimates it)
+    schedule: dict | None = None
 
 
 @dataclasses.dataclass
@@ -219,11 +221,11 @@ def tune(fn: Callable, *args: Any, space: Mapping[str, Iterable[Any]], generatio
     for (c, _), v in zip(jobs, verdicts):
         if v.ok and v.estimate:
             ranked.append(Candidate(c, "ranked", cycles=v.estimate["cycles"], estimate=v.estimate,
-                                    bundles=v.bundles))
+                                    bundles=v.bundles, schedule=v.schedule))
         else:
             why = v.error or v.estimate_error or "no schedule of the kernel"
             first = next((l for l in why.splitlines() if l.strip()), "")
-            candidates.append(Candidate(c, "rejected", reason=first))
+            candidates.append(Candidate(c, "rejected", reason=first, schedule=v.schedule))
     if not ranked:
         raise RuntimeError(f"tune: no configuration of {name} compiled for {generation}:\n"
                            + "\n".join(f"  {c.config}: {c.outcome}: {c.reason}" for c in candidates))

@@ -115,6 +115,19 @@ def compile_many(programs: Iterable[tuple[str, str]] | Sequence[dict], *, worker
     return out
 
 
+def estimate(schedule: dict, generation: str, trips: Sequence[int] = ()) -> tuple[dict | None, str | None]:
+    """The static cost model (docs/tune.md) on a stored schedule (a `Compiled.schedule`), with no
+    compile: `(estimate, None)`, or `(None, why)` when the model cannot estimate it."""
+    from .examples import library
+    answer = library.call("libtpu_estimate", {"schedule": schedule, "generation": generation,
+                                             "trips": [int(t) for t in trips]})
+    if not answer.get("ok"):
+        error = answer.get("error")
+        raise LibraryError(f"libtpu_estimate: {error.get('message') if isinstance(error, dict) else error}",
+                           path=_library_path())
+    return answer.get("estimate"), answer.get("estimate_error")
+
+
 def compile(stablehlo: str, topology: str, *, num_partitions: int = 1) -> Compiled:
     """Compile one StableHLO program for `topology` (`v5e`, `v6e`, `tpu7x`: the generation's smallest
     topology; or a topology such as `v5e:2x2`)."""
@@ -122,4 +135,4 @@ def compile(stablehlo: str, topology: str, *, num_partitions: int = 1) -> Compil
                           "num_partitions": num_partitions}])[0]
 
 
-__all__ = ["Compiled", "compile", "compile_many", "library_file", "worker_command"]
+__all__ = ["Compiled", "compile", "compile_many", "estimate", "library_file", "worker_command"]

@@ -582,11 +582,13 @@ impl Library {
                 #[cfg(feature = "libtpu")]
                 "libtpu_compile" => libtpu_abi::compile(&json()?),
                 #[cfg(feature = "libtpu")]
+                "libtpu_estimate" => libtpu_abi::estimate_stored(&json()?),
+                #[cfg(feature = "libtpu")]
                 "libtpu_serve" => libtpu_abi::serve(),
                 other => Err(kerr!(
                     Unsupported,
                     "unknown method `{other}` (this library speaks ABI version {ABI_VERSION}: canonical, build, lower, host, stats, ffi_layout{})",
-                    if cfg!(feature = "libtpu") { ", libtpu_compile, libtpu_serve" } else { "" }
+                    if cfg!(feature = "libtpu") { ", libtpu_compile, libtpu_estimate, libtpu_serve" } else { "" }
                 )),
             }
         };
@@ -654,12 +656,7 @@ mod libtpu_abi {
                     return Err(refuse("a job needs `stablehlo` and `topology` strings"));
                 };
                 let mut job = Job::new(hlo, topology);
-                trips.push(
-                    j["trips"]
-                        .as_array()
-                        .map(|t| t.iter().filter_map(Value::as_u64).collect::<Vec<u64>>())
-                        .unwrap_or_default(),
-                );
+                trips.push(trips_of(&j["trips"]));
                 job.num_replicas = j["num_replicas"].as_u64().unwrap_or(1) as u32;
                 job.num_partitions = j["num_partitions"].as_u64().unwrap_or(1) as u32;
                 Ok(job)
@@ -677,19 +674,37 @@ mod libtpu_abi {
         }))
     }
 
+    /// The model's estimate of `s` on `target`, or why there is none.
+    fn estimate(
+        s: &crate::libtpu::Schedule,
+        target: crate::Target,
+        trips: &[u64],
+    ) -> (Value, Value) {
+        match crate::libtpu::cost::estimate(s, target, trips) {
+            Ok(e) => (e.to_json(), Value::Null),
+            Err(why) => (Value::Null, Value::String(why)),
+        }
+    }
+
+    fn trips_of(v: &Value) -> Vec<u64> {
+        v.as_array()
+            .map(|t| t.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default()
+    }
+
+    /// `{"schedule", "generation", "trips"?}` → `{"ok": true, "estimate", "estimate_error"}`: the
+    /// model on a stored schedule (a `compile` verdict's), with no compile.
+    pub(super) fn estimate_stored(v: &Value) -> Result<Value> {
+        let target = crate::Target::parse(v["generation"].as_str().unwrap_or(""))?;
+        let s = crate::libtpu::Schedule::from_json(&v["schedule"]);
+        let (estimate, estimate_error) = estimate(&s, target, &trips_of(&v["trips"]));
+        Ok(json!({"ok": true, "estimate": estimate, "estimate_error": estimate_error}))
+    }
+
     fn verdict(c: &Compiled, trips: &[u64]) -> Value {
         let target = crate::Target::parse(c.topology.split(':').next().unwrap_or("")).ok();
         let (estimate, estimate_error) = match (&c.schedule, target) {
-            (Some(s), Some(t)) => match crate::libtpu::cost::estimate(s, t, trips) {
-                Ok(e) => (
-                    json!({"cycles": e.cycles, "seconds": e.seconds, "steps": e.steps,
-                           "iterations": e.iterations, "body": e.body, "outside": e.outside,
-                           "around": e.around, "dma_step": e.dma_step, "vmem": e.vmem,
-                           "dma_bound": e.dma_bound()}),
-                    Value::Null,
-                ),
-                Err(why) => (Value::Null, Value::String(why)),
-            },
+            (Some(s), Some(t)) => estimate(s, t, trips),
             _ => (Value::Null, Value::Null),
         };
         let schedule = c.schedule.as_ref().map(crate::libtpu::Schedule::to_json);

@@ -9,13 +9,15 @@
 //! - **Memory**: the bytes the pipeline's DMAs move per grid step (`Schedule::dma_bytes_per_step`:
 //!   every blocked operand's window, as if its block changed every step — an upper bound where a
 //!   block index repeats and the pipeline skips the copy), at the generation's HBM bandwidth per
-//!   TensorCore, in cycles of its clock; and the operands XLA placed whole in VMEM, moved once outside
-//!   the kernel (`vmem`).
-//! - **Overlap**: the pipeline double-buffers, so each iteration after the first costs the larger of
-//!   its compute and its DMA (the next step's copies run under this step's compute); the first waits
-//!   for its own copies (the pipeline fills). Nothing overlaps the VMEM operands' copies.
+//!   TensorCore, in cycles of its clock; a block that is its whole array is copied once (`dma_once`);
+//!   and the operands XLA placed whole in VMEM are moved once outside the kernel (`vmem`).
+//! - **Overlap**: the pipeline double-buffers, so each step after the first costs the larger of its
+//!   compute and its DMA (the next step's copies run under this step's compute); the first waits for
+//!   its own copies (the pipeline fills); the loop's iterations beyond the grid's steps (the
+//!   pipeline's prologue and epilogue) copy nothing. Nothing overlaps the copies made once.
 //!
-//! `cycles = around + outside + vmem + dma_step + body + (iterations − 1) × max(body, dma_step)`.
+//! `cycles = around + vmem + dma_once + outside + dma_step + body + (steps − 1) × max(body,
+//! dma_step) + (iterations − steps) × body`.
 //!
 //! A grid axis whose size is a traced value (a Pallas grid sized by scalar prefetch, as megablox's
 //! gmm sizes its group-tile axis) has no trip count in the dump: Mosaic writes [`RUN_TIME_BOUND`].
@@ -77,6 +79,8 @@ pub struct Estimate {
     pub dma_step: f64,
     /// Copying the operands XLA placed in VMEM, in cycles.
     pub vmem: f64,
+    /// Copying the blocks that are their whole array (fetched once, not per step), in cycles.
+    pub dma_once: f64,
     /// The model's total, cycles.
     pub cycles: f64,
     /// The same in seconds at the generation's clock.
@@ -84,6 +88,16 @@ pub struct Estimate {
 }
 
 impl Estimate {
+    /// The estimate as the JSON API and Python see it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "cycles": self.cycles, "seconds": self.seconds, "steps": self.steps,
+            "iterations": self.iterations, "body": self.body, "outside": self.outside,
+            "around": self.around, "dma_step": self.dma_step, "vmem": self.vmem,
+            "dma_once": self.dma_once, "dma_bound": self.dma_bound(),
+        })
+    }
+
     /// Memory-bound: a step's DMA takes longer than its compute.
     pub fn dma_bound(&self) -> bool {
         self.dma_step > self.body as f64
@@ -124,19 +138,26 @@ pub fn estimate(s: &Schedule, target: Target, trips: &[u64]) -> Result<Estimate,
     let per_cycle = c.hbm_bytes_per_s / c.clock_hz;
     let dma_step = s.dma_bytes_per_step as f64 / per_cycle;
     let vmem = s.vmem_operand_bytes as f64 / per_cycle;
+    let dma_once = s.dma_bytes_once as f64 / per_cycle;
     let (outside, body, around) = (s.outside_weighted, s.loop_body_weighted, s.around_weighted);
     let (iterations, kernel) = if body == 0 {
         // no loop: the schedule runs once, after all of its copies
         (0, outside as f64 + dma_step * steps as f64)
     } else {
         let iterations = s.loop_trips.unwrap_or(steps).max(1);
+        // the iterations that copy a step's blocks (the grid's steps), and the pipeline's extra ones
+        let copying = steps.min(iterations);
         let b = body as f64;
         (
             iterations,
-            outside as f64 + dma_step + b + (iterations - 1) as f64 * b.max(dma_step),
+            outside as f64
+                + dma_step
+                + b
+                + (copying - 1) as f64 * b.max(dma_step)
+                + (iterations - copying) as f64 * b,
         )
     };
-    let cycles = around as f64 + vmem + kernel;
+    let cycles = around as f64 + vmem + dma_once + kernel;
     Ok(Estimate {
         steps,
         iterations,
@@ -145,6 +166,7 @@ pub fn estimate(s: &Schedule, target: Target, trips: &[u64]) -> Result<Estimate,
         around,
         dma_step,
         vmem,
+        dma_once,
         cycles,
         seconds: cycles / c.clock_hz,
     })
@@ -182,9 +204,17 @@ mod tests {
             "{e:?}"
         );
         assert!((e.seconds - e.cycles / 1.5e9).abs() < 1e-12);
-        // the loop's own trip count (steps + the pipeline's extra iterations) runs the body
+        // the loop's own trip count (steps + the pipeline's extra iterations) runs the body; only
+        // the steps copy
         let e = estimate(&looped(10, 100, Some(10), vec![4, 2]), Target::V5e, &[]).unwrap();
         assert_eq!((e.steps, e.iterations, e.cycles), (8, 10, 10.0 + 1000.0));
+        let heavy = Schedule {
+            loop_trips: Some(10),
+            ..heavy
+        };
+        let e = estimate(&heavy, Target::V5e, &[]).unwrap();
+        let want = 10.0 + 1000.0 + 100.0 + 7.0 * 1000.0 + 2.0 * 100.0;
+        assert!((e.cycles - want).abs() < 1e-6, "{e:?}");
     }
 
     #[test]

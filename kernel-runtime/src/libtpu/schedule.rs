@@ -8,7 +8,8 @@
 //!   register `N` (a trip count known at run time) leaves it unknown, and such a loop counts once.
 //! - **The grid**: `iteration_bounds` of the pipeline's DMA descriptors, and the bytes those DMAs move
 //!   per grid step (each descriptor's `window_bounds` tiles × its `element_size_in_bytes`, descriptors
-//!   inside a loop; all of them when there is no loop).
+//!   inside a loop; all of them when there is no loop). A block whose window is its whole array
+//!   (`window_bounds` = `base_bounds`) never changes: the pipeline copies it once.
 //! - **Operands XLA placed in VMEM** (`inlined_call_operand.vmem [shape: bf16[16,8192], ...`): moved
 //!   between HBM and VMEM outside the kernel, not by its pipeline.
 
@@ -30,6 +31,9 @@ pub struct Schedule {
     pub loop_trips: Option<u64>,
     /// Bytes of the operands (inputs and outputs) XLA placed in VMEM.
     pub vmem_operand_bytes: u64,
+    /// Bytes of the pipeline's blocks that cover their whole array (`window_bounds` = `base_bounds`):
+    /// the block never changes, and the pipeline copies it once. Not in `dma_bytes_per_step`.
+    pub dma_bytes_once: u64,
     /// Bundles of the other programs of the module (XLA's ops around the kernel: pads, slices,
     /// fusions), loops weighted. Set by the caller that knows which programs are the kernel's.
     pub around_weighted: u64,
@@ -46,6 +50,7 @@ impl Schedule {
             "loop_body_weighted": self.loop_body_weighted,
             "loop_trips": self.loop_trips,
             "vmem_operand_bytes": self.vmem_operand_bytes,
+            "dma_bytes_once": self.dma_bytes_once,
             "around_weighted": self.around_weighted,
         })
     }
@@ -66,6 +71,7 @@ impl Schedule {
             loop_body_weighted: n("loop_body_weighted"),
             loop_trips: v["loop_trips"].as_u64(),
             vmem_operand_bytes: n("vmem_operand_bytes"),
+            dma_bytes_once: n("dma_bytes_once"),
             around_weighted: n("around_weighted"),
         }
     }
@@ -94,6 +100,7 @@ impl Schedule {
         self.loop_body_weighted += other.loop_body_weighted;
         self.loop_trips = self.loop_trips.max(other.loop_trips);
         self.vmem_operand_bytes += other.vmem_operand_bytes;
+        self.dma_bytes_once += other.dma_bytes_once;
         self.around_weighted += other.around_weighted;
     }
 }
@@ -112,9 +119,10 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
     let mut s = Schedule::default();
     let mut depth = 0usize;
     let mut window: Option<u64> = None;
+    let mut base: Option<u64> = None;
     let mut bounds: Option<Vec<u64>> = None;
-    // (depth of the bundle that holds it, bytes)
-    let mut descriptors: Vec<(usize, u64)> = Vec::new();
+    // (depth of the bundle that holds it, bytes, the block is the whole array)
+    let mut descriptors: Vec<(usize, u64, bool)> = Vec::new();
     let mut open: Vec<Open> = Vec::new();
     // the depth-1 loops: (bundles of one iteration, trip count)
     let mut top_loops: Vec<(u64, Option<u64>)> = Vec::new();
@@ -181,7 +189,9 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
             continue;
         }
         let t = line.trim();
-        if let Some(rest) = t.strip_prefix("window_bounds:") {
+        if let Some(rest) = t.strip_prefix("base_bounds:") {
+            base = tuple(rest).map(|v| v.iter().product());
+        } else if let Some(rest) = t.strip_prefix("window_bounds:") {
             window = tuple(rest).map(|v| v.iter().product());
         } else if let Some(rest) = t.strip_prefix("iteration_bounds:") {
             if bounds.is_none() {
@@ -192,7 +202,8 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
             let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
             let size: Option<u64> = rest[..digits].parse().ok();
             if let (Some(w), Some(size)) = (window.take(), size) {
-                descriptors.push((depth, w * size));
+                let whole = base.take() == Some(w);
+                descriptors.push((depth, w * size, whole));
             }
         }
     }
@@ -211,16 +222,22 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
         }
     }
     s.iteration_bounds = bounds.unwrap_or_default();
-    let in_loop: Vec<u64> = descriptors
+    let looped = descriptors.iter().any(|(d, _, _)| *d >= 1);
+    // in a loop, the descriptors inside it (those outside run once); without one, every descriptor
+    let counted: Vec<(u64, bool)> = descriptors
         .iter()
-        .filter(|(d, _)| *d >= 1)
-        .map(|(_, b)| *b)
+        .filter(|(d, _, _)| !looped || *d >= 1)
+        .map(|(_, b, whole)| (*b, *whole))
         .collect();
-    let counted: Vec<u64> = if in_loop.is_empty() {
-        descriptors.iter().map(|(_, b)| *b).collect()
-    } else {
-        in_loop
-    };
+    s.dma_bytes_once = counted.iter().filter(|(_, w)| *w).map(|(b, _)| b).sum();
+    let counted: Vec<u64> = counted
+        .iter()
+        .filter(|(_, w)| !*w || !looped)
+        .map(|(b, _)| *b)
+        .collect();
+    if !looped {
+        s.dma_bytes_once = 0;
+    }
     s.dma_bytes_per_step = counted.iter().sum();
     s.dma_descriptors = counted.len() as u32;
     s
@@ -358,6 +375,30 @@ mod tests {
         assert_eq!(s.outside_weighted, 3 + 2);
         assert_eq!(s.weighted_total(), 5 + 20 * 66);
         assert_eq!(s.vmem_operand_bytes, 16 * 8192 * 2 + 128 * 4);
+        assert_eq!(Schedule::from_json(&s.to_json()), s);
+    }
+
+    #[test]
+    fn a_block_that_is_its_whole_array_is_copied_once() {
+        let text = "\
+   0x1 LB: > { %1 = dma.hbm_to_vmem %a /*
+base_bounds: (4, 64)
+dynamic_base_bounds: (4, 64)
+window_bounds: (4, 1)
+iteration_bounds: (1, 1, 64)
+element_size_in_bytes: 4096 */ }
+   0x2   : > { %2 = dma.hbm_to_vmem %b /*
+base_bounds: (2, 70)
+dynamic_base_bounds: (2, 70)
+window_bounds: (2, 70)
+iteration_bounds: (1, 1, 64)
+element_size_in_bytes: 2048 */ }
+   0x3   : > { %p = scmp.ge.s32.totalorder %s1, 66 /* loop exit test */ }
+";
+        let s = parse_schedule(text);
+        assert_eq!(s.dma_bytes_per_step, 4 * 4096);
+        assert_eq!(s.dma_descriptors, 1);
+        assert_eq!(s.dma_bytes_once, 140 * 2048);
         assert_eq!(Schedule::from_json(&s.to_json()), s);
     }
 
