@@ -77,6 +77,20 @@ def test_without_llo_counts_the_schedule_is_the_same():
             (f.bundles, f.bundles_by_program, f.schedule, f.estimate)
 
 
+def test_a_stored_schedule_is_estimated_again_without_a_compile():
+    """`tpu_kernel.libtpu.estimate` on a verdict's schedule gives the verdict's estimate (the model is
+    one function of the schedule); an unknown generation is a clear error, not a crash."""
+    from tpu_kernel import LibraryError
+    [v] = lt.compile_many([(Example("matmul").stablehlo_for("v6e"), "v6e")], workers=1, llo_counts=False)
+    assert v.ok and v.schedule and v.estimate, v.summary()
+    est, why = lt.estimate(v.schedule, "v6e")
+    assert (est, why) == (v.estimate, None)
+    other, _ = lt.estimate(v.schedule, "v5e")  # v5e's HBM and clock: another figure
+    assert other["cycles"] != est["cycles"] and other["body"] == est["body"], (other, est)
+    with pytest.raises(LibraryError, match="v9z"):
+        lt.estimate(v.schedule, "v9z")
+
+
 def test_an_abort_is_a_verdict_and_the_worker_is_replaced():
     """tpu-inference's ragged paged attention traced for v6 (int16 mask arithmetic) and compiled for
     v5e makes libtpu abort the process (TOOLCHAIN.md): through the Rust compiler that is a verdict
