@@ -347,6 +347,7 @@ def main():
     ap.add_argument("--out", help="append every key's candidates here (JSON lines); keys already there are skipped")
     ap.add_argument("--json", help="write the judged rows here")
     ap.add_argument("--report", nargs="+", metavar="JSONL", help="judge stored rows again; no compile")
+    ap.add_argument("--markdown", action="store_true", help="--report as a markdown table")
     ap.add_argument("--step-overhead", type=float, default=0.0,
                     help="cycles added per grid step when judging (default: the model as it is)")
     ap.add_argument("--ours", action="store_true",
@@ -358,8 +359,17 @@ def main():
         for name in sorted({r["table"] for r in raw}):
             params = TABLES[name].params
             rows = [judge(r, a.step_overhead) for r in raw if r["table"] == name]
+            if a.markdown:
+                print(f"\n| {name} key | table's choice | its rank | our best | model cost, table / ours |")
+                print("|---|---|---|---|---|")
             for r in rows:
-                print(format_row(params, r))
+                if a.markdown:
+                    ratio = r["cost_ratio_table_over_ours"]
+                    rank = f"{r['rank_of_table']} / {r['ranked']}" if r["rank_of_table"] else "not ranked"
+                    print(f"| {', '.join(map(str, r['key']))} | {_cfg(params, r['table'])} | {rank} | "
+                          f"{_cfg(params, r['ours'])} | {'-' if ratio is None else f'{ratio:.3f}'} |")
+                else:
+                    print(format_row(params, r))
             print(summary(rows, f"{name}: "))
         return
 
