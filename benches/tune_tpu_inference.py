@@ -36,6 +36,7 @@ change without a compile.
 import argparse
 import importlib
 import json
+import math
 import os
 import sys
 import time
@@ -210,9 +211,7 @@ def tune_key(table, key, choice, workers=2):
                         progress=False, name=f"tpu_inference.{table.name}", trips=table.trips(key))
     cands = [{"config": c.config, "outcome": c.outcome, "estimate": c.estimate, "reason": c.reason,
               "schedule": c.schedule} for c in t.candidates]
-    size = 1
-    for values in space.values():
-        size *= len(values)
+    size = math.prod(len(values) for values in space.values())
     return {"table": table.name, "generation": table.generation, "key": key, "table_choice": choice,
             "space": size, "candidates": cands, "seconds": round(time.perf_counter() - t0, 1)}
 

@@ -81,6 +81,17 @@ def worker_command() -> list[str]:
             _library_path()]
 
 
+def _call(method: str, payload: dict) -> dict:
+    """The examples library's answer to `method`; its refusal as a `LibraryError`."""
+    from .examples import library
+    answer = library.call(method, payload)
+    if not answer.get("ok"):
+        error = answer.get("error")
+        raise LibraryError(f"{method}: {error.get('message') if isinstance(error, dict) else error}",
+                           path=_library_path())
+    return answer
+
+
 def compile_many(programs: Iterable[tuple[str, str]] | Sequence[dict], *, workers: int = 1,
                  llo_counts: bool = True) -> list[Compiled]:
     """Compile each `(stablehlo, topology)` (or `{"stablehlo", "topology", "num_partitions", "trips"}`,
@@ -89,7 +100,6 @@ def compile_many(programs: Iterable[tuple[str, str]] | Sequence[dict], *, worker
     `LibraryError` when a worker cannot run at all (no libtpu, ...); libtpu's rejections and aborts
     are verdicts. `llo_counts=False` skips libtpu's Mosaic stage dumps (no `llo_counts`): for a large
     kernel they take longer than its compile, and the schedule does not need them."""
-    from .examples import library
     jobs = []
     for p in programs:
         if isinstance(p, dict):
@@ -100,12 +110,8 @@ def compile_many(programs: Iterable[tuple[str, str]] | Sequence[dict], *, worker
     env_library = os.environ.get("TPU_LIBRARY_PATH")
     if not env_library:
         os.environ["TPU_LIBRARY_PATH"] = library_file()
-    answer = library.call("libtpu_compile", {"jobs": jobs, "workers": int(workers),
-                                            "worker": worker_command(), "llo": bool(llo_counts)})
-    if not answer.get("ok"):
-        error = answer.get("error")
-        raise LibraryError(f"libtpu_compile: {error.get('message') if isinstance(error, dict) else error}",
-                           path=_library_path())
+    answer = _call("libtpu_compile", {"jobs": jobs, "workers": int(workers), "worker": worker_command(),
+                                      "llo": bool(llo_counts)})
     names = {f.name for f in dataclasses.fields(Compiled)}
     out = []
     for r in answer["results"]:
@@ -118,13 +124,8 @@ def compile_many(programs: Iterable[tuple[str, str]] | Sequence[dict], *, worker
 def estimate(schedule: dict, generation: str, trips: Sequence[int] = ()) -> tuple[dict | None, str | None]:
     """The static cost model (docs/tune.md) on a stored schedule (a `Compiled.schedule`), with no
     compile: `(estimate, None)`, or `(None, why)` when the model cannot estimate it."""
-    from .examples import library
-    answer = library.call("libtpu_estimate", {"schedule": schedule, "generation": generation,
-                                             "trips": [int(t) for t in trips]})
-    if not answer.get("ok"):
-        error = answer.get("error")
-        raise LibraryError(f"libtpu_estimate: {error.get('message') if isinstance(error, dict) else error}",
-                           path=_library_path())
+    answer = _call("libtpu_estimate", {"schedule": schedule, "generation": generation,
+                                       "trips": [int(t) for t in trips]})
     return answer.get("estimate"), answer.get("estimate_error")
 
 

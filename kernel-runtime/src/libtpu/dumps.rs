@@ -28,14 +28,18 @@ impl DumpDirs {
         self.root.join("hlo")
     }
 
-    /// The libtpu flags (`LIBTPU_INIT_ARGS`) that point its Mosaic and backend dumps here; the
-    /// backend dump narrowed to the final schedule (a few small files per compile).
-    pub fn init_args(&self) -> [String; 3] {
-        [
-            format!("--xla_mosaic_dump_to={}", self.mosaic().display()),
+    /// The libtpu flags (`LIBTPU_INIT_ARGS`) that point its backend dumps here, narrowed to the final
+    /// schedule (a few small files per compile), and with `mosaic` its Mosaic stage dumps (for the
+    /// LLO op counts).
+    pub fn init_args(&self, mosaic: bool) -> Vec<String> {
+        let mut args = vec![
             format!("--xla_jf_dump_to={}", self.llo().display()),
             "--xla_jf_dump_llo_pass_label_regex=final_bundles".to_string(),
-        ]
+        ];
+        if mosaic {
+            args.push(format!("--xla_mosaic_dump_to={}", self.mosaic().display()));
+        }
+        args
     }
 
     /// The XLA flags (`XLA_FLAGS`, which libtpu reads; `LIBTPU_INIT_ARGS` refuses them) that dump the

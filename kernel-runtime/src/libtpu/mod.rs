@@ -464,11 +464,7 @@ impl Compiler {
             .filter(|a| !ours.iter().any(|o| a.contains(o)))
             .map(str::to_string)
             .collect();
-        init.extend(
-            dirs.init_args()
-                .into_iter()
-                .filter(|a| self.llo_counts || !a.contains("xla_mosaic_dump_to")),
-        );
+        init.extend(dirs.init_args(self.llo_counts));
         let (exe, args) = self
             .program
             .split_first()

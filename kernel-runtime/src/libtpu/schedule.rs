@@ -222,24 +222,21 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
         }
     }
     s.iteration_bounds = bounds.unwrap_or_default();
+    // In a loop, the descriptors inside it (those before it issue the first step's copies, which the
+    // model charges as the pipeline's fill), a whole-array block copied once; without a loop, every
+    // descriptor is the one step's.
     let looped = descriptors.iter().any(|(d, _, _)| *d >= 1);
-    // in a loop, the descriptors inside it (those outside run once); without one, every descriptor
-    let counted: Vec<(u64, bool)> = descriptors
-        .iter()
-        .filter(|(d, _, _)| !looped || *d >= 1)
-        .map(|(_, b, whole)| (*b, *whole))
-        .collect();
-    s.dma_bytes_once = counted.iter().filter(|(_, w)| *w).map(|(b, _)| b).sum();
-    let counted: Vec<u64> = counted
-        .iter()
-        .filter(|(_, w)| !*w || !looped)
-        .map(|(b, _)| *b)
-        .collect();
-    if !looped {
-        s.dma_bytes_once = 0;
+    for (d, bytes, whole) in descriptors {
+        if looped && d == 0 {
+            continue;
+        }
+        if looped && whole {
+            s.dma_bytes_once += bytes;
+        } else {
+            s.dma_bytes_per_step += bytes;
+            s.dma_descriptors += 1;
+        }
     }
-    s.dma_bytes_per_step = counted.iter().sum();
-    s.dma_descriptors = counted.len() as u32;
     s
 }
 
