@@ -17,6 +17,10 @@ pub(crate) mod exp_consts {
     pub const ROUND: f32 = 12_582_912.0;
     /// ... whose bits minus these are that integer.
     pub const ROUND_BITS: i32 = 0x4B40_0000;
+    /// `y · 2^n` is +0 for `n` below this: `0 < y < 2` (`y ≈ e^r`, `|r| <= ln2 / 2`), so
+    /// `y · 2^-151 < 2^-150`, half the least subnormal, which rounds to +0 (`y · 2^n1` alone is
+    /// normal: `n1 >= -80` since `LO` clamps `n` to `>= -159`).
+    pub const ZERO_BELOW: i32 = -150;
     /// The polynomial's coefficients, highest degree first (Horner order).
     pub const POLY: [f32; 6] = [
         1.987_569_1e-4,
@@ -261,6 +265,12 @@ fn exp16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
         let n2 = _mm512_sub_epi32(ni, n1);
         let s1 = _mm512_slli_epi32::<23>(_mm512_add_epi32(n1, bias));
         let s2 = _mm512_slli_epi32::<23>(_mm512_add_epi32(n2, bias));
+        // Lanes whose product is certainly +0 (see `ZERO_BELOW`) are zeroed before it, not by it:
+        // an underflowing multiply costs a microcode assist on Intel cores (masked softmax lanes).
+        let y = _mm512_maskz_mov_ps(
+            _mm512_cmpge_epi32_mask(ni, _mm512_set1_epi32(ZERO_BELOW)),
+            y,
+        );
         let scaled = _mm512_mul_ps(
             _mm512_mul_ps(y, _mm512_castsi512_ps(s1)),
             _mm512_castsi512_ps(s2),
@@ -321,6 +331,9 @@ fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
         let n2 = _mm256_sub_epi32(ni, n1);
         let s1 = _mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias));
         let s2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias));
+        // As in `exp16`: lanes certainly +0 are zeroed before the product.
+        let live = _mm256_cmpgt_epi32(ni, _mm256_set1_epi32(ZERO_BELOW - 1));
+        let y = _mm256_and_ps(y, _mm256_castsi256_ps(live));
         let scaled = _mm256_mul_ps(
             _mm256_mul_ps(y, _mm256_castsi256_ps(s1)),
             _mm256_castsi256_ps(s2),
@@ -350,6 +363,9 @@ mod tests {
         xs.extend([
             -87.33655, -87.33654, -87.5, -103.9, -110.0, 88.72, 89.0, 0.0, -0.0,
         ]);
+        // Every f32 in [-110, -100]: results from subnormal to +0, across `ZERO_BELOW` (n = -150 and
+        // -151 at x ≈ -103.97 and -104.67), where the vector paths zero lanes before the product.
+        xs.extend((100f32.to_bits()..=110f32.to_bits()).map(|b| -f32::from_bits(b)));
         let check = |name: &str, v: &[f32]| {
             for (x, got) in xs.iter().zip(v) {
                 let want = exp_f32(*x);
