@@ -413,12 +413,12 @@ fn gather[T: HostElement, U: HostElement](
 }
 }
 
-/// Scatter the window's elements `bits` (as bits; only the bits set in `keep` are written) into `base`
-/// (the ref's contents: their own row-major buffer), as `segs` place them.
+/// Scatter the window's elements `bits` (as bits; with `keep`, only the bits set in it are written)
+/// into `base` (the ref's contents: their own row-major buffer), as `segs` place them.
 pub(super) fn write(
     base: &mut Tensor,
     segs: &[Segment],
-    (bits, keep): (&[u64], &[u64]),
+    (bits, keep): (&[u64], Option<&[u64]>),
 ) -> Result<()> {
     let dtype = base.dtype;
     let full = ones(dtype.bit_width());
@@ -433,10 +433,14 @@ pub(super) fn write(
                 return Err(internal("view write outside its ref"));
             }
             let (m, rs, ls) = (ones(s.bits.width), s.bits.rshift, s.bits.lshift);
+            if keep.is_some_and(|k| s.at + s.len > k.len()) {
+                return Err(internal("view write outside its mask"));
+            }
+            // With no mask, every element keeps the segment's whole piece.
+            let whole = ((u64::MAX >> ls) & m) << rs & full;
             for i in 0..s.len {
-                let (v, k) = (bits[s.at + i], keep[s.at + i]);
-                let (v, k) = (((v >> ls) & m) << rs, ((k >> ls) & m) << rs);
-                let k = k & full;
+                let v = ((bits[s.at + i] >> ls) & m) << rs;
+                let k = keep.map_or(whole, |k| ((k[s.at + i] >> ls) & m) << rs & full);
                 let x = &mut dst[s.off + i * s.stride];
                 if k == full {
                     *x = T::from_literal_bits(v);

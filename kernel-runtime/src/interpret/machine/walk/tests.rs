@@ -242,11 +242,27 @@ fn reads_and_writes_agree_with_the_plain_path() {
                 .into_iter()
                 .map(|b| if b { u64::MAX } else { 0 })
                 .collect();
-            write(&mut got, &segs, (&bits_of(&value), &keep)).unwrap();
+            write(&mut got, &segs, (&bits_of(&value), Some(&keep))).unwrap();
             assert_eq!(
                 bits_of(&got),
                 bits_of(&want),
                 "write: {steps_of_path:?} case {case} window {window:?} steps {steps:?}"
+            );
+            // No mask writes what an all-true mask writes.
+            let all = Tensor::from_vec(&kept, vec![true; n]);
+            let want = write_by_stages(
+                &base,
+                &steps_of_path,
+                (&starts, &squeezed, &steps),
+                &value,
+                &all,
+            );
+            let mut got = base.materialize().unwrap();
+            write(&mut got, &segs, (&bits_of(&value), None)).unwrap();
+            assert_eq!(
+                bits_of(&got),
+                bits_of(&want),
+                "unmasked write: {steps_of_path:?} case {case} window {window:?} steps {steps:?}"
             );
         }
     }
