@@ -8,8 +8,9 @@
 //!   register `N` (a trip count known at run time) leaves it unknown, and such a loop counts once.
 //! - **The grid**: `iteration_bounds` of the pipeline's DMA descriptors, and the bytes those DMAs move
 //!   per grid step (each descriptor's `window_bounds` tiles × its `element_size_in_bytes`, descriptors
-//!   inside a loop; all of them when there is no loop). A block whose window is its whole array
-//!   (`window_bounds` = `base_bounds`) never changes: the pipeline copies it once.
+//!   inside a loop; all of them when there is no loop), each dimension clipped at the array's
+//!   `base_bounds` (a block larger than its array copies the array). A block whose window is its
+//!   whole array (`window_bounds` = `base_bounds`) never changes: the pipeline copies it once.
 //! - **Operands XLA placed in VMEM** (`inlined_call_operand.vmem [shape: bf16[16,8192], ...`): moved
 //!   between HBM and VMEM outside the kernel, not by its pipeline.
 
@@ -114,12 +115,21 @@ struct Open {
     exited: bool,
 }
 
+/// The units a DMA window moves: per dimension its bound, clipped at the array's (a window past the
+/// array's edge, as a block larger than its dimension, copies only what the array holds).
+fn clipped(window: &[u64], base: Option<&[u64]>) -> u64 {
+    match base {
+        Some(b) if b.len() == window.len() => window.iter().zip(b).map(|(w, b)| w.min(b)).product(),
+        _ => window.iter().product(),
+    }
+}
+
 /// Parse a final-bundles dump (see [`Schedule`]).
 pub(crate) fn parse_schedule(text: &str) -> Schedule {
     let mut s = Schedule::default();
     let mut depth = 0usize;
-    let mut window: Option<u64> = None;
-    let mut base: Option<u64> = None;
+    let mut window: Option<Vec<u64>> = None;
+    let mut base: Option<Vec<u64>> = None;
     let mut bounds: Option<Vec<u64>> = None;
     // (depth of the bundle that holds it, bytes, the block is the whole array)
     let mut descriptors: Vec<(usize, u64, bool)> = Vec::new();
@@ -190,9 +200,9 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
         }
         let t = line.trim();
         if let Some(rest) = t.strip_prefix("base_bounds:") {
-            base = tuple(rest).map(|v| v.iter().product());
+            base = tuple(rest);
         } else if let Some(rest) = t.strip_prefix("window_bounds:") {
-            window = tuple(rest).map(|v| v.iter().product());
+            window = tuple(rest);
         } else if let Some(rest) = t.strip_prefix("iteration_bounds:") {
             if bounds.is_none() {
                 bounds = tuple(rest);
@@ -202,8 +212,9 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
             let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
             let size: Option<u64> = rest[..digits].parse().ok();
             if let (Some(w), Some(size)) = (window.take(), size) {
-                let whole = base.take() == Some(w);
-                descriptors.push((depth, w * size, whole));
+                let b = base.take();
+                let whole = b.as_ref() == Some(&w);
+                descriptors.push((depth, clipped(&w, b.as_deref()) * size, whole));
             }
         }
     }
@@ -397,6 +408,24 @@ element_size_in_bytes: 2048 */ }
         assert_eq!(s.dma_descriptors, 1);
         assert_eq!(s.dma_bytes_once, 140 * 2048);
         assert_eq!(Schedule::from_json(&s.to_json()), s);
+    }
+
+    #[test]
+    fn a_window_past_its_arrays_edge_moves_what_the_array_holds() {
+        // gmm's tk = 640 over k = 320: a (5, 1) window of 128-row tiles over a (3, 4) array.
+        let text = "\
+   0x1 LB: > { %1 = dma.hbm_to_vmem %a /*
+base_bounds: (3, 4)
+dynamic_base_bounds: (3, 4)
+window_bounds: (5, 1)
+iteration_bounds: (4)
+element_size_in_bytes: 1024 */ }
+   0x2   : > { %p = scmp.ge.s32.totalorder %s1, 6 /* loop exit test */ }
+";
+        let s = parse_schedule(text);
+        assert_eq!(s.dma_bytes_per_step, 3 * 1024);
+        assert_eq!(clipped(&[5, 1], None), 5);
+        assert_eq!(clipped(&[5, 1], Some(&[3])), 5, "ranks differ: not clipped");
     }
 
     #[test]
