@@ -29,7 +29,9 @@ fn quantized_matmul_w8a8_kernel(
 
 /// `o = (x @ w) * x_scale * w_scale` for int8 `x: [m, k]` with per-row scales `x_scale: [m, 1]` and
 /// int8 `w: [k, n]` with per-output-channel scales `w_scale: [1, n]` (f32 scales), in `(bm, bn, bk)`
-/// blocks (i32 accumulation, bf16 out).
+/// blocks (i32 accumulation, bf16 out). `vmem_limit_bytes` raises the scoped VMEM limit (the
+/// generation's default otherwise), as tpu-inference's `quantized_matmul_kernel` sets its own for large
+/// blocks.
 #[export]
 pub fn quantized_matmul_w8a8(
     x: ArrayType,
@@ -37,6 +39,7 @@ pub fn quantized_matmul_w8a8(
     w: ArrayType,
     w_scale: ArrayType,
     #[default((128, 128, 128))] block: (usize, usize, usize),
+    #[default(None)] vmem_limit_bytes: Option<i64>,
 ) -> Result<PallasCall, KernelError> {
     let (bm, bn, bk) = block;
     let ([m, k], [kw, n]) = (x.dims()?, w.dims()?);
@@ -58,7 +61,17 @@ pub fn quantized_matmul_w8a8(
             w_scale.shape
         ),
     )?;
-    pallas_call(quantized_matmul_w8a8_kernel)
+    let limit = match vmem_limit_bytes {
+        Some(v) if v <= 0 => {
+            return Err(KernelError::new(
+                tpu_kernel::ErrorKind::Signature,
+                format!("{v} must be positive"),
+            )
+            .for_argument("vmem_limit_bytes"))
+        }
+        v => v.map(|v| v as u64),
+    };
+    let call = pallas_call(quantized_matmul_w8a8_kernel)
         .grid([x.blocks(0, bm)?, w.blocks(1, bn)?, x.blocks(1, bk)?])
         .input(x, BlockSpec::new([bm, bk], |[i, _, k]| [i, k]))
         .input(x_scale, BlockSpec::new([bm, 1], |[i, _, _]| (i, 0)))
@@ -70,8 +83,12 @@ pub fn quantized_matmul_w8a8(
         )
         .scratch(Vmem::new([bm, bn], I32))
         .dimension_semantics([Parallel, Parallel, Arbitrary])
-        .cost_estimate(w8a8_cost(m, n, k))
-        .build()
+        .cost_estimate(w8a8_cost(m, n, k));
+    match limit {
+        Some(bytes) => call.vmem_limit_bytes(bytes),
+        None => call,
+    }
+    .build()
 }
 
 fn w8a8_cost(m: usize, n: usize, k: usize) -> CostEstimate {
@@ -90,6 +107,7 @@ pub fn build() -> Result<PallasCall, KernelError> {
         ArrayType::new([512, 512], I8),
         ArrayType::new([1, 512], F32),
         (128, 128, 128),
+        None,
     )
 }
 

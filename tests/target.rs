@@ -434,3 +434,38 @@ fn v4_refuses_rank_1_8_bit_blocks_it_cannot_mask() {
         .build();
     assert!(rows.is_ok());
 }
+
+#[path = "../examples/quantized_matmul_w8a8.rs"]
+#[allow(dead_code)]
+mod quantized_matmul_w8a8;
+
+/// tpu-inference's largest v6 int8 qmm entry (batch 16384, out 37888, in 3584; blocks 2048 × 1024 ×
+/// 3584) needs more VMEM than v6e's default scoped limit: refused with the hint, and built once
+/// `vmem_limit_bytes` (the example's argument) raises it to tpu-inference's v6 ceiling of 96 MiB.
+#[test]
+fn the_w8a8_example_takes_a_vmem_limit() {
+    let build = |limit| {
+        Target::V6e.scope(|| {
+            quantized_matmul_w8a8::quantized_matmul_w8a8(
+                ArrayType::new([16384, 3584], I8),
+                ArrayType::new([16384, 1], F32),
+                ArrayType::new([3584, 37888], I8),
+                ArrayType::new([1, 37888], F32),
+                (2048, 1024, 3584),
+                limit,
+            )
+        })
+    };
+    let e = build(None).expect_err("over the default limit").to_string();
+    assert!(
+        e.contains("scoped VMEM limit") && e.contains("vmem_limit_bytes"),
+        "{e}"
+    );
+    let call = build(Some(96 << 20)).expect("within 96 MiB");
+    assert_eq!(scoped_vmem(&call), 96 << 20);
+    let e = build(Some(0)).expect_err("zero").to_string();
+    assert!(
+        e.contains("vmem_limit_bytes") && e.contains("must be positive"),
+        "{e}"
+    );
+}

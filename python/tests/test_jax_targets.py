@@ -127,3 +127,26 @@ def test_v4_refuses_int8_matmuls_as_libtpu_does():
     pallas = tc.compile_jax(fn, args, "v4")
     assert not pallas.ok and "Unsupported matmul RHS type" in pallas.error, pallas.error
     assert ex.quantized_matmul_w8a8.build(*args, target="v5p")["target"] == "v5p"
+
+
+def test_w8a8_raises_its_vmem_limit_as_its_error_suggests():
+    """tpu-inference's largest v6 qmm blocks (2048 x 1024 x 3584) need ~39 MiB of VMEM, over v6e's
+    default scoped 32 MiB: refused, naming `vmem_limit_bytes`; with the example's `vmem_limit_bytes`
+    (tpu-inference's v6 ceiling, 96 MiB) it builds, and libtpu compiles it for v6e."""
+    S = jax.ShapeDtypeStruct
+    args = (S((2048, 3584), jnp.int8), S((2048, 1), jnp.float32), S((3584, 1024), jnp.int8),
+            S((1, 1024), jnp.float32))
+    block = (2048, 1024, 3584)
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        ex.quantized_matmul_w8a8.build(*args, block=block, target="v6e")
+    assert "scoped VMEM limit" in str(e.value) and "vmem_limit_bytes" in str(e.value), str(e.value)
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        ex.quantized_matmul_w8a8.build(*args, block=block, vmem_limit_bytes=0, target="v6e")
+    assert "vmem_limit_bytes" in str(e.value) and "must be positive" in str(e.value), str(e.value)
+    built = ex.quantized_matmul_w8a8.lower(*args, block=block, vmem_limit_bytes=96 << 20, target="v6e")
+    assert json.loads(built["backend_config"])["scoped_memory_configs"][0]["size"] == 96 << 20
+
+    def fn(x, xs, w, ws):
+        return ex.quantized_matmul_w8a8(x, xs, w, ws, block=block, vmem_limit_bytes=96 << 20)
+    res = tc.compile_jax(fn, args, "v6e")
+    assert res.ok, res.error
