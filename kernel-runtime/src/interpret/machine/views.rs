@@ -360,17 +360,19 @@ impl<'k> Machine<'k> {
             value.to_vec::<T>()?.into_iter().map(|x| x.literal().bits).collect()
         });
         let keep: Option<Vec<u64>> = match &mask {
-            Some(m) => Some(
-                m.to_vec::<bool>()?
+            Some(m) => {
+                let keep: Vec<u64> = m
+                    .to_vec::<bool>()?
                     .into_iter()
                     .map(|b| if b { u64::MAX } else { 0 })
-                    .collect(),
-            ),
+                    .collect();
+                if keep.len() != n {
+                    return Err(internal("store mask does not match the view's window"));
+                }
+                Some(keep)
+            }
             None => None,
         };
-        if keep.as_ref().is_some_and(|k| k.len() != n) {
-            return Err(internal("store mask does not match the view's window"));
-        }
         let segs = self.segments.window(&p, (&strides, 0), window, steps)?;
         let mut base = self.owned_contents(v.r)?;
         let written = walk::write(&mut base, &segs, (&bits, keep.as_deref()));

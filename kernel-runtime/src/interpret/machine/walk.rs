@@ -420,6 +420,9 @@ pub(super) fn write(
     segs: &[Segment],
     (bits, keep): (&[u64], Option<&[u64]>),
 ) -> Result<()> {
+    if keep.is_some_and(|k| k.len() != bits.len()) {
+        return Err(internal("store mask does not match the stored value"));
+    }
     let dtype = base.dtype;
     let full = ones(dtype.bit_width());
     let data = base.buf.make_mut(dtype)?;
@@ -433,9 +436,6 @@ pub(super) fn write(
                 return Err(internal("view write outside its ref"));
             }
             let (m, rs, ls) = (ones(s.bits.width), s.bits.rshift, s.bits.lshift);
-            if keep.is_some_and(|k| s.at + s.len > k.len()) {
-                return Err(internal("view write outside its mask"));
-            }
             // With no mask, every element keeps the segment's whole piece.
             let whole = ((u64::MAX >> ls) & m) << rs & full;
             for i in 0..s.len {
