@@ -67,6 +67,9 @@ fn exp_core<V: Lanes, const NONPOSITIVE: bool>(x: V) -> V {
         let n2 = ni.sub(n1);
         let s1 = V::from_bits(n1.add(bias).shl::<23>());
         let s2 = V::from_bits(n2.add(bias).shl::<23>());
+        // As in `exp_run`: lanes whose product is certainly +0 are zeroed before it (an underflowing
+        // multiply costs Intel a microcode assist).
+        let y = V::select(n.lt(c(ZERO_BELOW as f32)), c(0.0), y);
         y * s1 * s2
     } else {
         y * V::from_bits(ni.add(bias).shl::<23>())
