@@ -104,3 +104,98 @@ fn alias_mistakes_are_errors_at_the_aliases_line() {
     );
     assert_eq!(e.location.expect("location").line, line, "{e}");
 }
+
+/// Rows 0..8 of `o` become 7 by a DMA from VMEM, then rows 0..8 of `x` are copied to rows 16..24 of
+/// `o` (through VMEM) — when `patch`; else the kernel writes nothing.
+#[tpu_kernel]
+fn patch_rows_kernel(
+    x: Ref<f32, Any>,
+    o: RefMut<f32, Any>,
+    buf: RefMut<f32>,
+    sem: DmaSem,
+    patch: bool,
+) {
+    if patch {
+        buf.store(full([8, 128], 7.0f32));
+        sync_copy(buf, o.at((0..8, ..)), sem);
+        sync_copy(x.at((0..8, ..)), buf, sem);
+        sync_copy(buf, o.at((16..24, ..)), sem);
+    }
+}
+
+/// A whole (ANY) output aliased to its input starts as the input's buffer and reaches the output
+/// array once, after the grid (`interpret/grid.rs`'s `start_aliased_outputs`): run owned, on two
+/// buffers and on one (as XLA passes a donated pair), the output is the input patched, the input
+/// is read as it was before the call (rows 16..24 get the input's rows 0..8, not the 7s written
+/// over them first), and a separate input buffer is left as it was.
+#[test]
+fn a_whole_output_aliased_to_its_input_updates_in_place_or_not() {
+    use tpu_kernel::runtime::interpret::{
+        interpret_into, ArrayView, ArrayViewMut, InterpretOptions,
+    };
+    let shape = [32usize, 128];
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let xs: Vec<f32> = (0..32 * 128).map(|i| i as f32 - 100.5).collect();
+    for patch in [false, true] {
+        let a = ArrayType::new(shape, F32);
+        let call = pallas_call(patch_rows_kernel.bind(patch))
+            .input_any(a.clone())
+            .output_any(a)
+            .scratch(Vmem::new([8, 128], F32))
+            .scratch(DmaSem::one())
+            .input_output_aliases([(0, 0)])
+            .build()
+            .expect("build");
+        let mut want = xs.clone();
+        if patch {
+            want[..8 * 128].fill(7.0);
+            want[16 * 128..24 * 128].copy_from_slice(&xs[..8 * 128]);
+        }
+        let x = HostArray::from_vec(shape, xs.clone()).unwrap();
+        let owned = call.interpret(std::slice::from_ref(&x)).expect("owned run");
+        assert_eq!(
+            bits(owned[0].as_slice::<f32>().unwrap()),
+            bits(&want),
+            "owned, patch {patch}"
+        );
+
+        let input = xs.clone();
+        let mut out = vec![f32::NAN; xs.len()];
+        // SAFETY: `input` and `out` are live, distinct, aligned f32 buffers of 32·128 elements,
+        // not touched by anyone else during the call.
+        let (view, mut out_view) = unsafe {
+            (
+                ArrayView::from_raw(&shape, F32, input.as_ptr().cast()),
+                ArrayViewMut::from_raw(&shape, F32, out.as_mut_ptr().cast()),
+            )
+        };
+        interpret_into(
+            call.ir(),
+            &[view],
+            std::slice::from_mut(&mut out_view),
+            &InterpretOptions::default(),
+        )
+        .expect("two buffers");
+        assert_eq!(bits(&out), bits(&want), "two buffers, patch {patch}");
+        assert_eq!(bits(&input), bits(&xs), "the input buffer, patch {patch}");
+
+        let mut one = xs.clone();
+        let p = one.as_mut_ptr().cast::<u8>();
+        // SAFETY: one live buffer of 32·128 f32 seen as both the input and the output, as XLA passes
+        // an aliased pair.
+        let (view, mut out_view) = unsafe {
+            (
+                ArrayView::from_raw(&shape, F32, p.cast_const()),
+                ArrayViewMut::from_raw(&shape, F32, p),
+            )
+        };
+        interpret_into(
+            call.ir(),
+            &[view],
+            std::slice::from_mut(&mut out_view),
+            &InterpretOptions::default(),
+        )
+        .expect("one buffer");
+        assert_eq!(bits(&one), bits(&want), "one buffer, patch {patch}");
+    }
+}

@@ -183,12 +183,20 @@ pub(crate) fn run_into(
 /// `input_output_aliases`: copy each aliased input into its output (which the kernel then updates in
 /// place) and return the inputs to read. An input is read as it was before the call: when it is the
 /// output's own buffer (XLA aliased them), a private copy is read instead.
+///
+/// A whole (ANY) output is neither: its contents start as its input's buffer, shared (a write copies
+/// them, see `Buf::make_mut`), and are written to the output array once, after the grid
+/// (`Runner::whole_output`, `Runner::write_whole`) — so nothing writes the output array while the
+/// run reads the input, even when they are one buffer, and the cache a paged kernel updates is
+/// copied twice per call, not four times
+/// (`aliasing.rs::a_whole_output_aliased_to_its_input_updates_in_place_or_not`).
 fn start_aliased_outputs(
     k: &Kernel,
     inputs: &[Input],
     targets: &[ArrayViewMut<'_>],
 ) -> Result<Vec<Input>> {
     let mut owned = inputs.to_vec();
+    let whole: Vec<bool> = k.outputs().map(|o| o.block.is_none()).collect();
     for &(i, o) in &k.aliases {
         let (Some(inp), Some(t)) = (owned.get_mut(i), targets.get(o)) else {
             return Err(internal("input_output_aliases out of range"));
@@ -196,6 +204,9 @@ fn start_aliased_outputs(
         let n: usize = inp.shape.iter().product();
         if inp.dtype != t.dtype || n > t.len() {
             return Err(internal("aliased input and output differ"));
+        }
+        if whole.get(o).copied().unwrap_or(false) {
+            continue;
         }
         super::elementwise::with_dtype!(inp.dtype, T => {
             let src = inp.buf.slice::<T>().ok_or_else(|| internal("aliased input buffer"))?;

@@ -74,7 +74,9 @@ pub(crate) struct Foreign {
 
 // SAFETY: a foreign array is read-only and outlives the run that borrows it (the contract of
 // `ArrayView::from_raw`); no tensor outlives its run (the machines and their caches are per run, and
-// the per-thread pool only keeps interpreter-owned buffers).
+// the per-thread pool only keeps interpreter-owned buffers). The one write into memory a foreign
+// array may share — a whole output aliased to its own input's buffer — comes after the grid, when no
+// tensor reads it any more (`grid.rs`'s `start_aliased_outputs`).
 unsafe impl Send for Foreign {}
 // SAFETY: as for `Send`: shared reads of an array nobody writes during the run.
 unsafe impl Sync for Foreign {}

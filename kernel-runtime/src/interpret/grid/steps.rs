@@ -123,8 +123,8 @@ impl<'a> Runner<'a> {
                 continue;
             }
             if o.block.is_none() {
-                let aliased = k.aliases.iter().any(|a| a.1 == out_no);
-                m.refs[i].content = Some(self.whole_output(o, out_no, aliased)?);
+                let aliased = k.aliases.iter().find(|a| a.1 == out_no).map(|a| a.0);
+                m.refs[i].content = Some(self.whole_output(o, aliased)?);
             }
             out_no += 1;
         }
@@ -153,27 +153,20 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
-    /// The starting contents of a whole (ANY) output: its target's data when aliased to an input
-    /// (already copied there), else the fill value.
-    fn whole_output(&self, o: &crate::ir::Operand, out_no: usize, aliased: bool) -> Result<Tensor> {
-        if !aliased {
+    /// The starting contents of a whole (ANY) output: its aliased input's buffer, shared (the first
+    /// write copies it; see `start_aliased_outputs`), else the fill value.
+    fn whole_output(&self, o: &crate::ir::Operand, aliased: Option<usize>) -> Result<Tensor> {
+        let Some(input_no) = aliased else {
             return Ok(Tensor::splat(fill_literal(o.dtype, self.poison), &o.shape));
+        };
+        let a = self
+            .inputs
+            .get(input_no)
+            .ok_or_else(|| internal("aliased input"))?;
+        if a.dtype != o.dtype || a.shape != o.shape {
+            return Err(internal("aliased input and output differ"));
         }
-        let sink = self
-            .sinks
-            .get(out_no)
-            .ok_or_else(|| internal("output sink"))?;
-        let n: usize = o.shape.iter().product();
-        if n > sink.len {
-            return Err(internal("output sink too small"));
-        }
-        crate::interpret::elementwise::with_dtype!(o.dtype, T => {
-            // SAFETY: the sink is this run's output buffer with `len >= n` elements of `T`, all
-            // initialized (an aliased output was filled from its input before the grid); nothing
-            // writes it while this copy is made.
-            let data = unsafe { std::slice::from_raw_parts(sink.ptr as *const T, n) }.to_vec();
-            Ok(Tensor::from_vec(&o.shape, data))
-        })
+        Ok(whole(a))
     }
 
     /// Write a whole output's contents to its array and mark it written.
@@ -186,6 +179,27 @@ impl<'a> Runner<'a> {
             return Err(internal("whole output type"));
         }
         let strides = crate::interpret::tensor::row_major_strides(&content.shape);
+        // Contents still in the output array's own memory (an aliased input XLA gave as the output's
+        // buffer, never written): in place already when they are the array as it lies, else copied
+        // out first (a view of a buffer must not be written onto it).
+        let bytes = sink.len * host_size(sink.dtype);
+        let copy;
+        let content = match &content.buf {
+            Buf::Foreign(f) if overlaps((f.ptr, f.len * host_size(f.dtype)), (sink.ptr, bytes)) => {
+                if f.ptr == sink.ptr.cast_const()
+                    && content.offset == 0
+                    && content.strides[..] == strides[..]
+                {
+                    for w in &sink.written {
+                        w.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    return Ok(());
+                }
+                copy = content.materialize()?;
+                &copy
+            }
+            _ => content,
+        };
         crate::interpret::elementwise::with_dtype!(content.dtype, T => {
             // SAFETY: the sink points at a live output buffer with room for `len >= numel`
             // elements; whole outputs make the kernel run as one chunk (see `parallel_axes`).
@@ -350,4 +364,10 @@ fn input_block(a: &Input, block: &BlockIr, idx: &[i64], poison: bool) -> Result<
         offset: 0,
         buf: Buf::host(data),
     })
+}
+
+/// Whether two byte ranges `(start, length)` share a byte.
+fn overlaps((a, na): (*const u8, usize), (b, nb): (*mut u8, usize)) -> bool {
+    let (a, b) = (a as usize, b as usize);
+    a < b + nb && b < a + na
 }
