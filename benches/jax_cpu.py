@@ -65,6 +65,10 @@ OURS = {
     # tpu-inference's own reference and the best jnp formulation, with no Pallas run.
     "ragged_paged_attention_decode": lambda *a: ex.ragged_paged_attention(*a, sm_scale=rpa_cpu.SM_SCALE),
     "ragged_paged_attention_mixed": lambda *a: ex.ragged_paged_attention(*a, sm_scale=rpa_cpu.SM_SCALE),
+    # The mixed batch with query blocks of 32 tokens (what a CPU caller would pass; rpa_cpu.BATCHES).
+    "ragged_paged_attention_mixed_bq32": lambda *a: ex.ragged_paged_attention(
+        *a, sm_scale=rpa_cpu.SM_SCALE,
+        m_block_sizes=rpa_cpu.BATCHES["ragged_paged_attention_mixed_bq32"].m_block_sizes),
 }
 # The Rust benchmark's kernels that are not in the examples library (its bench-only kernels and the
 # `--ops` cases) are not timed here.

@@ -1,4 +1,4 @@
-"""Ragged paged attention on the CPU (issue 23 item 4): the two batches `cargo bench --bench interpret`
+"""Ragged paged attention on the CPU (issue 23 item 4): the batches `cargo bench --bench interpret`
 and `benches/jax_cpu.py` time, and the two XLA:CPU programs ours is held against.
 
 The batches (what a vLLM step on a small model would hand the attention; bf16, 8 query heads over 2 kv
@@ -7,7 +7,9 @@ heads, head_dim 128, `sm_scale` 1/sqrt(128)):
 - `ragged_paged_attention_decode`: 32 sequences decoding one token each, pages of 16 tokens, up to
   32 pages (512 tokens) a sequence, kv lengths spread over 1..512;
 - `ragged_paged_attention_mixed`: 16 sequences, 8 decoding and 8 prefill chunks of 8..64 tokens
-  (252 query tokens of at most 256), pages of 32 tokens, up to 16 pages (512 tokens) a sequence.
+  (252 query tokens of at most 256), pages of 32 tokens, up to 16 pages (512 tokens) a sequence;
+- `ragged_paged_attention_mixed_bq32`: the mixed batch, ours with `m_block_sizes=(32, 512, 32, 256)`
+  (query blocks of 32 tokens, not the default 128: each block pads its chunk to `bq` rows).
 
 Their metadata is a formula (`batch_tables`), written the same way in `benches/interpret/rpa.rs`, so the
 Rust benchmark and this file time the same batches; the float arrays are random. Each sequence owns
@@ -57,6 +59,7 @@ class Batch:
     kv_lens: tuple[int, ...]
     decode: int  # the first `decode` sequences decode (q_len 1)
     bq: int  # best_jnp's query block
+    m_block_sizes: tuple[int, int, int, int] | None = None  # ours: the mixed case's blocks, if not the default
 
 
 def _decode_batch() -> Batch:
@@ -75,7 +78,12 @@ def _mixed_batch() -> Batch:
                  bq=16)
 
 
-BATCHES = {"ragged_paged_attention_decode": _decode_batch(), "ragged_paged_attention_mixed": _mixed_batch()}
+BATCHES = {"ragged_paged_attention_decode": _decode_batch(), "ragged_paged_attention_mixed": _mixed_batch(),
+           # The mixed batch again, ours with query blocks of 32 tokens (tpu-inference's default for v5e
+           # and v6e is 128): what a CPU caller would pass for prefill chunks of 8..64 tokens. The XLA
+           # programs are the mixed batch's.
+           "ragged_paged_attention_mixed_bq32": dataclasses.replace(_mixed_batch(),
+                                                                    m_block_sizes=(32, 512, 32, 256))}
 
 
 def batch_tables(b: Batch):

@@ -254,3 +254,41 @@ fn the_launch_pins_its_operands_to_hbm_and_turns_libtpus_checks_off() {
     assert!(text.contains("#tpu.memory_space<hbm>"), "{text}");
     assert!(!text.contains("#tpu.memory_space<any>"), "{text}");
 }
+
+/// The query block is a schedule, not a numerics choice: each query row's scores, softmax and
+/// output are computed alone over the same KV chunks, and a chunk wholly past a row's causal
+/// limit adds nothing to it (its probabilities are exactly 0, its rescale exactly 1). So query
+/// blocks of 8 or 16 tokens — what a CPU caller picks for short prefill chunks, where the
+/// default's 128-token blocks compute mostly padding — give the bits of 32-token blocks on a
+/// ragged batch: the attention of every written token and the updated cache.
+#[test]
+fn query_block_sizes_do_not_change_the_bits() {
+    let blocks = |bq: usize, bq_c: usize| Some([bq, 32, bq_c, 16]);
+    let base = launch((4, 4, 16, 24, 40), (8, 2), BF16, blocks(32, 32));
+    let inputs = random_inputs(&base, 9);
+    let want = base.interpret(&inputs).expect("interpret");
+    let n = written_tokens(&inputs);
+    let q_shape = inputs[4].shape().to_vec();
+    let per_token = q_shape[2] * q_shape[3] * q_shape[4];
+    let written = |a: &HostArray| {
+        let b = bits(a);
+        (0..q_shape[0])
+            .flat_map(|h| {
+                let at = h * q_shape[1] * per_token;
+                b[at..at + n * per_token].to_vec()
+            })
+            .collect::<Vec<_>>()
+    };
+    for (bq, bq_c) in [(8, 8), (16, 8), (16, 16), (32, 8)] {
+        let call = launch((4, 4, 16, 24, 40), (8, 2), BF16, blocks(bq, bq_c));
+        let got = call.interpret(&inputs).expect("interpret");
+        assert!(
+            written(&got[0]) == written(&want[0]),
+            "the attention differs with query blocks ({bq}, {bq_c})"
+        );
+        assert!(
+            bits(&got[1]) == bits(&want[1]),
+            "the cache differs ({bq}, {bq_c})"
+        );
+    }
+}

@@ -1,6 +1,9 @@
 //! `ragged_paged_attention_decode` and `ragged_paged_attention_mixed` (issue 23 item 4): the example's
 //! launch (`examples/ragged_paged_attention.rs`, tpu-inference's default block sizes for the default
-//! target) on the two batches of `benches/rpa_cpu.py` — the same metadata, written the same way here:
+//! target) on the two batches of `benches/rpa_cpu.py`; `ragged_paged_attention_mixed_bq32` is the mixed
+//! batch with `m_block_sizes = (32, 512, 32, 256)` — query blocks of 32 tokens where the default is
+//! 128: the blocks a CPU caller would pick for prefill chunks of 8..64 tokens (every block pads its
+//! chunk to `bq` rows) — the same metadata, written the same way here:
 //! bf16, 8 query heads over 2 kv heads, head_dim 128, `sm_scale` 1/sqrt(128); 32 decoding sequences over
 //! pages of 16 tokens, and 8 decoding + 8 prefill-chunk sequences over pages of 32 tokens. Each
 //! sequence owns exactly the pages its kv length needs, in a shuffled order from a pool of just those
@@ -21,9 +24,10 @@ const HEAD_DIM: usize = 128;
 const STRIDE: usize = 97;
 
 /// The case names (also `benches/rpa_cpu.py`'s `BATCHES`).
-pub const CASES: [&str; 2] = [
+pub const CASES: [&str; 3] = [
     "ragged_paged_attention_decode",
     "ragged_paged_attention_mixed",
+    "ragged_paged_attention_mixed_bq32",
 ];
 
 struct Batch {
@@ -33,6 +37,8 @@ struct Batch {
     q_lens: Vec<usize>,
     kv_lens: Vec<usize>,
     decode: usize,
+    /// `m_block_sizes`, when not tpu-inference's default.
+    m_blocks: Option<[usize; 4]>,
 }
 
 fn batch(name: &str) -> Option<Batch> {
@@ -46,8 +52,9 @@ fn batch(name: &str) -> Option<Batch> {
             q_lens: vec![1; 32],
             kv_lens: (0..32).map(decode_kv).collect(),
             decode: 32,
+            m_blocks: None,
         }),
-        "ragged_paged_attention_mixed" => {
+        "ragged_paged_attention_mixed" | "ragged_paged_attention_mixed_bq32" => {
             let decode = 8;
             let q_lens: Vec<usize> = [1; 8]
                 .into_iter()
@@ -71,6 +78,7 @@ fn batch(name: &str) -> Option<Batch> {
                 q_lens,
                 kv_lens,
                 decode,
+                m_blocks: name.ends_with("_bq32").then_some([32, 512, 32, 256]),
             })
         }
         _ => None,
@@ -102,7 +110,8 @@ fn tables(b: &Batch) -> (Vec<i32>, Vec<i32>, Vec<i32>, Vec<i32>, usize) {
     (kv_lens, table, cu, dist, pool)
 }
 
-/// The launch for case `name`, tpu-inference's default block sizes for the current target.
+/// The launch for case `name`: tpu-inference's default block sizes for the current target, but the
+/// batch's `m_blocks`.
 pub fn build(name: &str) -> Result<PallasCall, KernelError> {
     let b = batch(name).expect("a ragged paged attention case");
     let (kv_lens, table, cu, _, pool) = tables(&b);
@@ -129,7 +138,7 @@ pub fn build(name: &str) -> Result<PallasCall, KernelError> {
         None,
         None,
         None,
-        None,
+        b.m_blocks,
         None,
         Some(HEADS),
         None,
