@@ -188,7 +188,7 @@ pub(crate) fn run_into(
 /// them, see `Buf::make_mut`), and are written to the output array once, after the grid
 /// (`Runner::whole_output`, `Runner::write_whole`) — so nothing writes the output array while the
 /// run reads the input, even when they are one buffer, and the cache a paged kernel updates is
-/// copied twice per call, not four times
+/// copied twice per call, not three times
 /// (`aliasing.rs::a_whole_output_aliased_to_its_input_updates_in_place_or_not`).
 fn start_aliased_outputs(
     k: &Kernel,
