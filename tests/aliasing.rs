@@ -159,43 +159,33 @@ fn a_whole_output_aliased_to_its_input_updates_in_place_or_not() {
             "owned, patch {patch}"
         );
 
-        let input = xs.clone();
-        let mut out = vec![f32::NAN; xs.len()];
-        // SAFETY: `input` and `out` are live, distinct, aligned f32 buffers of 32·128 elements,
-        // not touched by anyone else during the call.
-        let (view, mut out_view) = unsafe {
-            (
-                ArrayView::from_raw(&shape, F32, input.as_ptr().cast()),
-                ArrayViewMut::from_raw(&shape, F32, out.as_mut_ptr().cast()),
+        // The call on raw buffers, as XLA makes it: `input` read, `out` written (one buffer when
+        // they are the same pointer).
+        let run = |input: *const f32, out: *mut f32| {
+            // SAFETY: both point at live, aligned f32 buffers of 32·128 elements that nobody else
+            // touches during the call (the same one when XLA aliases the pair).
+            let (view, mut out_view) = unsafe {
+                (
+                    ArrayView::from_raw(&shape, F32, input.cast()),
+                    ArrayViewMut::from_raw(&shape, F32, out.cast()),
+                )
+            };
+            interpret_into(
+                call.ir(),
+                &[view],
+                std::slice::from_mut(&mut out_view),
+                &InterpretOptions::default(),
             )
         };
-        interpret_into(
-            call.ir(),
-            &[view],
-            std::slice::from_mut(&mut out_view),
-            &InterpretOptions::default(),
-        )
-        .expect("two buffers");
+        let input = xs.clone();
+        let mut out = vec![f32::NAN; xs.len()];
+        run(input.as_ptr(), out.as_mut_ptr()).expect("two buffers");
         assert_eq!(bits(&out), bits(&want), "two buffers, patch {patch}");
         assert_eq!(bits(&input), bits(&xs), "the input buffer, patch {patch}");
 
         let mut one = xs.clone();
-        let p = one.as_mut_ptr().cast::<u8>();
-        // SAFETY: one live buffer of 32·128 f32 seen as both the input and the output, as XLA passes
-        // an aliased pair.
-        let (view, mut out_view) = unsafe {
-            (
-                ArrayView::from_raw(&shape, F32, p.cast_const()),
-                ArrayViewMut::from_raw(&shape, F32, p),
-            )
-        };
-        interpret_into(
-            call.ir(),
-            &[view],
-            std::slice::from_mut(&mut out_view),
-            &InterpretOptions::default(),
-        )
-        .expect("one buffer");
+        let p = one.as_mut_ptr();
+        run(p.cast_const(), p).expect("one buffer");
         assert_eq!(bits(&one), bits(&want), "one buffer, patch {patch}");
     }
 }
