@@ -136,7 +136,13 @@ def ragged_paged_attention(queries: Any, keys: Any, values: Any, kv_cache: Any, 
     into the cache's row layout with jnp; then one Rust launch (`ragged_paged_attention_launch`,
     examples/ragged_paged_attention.rs, whose module docs list where it differs from tpu-inference)
     updates the cache (aliased: donate it under `jax.jit` to update it in place) and computes the
-    attention."""
+    attention.
+
+    On the CPU, short prefill chunks run faster with smaller query blocks than tpu-inference's
+    defaults (128 tokens on v5e/v6e pads a chunk of 8–64 tokens to 128 rows): `m_block_sizes=(32,
+    512, 32, 256)` halved the mixed batch of `benches/rpa_cpu.py`. The query block does not change
+    the numbers (tests/ragged_paged_attention.rs::query_block_sizes_do_not_change_the_bits); the KV
+    blocks do (the online softmax's chunks)."""
     import jax.numpy as jnp
     q, k, v = queries, keys, values
     for name, a, rank in (("queries", q, 3), ("keys", k, 3), ("values", v, 3)):
