@@ -84,25 +84,34 @@ fn written_tokens(inputs: &[HostArray]) -> usize {
     *cu.last().expect("cu_q_lens") as usize
 }
 
+/// The elements of the output (laid out as `q`, `[Hkv, T, Gp / pk, pk, D]`) that hold written
+/// tokens: per kv head, the first `cu_q_lens[S]` tokens' rows.
+fn written_ranges(inputs: &[HostArray]) -> Vec<std::ops::Range<usize>> {
+    let n = written_tokens(inputs);
+    let q_shape = inputs[4].shape();
+    let per_token = q_shape[2] * q_shape[3] * q_shape[4];
+    (0..q_shape[0])
+        .map(|h| {
+            let at = h * q_shape[1] * per_token;
+            at..at + n * per_token
+        })
+        .collect()
+}
+
 /// Outputs of the two engines: the attention within `tol` on the written tokens, the cache bit for bit.
 fn engines_agree(call: &PallasCall, inputs: &[HostArray], tol: f32) -> Vec<HostArray> {
     let want = call.interpret(inputs).expect("interpret");
     let got = mosaic_cpu::compile(call.ir())
         .and_then(|c| c.run(inputs))
         .expect("mosaic_cpu");
-    let n = written_tokens(inputs);
-    let q_shape = inputs[4].shape().to_vec();
-    let per_token = q_shape[2] * q_shape[3] * q_shape[4];
     let (g, w) = (f32s(&got[0]), f32s(&want[0]));
-    for h in 0..q_shape[0] {
-        for i in h * q_shape[1] * per_token..(h * q_shape[1] + n) * per_token {
-            assert!(
-                (g[i] - w[i]).abs() <= tol * (1.0 + w[i].abs()),
-                "attention element {i}: mosaic_cpu {} vs interpreter {}",
-                g[i],
-                w[i]
-            );
-        }
+    for i in written_ranges(inputs).into_iter().flatten() {
+        assert!(
+            (g[i] - w[i]).abs() <= tol * (1.0 + w[i].abs()),
+            "attention element {i}: mosaic_cpu {} vs interpreter {}",
+            g[i],
+            w[i]
+        );
     }
     assert_eq!(bits(&got[1]), bits(&want[1]), "the updated caches differ");
     want
@@ -267,16 +276,12 @@ fn query_block_sizes_do_not_change_the_bits() {
     let base = launch((4, 4, 16, 24, 40), (8, 2), BF16, blocks(32, 32));
     let inputs = random_inputs(&base, 9);
     let want = base.interpret(&inputs).expect("interpret");
-    let n = written_tokens(&inputs);
-    let q_shape = inputs[4].shape().to_vec();
-    let per_token = q_shape[2] * q_shape[3] * q_shape[4];
+    let ranges = written_ranges(&inputs);
     let written = |a: &HostArray| {
         let b = bits(a);
-        (0..q_shape[0])
-            .flat_map(|h| {
-                let at = h * q_shape[1] * per_token;
-                b[at..at + n * per_token].to_vec()
-            })
+        ranges
+            .iter()
+            .flat_map(|r| b[r.clone()].to_vec())
             .collect::<Vec<_>>()
     };
     for (bq, bq_c) in [(8, 8), (16, 8), (16, 16), (32, 8)] {
