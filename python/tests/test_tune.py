@@ -103,7 +103,7 @@ def _tune_tpu_inference():
     return tti
 
 
-def test_tpu_inference_table_sample():
+def test_tpu_inference_table_sample(tmp_path):
     """Item 3's command (benches/tune_tpu_inference.py) on one key of tpu-inference's v6 int8 table:
     tpu-inference's own Pallas quantized matmul tuned over our space for that key (the table's choice
     always among the candidates) compiles and is ranked by the model; the row says where the table's
@@ -112,8 +112,22 @@ def test_tpu_inference_table_sample():
     table = tti.Qmm()
     keys = table.keys()
     assert len(keys) == 319, len(keys)  # the table of tpu-inference 0.32.0
-    [row] = tti.run(table, keys[:1], workers=2)
+    out = tmp_path / "qmm.jsonl"
+    [row] = tti.run(table, keys[:1], workers=2, out=str(out))
     print(row)
+    # With more than one input block the kernel traces four dots (tpu-inference's unfold_args over the
+    # first and the last input step), three of them in regions libtpu branches into only when the
+    # input step equals 0 or the last: the model counts those at one step in the input axis's. With
+    # one block of each there is nothing to branch on.
+    [raw] = tti.read_rows([str(out)])
+    for c in (c for c in raw["candidates"] if c["outcome"] == "ranked"):
+        e, s = c["estimate"], c["schedule"]
+        if c["config"]["bi"] < 8192 and c["config"]["bb"] == 16:
+            k_steps = 8192 // c["config"]["bi"]
+            assert 0 < e["rare"] < s["loop_body_weighted"], c
+            assert e["body"] == s["loop_body_weighted"] - e["rare"] + -(-e["rare"] // k_steps), c
+        elif c["config"] == {"bb": 16, "bo": 128, "bi": 8192}:
+            assert e["rare"] == 0, c
     assert row["ranked"] >= 4, row
     # batch 16, out 128, in 8192: the table's 16-row block over the whole input is our first. A
     # 128-row block pads x, XLA fuses the pad into the call and places the operands in VMEM: a model

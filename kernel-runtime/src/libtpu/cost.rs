@@ -6,6 +6,9 @@
 //!   loop, and one iteration of the grid loop (`body`) run `iterations` times (the loop's own trip
 //!   count; the grid's steps when that is known only at run time). The other programs of the module
 //!   (XLA's pads, slices and fusions around the kernel) add their bundles (`around`), loops weighted.
+//!   The body's regions that run only when an index equals a constant (`Schedule::loop_body_rare`:
+//!   a `pl.when(k == 0)`, the variants a kernel specializes on it) count one step in the innermost
+//!   grid axis's.
 //! - **Memory**: the bytes the pipeline's DMAs move per grid step (`Schedule::dma_bytes_per_step`:
 //!   every blocked operand's window, as if its block changed every step — an upper bound where a
 //!   block index repeats and the pipeline skips the copy), at the generation's HBM bandwidth per
@@ -71,8 +74,11 @@ pub struct Estimate {
     pub iterations: u64,
     /// Bundles outside the grid loop, loops weighted.
     pub outside: u64,
-    /// Bundles of one grid loop iteration, inner loops weighted.
+    /// Bundles of one grid loop iteration, inner loops weighted; a region that runs when an index
+    /// equals a constant counts its share of the innermost grid axis's steps.
     pub body: u64,
+    /// Of `Schedule::loop_body_weighted`, the bundles in such regions (before their share).
+    pub rare: u64,
     /// Bundles of the module's other programs (XLA's ops around the kernel), loops weighted.
     pub around: u64,
     /// DMA of one step, in cycles.
@@ -92,7 +98,8 @@ impl Estimate {
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "cycles": self.cycles, "seconds": self.seconds, "steps": self.steps,
-            "iterations": self.iterations, "body": self.body, "outside": self.outside,
+            "iterations": self.iterations, "body": self.body, "rare": self.rare,
+            "outside": self.outside,
             "around": self.around, "dma_step": self.dma_step, "vmem": self.vmem,
             "dma_once": self.dma_once, "dma_bound": self.dma_bound(),
         })
@@ -102,6 +109,21 @@ impl Estimate {
     pub fn dma_bound(&self) -> bool {
         self.dma_step > self.body as f64
     }
+}
+
+/// The grid's bounds with each axis sized at run time replaced by its given trip count, in order
+/// (the caller has checked there is one per such axis).
+fn run_time_trips<'a>(bounds: &'a [u64], trips: &'a [u64]) -> impl Iterator<Item = u64> + 'a {
+    let mut given = trips.iter();
+    bounds.iter().map(move |&b| {
+        if b == RUN_TIME_BOUND {
+            *given
+                .next()
+                .expect("one trip count per axis sized at run time")
+        } else {
+            b
+        }
+    })
 }
 
 /// The model's estimate of a kernel whose final schedule is `s`, on `target`. `trips` are the trip
@@ -122,24 +144,19 @@ pub fn estimate(s: &Schedule, target: Target, trips: &[u64]) -> Result<Estimate,
             trips.len()
         ));
     }
-    let mut given = trips.iter();
-    let steps: u64 = s
-        .iteration_bounds
-        .iter()
-        .map(|&b| {
-            if b == RUN_TIME_BOUND {
-                *given.next().expect("counted above")
-            } else {
-                b
-            }
-        })
-        .product::<u64>()
-        .max(1);
     let per_cycle = c.hbm_bytes_per_s / c.clock_hz;
     let dma_step = s.dma_bytes_per_step as f64 / per_cycle;
     let vmem = s.vmem_operand_bytes as f64 / per_cycle;
     let dma_once = s.dma_bytes_once as f64 / per_cycle;
-    let (outside, body, around) = (s.outside_weighted, s.loop_body_weighted, s.around_weighted);
+    // A region of the body that runs only when an index equals a constant runs on one step in the
+    // innermost grid axis's (the first or last of a reduction axis; the first of an output axis a
+    // kernel reuses a block across): its bundles count that share of the steps.
+    let grid: Vec<u64> = run_time_trips(&s.iteration_bounds, trips).collect();
+    let innermost = grid.iter().copied().rfind(|&b| b > 1).unwrap_or(1);
+    let steps: u64 = grid.iter().product::<u64>().max(1);
+    let rare = s.loop_body_rare.min(s.loop_body_weighted);
+    let body = s.loop_body_weighted - rare + rare.div_ceil(innermost);
+    let (outside, around) = (s.outside_weighted, s.around_weighted);
     let (iterations, kernel) = if body == 0 {
         // no loop: the schedule runs once, after all of its copies
         (0, outside as f64 + dma_step * steps as f64)
@@ -163,6 +180,7 @@ pub fn estimate(s: &Schedule, target: Target, trips: &[u64]) -> Result<Estimate,
         iterations,
         outside,
         body,
+        rare,
         around,
         dma_step,
         vmem,
@@ -215,6 +233,31 @@ mod tests {
         let e = estimate(&heavy, Target::V5e, &[]).unwrap();
         let want = 10.0 + 1000.0 + 100.0 + 7.0 * 1000.0 + 2.0 * 100.0;
         assert!((e.cycles - want).abs() < 1e-6, "{e:?}");
+    }
+
+    #[test]
+    fn a_region_run_when_an_index_equals_a_constant_counts_its_share_of_the_innermost_axis() {
+        // 100 bundles a step, 60 of them in regions that run on the first or the last step of the
+        // innermost axis with more than one step (4): 40 + 60 / 4 a step
+        let s = Schedule {
+            loop_body_rare: 60,
+            ..looped(10, 100, Some(10), vec![2, 4, 1])
+        };
+        let e = estimate(&s, Target::V5e, &[]).unwrap();
+        assert_eq!((e.body, e.rare, e.steps), (55, 60, 8));
+        assert_eq!(e.cycles, 10.0 + 55.0 * 10.0);
+        // the innermost axis sized at run time takes its given trip count; with every axis of one
+        // step the regions run every step
+        let s = Schedule {
+            iteration_bounds: vec![2, RUN_TIME_BOUND],
+            ..s
+        };
+        assert_eq!(estimate(&s, Target::V5e, &[3]).unwrap().body, 40 + 20);
+        let one = Schedule {
+            iteration_bounds: vec![1, 1],
+            ..s
+        };
+        assert_eq!(estimate(&one, Target::V5e, &[]).unwrap().body, 100);
     }
 
     #[test]

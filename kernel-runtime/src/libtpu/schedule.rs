@@ -13,6 +13,13 @@
 //!   whole array (`window_bounds` = `base_bounds`) never changes: the pipeline copies it once.
 //! - **Operands XLA placed in VMEM** (`inlined_call_operand.vmem [shape: bf16[16,8192], ...`): moved
 //!   between HBM and VMEM outside the kernel, not by its pipeline.
+//! - **Regions that run when an index equals a constant**: a forward branch
+//!   (`sbr.rel (%p) target = $regionN`) skips the bundles up to its target's label (`Start/End empty
+//!   region N`). When it skips them unless a compare with a constant holds (`%p = scmp.ne.s32 %s, 3`,
+//!   or `!%p` of an `scmp.eq`), the region runs on the steps where an index equals that constant: a
+//!   Pallas `pl.when(k == 0)` that initializes an accumulator, a `pl.when(k == last)` that writes the
+//!   output, one of the variants a kernel specializes on them (tpu-inference's `unfold_args`). Such
+//!   bundles of the grid loop are counted apart (`loop_body_rare`).
 
 use serde_json::{json, Value};
 
@@ -30,6 +37,9 @@ pub struct Schedule {
     pub loop_body_weighted: u64,
     /// The grid loop's trip count, when its exit test is a constant.
     pub loop_trips: Option<u64>,
+    /// The part of `loop_body_weighted` in regions that run only when an index equals a constant
+    /// (see the module documentation).
+    pub loop_body_rare: u64,
     /// Bytes of the operands (inputs and outputs) XLA placed in VMEM.
     pub vmem_operand_bytes: u64,
     /// Bytes of the pipeline's blocks that cover their whole array (`window_bounds` = `base_bounds`):
@@ -50,6 +60,7 @@ impl Schedule {
             "outside_weighted": self.outside_weighted,
             "loop_body_weighted": self.loop_body_weighted,
             "loop_trips": self.loop_trips,
+            "loop_body_rare": self.loop_body_rare,
             "vmem_operand_bytes": self.vmem_operand_bytes,
             "dma_bytes_once": self.dma_bytes_once,
             "around_weighted": self.around_weighted,
@@ -71,6 +82,7 @@ impl Schedule {
             outside_weighted: n("outside_weighted"),
             loop_body_weighted: n("loop_body_weighted"),
             loop_trips: v["loop_trips"].as_u64(),
+            loop_body_rare: n("loop_body_rare"),
             vmem_operand_bytes: n("vmem_operand_bytes"),
             dma_bytes_once: n("dma_bytes_once"),
             around_weighted: n("around_weighted"),
@@ -99,6 +111,7 @@ impl Schedule {
         self.dma_descriptors += other.dma_descriptors;
         self.outside_weighted += other.outside_weighted;
         self.loop_body_weighted += other.loop_body_weighted;
+        self.loop_body_rare += other.loop_body_rare;
         self.loop_trips = self.loop_trips.max(other.loop_trips);
         self.vmem_operand_bytes += other.vmem_operand_bytes;
         self.dma_bytes_once += other.dma_bytes_once;
@@ -110,6 +123,8 @@ impl Schedule {
 struct Open {
     depth: usize,
     bundles: u64,
+    /// Those of its bundles in regions that run when an index equals a constant.
+    rare: u64,
     trips: Option<u64>,
     /// Its exit test was read: the loop ends at the next bundle of a lower depth.
     exited: bool,
@@ -134,15 +149,17 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
     // (depth of the bundle that holds it, bytes, the block is the whole array)
     let mut descriptors: Vec<(usize, u64, bool)> = Vec::new();
     let mut open: Vec<Open> = Vec::new();
-    // the depth-1 loops: (bundles of one iteration, trip count)
-    let mut top_loops: Vec<(u64, Option<u64>)> = Vec::new();
+    // the depth-1 loops: (bundles of one iteration, trip count, rare bundles of one iteration)
+    let mut top_loops: Vec<(u64, Option<u64>, u64)> = Vec::new();
     let mut depth0 = 0u64;
-    let close = |open: &mut Vec<Open>, top_loops: &mut Vec<(u64, Option<u64>)>| {
+    let mut regions = Regions::default();
+    let close = |open: &mut Vec<Open>, top_loops: &mut Vec<(u64, Option<u64>, u64)>| {
         let l = open.pop().expect("a loop is open");
         if l.depth == 1 {
-            top_loops.push((l.bundles, l.trips));
+            top_loops.push((l.bundles, l.trips, l.rare));
         } else if let Some(parent) = open.last_mut() {
             parent.bundles += l.bundles * l.trips.unwrap_or(1);
+            parent.rare += l.rare * l.trips.unwrap_or(1);
         }
     };
     let tuple = |rest: &str| -> Option<Vec<u64>> {
@@ -156,7 +173,13 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
             .collect()
     };
     for line in text.lines() {
-        if let Some((d, starts_loop)) = bundle_depth(line) {
+        // a label ends the regions that skip to it; the branches and compares of the line are read
+        // after its bundle is counted (a branch skips the bundles after its own)
+        regions.labels(line);
+        let rare = regions.rare();
+        let counted = bundle_depth(line);
+        regions.ops(line);
+        if let Some((d, starts_loop)) = counted {
             depth = d;
             if s.bundles_by_depth.len() <= d {
                 s.bundles_by_depth.resize(d + 1, 0);
@@ -166,7 +189,10 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
             // the loop's exit test it is a cycle of the loop it sits in.
             if d == 0 && !starts_loop && is_empty_bundle(line) {
                 match open.last_mut() {
-                    Some(l) if !l.exited => l.bundles += 1,
+                    Some(l) if !l.exited => {
+                        l.bundles += 1;
+                        l.rare += u64::from(rare);
+                    }
                     _ => depth0 += 1,
                 }
                 continue;
@@ -181,6 +207,7 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
                 open.push(Open {
                     depth,
                     bundles: 0,
+                    rare: 0,
                     trips: None,
                     exited: false,
                 });
@@ -188,6 +215,7 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
             match open.last_mut() {
                 Some(l) => {
                     l.bundles += 1;
+                    l.rare += u64::from(rare);
                     if line.contains(EXIT_TEST) {
                         l.exited = true;
                         l.trips = l.trips.or(exit_test_bound(line));
@@ -224,10 +252,11 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
     // The grid loop is the depth-1 loop with the most bundles; other loops run outside it.
     let grid = (0..top_loops.len()).max_by_key(|&i| (top_loops[i].0, usize::MAX - i));
     s.outside_weighted = depth0;
-    for (i, (bundles, trips)) in top_loops.iter().enumerate() {
+    for (i, (bundles, trips, rare)) in top_loops.iter().enumerate() {
         if Some(i) == grid {
             s.loop_body_weighted = *bundles;
             s.loop_trips = *trips;
+            s.loop_body_rare = *rare;
         } else {
             s.outside_weighted += bundles * trips.unwrap_or(1);
         }
@@ -249,6 +278,98 @@ pub(crate) fn parse_schedule(text: &str) -> Schedule {
         }
     }
     s
+}
+
+/// The forward branches being read and the compares they test: which bundles lie in a region that
+/// runs only when an index equals a constant.
+#[derive(Default)]
+struct Regions {
+    /// Predicate → it compares a register with a constant for equality (`scmp.eq`: `Some(true)`) or
+    /// inequality (`scmp.ne`: `Some(false)`).
+    compares: std::collections::HashMap<String, bool>,
+    /// The labels seen so far (a branch to one of them goes back: a loop's).
+    seen: std::collections::HashSet<u64>,
+    /// The labels that open forward branches skip to, with whether the region they skip runs only
+    /// when an index equals a constant.
+    open: Vec<(u64, bool)>,
+}
+
+impl Regions {
+    /// Whether a bundle read now lies in a region that runs only when an index equals a constant.
+    fn rare(&self) -> bool {
+        self.open.iter().any(|&(_, rare)| rare)
+    }
+
+    /// The labels a line places (`Start/End empty region 52`, `Start region 55`): the regions that
+    /// skip to them end here.
+    fn labels(&mut self, line: &str) {
+        let Some((_, comment)) = line.split_once("/*") else {
+            return;
+        };
+        for part in comment.split("::") {
+            let part = part.trim().trim_end_matches("*/").trim();
+            let n = part
+                .strip_prefix("Start/End empty region ")
+                .or_else(|| part.strip_prefix("Start region "))
+                .and_then(|n| n.trim().parse::<u64>().ok());
+            if let Some(n) = n {
+                self.seen.insert(n);
+                self.open.retain(|&(target, _)| target != n);
+            }
+        }
+    }
+
+    /// The compares and forward branches among a line's ops.
+    fn ops(&mut self, line: &str) {
+        let body = line.split_once('{').map_or(line, |(_, b)| b);
+        for op in body.split(";;") {
+            let op = op.split("/*").next().unwrap_or(op).trim();
+            if let Some((lhs, rhs)) = op.split_once(" = ") {
+                let equal = if rhs.starts_with("scmp.eq.") {
+                    Some(true)
+                } else if rhs.starts_with("scmp.ne.") {
+                    Some(false)
+                } else {
+                    None
+                };
+                // against a constant: the last operand is a number
+                let constant = rhs
+                    .rsplit(',')
+                    .next()
+                    .is_some_and(|c| c.trim().trim_end_matches('}').trim().parse::<i64>().is_ok());
+                if let (Some(equal), true, true) = (equal, constant, lhs.starts_with("%p")) {
+                    self.compares.insert(lhs.trim().to_string(), equal);
+                }
+            }
+            let Some(at) = op.find("sbr.rel (") else {
+                continue;
+            };
+            let rest = &op[at + "sbr.rel (".len()..];
+            let Some((pred, rest)) = rest.split_once(')') else {
+                continue;
+            };
+            let Some(target) = rest
+                .split("$region")
+                .nth(1)
+                .and_then(|t| t.trim().trim_end_matches('}').trim().parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if self.seen.contains(&target) {
+                continue; // backward: a loop's branch
+            }
+            let (negated, pred) = match pred.trim().strip_prefix('!') {
+                Some(p) => (true, p.trim()),
+                None => (false, pred.trim()),
+            };
+            // the region runs when the branch is not taken: when `pred` is false (true if negated)
+            let rare = self
+                .compares
+                .get(pred)
+                .is_some_and(|&equal| equal == negated);
+            self.open.push((target, rare));
+        }
+    }
 }
 
 /// A bundle line (`  0x1f LB: >> { ... }`, `     0   :  { ... }`) → its loop depth (the `>` marks
@@ -384,6 +505,52 @@ mod tests {
         assert_eq!(s.weighted_total(), 5 + 20 * 66);
         assert_eq!(s.vmem_operand_bytes, 16 * 8192 * 2 + 128 * 4);
         assert_eq!(Schedule::from_json(&s.to_json()), s);
+    }
+
+    /// Branches as libtpu writes them for tpu-inference's quantized matmul at 4 steps of its
+    /// reduction axis (`%s18`): `if k == 0 { if k == 3 {A} else {B} } else { if k == 3 {C} else {D} }`.
+    /// A, B and C run when `k` equals a constant; D when it does not; the pipeline's guard (a `pnand`)
+    /// and the loop's back branch are neither.
+    #[test]
+    fn regions_that_run_when_an_index_equals_a_constant_are_counted_apart() {
+        let text = "\
+   0x1 LB: > { %p9 = pnand %p1, %p2  ;;  %p7747_p2 = scmp.ne.s32.totalorder %s18, 0 }
+   0x2   : > { %p7748_p4 = scmp.ne.s32.totalorder (!%p7747_p2), %s18, 3  ;;  %p324_p11 = scmp.eq.s32.totalorder %s18, 3 }
+   0x3   : > { %p323_p8 = scmp.eq.s32.totalorder %s18, 0  ;;  %8 = sbr.rel (%p9) target = $region36 }
+   0x4   : > { %327 = sbr.rel (%p7747_p2) target = $region52 }
+   0x5   :  {}
+   0x6   : > { %330 = sbr.rel (%p7748_p4) target = $region56 } /* Start region 55 */
+   0x7   : > { %v1 = vadd.f32 %v0, %v0 }
+   0x8   : > { %v2 = vadd.f32 %v1, %v1 } /* End region 55 */
+   0x9 PF: > { %2326 = sbr.rel (%p324_p11) target = $region60 } /* Start/End empty region 56 :: Start region 58 */
+   0xa   : > { %v3 = vadd.f32 %v0, %v0 }
+   0xb   : > { %v4 = vadd.f32 %v3, %v3 } /* End region 58 */
+   0xc PF: > { %3904 = sbr.rel (%p323_p8) target = $region64 } /* Start/End empty region 60 :: Start/End empty region 52 */
+   0xd   : > { %3907 = sbr.rel (!%p324_p11) target = $region68 } /* Start region 67 */
+   0xe   : > { %v5 = vmul.f32 %v0, %v0 } /* End region 67 */
+   0xf PF: > { %5967 = sbr.rel (%p324_p11) target = $region72 } /* Start/End empty region 68 */
+  0x10   : > { %v6 = vmul.f32 %v0, %v0 }
+  0x11   : > { %v7 = vmul.f32 %v0, %v0 }
+  0x12 PF: > { %s1 = sadd.s32 1, %s1 } /* Start/End empty region 72 :: Start/End empty region 64 */
+  0x13 PF: > { %s22 = sadd.s32 1, %s20 } /* Start/End empty region 36 :: Start region 118 */
+  0x14   : > { %p19_p10 = scmp.ge.s32.totalorder %s22, 6 /* loop exit test */ }
+  0x15   : > { %9 = sbr.rel (!%p19_p10) target = $region118 }
+";
+        let s = parse_schedule(text);
+        assert_eq!(s.loop_body_weighted, 21);
+        assert_eq!(s.loop_trips, Some(6));
+        // k == 0: 0x5..=0xb (the delay slot, A and B); k == 3 (k != 0): 0xe
+        assert_eq!(s.loop_body_rare, 7 + 1);
+        assert_eq!(Schedule::from_json(&s.to_json()), s);
+        // a compare with a register is not an index against a constant
+        let s = parse_schedule(
+            "   0x1 LB: > { %p1 = scmp.ne.s32.totalorder %s1, %s2 }
+   0x2   : > { %2 = sbr.rel (%p1) target = $region9 }
+   0x3   : > { %v1 = vadd.f32 %v0, %v0 }
+   0x4 PF: > { %p = scmp.ge.s32.totalorder %s1, 6 /* loop exit test */ } /* Start/End empty region 9 */
+",
+        );
+        assert_eq!((s.loop_body_weighted, s.loop_body_rare), (4, 0));
     }
 
     #[test]
