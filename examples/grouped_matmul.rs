@@ -46,6 +46,8 @@ fn grouped_matmul_kernel(
 /// `o[r] = lhs[r] @ rhs[g]` for the rows `r` of group `g` (`offsets[g] <= r < offsets[g + 1]`), bf16
 /// `lhs [m, k]` sorted by group, bf16 `rhs [G, k, n]`, i32 metadata from [`group_metadata`]: `offsets
 /// [G + 1]`, `group_ids` and `m_tiles` `[m / tm + G - 1]`; f32 accumulation, bf16 out.
+/// `vmem_limit_bytes` raises the scoped VMEM limit (the generation's default otherwise) for large
+/// blocks.
 #[export]
 pub fn grouped_matmul(
     offsets: ArrayType,
@@ -54,6 +56,7 @@ pub fn grouped_matmul(
     lhs: ArrayType,
     rhs: ArrayType,
     #[default((128, 128, 128))] block: (usize, usize, usize),
+    #[default(None)] vmem_limit_bytes: Option<i64>,
 ) -> Result<PallasCall, KernelError> {
     let (tm, tk, tn) = block;
     let [m, kk] = lhs.dims()?;
@@ -116,6 +119,7 @@ pub fn grouped_matmul(
         )
         .scratch(Vmem::new([tm, tn], F32))
         .dimension_semantics([Parallel, Arbitrary, Arbitrary])
+        .vmem_limit_argument(vmem_limit_bytes)?
         .build()
 }
 
@@ -161,6 +165,7 @@ pub fn build() -> Result<PallasCall, KernelError> {
         ArrayType::new([m, k], BF16),
         ArrayType::new([groups, k, n], BF16),
         (tm, 128, 128),
+        None,
     )
 }
 

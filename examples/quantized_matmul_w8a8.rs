@@ -61,17 +61,7 @@ pub fn quantized_matmul_w8a8(
             w_scale.shape
         ),
     )?;
-    let limit = match vmem_limit_bytes {
-        Some(v) if v <= 0 => {
-            return Err(KernelError::new(
-                tpu_kernel::ErrorKind::Signature,
-                format!("{v} must be positive"),
-            )
-            .for_argument("vmem_limit_bytes"))
-        }
-        v => v.map(|v| v as u64),
-    };
-    let call = pallas_call(quantized_matmul_w8a8_kernel)
+    pallas_call(quantized_matmul_w8a8_kernel)
         .grid([x.blocks(0, bm)?, w.blocks(1, bn)?, x.blocks(1, bk)?])
         .input(x, BlockSpec::new([bm, bk], |[i, _, k]| [i, k]))
         .input(x_scale, BlockSpec::new([bm, 1], |[i, _, _]| (i, 0)))
@@ -83,12 +73,9 @@ pub fn quantized_matmul_w8a8(
         )
         .scratch(Vmem::new([bm, bn], I32))
         .dimension_semantics([Parallel, Parallel, Arbitrary])
-        .cost_estimate(w8a8_cost(m, n, k));
-    match limit {
-        Some(bytes) => call.vmem_limit_bytes(bytes),
-        None => call,
-    }
-    .build()
+        .cost_estimate(w8a8_cost(m, n, k))
+        .vmem_limit_argument(vmem_limit_bytes)?
+        .build()
 }
 
 fn w8a8_cost(m: usize, n: usize, k: usize) -> CostEstimate {

@@ -71,6 +71,7 @@ fn cases() -> Vec<Case> {
                 bf16s(&[m, k]),
                 bf16s(&[groups, k, n]),
                 (tm, 128, 128),
+                None,
             ),
         ),
         (

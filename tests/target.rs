@@ -469,3 +469,40 @@ fn the_w8a8_example_takes_a_vmem_limit() {
         "{e}"
     );
 }
+
+#[path = "../examples/grouped_matmul.rs"]
+#[allow(dead_code)]
+mod grouped_matmul;
+
+/// megablox gmm's table choice for 128 tokens, k = n = 6144, 20 groups (blocks 128 × 2048 × 6144)
+/// with bf16 weights needs 55 MiB of VMEM, over tpu7x's default scoped 32 MiB: refused with the hint,
+/// built once `vmem_limit_bytes` (the example's argument, as the quantized matmul's) raises it.
+#[test]
+fn the_grouped_matmul_example_takes_a_vmem_limit() {
+    let (m, k, n, groups, tm) = (128, 6144, 6144, 20, 128);
+    let build = |limit| {
+        Target::Tpu7x.scope(|| {
+            grouped_matmul::grouped_matmul(
+                ArrayType::new([groups + 1], I32),
+                ArrayType::new([m / tm + groups - 1], I32),
+                ArrayType::new([m / tm + groups - 1], I32),
+                ArrayType::new([m, k], BF16),
+                ArrayType::new([groups, k, n], BF16),
+                (tm, 2048, 6144),
+                limit,
+            )
+        })
+    };
+    let e = build(None).expect_err("over the default limit").to_string();
+    assert!(
+        e.contains("scoped VMEM limit") && e.contains("vmem_limit_bytes"),
+        "{e}"
+    );
+    let call = build(Some(60 << 20)).expect("within 60 MiB");
+    assert_eq!(scoped_vmem(&call), 60 << 20);
+    let e = build(Some(-1)).expect_err("negative").to_string();
+    assert!(
+        e.contains("vmem_limit_bytes") && e.contains("must be positive"),
+        "{e}"
+    );
+}

@@ -526,6 +526,21 @@ impl<'a, K: KernelFn<Args>, Args> PallasCallBuilder<'a, K, Args> {
         self.vmem_limit_bytes = Some(bytes);
         self
     }
+    /// [`vmem_limit_bytes`](Self::vmem_limit_bytes) from a launch function's argument of that name,
+    /// as tpu-inference's kernels take it (`#[default(None)] vmem_limit_bytes: Option<i64>`): `None`
+    /// keeps the target's default; a value that is not positive is the caller's error, naming the
+    /// argument.
+    pub fn vmem_limit_argument(self, vmem_limit_bytes: Option<i64>) -> Result<Self> {
+        match vmem_limit_bytes {
+            None => Ok(self),
+            Some(v) if v > 0 => Ok(self.vmem_limit_bytes(v as u64)),
+            Some(v) => Err(crate::error::KernelError::new(
+                crate::error::ErrorKind::Signature,
+                format!("{v} must be positive"),
+            )
+            .for_argument("vmem_limit_bytes")),
+        }
+    }
     /// Outputs that reuse an input's buffer (`input_output_aliases={input: output}`), as `(input,
     /// output)` indices among the call's inputs (scalar-prefetch operands first) and outputs: the
     /// output starts as that input's contents, blocks the kernel does not write keep them, and XLA

@@ -129,6 +129,26 @@ def test_v4_refuses_int8_matmuls_as_libtpu_does():
     assert ex.quantized_matmul_w8a8.build(*args, target="v5p")["target"] == "v5p"
 
 
+def test_grouped_matmul_raises_its_vmem_limit_as_its_error_suggests():
+    """megablox gmm's table choice for 128 tokens, k = n = 6144, 20 groups (128 x 2048 x 6144) with
+    bf16 weights needs 55 MiB of VMEM, over tpu7x's default scoped 32 MiB: refused, naming
+    `vmem_limit_bytes`; with it (60 MiB) it builds, and libtpu compiles it for tpu7x."""
+    S = jax.ShapeDtypeStruct
+    m, k, n, g, tm = 128, 6144, 6144, 20, 128
+    visits = m // tm + g - 1
+    args = (S((g + 1,), jnp.int32), S((visits,), jnp.int32), S((visits,), jnp.int32),
+            S((m, k), jnp.bfloat16), S((g, k, n), jnp.bfloat16))
+    block = (tm, 2048, 6144)
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        ex.grouped_matmul.build(*args, block=block, target="tpu7x")
+    assert "scoped VMEM limit" in str(e.value) and "vmem_limit_bytes" in str(e.value), str(e.value)
+
+    def fn(*a):
+        return ex.grouped_matmul(*a, block=block, vmem_limit_bytes=60 << 20)
+    res = tc.compile_jax(fn, args, "tpu7x")
+    assert res.ok, res.error
+
+
 def test_w8a8_raises_its_vmem_limit_as_its_error_suggests():
     """tpu-inference's largest v6 qmm blocks (2048 x 1024 x 3584) need ~39 MiB of VMEM, over v6e's
     default scoped 32 MiB: refused, naming `vmem_limit_bytes`; with the example's `vmem_limit_bytes`
