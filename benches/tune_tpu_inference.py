@@ -26,6 +26,7 @@ In both the table's own choice is always a candidate.
     .venv/bin/python benches/tune_tpu_inference.py --table gmm --out gmm.jsonl # every gmm key
     .venv/bin/python benches/tune_tpu_inference.py --report qmm.jsonl gmm.jsonl  # re-rank, no compile
     .venv/bin/python benches/tune_tpu_inference.py --sample 8 --ours           # our quantized_matmul_w8a8
+    .venv/bin/python benches/tune_tpu_inference.py --table gmm --sample 12 --ours  # our grouped_matmul
 
 `--out` appends one JSON line per key with every candidate's outcome and the model's inputs
 (`steps`, `body`, `outside`, `dma_step`), and skips the keys already in the file, so a long run can be
@@ -165,7 +166,8 @@ class Gmm:
             rows.append(([m, kk, n, g_total, g_cur], {"tm": v[0], "tk": v[1], "tn": v[2]}))
         return rows
 
-    def space(self, key, table):
+    @staticmethod
+    def space(key, table):
         m, k, n = key[:3]
         tms = [t for t in (128, 256, 512) if t <= m and m % t == 0] or [m]
         # gmm keeps a tk that divides k or that k divides (its scales are per channel: one quant block
@@ -303,6 +305,32 @@ def read_rows(paths):
     return rows
 
 
+def _run_ours(keys, params, tune_one, describe, verbose):
+    """Our kernel tuned on each key (`tune_one(key, choice)` -> (the `Tuned`, the table's choice as
+    our kernel takes it)): our best, and the table's choice run through our kernel (or why our checks
+    refuse it)."""
+    rows = []
+    t0 = time.perf_counter()
+    for n, (key, choice) in enumerate(keys):
+        t, table = tune_one(key, choice)
+        mine = next((c for c in t.candidates if c.config == table), None)
+        row = {"key": key, "table": choice, "table_as_ours": table, "ours_best": t.best,
+               "ours_best_cycles": t.best_cycles,
+               "table_through_ours": None if mine is None or mine.outcome != "ranked" else mine.cycles,
+               "table_through_ours_outcome": "absent" if mine is None else
+               mine.outcome + (": " + mine.reason if mine.reason else ""),
+               "ranked": len(t.ranked()), "candidates": len(t.candidates)}
+        rows.append(row)
+        if verbose:
+            tt = row["table_through_ours"]
+            print(f"[{n + 1}/{len(keys)} {time.perf_counter() - t0:.0f} s] {describe(key)}: our best "
+                  f"{_cfg(params, t.best)} {t.best_cycles:.0f} cycles; the table's {_cfg(params, choice)} through "
+                  "ours" + (f" (as {_cfg(params, table)})" if table != choice else "") + ": "
+                  + (f"{tt:.0f} cycles ({tt / t.best_cycles:.3f}x)" if tt else row["table_through_ours_outcome"][:160]),
+                  flush=True)
+    return rows
+
+
 def run_ours(keys, workers=2, verbose=False):
     """Our `quantized_matmul_w8a8` (x int8 [m, k] with per-row scales, w int8 [k, n] with per-channel
     scales) tuned over the qmm space on each key: our best's predicted cycles, and the table's choice
@@ -314,29 +342,63 @@ def run_ours(keys, workers=2, verbose=False):
     def ours(x, xs, w, ws, *, bb, bo, bi):
         return ex.quantized_matmul_w8a8(x, xs, w, ws, block=(bb, bo, bi), vmem_limit_bytes=limit)
 
-    rows = []
-    t0 = time.perf_counter()
-    for n, (key, table) in enumerate(keys):
+    def tune_one(key, table):
         S = jax.ShapeDtypeStruct
         m, o, k = key
         args = (S((m, k), jnp.int8), S((m, 1), jnp.float32), S((k, o), jnp.int8), S((1, o), jnp.float32))
-        t = tpu_kernel.tune(ours, *args, space=Qmm.space(key, table), generation="v6e", workers=workers,
-                            cache_dir="", progress=False, name="examples.quantized_matmul_w8a8")
-        mine = next((c for c in t.candidates if c.config == table), None)
-        row = {"key": [m, o, k], "table": table, "ours_best": t.best, "ours_best_cycles": t.best_cycles,
-               "table_through_ours": None if mine is None or mine.outcome != "ranked" else mine.cycles,
-               "table_through_ours_outcome": "absent" if mine is None else
-               mine.outcome + (": " + mine.reason if mine.reason else ""),
-               "ranked": len(t.ranked()), "candidates": len(t.candidates)}
-        rows.append(row)
-        if verbose:
-            tt = row["table_through_ours"]
-            print(f"[{n + 1}/{len(keys)} {time.perf_counter() - t0:.0f} s] batch {m} out {o} in {k}: our best "
-                  f"{t.best['bb']},{t.best['bo']},{t.best['bi']} {t.best_cycles:.0f} cycles; the table's "
-                  f"{table['bb']},{table['bo']},{table['bi']} through ours: "
-                  + (f"{tt:.0f} cycles ({tt / t.best_cycles:.3f}x)" if tt else row["table_through_ours_outcome"][:120]),
-                  flush=True)
-    return rows
+        return tpu_kernel.tune(ours, *args, space=Qmm.space(key, table), generation="v6e", workers=workers,
+                               cache_dir="", progress=False, name="examples.quantized_matmul_w8a8"), table
+
+    return _run_ours(keys, Qmm.params, tune_one, lambda key: "batch {} out {} in {}".format(*key), verbose)
+
+
+def group_metadata_jnp(sizes, m, tm):
+    """`tpu_kernel.examples.group_metadata` in jnp ops, for a traced `sizes` under a TPU lowering (the
+    library's own goes through a host callback): `(offsets [G + 1], group_ids, m_tiles)`, the last two
+    `[m // tm + G - 1]`; each non-empty group visits the tiles its rows touch, in order, and unused
+    trailing visits repeat the last one. Checked against the library's in python/tests/test_tune.py."""
+    g = sizes.shape[0]
+    offsets = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(sizes, dtype=jnp.int32)])
+    start, end = offsets[:-1], offsets[1:]
+    first, last = start // tm, (end + tm - 1) // tm
+    count = jnp.where(end > start, last - first, 0)
+    upto = jnp.cumsum(count)  # visits of groups 0..=g
+    visits = m // tm + g - 1
+    v = jnp.minimum(jnp.arange(visits, dtype=jnp.int32), upto[-1] - 1)
+    group = jnp.searchsorted(upto, v, side="right").astype(jnp.int32)
+    tile = first[group] + v - (upto[group] - count[group])
+    return offsets, group, tile.astype(jnp.int32)
+
+
+GMM_OURS_VMEM = 60 << 20
+
+
+def run_ours_gmm(keys, workers=2, verbose=False):
+    """Our `grouped_matmul` tuned over the gmm space on each key, and the table's choice run through it
+    (or why our checks refuse it). Our kernel takes bf16 weights only: the key's float8_e4m3fn
+    weights and their per-channel scales are bf16 weights here, twice the bytes of the weight blocks.
+    Its metadata is computed in the function (`group_metadata_jnp`) from the current groups' sizes,
+    as megablox's gmm computes its own; its grid's group-tile axis is static (m / tm + G - 1 visits).
+    Megablox runs under tpu7x's default scoped VMEM limit (32 MiB); ours, whose weight blocks are
+    twice the bytes, under `GMM_OURS_VMEM` (60 MiB of the 64 MiB a tpu7x TensorCore has), so that the
+    table's choices fit."""
+    import tpu_kernel.examples as ex
+
+    def ours(sizes, lhs, rhs, *, tm, tk, tn):
+        return ex.grouped_matmul(*group_metadata_jnp(sizes, lhs.shape[0], tm), lhs, rhs, block=(tm, tk, tn),
+                                 vmem_limit_bytes=GMM_OURS_VMEM)
+
+    def tune_one(key, choice):
+        m, k, n, _, g = key
+        # a tk past k is one (masked) tile of all of k in megablox's gmm: ours takes that as tk = k
+        table = {**choice, "tk": min(choice["tk"], k)}
+        S = jax.ShapeDtypeStruct
+        args = (S((g,), jnp.int32), S((m, k), jnp.bfloat16), S((g, k, n), jnp.bfloat16))
+        return tpu_kernel.tune(ours, *args, space=Gmm.space(key, table), generation=Gmm.generation,
+                               workers=workers, cache_dir="", progress=False, name="examples.grouped_matmul"), table
+
+    return _run_ours(keys, Gmm.params, tune_one, lambda key: "m {} k {} n {} groups {}".format(key[0], key[1], key[2], key[4]),
+                     verbose)
 
 
 def main():
@@ -352,7 +414,8 @@ def main():
     ap.add_argument("--step-overhead", type=float, default=0.0,
                     help="cycles added per grid step when judging (default: the model as it is)")
     ap.add_argument("--ours", action="store_true",
-                    help="qmm: tune our quantized_matmul_w8a8 on the keys instead, and run the table's choice through it")
+                    help="tune our kernel on the keys instead (qmm: quantized_matmul_w8a8; gmm: grouped_matmul, "
+                         "bf16 weights), and run the table's choice through it")
     a = ap.parse_args()
 
     if a.report:
@@ -384,9 +447,8 @@ def main():
     if a.keys:
         keys = keys[:a.keys]
     if a.ours:
-        assert a.table == "qmm", "--ours is for the qmm table"
         t0 = time.perf_counter()
-        rows = run_ours(keys, a.workers, verbose=True)
+        rows = (run_ours if a.table == "qmm" else run_ours_gmm)(keys, a.workers, verbose=True)
         through = [r for r in rows if r["table_through_ours"]]
         print(f"\nkeys {len(rows)}; the table's choice runs through our kernel on {len(through)}; "
               f"{time.perf_counter() - t0:.0f} s")

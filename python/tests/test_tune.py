@@ -7,6 +7,7 @@ import json
 import warnings
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
@@ -162,3 +163,23 @@ def test_tpu_inference_gmm_sample(tmp_path):
     with pytest.raises(RuntimeError, match="sized at run time"):
         tpu_kernel.tune(table.fn(), *table.args(key), space=small, generation="tpu7x", cache_dir="",
                         progress=False)
+
+
+def test_the_gmm_benchs_metadata_in_jnp_is_the_librarys():
+    """`--table gmm --ours` builds our grouped_matmul's metadata in jnp ops (the library's goes through
+    a host callback, which a TPU lowering cannot carry): the same arrays as the library's, empty
+    groups, a tile straddling a boundary and a single group included."""
+    tti = _tune_tpu_inference()
+    rng = np.random.default_rng(7)
+    cases = [(512, 128, [100, 0, 156, 256]), (256, 128, [0, 0, 256]), (1024, 256, [1024]),
+             (384, 128, [1, 1, 1, 381])]
+    for _ in range(20):
+        g, tm = int(rng.integers(1, 9)), int(rng.choice([128, 256]))
+        m = tm * int(rng.integers(1, 6))
+        cuts = np.sort(rng.integers(0, m + 1, g - 1))
+        cases.append((m, tm, np.diff(np.concatenate([[0], cuts, [m]])).tolist()))
+    for m, tm, sizes in cases:
+        ours = tti.group_metadata_jnp(jnp.asarray(sizes, jnp.int32), m, tm)
+        want = ex.group_metadata(np.asarray(sizes, np.int32), m, tm)
+        for a, b in zip(ours, want):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"{m} {tm} {sizes}")
