@@ -218,14 +218,29 @@ def tune_key(table, key, choice, workers=2):
             "space": size, "candidates": cands, "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def reestimate(row):
-    """`row` with every stored schedule estimated again by the model as it is now (no compile)."""
+def at_their_share(schedule, trips):
+    """`schedule` with its grid loop's rare regions (`loop_body_rare`: run only when an index equals a
+    constant) counted at one step in the innermost grid axis's with more than one step (`trips` for
+    the axes sized at run time), not every step: the branch rule of docs/tune.md, measured with
+    `--report --branches`, not part of the model."""
+    given = iter(trips)
+    grid = [next(given) if b == 2**31 - 1 else b for b in schedule["iteration_bounds"]]
+    inner = next((b for b in reversed(grid) if b > 1), 1)
+    rare = min(schedule.get("loop_body_rare", 0), schedule["loop_body_weighted"])
+    return {**schedule, "loop_body_weighted": schedule["loop_body_weighted"] - rare + -(-rare // inner)}
+
+
+def reestimate(row, branches=False):
+    """`row` with every stored schedule estimated again by the model as it is now (no compile); with
+    `branches`, each schedule's rare regions at their share (`at_their_share`)."""
     from tpu_kernel import libtpu
     trips_of = TABLES[row["table"]].trips(row["key"])
     cands = []
     for c in row["candidates"]:
         if c.get("schedule") and c["outcome"] in ("ranked", "rejected"):
-            est, why = libtpu.estimate(c["schedule"], row["generation"], trips_of(c["config"]) if trips_of else ())
+            trips = trips_of(c["config"]) if trips_of else ()
+            schedule = at_their_share(c["schedule"], trips) if branches else c["schedule"]
+            est, why = libtpu.estimate(schedule, row["generation"], trips)
             # a schedule is there only when libtpu compiled it: rejected, it was the model that refused
             if est is not None:
                 c = {**c, "outcome": "ranked", "estimate": est, "reason": None}
@@ -411,6 +426,9 @@ def main():
     ap.add_argument("--json", help="write the judged rows here")
     ap.add_argument("--report", nargs="+", metavar="JSONL", help="judge stored rows again; no compile")
     ap.add_argument("--markdown", action="store_true", help="--report as a markdown table")
+    ap.add_argument("--branches", action="store_true",
+                    help="--report: count each schedule's regions run only when an index equals a constant at "
+                         "their share of the innermost grid axis (docs/tune.md, the branch rule)")
     ap.add_argument("--step-overhead", type=float, default=0.0,
                     help="cycles added per grid step when judging (default: the model as it is)")
     ap.add_argument("--ours", action="store_true",
@@ -419,7 +437,7 @@ def main():
     a = ap.parse_args()
 
     if a.report:
-        raw = [reestimate(r) for r in read_rows(a.report)]
+        raw = [reestimate(r, a.branches) for r in read_rows(a.report)]
         for name in sorted({r["table"] for r in raw}):
             params = TABLES[name].params
             rows = [judge(r, a.step_overhead) for r in raw if r["table"] == name]

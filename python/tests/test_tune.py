@@ -118,17 +118,22 @@ def test_tpu_inference_table_sample(tmp_path):
     print(row)
     # With more than one input block the kernel traces four dots (tpu-inference's unfold_args over the
     # first and the last input step), three of them in regions libtpu branches into only when the
-    # input step equals 0 or the last: the model counts those at one step in the input axis's. With
-    # one block of each there is nothing to branch on.
+    # input step equals 0 or the last: read as `rare`, counted every step by the model, and at one
+    # step in the input axis's by `--report --branches`. With one block of each there is nothing to
+    # branch on.
     [raw] = tti.read_rows([str(out)])
-    for c in (c for c in raw["candidates"] if c["outcome"] == "ranked"):
+    shared = tti.reestimate(raw, branches=True)["candidates"]
+    for c, b in zip(raw["candidates"], shared):
+        if c["outcome"] != "ranked":
+            continue
         e, s = c["estimate"], c["schedule"]
+        assert e["body"] == s["loop_body_weighted"], c
         if c["config"]["bi"] < 8192 and c["config"]["bb"] == 16:
             k_steps = 8192 // c["config"]["bi"]
             assert 0 < e["rare"] < s["loop_body_weighted"], c
-            assert e["body"] == s["loop_body_weighted"] - e["rare"] + -(-e["rare"] // k_steps), c
+            assert b["estimate"]["body"] == e["body"] - e["rare"] + -(-e["rare"] // k_steps), (c, b)
         elif c["config"] == {"bb": 16, "bo": 128, "bi": 8192}:
-            assert e["rare"] == 0, c
+            assert e["rare"] == 0 and b["estimate"]["body"] == e["body"], c
     assert row["ranked"] >= 4, row
     # batch 16, out 128, in 8192: the table's 16-row block over the whole input is our first. A
     # 128-row block pads x, XLA fuses the pad into the call and places the operands in VMEM: a model

@@ -7,8 +7,8 @@
 //!   count; the grid's steps when that is known only at run time). The other programs of the module
 //!   (XLA's pads, slices and fusions around the kernel) add their bundles (`around`), loops weighted.
 //!   The body's regions that run only when an index equals a constant (`Schedule::loop_body_rare`:
-//!   a `pl.when(k == 0)`, the variants a kernel specializes on it) count one step in the innermost
-//!   grid axis's.
+//!   a `pl.when(k == 0)`, the variants a kernel specializes on it) are reported (`rare`) and
+//!   counted every step like the rest (`docs/tune.md`, "The branch rule").
 //! - **Memory**: the bytes the pipeline's DMAs move per grid step (`Schedule::dma_bytes_per_step`:
 //!   every blocked operand's window, as if its block changed every step — an upper bound where a
 //!   block index repeats and the pipeline skips the copy), at the generation's HBM bandwidth per
@@ -74,10 +74,11 @@ pub struct Estimate {
     pub iterations: u64,
     /// Bundles outside the grid loop, loops weighted.
     pub outside: u64,
-    /// Bundles of one grid loop iteration, inner loops weighted; a region that runs when an index
-    /// equals a constant counts its share of the innermost grid axis's steps.
+    /// Bundles of one grid loop iteration, inner loops weighted.
     pub body: u64,
-    /// Of `Schedule::loop_body_weighted`, the bundles in such regions (before their share).
+    /// Of `body`, the bundles in regions that run only when an index equals a constant
+    /// (`Schedule::loop_body_rare`). Counted every step like the rest: `docs/tune.md` ("The branch
+    /// rule") says what counting them at their share did to the agreement with hardware-tuned tables.
     pub rare: u64,
     /// Bundles of the module's other programs (XLA's ops around the kernel), loops weighted.
     pub around: u64,
@@ -148,15 +149,11 @@ pub fn estimate(s: &Schedule, target: Target, trips: &[u64]) -> Result<Estimate,
     let dma_step = s.dma_bytes_per_step as f64 / per_cycle;
     let vmem = s.vmem_operand_bytes as f64 / per_cycle;
     let dma_once = s.dma_bytes_once as f64 / per_cycle;
-    // A region of the body that runs only when an index equals a constant runs on one step in the
-    // innermost grid axis's (the first or last of a reduction axis; the first of an output axis a
-    // kernel reuses a block across): its bundles count that share of the steps.
-    let grid: Vec<u64> = run_time_trips(&s.iteration_bounds, trips).collect();
-    let innermost = grid.iter().copied().rfind(|&b| b > 1).unwrap_or(1);
-    let steps: u64 = grid.iter().product::<u64>().max(1);
-    let rare = s.loop_body_rare.min(s.loop_body_weighted);
-    let body = s.loop_body_weighted - rare + rare.div_ceil(innermost);
-    let (outside, around) = (s.outside_weighted, s.around_weighted);
+    let steps: u64 = run_time_trips(&s.iteration_bounds, trips)
+        .product::<u64>()
+        .max(1);
+    let (outside, body, around) = (s.outside_weighted, s.loop_body_weighted, s.around_weighted);
+    let rare = s.loop_body_rare.min(body);
     let (iterations, kernel) = if body == 0 {
         // no loop: the schedule runs once, after all of its copies
         (0, outside as f64 + dma_step * steps as f64)
@@ -236,28 +233,14 @@ mod tests {
     }
 
     #[test]
-    fn a_region_run_when_an_index_equals_a_constant_counts_its_share_of_the_innermost_axis() {
-        // 100 bundles a step, 60 of them in regions that run on the first or the last step of the
-        // innermost axis with more than one step (4): 40 + 60 / 4 a step
+    fn rare_regions_are_reported_and_counted_every_step() {
         let s = Schedule {
             loop_body_rare: 60,
             ..looped(10, 100, Some(10), vec![2, 4, 1])
         };
         let e = estimate(&s, Target::V5e, &[]).unwrap();
-        assert_eq!((e.body, e.rare, e.steps), (55, 60, 8));
-        assert_eq!(e.cycles, 10.0 + 55.0 * 10.0);
-        // the innermost axis sized at run time takes its given trip count; with every axis of one
-        // step the regions run every step
-        let s = Schedule {
-            iteration_bounds: vec![2, RUN_TIME_BOUND],
-            ..s
-        };
-        assert_eq!(estimate(&s, Target::V5e, &[3]).unwrap().body, 40 + 20);
-        let one = Schedule {
-            iteration_bounds: vec![1, 1],
-            ..s
-        };
-        assert_eq!(estimate(&one, Target::V5e, &[]).unwrap().body, 100);
+        assert_eq!((e.body, e.rare, e.steps), (100, 60, 8));
+        assert_eq!(e.cycles, 10.0 + 100.0 * 10.0);
     }
 
     #[test]
