@@ -218,13 +218,18 @@ def tune_key(table, key, choice, workers=2):
             "space": size, "candidates": cands, "seconds": round(time.perf_counter() - t0, 1)}
 
 
+# the bound a pipeline descriptor carries for a grid axis sized at run time (i32::MAX, as
+# kernel_runtime::libtpu::cost::RUN_TIME_BOUND reads it)
+RUN_TIME_BOUND = 2**31 - 1
+
+
 def at_their_share(schedule, trips):
     """`schedule` with its grid loop's rare regions (`loop_body_rare`: run only when an index equals a
     constant) counted at one step in the innermost grid axis's with more than one step (`trips` for
     the axes sized at run time), not every step: the branch rule of docs/tune.md, measured with
     `--report --branches`, not part of the model."""
     given = iter(trips)
-    grid = [next(given) if b == 2**31 - 1 else b for b in schedule["iteration_bounds"]]
+    grid = [next(given) if b == RUN_TIME_BOUND else b for b in schedule["iteration_bounds"]]
     inner = next((b for b in reversed(grid) if b > 1), 1)
     rare = min(schedule.get("loop_body_rare", 0), schedule["loop_body_weighted"])
     return {**schedule, "loop_body_weighted": schedule["loop_body_weighted"] - rare + -(-rare // inner)}

@@ -456,18 +456,7 @@ fn the_w8a8_example_takes_a_vmem_limit() {
             )
         })
     };
-    let e = build(None).expect_err("over the default limit").to_string();
-    assert!(
-        e.contains("scoped VMEM limit") && e.contains("vmem_limit_bytes"),
-        "{e}"
-    );
-    let call = build(Some(96 << 20)).expect("within 96 MiB");
-    assert_eq!(scoped_vmem(&call), 96 << 20);
-    let e = build(Some(0)).expect_err("zero").to_string();
-    assert!(
-        e.contains("vmem_limit_bytes") && e.contains("must be positive"),
-        "{e}"
-    );
+    takes_a_vmem_limit(build, 96 << 20);
 }
 
 #[path = "../examples/grouped_matmul.rs"]
@@ -493,16 +482,25 @@ fn the_grouped_matmul_example_takes_a_vmem_limit() {
             )
         })
     };
+    takes_a_vmem_limit(build, 60 << 20);
+}
+
+/// What an example's `vmem_limit_bytes` argument does, on blocks over the target's default scoped
+/// limit: without it, refused with the hint naming it; with `limit`, built with that scoped limit; a
+/// limit that is not positive (0, -1), refused naming the argument.
+fn takes_a_vmem_limit(build: impl Fn(Option<i64>) -> Result<PallasCall, KernelError>, limit: i64) {
     let e = build(None).expect_err("over the default limit").to_string();
     assert!(
         e.contains("scoped VMEM limit") && e.contains("vmem_limit_bytes"),
         "{e}"
     );
-    let call = build(Some(60 << 20)).expect("within 60 MiB");
-    assert_eq!(scoped_vmem(&call), 60 << 20);
-    let e = build(Some(-1)).expect_err("negative").to_string();
-    assert!(
-        e.contains("vmem_limit_bytes") && e.contains("must be positive"),
-        "{e}"
-    );
+    let call = build(Some(limit)).expect("within the raised limit");
+    assert_eq!(scoped_vmem(&call), limit as u64);
+    for bad in [0, -1] {
+        let e = build(Some(bad)).expect_err("not positive").to_string();
+        assert!(
+            e.contains("vmem_limit_bytes") && e.contains("must be positive"),
+            "{e}"
+        );
+    }
 }

@@ -129,6 +129,26 @@ def test_v4_refuses_int8_matmuls_as_libtpu_does():
     assert ex.quantized_matmul_w8a8.build(*args, target="v5p")["target"] == "v5p"
 
 
+def _raises_its_vmem_limit_as_its_error_suggests(op, args, block, target, limit):
+    """Blocks over `target`'s default scoped VMEM: `op` refuses them naming `vmem_limit_bytes`; a limit
+    that is not positive is refused naming it; with `limit` the lowering carries that scoped limit
+    and libtpu compiles it for `target`."""
+    with pytest.raises(tpu_kernel.KernelError) as e:
+        op.build(*args, block=block, target=target)
+    assert "scoped VMEM limit" in str(e.value) and "vmem_limit_bytes" in str(e.value), str(e.value)
+    for bad in (0, -1):
+        with pytest.raises(tpu_kernel.KernelError) as e:
+            op.build(*args, block=block, vmem_limit_bytes=bad, target=target)
+        assert "vmem_limit_bytes" in str(e.value) and "must be positive" in str(e.value), str(e.value)
+    built = op.lower(*args, block=block, vmem_limit_bytes=limit, target=target)
+    assert json.loads(built["backend_config"])["scoped_memory_configs"][0]["size"] == limit
+
+    def fn(*a):
+        return op(*a, block=block, vmem_limit_bytes=limit)
+    res = tc.compile_jax(fn, args, target)
+    assert res.ok, res.error
+
+
 def test_grouped_matmul_raises_its_vmem_limit_as_its_error_suggests():
     """megablox gmm's table choice for 128 tokens, k = n = 6144, 20 groups (128 x 2048 x 6144) with
     bf16 weights needs 55 MiB of VMEM, over tpu7x's default scoped 32 MiB: refused, naming
@@ -138,15 +158,7 @@ def test_grouped_matmul_raises_its_vmem_limit_as_its_error_suggests():
     visits = m // tm + g - 1
     args = (S((g + 1,), jnp.int32), S((visits,), jnp.int32), S((visits,), jnp.int32),
             S((m, k), jnp.bfloat16), S((g, k, n), jnp.bfloat16))
-    block = (tm, 2048, 6144)
-    with pytest.raises(tpu_kernel.KernelError) as e:
-        ex.grouped_matmul.build(*args, block=block, target="tpu7x")
-    assert "scoped VMEM limit" in str(e.value) and "vmem_limit_bytes" in str(e.value), str(e.value)
-
-    def fn(*a):
-        return ex.grouped_matmul(*a, block=block, vmem_limit_bytes=60 << 20)
-    res = tc.compile_jax(fn, args, "tpu7x")
-    assert res.ok, res.error
+    _raises_its_vmem_limit_as_its_error_suggests(ex.grouped_matmul, args, (tm, 2048, 6144), "tpu7x", 60 << 20)
 
 
 def test_w8a8_raises_its_vmem_limit_as_its_error_suggests():
@@ -156,17 +168,4 @@ def test_w8a8_raises_its_vmem_limit_as_its_error_suggests():
     S = jax.ShapeDtypeStruct
     args = (S((2048, 3584), jnp.int8), S((2048, 1), jnp.float32), S((3584, 1024), jnp.int8),
             S((1, 1024), jnp.float32))
-    block = (2048, 1024, 3584)
-    with pytest.raises(tpu_kernel.KernelError) as e:
-        ex.quantized_matmul_w8a8.build(*args, block=block, target="v6e")
-    assert "scoped VMEM limit" in str(e.value) and "vmem_limit_bytes" in str(e.value), str(e.value)
-    with pytest.raises(tpu_kernel.KernelError) as e:
-        ex.quantized_matmul_w8a8.build(*args, block=block, vmem_limit_bytes=0, target="v6e")
-    assert "vmem_limit_bytes" in str(e.value) and "must be positive" in str(e.value), str(e.value)
-    built = ex.quantized_matmul_w8a8.lower(*args, block=block, vmem_limit_bytes=96 << 20, target="v6e")
-    assert json.loads(built["backend_config"])["scoped_memory_configs"][0]["size"] == 96 << 20
-
-    def fn(x, xs, w, ws):
-        return ex.quantized_matmul_w8a8(x, xs, w, ws, block=block, vmem_limit_bytes=96 << 20)
-    res = tc.compile_jax(fn, args, "v6e")
-    assert res.ok, res.error
+    _raises_its_vmem_limit_as_its_error_suggests(ex.quantized_matmul_w8a8, args, (2048, 1024, 3584), "v6e", 96 << 20)

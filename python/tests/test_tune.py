@@ -7,8 +7,8 @@ import json
 import warnings
 
 import jax
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu

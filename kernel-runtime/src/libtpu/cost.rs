@@ -112,21 +112,6 @@ impl Estimate {
     }
 }
 
-/// The grid's bounds with each axis sized at run time replaced by its given trip count, in order
-/// (the caller has checked there is one per such axis).
-fn run_time_trips<'a>(bounds: &'a [u64], trips: &'a [u64]) -> impl Iterator<Item = u64> + 'a {
-    let mut given = trips.iter();
-    bounds.iter().map(move |&b| {
-        if b == RUN_TIME_BOUND {
-            *given
-                .next()
-                .expect("one trip count per axis sized at run time")
-        } else {
-            b
-        }
-    })
-}
-
 /// The model's estimate of a kernel whose final schedule is `s`, on `target`. `trips` are the trip
 /// counts of the grid axes sized at run time ([`RUN_TIME_BOUND`]), in axis order: exactly one per
 /// such axis, or the estimate is refused with the reason.
@@ -145,13 +130,23 @@ pub fn estimate(s: &Schedule, target: Target, trips: &[u64]) -> Result<Estimate,
             trips.len()
         ));
     }
+    let mut given = trips.iter();
+    let steps: u64 = s
+        .iteration_bounds
+        .iter()
+        .map(|&b| {
+            if b == RUN_TIME_BOUND {
+                *given.next().expect("counted above")
+            } else {
+                b
+            }
+        })
+        .product::<u64>()
+        .max(1);
     let per_cycle = c.hbm_bytes_per_s / c.clock_hz;
     let dma_step = s.dma_bytes_per_step as f64 / per_cycle;
     let vmem = s.vmem_operand_bytes as f64 / per_cycle;
     let dma_once = s.dma_bytes_once as f64 / per_cycle;
-    let steps: u64 = run_time_trips(&s.iteration_bounds, trips)
-        .product::<u64>()
-        .max(1);
     let (outside, body, around) = (s.outside_weighted, s.loop_body_weighted, s.around_weighted);
     let rare = s.loop_body_rare.min(body);
     let (iterations, kernel) = if body == 0 {
