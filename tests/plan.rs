@@ -146,3 +146,152 @@ fn a_data_chosen_output_block_splits_only_along_its_own_indices() {
         "columns by the parallel axis"
     );
 }
+
+mod heads {
+    use tpu_kernel::prelude::*;
+
+    /// `acc[h] = 2 x[h]` for each head, then the output from `acc`: independent iterations.
+    #[tpu_kernel]
+    pub fn per_head_kernel(x: Ref<f32>, o: RefMut<f32>, acc: RefMut<f32>) {
+        for h in 0..4i32 {
+            acc.at(h).store(x.at(h).load() * 2.0);
+        }
+        o.store(acc.load());
+    }
+
+    /// The same with each head's row also read by the next head: iteration `h` reads what `h - 1`
+    /// wrote, so the order matters.
+    #[tpu_kernel]
+    pub fn chained_kernel(x: Ref<f32>, o: RefMut<f32>, acc: RefMut<f32>) {
+        acc.at(0).store(x.at(0).load());
+        for h in 1..4i32 {
+            acc.at(h).store(acc.at(h - 1).load() + x.at(h).load());
+        }
+        o.store(acc.load());
+    }
+
+    /// Every head reads row 0 of the ref the loop writes (which head 0 writes).
+    #[tpu_kernel]
+    pub fn shared_row_kernel(x: Ref<f32>, o: RefMut<f32>, acc: RefMut<f32>) {
+        for h in 0..4i32 {
+            acc.at(h).store(acc.at(0).load() + x.at(h).load());
+        }
+        o.store(acc.load());
+    }
+
+    /// A running sum carried from head to head.
+    #[tpu_kernel]
+    pub fn carried_kernel(x: Ref<f32>, o: RefMut<f32>, acc: RefMut<f32>) {
+        let mut total = full([8, 128], 0.0f32);
+        for h in 0..4i32 {
+            total += x.at(h).load();
+            acc.at(h).store(total);
+        }
+        o.store(acc.load());
+    }
+
+    /// One head too many: head 4 stores past the end of `acc`'s 4 rows (independent iterations,
+    /// one of which fails).
+    #[tpu_kernel]
+    pub fn out_of_bounds_kernel(x: Ref<f32>, o: RefMut<f32>, acc: RefMut<f32>) {
+        for h in 0..5i32 {
+            acc.at(h).store(x.at(0).load());
+        }
+        o.store(acc.load());
+    }
+}
+
+fn heads_call<Args, K: tpu_kernel::launch::KernelFn<Args>>(kernel: K) -> tpu_kernel::PallasCall {
+    use tpu_kernel::prelude::*;
+    let a = || ArrayType::new([4, 8, 128], F32);
+    pallas_call(kernel)
+        .grid([1])
+        .input(a(), BlockSpec::new([4, 8, 128], |[_]| (0, 0, 0)))
+        .output(a(), BlockSpec::new([4, 8, 128], |[_]| (0, 0, 0)))
+        .scratch(Vmem::new([4, 8, 128], F32))
+        .build()
+        .expect("builds")
+}
+
+/// A `for` loop runs its iterations across threads only when they are independent: every ref it
+/// writes is read and written only at the induction variable's own index, it carries no value, and
+/// (here) it is the loop over heads of `per_head`; a chain through the written ref, a read of
+/// another head's row or a carried value keeps a loop in order. With `parallel: false`, or without
+/// fusion (the plain path), no loop is split.
+#[test]
+fn a_loop_splits_only_when_its_iterations_are_independent() {
+    let on = InterpretOptions::default();
+    let split =
+        |call: tpu_kernel::PallasCall| plan_counts(call.ir(), &on).expect("plan").split_loops;
+    assert_eq!(split(heads_call(heads::per_head_kernel)), 1);
+    assert_eq!(split(heads_call(heads::chained_kernel)), 0, "h reads h - 1");
+    assert_eq!(
+        split(heads_call(heads::shared_row_kernel)),
+        0,
+        "every h reads row 0"
+    );
+    assert_eq!(
+        split(heads_call(heads::carried_kernel)),
+        0,
+        "a carried value"
+    );
+    for off in [
+        InterpretOptions {
+            parallel: false,
+            ..InterpretOptions::default()
+        },
+        InterpretOptions {
+            fuse: false,
+            ..InterpretOptions::default()
+        },
+    ] {
+        let c = plan_counts(heads_call(heads::per_head_kernel).ir(), &off).expect("plan");
+        assert_eq!(c.split_loops, 0, "{off:?}");
+    }
+    let text = plan_text(heads_call(heads::per_head_kernel).ir(), &on).expect("plan");
+    assert!(
+        text.contains("iterations independent") && text.contains("along dim 0"),
+        "{text}"
+    );
+    // The ragged paged attention's loops over kv heads (the decode's and the mixed case's).
+    assert_eq!(counts("ragged_paged_attention", &on).split_loops, 2);
+}
+
+/// A split loop gives the bits of the loop run in order, and the same error (the first failing
+/// iteration's, at its source line) when an iteration fails.
+#[test]
+fn a_split_loop_gives_the_sequential_bits_and_errors() {
+    let seq = InterpretOptions {
+        parallel: false,
+        ..InterpretOptions::default()
+    };
+    let call = heads_call(heads::per_head_kernel);
+    let inputs = tpu_kernel::reference::random_inputs(&call, 5);
+    let par = call.interpret(&inputs).expect("split");
+    let ord = call.interpret_with(&inputs, &seq).expect("in order");
+    assert_eq!(par, ord);
+    let x = inputs[0].as_slice::<f32>().expect("f32");
+    let o = par[0].as_slice::<f32>().expect("f32");
+    assert!(x
+        .iter()
+        .zip(o)
+        .all(|(a, b)| (2.0 * a).to_bits() == b.to_bits()));
+
+    let call = heads_call(heads::out_of_bounds_kernel);
+    let on = InterpretOptions::default();
+    assert_eq!(plan_counts(call.ir(), &on).expect("plan").split_loops, 1);
+    let inputs = tpu_kernel::reference::random_inputs(&call, 6);
+    let par = call
+        .interpret(&inputs)
+        .expect_err("out of bounds")
+        .to_string();
+    let ord = call
+        .interpret_with(&inputs, &seq)
+        .expect_err("out of bounds")
+        .to_string();
+    assert_eq!(par, ord);
+    assert!(
+        par.contains("plan.rs") && par.contains("out-of-bounds store into scratch 0"),
+        "{par}"
+    );
+}

@@ -297,3 +297,37 @@ fn query_block_sizes_do_not_change_the_bits() {
         );
     }
 }
+
+/// The loops over kv heads run across threads (their iterations are independent: each writes only
+/// its head's softmax statistics and accumulator rows) and give the bits of the loops run in order,
+/// for a bf16, an f32 and an 8-bit cache, with uninitialized memory poisoned too.
+#[test]
+fn split_head_loops_give_the_sequential_bits() {
+    let calls = [
+        rpa::build().expect("builds"),
+        launch((4, 4, 16, 24, 40), (4, 2), F32, Some([8, 32, 8, 16])),
+        launch((4, 4, 16, 24, 40), (8, 4), F8E4M3FN, Some([8, 32, 8, 16])),
+    ];
+    for (i, call) in calls.iter().enumerate() {
+        let split =
+            tpu_kernel::runtime::interpret::plan_counts(call.ir(), &InterpretOptions::default())
+                .expect("plan")
+                .split_loops;
+        assert!(split >= 1, "launch {i}: no loop over kv heads is split");
+        let inputs = random_inputs(call, 20 + i as u64);
+        for poison in [false, true] {
+            let opts = |parallel| InterpretOptions {
+                parallel,
+                poison_uninitialized: poison,
+                ..InterpretOptions::default()
+            };
+            let par = call.interpret_with(&inputs, &opts(true)).expect("split");
+            let seq = call
+                .interpret_with(&inputs, &opts(false))
+                .expect("in order");
+            for (p, s) in par.iter().zip(&seq) {
+                assert_eq!(bits(p), bits(s), "launch {i}, poison {poison}");
+            }
+        }
+    }
+}

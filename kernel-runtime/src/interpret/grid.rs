@@ -269,8 +269,24 @@ pub(crate) fn describe(k: &Kernel, opts: &InterpretOptions) -> Result<(String, s
         out.push_str(&format!("parallel chunks over grid axes {par:?}\n"));
     }
     let p = plan(&k.body, opts.fuse);
-    out.push_str(&p.describe(&k.body));
     let mut counts = p.counts();
+    // Loops with independent iterations run across threads only where the grid runs on one.
+    if counts.split_loops > 0 {
+        let grid_chunks: usize = par.iter().map(|&a| k.grid[a]).product();
+        if opts.parallel && grid_chunks <= 1 {
+            out.push_str(
+                "loops with independent iterations run across threads
+",
+            );
+        } else {
+            out.push_str(
+                "loops with independent iterations run in order (the grid's chunks hold the \
+                 threads, or parallel is off)\n",
+            );
+            counts.split_loops = 0;
+        }
+    }
+    out.push_str(&p.describe(&k.body));
     counts.row_bands = coalesced.is_some();
     counts.parallel_axes = par.len();
     Ok((out, counts))
@@ -387,7 +403,7 @@ fn execute(
         let ok = super::workers::run(
             n_chunks,
             threads,
-            || runner.machine(),
+            || runner.machine(1),
             |m, c| {
                 if let Err(e) = runner.chunk(m, &par_axes, &chunk_key(&sizes, c)) {
                     let mut f = first.lock().unwrap_or_else(|p| p.into_inner());
@@ -402,7 +418,8 @@ fn execute(
         }
         first.into_inner().unwrap_or_else(|p| p.into_inner())
     } else {
-        let mut m = runner.machine();
+        // The grid runs on this thread alone: its split loops may use the launch's threads.
+        let mut m = runner.machine(if opts.parallel { threads } else { 1 });
         (0..n_chunks.max(1)).find_map(|c| {
             runner
                 .chunk(&mut m, &par_axes, &chunk_key(&sizes, c))

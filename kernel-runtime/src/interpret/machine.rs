@@ -16,6 +16,7 @@ mod dma;
 mod dots;
 mod refs;
 mod remote;
+mod split;
 mod values;
 mod views;
 mod walk;
@@ -80,8 +81,11 @@ pub(crate) struct Machine<'k> {
     link: Option<std::sync::Arc<super::spmd::Link>>,
     received: std::collections::HashMap<u64, Tensor>,
     barrier: usize,
-    /// The segments of recently read or written view windows.
-    segments: walk::SegmentCache,
+    /// The segments of recently read or written view windows (shared with the machines a split loop
+    /// forks).
+    segments: std::sync::Arc<walk::SegmentCache>,
+    /// Threads a split loop may run on (`split.rs`); 1 where the grid is already split across them.
+    loop_threads: usize,
 }
 
 impl<'k> Machine<'k> {
@@ -109,9 +113,16 @@ impl<'k> Machine<'k> {
             dma: DmaModel::default(),
             link,
             received: std::collections::HashMap::new(),
-            segments: walk::SegmentCache::default(),
+            segments: Default::default(),
             barrier,
+            loop_threads: 1,
         }
+    }
+
+    /// Let split loops run on up to `threads` threads.
+    pub fn with_loop_threads(mut self, threads: usize) -> Self {
+        self.loop_threads = threads.max(1);
+        self
     }
 
     /// Run the kernel body once with these grid indices.
@@ -181,6 +192,12 @@ impl<'k> Machine<'k> {
                 (Some(ch), sink) => self.chain(op, ch, sink),
                 (None, Some(r)) => self.sunk_op(op, r),
                 (None, None) => match plan.acc_in_place[i] {
+                    None if self.loop_threads > 1 && plan.split[i].is_some() => {
+                        match &plan.split[i] {
+                            Some(split) => self.split_for(op, &plan.sub[i], split),
+                            None => self.op(op, &plan.sub[i]),
+                        }
+                    }
                     Some(rf) => self.dot_in_place(op, rf, &plan.sub[i]),
                     None if plan.acc_owned[i] => self.dot_owned_acc(op, &plan.sub[i]),
                     None if plan.bitcast_owned[i] => self.bitcast_consuming(op),
@@ -423,7 +440,8 @@ impl<'k> Machine<'k> {
         }
     }
 
-    fn for_loop(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+    /// A `for` loop's bounds and (positive) step.
+    fn loop_bounds(&self, op: &Op) -> Result<(i64, i64, i64)> {
         let bound = |i: usize| -> Result<i64> {
             let v = op.operands.get(i).ok_or_else(|| internal("for bounds"))?;
             self.tensor(*v)?.scalar_i64()
@@ -435,6 +453,11 @@ impl<'k> Machine<'k> {
                 "a `for` loop step must be positive, got {step}"
             ));
         }
+        Ok((lo, hi, step))
+    }
+
+    fn for_loop(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+        let (lo, hi, step) = self.loop_bounds(op)?;
         let (Some(body), Some(plan)) = (op.regions.first(), sub.first()) else {
             return Err(internal("for without a body"));
         };

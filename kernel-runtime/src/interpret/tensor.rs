@@ -20,6 +20,42 @@ pub(crate) enum Buf {
     /// A single element held inline: scalars and splat constants, which a kernel's index arithmetic,
     /// loop counters and semaphore bookkeeping make by the thousand (no allocation, no reference count).
     One(One),
+    /// A ref's buffer written in place by the iterations of a loop run across threads
+    /// (`machine/split.rs`), each through its own machine, each touching only its own part of it.
+    Shared(Shared),
+}
+
+/// A ref's interpreter-owned buffer, lent to the iterations of a split loop: `len` elements of
+/// `dtype` at `ptr`. Reads of it are copied out at once (a loaded value must not change when the
+/// buffer is written later); writes go straight into it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shared {
+    pub dtype: DType,
+    pub ptr: *mut u8,
+    pub len: usize,
+}
+
+// SAFETY: a shared buffer is lent only while its owner (the machine that runs the split loop) waits
+// for the loop's iterations and touches nothing of it; each iteration reads and writes only the
+// elements at its own index along one dimension (`plan/split.rs` proves it of the loop body), so no
+// two threads touch one element, and no handle outlives the loop (the iterations' machines are
+// dropped before the owner goes on: `workers::run`).
+unsafe impl Send for Shared {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// The buffer's elements, to write into.
+    ///
+    /// # Safety
+    /// No other thread may touch the elements written (the split loop's disjointness) while the slice
+    /// lives, which must not outlive the lent buffer; `T` must be its element type (checked).
+    pub unsafe fn slice_mut<'a, T: HostElement>(self) -> Option<&'a mut [T]> {
+        (self.dtype == T::DTYPE && (self.ptr as usize).is_multiple_of(std::mem::align_of::<T>()))
+            // SAFETY: `len` initialized, aligned elements of `T` (the lent buffer's); the caller
+            // writes only elements no other thread touches.
+            .then(|| unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, self.len) })
+    }
 }
 
 /// One element of any dtype, stored in place (every element type is at most 4 bytes, aligned to at
@@ -96,6 +132,15 @@ impl Buf {
                 Some(unsafe { std::slice::from_raw_parts(f.ptr as *const T, f.len) })
             }
             Buf::Foreign(_) => None,
+            Buf::Shared(s)
+                if s.dtype == T::DTYPE
+                    && (s.ptr as usize).is_multiple_of(std::mem::align_of::<T>()) =>
+            {
+                // SAFETY: `len` initialized, aligned elements of `T`; the elements a thread reads are
+                // ones no other thread writes (see `Shared`).
+                Some(unsafe { std::slice::from_raw_parts(s.ptr as *const T, s.len) })
+            }
+            Buf::Shared(_) => None,
             Buf::One(o) => o.slice(),
         }
     }
@@ -103,6 +148,7 @@ impl Buf {
         match self {
             Buf::Host(d) => d.len(),
             Buf::Foreign(f) => f.len,
+            Buf::Shared(s) => s.len,
             Buf::One(_) => 1,
         }
     }
@@ -111,6 +157,7 @@ impl Buf {
         match (a, b) {
             (Buf::Host(x), Buf::Host(y)) => Arc::ptr_eq(x, y),
             (Buf::Foreign(x), Buf::Foreign(y)) => x.ptr == y.ptr && x.len == y.len,
+            (Buf::Shared(x), Buf::Shared(y)) => x.ptr == y.ptr && x.len == y.len,
             _ => false,
         }
     }
@@ -137,6 +184,7 @@ impl Buf {
         }
         match self {
             Buf::Host(a) => Ok(Arc::make_mut(a)),
+            Buf::Shared(_) => Err(internal("a lent buffer is written in place, not copied")),
             Buf::Foreign(_) | Buf::One(_) => Err(internal("foreign buffer")),
         }
     }

@@ -81,7 +81,8 @@ pub(super) struct Runner<'a> {
 }
 
 impl<'a> Runner<'a> {
-    pub(super) fn machine(&self) -> Machine<'a> {
+    /// A machine for grid steps whose split loops may use `loop_threads` threads.
+    pub(super) fn machine(&self, loop_threads: usize) -> Machine<'a> {
         let refs = self
             .k
             .operands
@@ -95,7 +96,7 @@ impl<'a> Runner<'a> {
                 blocked: o.block.is_some(),
             })
             .collect();
-        Machine::new(&self.k.body, refs, self.poison)
+        Machine::new(&self.k.body, refs, self.poison).with_loop_threads(loop_threads)
     }
 
     /// Run every grid point whose parallel coordinates are `key`, in order, then write back.

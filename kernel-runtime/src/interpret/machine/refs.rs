@@ -72,10 +72,15 @@ impl<'k> Machine<'k> {
         let st = &self.refs[r];
         let full = w.is_full(&st.shape);
         let content = self.contents(r)?;
-        Ok(if full {
+        let window = if full {
             content
         } else {
             content.strided_window(&starts, (&w.sizes, &w.strides), &w.squeezed)
+        };
+        // A lent buffer is written in place later: the value is copied out now.
+        Ok(match window.buf {
+            Buf::Shared(_) => window.materialize()?,
+            _ => window,
         })
     }
 
@@ -155,7 +160,14 @@ impl<'k> Machine<'k> {
             && sizes == &shape[..]
             && !squeezed.contains(&true)
             && steps.iter().all(|k| *k == 1);
-        if mask.is_none() && full {
+        let lent = matches!(
+            self.refs[r].content,
+            Some(Tensor {
+                buf: Buf::Shared(_),
+                ..
+            })
+        );
+        if mask.is_none() && full && !lent {
             if let Some(old) = self.refs[r].content.replace(value) {
                 recycle(old);
             }
@@ -199,6 +211,17 @@ pub(super) fn write_window_into(
         if !squeezed[d] {
             strides.push(rs[d] * steps[d]);
         }
+    }
+    if let Buf::Shared(lent) = buf {
+        with_dtype!(dtype, T => {
+            // SAFETY: a lent buffer is written only at this loop iteration's own index (the split
+            // loop's rule, `plan/split.rs`), which no other thread touches; the window is in bounds
+            // (its starts were checked against the ref's shape).
+            let dst = unsafe { lent.slice_mut::<T>() }
+                .ok_or_else(|| internal("ref buffer type"))?;
+            write_view(dst, off, &strides, value, mask)?;
+        });
+        return Ok(());
     }
     let data = buf.make_mut(dtype)?;
     with_dtype!(dtype, T => {

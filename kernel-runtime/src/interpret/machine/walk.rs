@@ -287,10 +287,17 @@ impl<'p> Walk<'p> {
 /// window of the same view again (each sequence's key rows of a KV buffer slot) walks the path once.
 /// An entry is keyed by everything [`Walk::window`]'s answer depends on: the path, the ref buffer's
 /// strides and offset, and the window; a hit gives the same segments the walk would.
+/// One cache serves a machine and the machines it forks for a split loop's iterations (`split.rs`),
+/// which read the same windows: it is shared between threads, locked only to look up and to insert.
 #[derive(Default)]
 pub(in crate::interpret) struct SegmentCache {
-    entries: std::cell::RefCell<Vec<(SegmentKey, std::sync::Arc<[Segment]>)>>,
-    next: std::cell::Cell<usize>,
+    entries: std::sync::Mutex<Entries>,
+}
+
+#[derive(Default)]
+struct Entries {
+    kept: Vec<(SegmentKey, std::sync::Arc<[Segment]>)>,
+    next: usize,
 }
 
 struct SegmentKey {
@@ -322,7 +329,8 @@ impl SegmentCache {
                 && k.steps == steps
                 && k.path == *p
         };
-        if let Some((_, segs)) = self.entries.borrow().iter().find(|(k, _)| hit(k)) {
+        let lock = || self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, segs)) = lock().kept.iter().find(|(k, _)| hit(k)) {
             return Ok(segs.clone());
         }
         let segs: std::sync::Arc<[Segment]> =
@@ -333,13 +341,13 @@ impl SegmentCache {
             window: (window.0.to_vec(), window.1.to_vec(), window.2.to_vec()),
             steps: steps.to_vec(),
         };
-        let mut entries = self.entries.borrow_mut();
-        if entries.len() < CACHED_WINDOWS {
-            entries.push((key, segs.clone()));
+        let mut e = lock();
+        if e.kept.len() < CACHED_WINDOWS {
+            e.kept.push((key, segs.clone()));
         } else {
-            let at = self.next.get() % CACHED_WINDOWS;
-            entries[at] = (key, segs.clone());
-            self.next.set(at + 1);
+            let at = e.next % CACHED_WINDOWS;
+            e.kept[at] = (key, segs.clone());
+            e.next = at + 1;
         }
         Ok(segs)
     }

@@ -56,6 +56,18 @@ impl Plan {
                     "{at}: dot accumulates into its accumulator's buffer (its last use)"
                 );
             }
+            if let Some(split) = &self.split[i] {
+                let refs: Vec<String> = split
+                    .written
+                    .iter()
+                    .map(|(r, d)| format!("%{} along dim {d}", r.0))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "{at}: iterations independent (may run on several threads); writes {}",
+                    refs.join(", ")
+                );
+            }
             for (k, (sub, region)) in self.sub[i].iter().zip(&op.regions).enumerate() {
                 let mut inner = String::new();
                 sub.describe_region(region, depth + 1, &mut inner);
@@ -86,6 +98,7 @@ impl Plan {
             .count();
         c.sunk += self.sink_to.iter().flatten().count();
         c.in_place_dots += self.acc_in_place.iter().flatten().count();
+        c.split_loops += self.split.iter().flatten().count();
         for subs in &self.sub {
             for s in subs {
                 s.count(c);
@@ -106,6 +119,8 @@ pub struct PlanCounts {
     pub epilogues: usize,
     pub sunk: usize,
     pub in_place_dots: usize,
+    /// `for` loops whose iterations are independent, run across threads when the grid is not.
+    pub split_loops: usize,
 }
 
 fn link_label(l: &Link) -> String {

@@ -17,12 +17,14 @@
 mod describe;
 mod dots;
 mod fusion;
+mod split;
 
 use super::fused::{Epilogue, Link};
 use crate::ir::{Func, Op, OpKind, Region, ValueId};
 pub use describe::PlanCounts;
 use dots::{acc_dies_at, acc_in_place_ref};
 use fusion::{defer_widening_casts, find_chains};
+pub(crate) use split::SplitLoop;
 use std::collections::{HashMap, HashSet};
 
 /// Per region: which values die after each op (uses inside nested regions count at the parent op), and
@@ -45,6 +47,8 @@ pub(crate) struct Plan {
     /// Value bitcasts whose operand dies at them: its buffer, when nothing else holds it, may become
     /// the result (same width: the same bytes) instead of being copied.
     pub(crate) bitcast_owned: Vec<bool>,
+    /// `for` loops whose iterations are independent (see [`split`]): they may run on several threads.
+    pub(crate) split: Vec<Option<SplitLoop>>,
     pub(crate) sub: Vec<Vec<Plan>>,
 }
 
@@ -74,10 +78,25 @@ pub(crate) fn plan(f: &Func, fuse: bool) -> Plan {
             *uses.entry(*v).or_insert(0) += 1;
         }
     });
-    plan_region(f, &f.body, &uses, fuse)
+    let bases = split::view_bases(f);
+    let cx = Context {
+        all_uses: &uses,
+        bases: &bases,
+        fuse,
+    };
+    plan_region(f, &f.body, &cx)
 }
 
-fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: bool) -> Plan {
+/// What every region's plan is made from: the function's use counts and view bases, and whether the
+/// fast paths are on.
+struct Context<'a> {
+    all_uses: &'a HashMap<ValueId, usize>,
+    bases: &'a HashMap<ValueId, ValueId>,
+    fuse: bool,
+}
+
+fn plan_region(f: &Func, r: &Region, cx: &Context<'_>) -> Plan {
+    let (all_uses, fuse) = (cx.all_uses, cx.fuse);
     let (skip, chain, exec_at) = if fuse {
         let (mut skip, mut chain, mut exec_at) = find_chains(f, r, all_uses);
         defer_widening_casts(f, r, all_uses, &mut skip, &mut chain, &mut exec_at);
@@ -147,9 +166,14 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: b
         .map(|op| {
             op.regions
                 .iter()
-                .map(|reg| plan_region(f, reg, all_uses, fuse))
+                .map(|reg| plan_region(f, reg, cx))
                 .collect()
         })
+        .collect();
+    let split = r
+        .ops
+        .iter()
+        .map(|op| fuse.then(|| split::split_loop(op, cx.bases)).flatten())
         .collect();
     Plan {
         dead_after,
@@ -159,6 +183,7 @@ fn plan_region(f: &Func, r: &Region, all_uses: &HashMap<ValueId, usize>, fuse: b
         acc_in_place,
         acc_owned,
         bitcast_owned,
+        split,
         sub,
     }
 }
