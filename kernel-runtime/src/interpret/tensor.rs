@@ -175,7 +175,11 @@ impl Buf {
             let data = super::elementwise::with_dtype!(dtype, T => {
                 let s = self.slice::<T>().ok_or_else(|| internal("foreign buffer type"))?;
                 let _ = f;
-                T::wrap(s.to_vec())
+                // A pooled buffer: a paged kernel's cache is copied here on every call, and a fresh
+                // allocation of its size faults its pages in each time.
+                let mut v = pool::take::<T>(s.len());
+                v.extend_from_slice(s);
+                T::wrap(v)
             });
             *self = Buf::host(data);
         }

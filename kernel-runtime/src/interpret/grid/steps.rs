@@ -148,6 +148,7 @@ impl<'a> Runner<'a> {
                     .take()
                     .ok_or_else(|| internal("whole output without contents"))?;
                 self.write_whole(out_no, &content)?;
+                recycle(content);
             }
             out_no += 1;
         }
