@@ -88,6 +88,18 @@ pub(crate) struct Machine<'k> {
     loop_threads: usize,
 }
 
+/// A machine's ref contents go back to the buffer pool when it ends (the scratch of the next call, or
+/// of the next split loop's iterations, reuses them).
+impl Drop for Machine<'_> {
+    fn drop(&mut self) {
+        for r in &mut self.refs {
+            if let Some(t) = r.content.take() {
+                recycle(t);
+            }
+        }
+    }
+}
+
 impl<'k> Machine<'k> {
     pub fn new(func: &'k Func, mut refs: Vec<RefState>, poison: bool) -> Self {
         let link = super::spmd::current();

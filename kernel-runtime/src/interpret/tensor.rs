@@ -568,6 +568,16 @@ mod pool {
 
 pub(crate) use pool::take as take_vec;
 
+/// `n` elements of `lit`, in a pooled buffer (scratch refs start so on every call: a fresh allocation
+/// of a block-sized scratch faults its pages in each time).
+pub(crate) fn filled(lit: Literal, n: usize) -> HostData {
+    super::elementwise::with_dtype!(lit.dtype, T => {
+        let mut v = pool::take::<T>(n);
+        v.resize(n, T::from_literal_bits(lit.bits));
+        T::wrap(v)
+    })
+}
+
 /// Return a tensor's buffer to the pool if nothing else holds it.
 pub(crate) fn recycle(t: Tensor) {
     if let Buf::Host(a) = t.buf {

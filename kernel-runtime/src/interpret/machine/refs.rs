@@ -133,7 +133,10 @@ impl<'k> Machine<'k> {
             }
             None => Tensor::from_data(
                 shape.clone(),
-                HostData::filled(fill_literal(dtype, self.poison), shape.iter().product()),
+                super::super::tensor::filled(
+                    fill_literal(dtype, self.poison),
+                    shape.iter().product(),
+                ),
             ),
         })
     }
