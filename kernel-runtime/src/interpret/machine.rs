@@ -88,6 +88,9 @@ pub(crate) struct Machine<'k> {
     loop_threads: usize,
 }
 
+/// A `for` loop's `(lo, hi, step)`, body, body plan and induction variable type ([`Machine::loop_parts`]).
+type LoopParts<'o> = ((i64, i64, i64), &'o Region, &'o Plan, DType);
+
 /// A machine's ref contents go back to the buffer pool when it ends (the scratch of the next call, or
 /// of the next split loop's iterations, reuses them).
 impl Drop for Machine<'_> {
@@ -452,8 +455,9 @@ impl<'k> Machine<'k> {
         }
     }
 
-    /// A `for` loop's bounds and (positive) step.
-    fn loop_bounds(&self, op: &Op) -> Result<(i64, i64, i64)> {
+    /// A `for` loop's bounds and (positive) step, its body with the body's plan, and the induction
+    /// variable's type.
+    fn loop_parts<'o>(&self, op: &'o Op, sub: &'o [Plan]) -> Result<LoopParts<'o>> {
         let bound = |i: usize| -> Result<i64> {
             let v = op.operands.get(i).ok_or_else(|| internal("for bounds"))?;
             self.tensor(*v)?.scalar_i64()
@@ -465,11 +469,6 @@ impl<'k> Machine<'k> {
                 "a `for` loop step must be positive, got {step}"
             ));
         }
-        Ok((lo, hi, step))
-    }
-
-    fn for_loop(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
-        let (lo, hi, step) = self.loop_bounds(op)?;
         let (Some(body), Some(plan)) = (op.regions.first(), sub.first()) else {
             return Err(internal("for without a body"));
         };
@@ -478,6 +477,11 @@ impl<'k> Machine<'k> {
             .first()
             .map(|a| self.func.ty(*a).dtype())
             .unwrap_or(DType::I32);
+        Ok(((lo, hi, step), body, plan, iv_dtype))
+    }
+
+    fn for_loop(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+        let ((lo, hi, step), body, plan, iv_dtype) = self.loop_parts(op, sub)?;
         let mut carried: Vec<Value> = op.operands[3..]
             .iter()
             .map(|v| {

@@ -54,7 +54,7 @@ impl<'k> Machine<'k> {
         sub: &[Plan],
         split: &SplitLoop,
     ) -> Result<Vec<Value>> {
-        let (lo, hi, step) = self.loop_bounds(op)?;
+        let ((lo, hi, step), body, plan, iv_dtype) = self.loop_parts(op, sub)?;
         let trips = if hi > lo {
             (hi as i128 - lo as i128 + step as i128 - 1) / step as i128
         } else {
@@ -67,14 +67,6 @@ impl<'k> Machine<'k> {
         {
             return self.for_loop(op, sub);
         }
-        let (Some(body), Some(plan)) = (op.regions.first(), sub.first()) else {
-            return Err(internal("for without a body"));
-        };
-        let iv_dtype = body
-            .args
-            .first()
-            .map(|a| self.func.ty(*a).dtype())
-            .unwrap_or(DType::I32);
         // Each written ref's contents as one buffer of its own (copied first only if some value still
         // shares it), lent to the iterations.
         let mut lent = Vec::with_capacity(split.written.len());
