@@ -274,10 +274,7 @@ pub(crate) fn describe(k: &Kernel, opts: &InterpretOptions) -> Result<(String, s
     if counts.split_loops > 0 {
         let grid_chunks: usize = par.iter().map(|&a| k.grid[a]).product();
         if opts.parallel && grid_chunks <= 1 {
-            out.push_str(
-                "loops with independent iterations run across threads
-",
-            );
+            out.push_str("loops with independent iterations run across threads\n");
         } else {
             out.push_str(
                 "loops with independent iterations run in order (the grid's chunks hold the \

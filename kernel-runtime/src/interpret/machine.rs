@@ -206,17 +206,14 @@ impl<'k> Machine<'k> {
             let results = match (&plan.chain[i], plan.sink_to[i]) {
                 (Some(ch), sink) => self.chain(op, ch, sink),
                 (None, Some(r)) => self.sunk_op(op, r),
-                (None, None) => match plan.acc_in_place[i] {
-                    None if self.loop_threads > 1 && plan.split[i].is_some() => {
-                        match &plan.split[i] {
-                            Some(split) => self.split_for(op, &plan.sub[i], split),
-                            None => self.op(op, &plan.sub[i]),
-                        }
+                (None, None) => match (plan.acc_in_place[i], &plan.split[i]) {
+                    (None, Some(split)) if self.loop_threads > 1 => {
+                        self.split_for(op, &plan.sub[i], split)
                     }
-                    Some(rf) => self.dot_in_place(op, rf, &plan.sub[i]),
-                    None if plan.acc_owned[i] => self.dot_owned_acc(op, &plan.sub[i]),
-                    None if plan.bitcast_owned[i] => self.bitcast_consuming(op),
-                    None => self.op(op, &plan.sub[i]),
+                    (Some(rf), _) => self.dot_in_place(op, rf, &plan.sub[i]),
+                    (None, _) if plan.acc_owned[i] => self.dot_owned_acc(op, &plan.sub[i]),
+                    (None, _) if plan.bitcast_owned[i] => self.bitcast_consuming(op),
+                    (None, _) => self.op(op, &plan.sub[i]),
                 },
             }
             .map_err(|e| e.at(op.loc))?;

@@ -51,11 +51,30 @@ impl Shared {
     /// No other thread may touch the elements written (the split loop's disjointness) while the slice
     /// lives, which must not outlive the lent buffer; `T` must be its element type (checked).
     pub unsafe fn slice_mut<'a, T: HostElement>(self) -> Option<&'a mut [T]> {
-        (self.dtype == T::DTYPE && (self.ptr as usize).is_multiple_of(std::mem::align_of::<T>()))
+        holds::<T>(self.dtype, self.ptr.cast_const())
             // SAFETY: `len` initialized, aligned elements of `T` (the lent buffer's); the caller
             // writes only elements no other thread touches.
             .then(|| unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, self.len) })
     }
+}
+
+/// Whether `len` elements of `dtype` at `ptr` can be read as `T`: the same element type, aligned.
+fn holds<T: HostElement>(dtype: DType, ptr: *const u8) -> bool {
+    dtype == T::DTYPE && (ptr as usize).is_multiple_of(std::mem::align_of::<T>())
+}
+
+/// The `len` elements of `dtype` at `ptr` as a slice of `T`, when [`holds`].
+///
+/// # Safety
+/// `ptr` must address `len` initialized elements of `dtype` that no thread writes while the slice
+/// lives (or, for a lent buffer, none of the elements this thread reads).
+unsafe fn typed_slice<'a, T: HostElement>(
+    dtype: DType,
+    ptr: *const u8,
+    len: usize,
+) -> Option<&'a [T]> {
+    // SAFETY: the caller's contract; the type and alignment are checked.
+    holds::<T>(dtype, ptr).then(|| unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), len) })
 }
 
 /// One element of any dtype, stored in place (every element type is at most 4 bytes, aligned to at
@@ -124,23 +143,11 @@ impl Buf {
     pub fn slice<T: HostElement>(&self) -> Option<&[T]> {
         match self {
             Buf::Host(d) => T::slice(d),
-            Buf::Foreign(f)
-                if f.dtype == T::DTYPE
-                    && (f.ptr as usize).is_multiple_of(std::mem::align_of::<T>()) =>
-            {
-                // SAFETY: `len` initialized, aligned elements of `T` that nobody writes during the run.
-                Some(unsafe { std::slice::from_raw_parts(f.ptr as *const T, f.len) })
-            }
-            Buf::Foreign(_) => None,
-            Buf::Shared(s)
-                if s.dtype == T::DTYPE
-                    && (s.ptr as usize).is_multiple_of(std::mem::align_of::<T>()) =>
-            {
-                // SAFETY: `len` initialized, aligned elements of `T`; the elements a thread reads are
-                // ones no other thread writes (see `Shared`).
-                Some(unsafe { std::slice::from_raw_parts(s.ptr as *const T, s.len) })
-            }
-            Buf::Shared(_) => None,
+            // SAFETY: `len` initialized elements of the array's dtype that nobody writes during the run.
+            Buf::Foreign(f) => unsafe { typed_slice(f.dtype, f.ptr, f.len) },
+            // SAFETY: `len` initialized elements of the lent buffer's dtype; the elements a thread
+            // reads are ones no other thread writes (see `Shared`).
+            Buf::Shared(s) => unsafe { typed_slice(s.dtype, s.ptr.cast_const(), s.len) },
             Buf::One(o) => o.slice(),
         }
     }
