@@ -550,7 +550,12 @@ fn attend<K: KvElement>(
                         let stride = rows_per_token;
                         let start = kv0 * stride as i32;
                         let kw = words.at(ds(start + kr, bkv_c as i32).stride(stride)).load();
-                        let vw = words.at(ds(start + vr, bkv_c as i32).stride(stride)).load();
+                        // Packed caches hold a head's key and value in one word: one load for both
+                        // (tpu-inference's `strided_load_kv`).
+                        let mut vw = kw;
+                        if K::PACKING == 1 {
+                            vw = words.at(ds(start + vr, bkv_c as i32).stride(stride)).load();
+                        }
                         let (k, v) = K::unpack(kw, vw, h);
                         let qh =
                             scaled_queries::<K>(head_queries(q_buf, h, c * bq_c, bq_c), options);
