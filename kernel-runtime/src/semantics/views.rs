@@ -106,6 +106,49 @@ impl ViewPath {
         }
         (starts, sizes)
     }
+
+    /// A window (`starts`, `sizes`, `squeezed` over this view's shape) that is a plain window of the
+    /// ref itself, in the ref's coordinates: when the view is one reshape merging the ref's leading
+    /// dimensions into its first (`[pages, page_size, ..]` as token rows `[pages · page_size, ..]`)
+    /// and the window's first dimension stays within one row of the last merged dimension (the
+    /// tokens of one page). The same elements, in the same order, of the same value shape; `None`
+    /// for any other view or window.
+    pub fn as_ref_window(
+        &self,
+        starts: &[usize],
+        sizes: &[usize],
+        squeezed: &[bool],
+    ) -> Option<(Vec<usize>, Vec<usize>, Vec<bool>)> {
+        let [ViewStep::Reshape(to)] = &self.steps[..] else {
+            return None;
+        };
+        let from = &self.base_shape;
+        if to.is_empty() || to.len() > from.len() || starts.len() != to.len() {
+            return None;
+        }
+        // `to` = [from[0] · .. · from[k], from[k + 1], ..].
+        let k = from.len() - to.len();
+        if to[1..] != from[k + 1..] || from[..=k].iter().product::<usize>() != to[0] {
+            return None;
+        }
+        let (a, n) = (starts[0], sizes[0]);
+        if n == 0 || from[k] == 0 || a % from[k] + n > from[k] {
+            return None;
+        }
+        let mut lead = vec![0; k + 1];
+        let mut f = a;
+        for d in (0..=k).rev() {
+            lead[d] = f % from[d];
+            f /= from[d];
+        }
+        let mut out = (lead, vec![1; k], vec![true; k]);
+        out.1.push(n);
+        out.2.push(squeezed[0]);
+        out.0.extend_from_slice(&starts[1..]);
+        out.1.extend_from_slice(&sizes[1..]);
+        out.2.extend_from_slice(&squeezed[1..]);
+        Some(out)
+    }
 }
 
 fn step_result(s: &ViewStep, shape: &[usize], dtype: DType) -> (Vec<usize>, DType) {
@@ -219,5 +262,71 @@ mod tests {
             starts[0] = 12;
         }
         assert_eq!(p.reach(), (vec![0, 0, 0], vec![2, 16, 128]));
+    }
+
+    /// Every window of token rows `[6, 3, 2]` of a `[2, 3, 3, 2]` ref (leading dimensions merged):
+    /// `as_ref_window` answers exactly when the window stays within one page, and its plain window
+    /// holds the view window's elements in the same order, of the same value shape.
+    #[test]
+    fn a_window_within_one_page_of_token_rows_is_a_plain_window() {
+        let from = [2usize, 3, 3, 2];
+        let mut p = ViewPath::new(&from, DType::F32);
+        p.steps.push(ViewStep::Reshape(vec![6, 3, 2]));
+        let flat = |idx: &[usize], shape: &[usize]| {
+            idx.iter().zip(shape).fold(0, |acc, (i, n)| acc * n + i)
+        };
+        // The flat offsets a window covers, row-major, and its value shape.
+        let cover = |shape: &[usize], starts: &[usize], sizes: &[usize], sq: &[bool]| {
+            let mut out = Vec::new();
+            let n: usize = sizes.iter().product();
+            for k in 0..n {
+                let (mut idx, mut f) = (vec![0; sizes.len()], k);
+                for d in (0..sizes.len()).rev() {
+                    idx[d] = starts[d] + f % sizes[d];
+                    f /= sizes[d];
+                }
+                out.push(flat(&idx, shape));
+            }
+            let kept: Vec<usize> = sizes
+                .iter()
+                .zip(sq)
+                .filter(|(_, q)| !**q)
+                .map(|(n, _)| *n)
+                .collect();
+            (out, kept)
+        };
+        let mut plain = 0;
+        for a in 0..6 {
+            for n in 1..=6 - a {
+                for (b, m) in [(0, 3), (1, 1), (2, 1)] {
+                    for sq0 in [false, true] {
+                        if sq0 && n != 1 {
+                            continue;
+                        }
+                        let (starts, sizes, sq) =
+                            ([a, b, 0], [n, m, 2], [sq0, m == 1 && b == 2, false]);
+                        let got = p.as_ref_window(&starts, &sizes, &sq);
+                        assert_eq!(got.is_some(), a % 3 + n <= 3, "{starts:?} {sizes:?}");
+                        let Some((s2, z2, q2)) = got else { continue };
+                        assert_eq!(
+                            cover(&[6, 3, 2], &starts, &sizes, &sq),
+                            cover(&from, &s2, &z2, &q2)
+                        );
+                        plain += 1;
+                    }
+                }
+            }
+        }
+        assert!(plain > 20);
+        // Anything but one leading merge is not a plain window.
+        let mut q = ViewPath::new(&from, DType::F32);
+        q.steps.push(ViewStep::Reshape(vec![2, 9, 2]));
+        assert_eq!(q.as_ref_window(&[0, 0, 0], &[1, 1, 2], &[false; 3]), None);
+        let mut b = ViewPath::new(&from, DType::F32);
+        b.steps.push(ViewStep::Bitcast(DType::U32));
+        assert_eq!(
+            b.as_ref_window(&[0, 0, 0, 0], &[1, 1, 1, 2], &[false; 4]),
+            None
+        );
     }
 }

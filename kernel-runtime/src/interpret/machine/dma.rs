@@ -97,8 +97,19 @@ impl<'k> Machine<'k> {
                 v.squeezed[d] = w.squeezed[i];
             }
         }
-        if view_shape.is_some() {
-            v = self.view_window(&base, &window.0, (&window.1, &w.squeezed));
+        if let Some(p) = &base.via {
+            // A page of token rows is a plain window of the cache: the copies, loads and race
+            // checks over it take the plain path.
+            v = match p.as_ref_window(&window.0, &window.1, &w.squeezed) {
+                Some((starts, sizes, squeezed)) => RefView {
+                    r: base.r,
+                    starts: starts.into(),
+                    sizes: sizes.into(),
+                    squeezed: squeezed.into(),
+                    via: None,
+                },
+                None => self.view_window(&base, &window.0, (&window.1, &w.squeezed)),
+            };
         }
         Ok(vec![Value::View(v)])
     }
