@@ -189,3 +189,98 @@ fn a_whole_output_aliased_to_its_input_updates_in_place_or_not() {
         assert_eq!(bits(&one), bits(&want), "one buffer, patch {patch}");
     }
 }
+
+/// Rows 0..8 of `o` become 7, the left half of rows 0..16 is copied onto rows 8..24 of `o` itself
+/// (overlapping, one row at a time: the copy must read its source as it was), and rows 8..16 plus one
+/// reach rows 24..32 through VMEM. The aliased input is never read.
+#[tpu_kernel]
+fn shift_rows_kernel(_x: Ref<f32, Any>, o: RefMut<f32, Any>, buf: RefMut<f32>, sem: DmaSem) {
+    buf.store(full([8, 128], 7.0f32));
+    sync_copy(buf, o.at((0..8, ..)), sem);
+    sync_copy(o.at((0..16, 0..64)), o.at((8..24, 0..64)), sem);
+    sync_copy(o.at((8..16, ..)), buf, sem);
+    buf.store(buf.load() + 1.0);
+    sync_copy(buf, o.at((24..32, ..)), sem);
+}
+
+/// A whole output aliased to an input the kernel never reads is updated in place in its own array
+/// (`Runner::lend_sink`): owned, on two buffers and on one (XLA's donated pair), the output is the
+/// input updated — an overlapping copy within it reads its source first — and a separate input
+/// buffer is left as it was.
+#[test]
+fn a_whole_output_whose_input_is_unread_is_updated_in_its_own_array() {
+    use tpu_kernel::runtime::interpret::{
+        interpret_into, ArrayView, ArrayViewMut, InterpretOptions,
+    };
+    let shape = [32usize, 128];
+    // The first element whose bits differ, if any.
+    let differ = |a: &[f32], b: &[f32]| {
+        (a.len() != b.len())
+            .then_some(usize::MAX)
+            .or_else(|| (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()))
+    };
+    let xs: Vec<f32> = (0..32 * 128).map(|i| i as f32 - 100.5).collect();
+    let a = ArrayType::new(shape, F32);
+    let call = pallas_call(shift_rows_kernel)
+        .input_any(a.clone())
+        .output_any(a)
+        .scratch(Vmem::new([8, 128], F32))
+        .scratch(DmaSem::one())
+        .input_output_aliases([(0, 0)])
+        .build()
+        .expect("build");
+    let mut want = xs.clone();
+    want[..8 * 128].fill(7.0);
+    for r in 8..24 {
+        // The left half of row r is row r - 8's as the copy began: 7 from rows 0..8, else the input.
+        for c in 0..64 {
+            want[r * 128 + c] = if r < 16 { 7.0 } else { xs[(r - 8) * 128 + c] };
+        }
+    }
+    for r in 24..32 {
+        for c in 0..128 {
+            want[r * 128 + c] = want[(r - 16) * 128 + c] + 1.0;
+        }
+    }
+    for seed in [None, Some(3)] {
+        let opts = InterpretOptions {
+            dma_seed: seed,
+            ..InterpretOptions::default()
+        };
+        let x = HostArray::from_vec(shape, xs.clone()).unwrap();
+        let owned = call
+            .interpret_with(std::slice::from_ref(&x), &opts)
+            .expect("owned run");
+        assert_eq!(
+            differ(owned[0].as_slice::<f32>().unwrap(), &want),
+            None,
+            "owned"
+        );
+        assert_eq!(differ(x.as_slice::<f32>().unwrap(), &xs), None, "the input");
+        let run = |input: *const f32, out: *mut f32| {
+            // SAFETY: both point at live, aligned f32 buffers of 32·128 elements that nobody else
+            // touches during the call (the same one when XLA aliases the pair).
+            let (view, mut out_view) = unsafe {
+                (
+                    ArrayView::from_raw(&shape, F32, input.cast()),
+                    ArrayViewMut::from_raw(&shape, F32, out.cast()),
+                )
+            };
+            interpret_into(
+                call.ir(),
+                &[view],
+                std::slice::from_mut(&mut out_view),
+                &opts,
+            )
+        };
+        let input = xs.clone();
+        let mut out = vec![f32::NAN; xs.len()];
+        run(input.as_ptr(), out.as_mut_ptr()).expect("two buffers");
+        assert_eq!(differ(&out, &want), None, "two buffers, seed {seed:?}");
+        assert_eq!(differ(&input, &xs), None, "the input buffer, seed {seed:?}");
+        let mut one = xs.clone();
+        let p = one.as_mut_ptr();
+        run(p.cast_const(), p).expect("one buffer");
+        assert_eq!(differ(&one, &want), None, "one buffer, seed {seed:?}");
+    }
+}

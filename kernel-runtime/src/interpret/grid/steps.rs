@@ -125,7 +125,7 @@ impl<'a> Runner<'a> {
             }
             if o.block.is_none() {
                 let aliased = k.aliases.iter().find(|a| a.1 == out_no).map(|a| a.0);
-                m.refs[i].content = Some(self.whole_output(o, aliased)?);
+                m.refs[i].content = Some(self.whole_output(o, aliased, out_no)?);
             }
             out_no += 1;
         }
@@ -155,9 +155,15 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
-    /// The starting contents of a whole (ANY) output: its aliased input's buffer, shared (the first
-    /// write copies it; see `start_aliased_outputs`), else the fill value.
-    fn whole_output(&self, o: &crate::ir::Operand, aliased: Option<usize>) -> Result<Tensor> {
+    /// The starting contents of a whole (ANY) output: its own array holding its aliased input
+    /// ([`Runner::lend_sink`]), else its aliased input's buffer, shared (the first write copies it;
+    /// see `start_aliased_outputs`), else the fill value.
+    fn whole_output(
+        &self,
+        o: &crate::ir::Operand,
+        aliased: Option<usize>,
+        out_no: usize,
+    ) -> Result<Tensor> {
         let Some(input_no) = aliased else {
             return Ok(Tensor::splat(fill_literal(o.dtype, self.poison), &o.shape));
         };
@@ -168,7 +174,85 @@ impl<'a> Runner<'a> {
         if a.dtype != o.dtype || a.shape != o.shape {
             return Err(internal("aliased input and output differ"));
         }
+        if let Some(t) = self.lend_sink(a, input_no, out_no)? {
+            return Ok(t);
+        }
         Ok(whole(a))
+    }
+
+    /// A whole output aliased to input `input_no` (`a`), updated in place in its own array: the
+    /// array starts as the input (copied in, or there already when XLA gave the input's buffer as
+    /// the output's), and the ref's contents are the array itself, lent ([`Buf::Shared`]): no copy at
+    /// the first write, none back after the grid. `None` where the array is the input's buffer and
+    /// the kernel reads the input operand (which must read the input as it was), or the array
+    /// cannot be written as typed elements.
+    fn lend_sink(&self, a: &Input, input_no: usize, out_no: usize) -> Result<Option<Tensor>> {
+        let sink = self
+            .sinks
+            .get(out_no)
+            .ok_or_else(|| internal("output sink"))?;
+        let n: usize = a.shape.iter().product();
+        let size = host_size(a.dtype);
+        if sink.dtype != a.dtype
+            || sink.len < n
+            || n == 0
+            || !(sink.ptr as usize).is_multiple_of(size)
+        {
+            return Ok(None);
+        }
+        let src = crate::interpret::elementwise::with_dtype!(a.dtype, T => {
+            a.buf.slice::<T>().filter(|s| s.len() >= n).map(|s| s.as_ptr().cast::<u8>())
+        });
+        let Some(src) = src else { return Ok(None) };
+        let bytes = n * size;
+        if src == sink.ptr.cast_const() {
+            if self.reads_input(input_no) {
+                return Ok(None);
+            }
+        } else if overlaps((src, bytes), (sink.ptr, bytes)) {
+            return Ok(None);
+        } else {
+            // SAFETY: `src` holds `n` initialized elements (`slice` above) and the sink has room for
+            // `len >= n` (checked); they do not overlap (checked), and the sink is this run's output
+            // array, which only this chunk writes (whole outputs run the kernel as one chunk).
+            unsafe { std::ptr::copy_nonoverlapping(src, sink.ptr, bytes) };
+        }
+        Ok(Some(Tensor {
+            dtype: a.dtype,
+            shape: a.shape.as_slice().into(),
+            strides: row_major_strides(&a.shape),
+            offset: 0,
+            buf: Buf::Shared(crate::interpret::tensor::Shared {
+                dtype: a.dtype,
+                ptr: sink.ptr,
+                len: n,
+            }),
+        }))
+    }
+
+    /// Whether the kernel body reads input `input_no`'s operand anywhere.
+    fn reads_input(&self, input_no: usize) -> bool {
+        fn uses(r: &crate::ir::Region, v: crate::ir::ValueId) -> bool {
+            r.ops
+                .iter()
+                .any(|op| op.operands.contains(&v) || op.regions.iter().any(|r| uses(r, v)))
+        }
+        let k = self.k;
+        let Some(j) = k
+            .operands
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.role == OperandRole::Input)
+            .nth(input_no)
+            .map(|(j, _)| j)
+        else {
+            return true;
+        };
+        let args = &k.body.body.args;
+        match args.len().checked_sub(k.operands.len()) {
+            Some(first) => uses(&k.body.body, args[first + j]),
+            None => true,
+        }
     }
 
     /// Write a whole output's contents to its array and mark it written.
@@ -187,6 +271,13 @@ impl<'a> Runner<'a> {
         let bytes = sink.len * host_size(sink.dtype);
         let copy;
         let content = match &content.buf {
+            // Updated in place in the array (`lend_sink`).
+            Buf::Shared(s) if s.ptr == sink.ptr => {
+                for w in &sink.written {
+                    w.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                return Ok(());
+            }
             Buf::Foreign(f) if overlaps((f.ptr, f.len * host_size(f.dtype)), (sink.ptr, bytes)) => {
                 if f.ptr == sink.ptr.cast_const()
                     && content.offset == 0

@@ -167,6 +167,10 @@ impl<'k> Machine<'k> {
                 .received
                 .remove(&p.tag)
                 .ok_or_else(|| internal("a received copy without its data"))?,
+            // A copy within one lent buffer reads its source before writing (they may overlap).
+            None if f.src.r == f.dst.r && self.lent(f.src.r) => {
+                self.read_window(&f.src)?.materialize()?
+            }
             None => self.read_window(&f.src)?,
         };
         self.write_window(&f.dst, data)

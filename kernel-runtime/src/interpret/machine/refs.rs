@@ -141,6 +141,17 @@ impl<'k> Machine<'k> {
         })
     }
 
+    /// Whether ref `r`'s contents are a lent buffer ([`Buf::Shared`]), written in place.
+    pub(super) fn lent(&self, r: usize) -> bool {
+        matches!(
+            self.refs[r].content,
+            Some(Tensor {
+                buf: Buf::Shared(_),
+                ..
+            })
+        )
+    }
+
     /// Write `value` (the window's value shape) into the window at `starts` of `sizes` (`squeezed`
     /// dimensions dropped from the value), `steps` elements apart, of ref `r`, where `mask`.
     pub(super) fn write_into(
@@ -163,14 +174,7 @@ impl<'k> Machine<'k> {
             && sizes == &shape[..]
             && !squeezed.contains(&true)
             && steps.iter().all(|k| *k == 1);
-        let lent = matches!(
-            self.refs[r].content,
-            Some(Tensor {
-                buf: Buf::Shared(_),
-                ..
-            })
-        );
-        if mask.is_none() && full && !lent {
+        if mask.is_none() && full && !self.lent(r) {
             if let Some(old) = self.refs[r].content.replace(value) {
                 recycle(old);
             }
@@ -215,20 +219,8 @@ pub(super) fn write_window_into(
             strides.push(rs[d] * steps[d]);
         }
     }
-    if let Buf::Shared(lent) = buf {
-        with_dtype!(dtype, T => {
-            // SAFETY: a lent buffer is written only at this loop iteration's own index (the split
-            // loop's rule, `plan/split.rs`), which no other thread touches; the window is in bounds
-            // (its starts were checked against the ref's shape).
-            let dst = unsafe { lent.slice_mut::<T>() }
-                .ok_or_else(|| internal("ref buffer type"))?;
-            write_view(dst, off, &strides, value, mask)?;
-        });
-        return Ok(());
-    }
-    let data = buf.make_mut(dtype)?;
     with_dtype!(dtype, T => {
-        let dst = T::vec_mut(data).ok_or_else(|| internal("ref buffer type"))?;
+        let dst = buf.elems_mut::<T>()?;
         write_view(dst, off, &strides, value, mask)?;
     });
     Ok(())

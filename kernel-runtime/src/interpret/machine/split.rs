@@ -74,9 +74,8 @@ impl<'k> Machine<'k> {
             let r = self.ref_index(*root)?;
             let mut t = self.owned_contents(r)?;
             let dtype = t.dtype;
-            let data = t.buf.make_mut(dtype)?;
             let (ptr, len) = with_dtype!(dtype, T => {
-                let v = T::vec_mut(data).ok_or_else(|| internal("ref buffer type"))?;
+                let v = t.buf.elems_mut::<T>()?;
                 (v.as_mut_ptr().cast::<u8>(), v.len())
             });
             let shared = Tensor {

@@ -323,7 +323,12 @@ impl<'k> Machine<'k> {
     ) -> Result<Tensor> {
         let base = self.contents(r)?;
         if let Some(t) = forward_for_free(&base, p)? {
-            return Ok(t.strided_window(window.0, (window.1, steps), window.2));
+            let t = t.strided_window(window.0, (window.1, steps), window.2);
+            // A lent buffer changes under a view of it: what was read is copied out now.
+            return match base.buf {
+                Buf::Shared(_) => t.materialize(),
+                _ => Ok(t),
+            };
         }
         let dtype = p.result().1;
         let kept = kept_sizes(window.1, window.2);

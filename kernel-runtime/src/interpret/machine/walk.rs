@@ -433,9 +433,8 @@ pub(super) fn write(
     }
     let dtype = base.dtype;
     let full = ones(dtype.bit_width());
-    let data = base.buf.make_mut(dtype)?;
     with_dtype!(dtype, T => {
-        let dst = T::vec_mut(data).ok_or_else(|| internal("ref buffer type"))?;
+        let dst = base.buf.elems_mut::<T>()?;
         for s in segs {
             if s.len == 0 {
                 continue;
