@@ -123,6 +123,51 @@ fn patch_rows_kernel(
     }
 }
 
+/// A rows kernel over a whole (ANY) f32 array of `shape` aliased to its output, with an `[8, 128]`
+/// VMEM buffer and a DMA semaphore.
+fn rows_call(
+    kernel: impl tpu_kernel::launch::KernelFn<(Ref<f32, Any>, RefMut<f32, Any>, RefMut<f32>, DmaSem)>,
+    shape: [usize; 2],
+) -> PallasCall {
+    let a = ArrayType::new(shape, F32);
+    pallas_call(kernel)
+        .input_any(a.clone())
+        .output_any(a)
+        .scratch(Vmem::new([8, 128], F32))
+        .scratch(DmaSem::one())
+        .input_output_aliases([(0, 0)])
+        .build()
+        .expect("build")
+}
+
+/// `call` on raw f32 buffers of `shape`, as XLA makes it: `input` read, `out` written (one buffer
+/// when they are the same pointer).
+///
+/// # Safety
+/// Both must point at live, aligned f32 buffers of `shape`'s size that nobody else touches during the
+/// call (the same one when XLA aliases the pair).
+unsafe fn on_raw(
+    call: &PallasCall,
+    shape: &[usize],
+    (input, out): (*const f32, *mut f32),
+    opts: &tpu_kernel::runtime::interpret::InterpretOptions,
+) -> Result<(), KernelError> {
+    use tpu_kernel::runtime::interpret::{interpret_into, ArrayView, ArrayViewMut};
+    // SAFETY: the caller's contract.
+    let (view, mut out_view) = unsafe {
+        (
+            ArrayView::from_raw(shape, F32, input.cast()),
+            ArrayViewMut::from_raw(shape, F32, out.cast()),
+        )
+    };
+    interpret_into(
+        call.ir(),
+        &[view],
+        std::slice::from_mut(&mut out_view),
+        opts,
+    )
+}
+
 /// A whole (ANY) output aliased to its input starts as the input's buffer and reaches the output
 /// array once, after the grid (`interpret/grid.rs`'s `start_aliased_outputs`): run owned, on two
 /// buffers and on one (as XLA passes a donated pair), the output is the input patched, the input
@@ -130,22 +175,12 @@ fn patch_rows_kernel(
 /// over them first), and a separate input buffer is left as it was.
 #[test]
 fn a_whole_output_aliased_to_its_input_updates_in_place_or_not() {
-    use tpu_kernel::runtime::interpret::{
-        interpret_into, ArrayView, ArrayViewMut, InterpretOptions,
-    };
+    use tpu_kernel::runtime::interpret::InterpretOptions;
     let shape = [32usize, 128];
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let xs: Vec<f32> = (0..32 * 128).map(|i| i as f32 - 100.5).collect();
     for patch in [false, true] {
-        let a = ArrayType::new(shape, F32);
-        let call = pallas_call(patch_rows_kernel.bind(patch))
-            .input_any(a.clone())
-            .output_any(a)
-            .scratch(Vmem::new([8, 128], F32))
-            .scratch(DmaSem::one())
-            .input_output_aliases([(0, 0)])
-            .build()
-            .expect("build");
+        let call = rows_call(patch_rows_kernel.bind(patch), shape);
         let mut want = xs.clone();
         if patch {
             want[..8 * 128].fill(7.0);
@@ -161,21 +196,10 @@ fn a_whole_output_aliased_to_its_input_updates_in_place_or_not() {
 
         // The call on raw buffers, as XLA makes it: `input` read, `out` written (one buffer when
         // they are the same pointer).
-        let run = |input: *const f32, out: *mut f32| {
-            // SAFETY: both point at live, aligned f32 buffers of 32·128 elements that nobody else
-            // touches during the call (the same one when XLA aliases the pair).
-            let (view, mut out_view) = unsafe {
-                (
-                    ArrayView::from_raw(&shape, F32, input.cast()),
-                    ArrayViewMut::from_raw(&shape, F32, out.cast()),
-                )
-            };
-            interpret_into(
-                call.ir(),
-                &[view],
-                std::slice::from_mut(&mut out_view),
-                &InterpretOptions::default(),
-            )
+        let opts = InterpretOptions::default();
+        // SAFETY (each call): live, aligned f32 buffers of the shape that nobody else touches.
+        let run = |input: *const f32, out: *mut f32| unsafe {
+            on_raw(&call, &shape, (input, out), &opts)
         };
         let input = xs.clone();
         let mut out = vec![f32::NAN; xs.len()];
@@ -209,9 +233,7 @@ fn shift_rows_kernel(_x: Ref<f32, Any>, o: RefMut<f32, Any>, buf: RefMut<f32>, s
 /// buffer is left as it was.
 #[test]
 fn a_whole_output_whose_input_is_unread_is_updated_in_its_own_array() {
-    use tpu_kernel::runtime::interpret::{
-        interpret_into, ArrayView, ArrayViewMut, InterpretOptions,
-    };
+    use tpu_kernel::runtime::interpret::InterpretOptions;
     let shape = [32usize, 128];
     // The first element whose bits differ, if any.
     let differ = |a: &[f32], b: &[f32]| {
@@ -220,15 +242,7 @@ fn a_whole_output_whose_input_is_unread_is_updated_in_its_own_array() {
             .or_else(|| (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()))
     };
     let xs: Vec<f32> = (0..32 * 128).map(|i| i as f32 - 100.5).collect();
-    let a = ArrayType::new(shape, F32);
-    let call = pallas_call(shift_rows_kernel)
-        .input_any(a.clone())
-        .output_any(a)
-        .scratch(Vmem::new([8, 128], F32))
-        .scratch(DmaSem::one())
-        .input_output_aliases([(0, 0)])
-        .build()
-        .expect("build");
+    let call = rows_call(shift_rows_kernel, shape);
     let mut want = xs.clone();
     want[..8 * 128].fill(7.0);
     for r in 8..24 {
@@ -257,21 +271,9 @@ fn a_whole_output_whose_input_is_unread_is_updated_in_its_own_array() {
             "owned"
         );
         assert_eq!(differ(x.as_slice::<f32>().unwrap(), &xs), None, "the input");
-        let run = |input: *const f32, out: *mut f32| {
-            // SAFETY: both point at live, aligned f32 buffers of 32·128 elements that nobody else
-            // touches during the call (the same one when XLA aliases the pair).
-            let (view, mut out_view) = unsafe {
-                (
-                    ArrayView::from_raw(&shape, F32, input.cast()),
-                    ArrayViewMut::from_raw(&shape, F32, out.cast()),
-                )
-            };
-            interpret_into(
-                call.ir(),
-                &[view],
-                std::slice::from_mut(&mut out_view),
-                &opts,
-            )
+        // SAFETY (each call): live, aligned f32 buffers of the shape that nobody else touches.
+        let run = |input: *const f32, out: *mut f32| unsafe {
+            on_raw(&call, &shape, (input, out), &opts)
         };
         let input = xs.clone();
         let mut out = vec![f32::NAN; xs.len()];
