@@ -61,14 +61,16 @@ OURS = {
     "quantized_matmul_256x512x256": lambda x, w, s: ex.quantized_matmul(x, w, s, block=(128, 128, 128)),
     "softmax_lanes8": lambda x: ex.softmax(x, block_rows=256),
     # Ragged paged attention (issue 23 item 4) through tpu-inference's signature: a decode step and a
-    # mixed batch (benches/rpa_cpu.py), tpu-inference's default block sizes; its XLA side is
-    # tpu-inference's own reference and the best jnp formulation, with no Pallas run.
+    # mixed batch (benches/rpa_cpu.py), the default block sizes (on the CPU: tpu-inference's, with
+    # query blocks of at most 32 tokens); its XLA side is tpu-inference's own reference and the best
+    # jnp formulation, with no Pallas run.
     "ragged_paged_attention_decode": lambda *a: ex.ragged_paged_attention(*a, sm_scale=rpa_cpu.SM_SCALE),
     "ragged_paged_attention_mixed": lambda *a: ex.ragged_paged_attention(*a, sm_scale=rpa_cpu.SM_SCALE),
-    # The mixed batch with query blocks of 32 tokens (what a CPU caller would pass; rpa_cpu.BATCHES).
-    "ragged_paged_attention_mixed_bq32": lambda *a: ex.ragged_paged_attention(
+    # The mixed batch at tpu-inference's default blocks for v5e/v6e (rpa_cpu.BATCHES): what the CPU
+    # default saves.
+    "ragged_paged_attention_mixed_tpu_blocks": lambda *a: ex.ragged_paged_attention(
         *a, sm_scale=rpa_cpu.SM_SCALE,
-        m_block_sizes=rpa_cpu.BATCHES["ragged_paged_attention_mixed_bq32"].m_block_sizes),
+        m_block_sizes=rpa_cpu.BATCHES["ragged_paged_attention_mixed_tpu_blocks"].m_block_sizes),
 }
 # The Rust benchmark's kernels that are not in the examples library (its bench-only kernels and the
 # `--ops` cases) are not timed here.

@@ -182,6 +182,7 @@ impl Case {
             params: Default::default(),
             batch: Vec::new(),
             target: Default::default(),
+            executor: Default::default(),
             mesh: None,
         }
     }

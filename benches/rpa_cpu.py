@@ -8,8 +8,9 @@ heads, head_dim 128, `sm_scale` 1/sqrt(128)):
   32 pages (512 tokens) a sequence, kv lengths spread over 1..512;
 - `ragged_paged_attention_mixed`: 16 sequences, 8 decoding and 8 prefill chunks of 8..64 tokens
   (252 query tokens of at most 256), pages of 32 tokens, up to 16 pages (512 tokens) a sequence;
-- `ragged_paged_attention_mixed_bq32`: the mixed batch, ours with `m_block_sizes=(32, 512, 32, 256)`
-  (query blocks of 32 tokens, not the default 128: each block pads its chunk to `bq` rows).
+- `ragged_paged_attention_mixed_tpu_blocks`: the mixed batch, ours with `m_block_sizes=(128, 512, 128,
+  256)`, tpu-inference's default for v5e and v6e, which the CPU lowering's default replaces with query
+  blocks of 32 tokens (each block pads its chunk to `bq` rows): what that default saves.
 
 Their metadata is a formula (`batch_tables`), written the same way in `benches/interpret/rpa.rs`, so the
 Rust benchmark and this file time the same batches; the float arrays are random. Each sequence owns
@@ -79,11 +80,10 @@ def _mixed_batch() -> Batch:
 
 
 BATCHES = {"ragged_paged_attention_decode": _decode_batch(), "ragged_paged_attention_mixed": _mixed_batch(),
-           # The mixed batch again, ours with query blocks of 32 tokens (tpu-inference's default for v5e
-           # and v6e is 128): what a CPU caller would pass for prefill chunks of 8..64 tokens. The XLA
-           # programs are the mixed batch's.
-           "ragged_paged_attention_mixed_bq32": dataclasses.replace(_mixed_batch(),
-                                                                    m_block_sizes=(32, 512, 32, 256))}
+           # The mixed batch again, ours with tpu-inference's default blocks for v5e and v6e (query blocks
+           # of 128 tokens; the CPU's default is 32). The XLA programs are the mixed batch's.
+           "ragged_paged_attention_mixed_tpu_blocks": dataclasses.replace(_mixed_batch(),
+                                                                          m_block_sizes=(128, 512, 128, 256))}
 
 
 def batch_tables(b: Batch):

@@ -64,7 +64,8 @@
 //! - libtpu's bounds and semaphore checks are off and the operands are pinned to HBM, as
 //!   tpu-inference's (`disable_bounds_checks`, `disable_semaphore_checks`, `pltpu.HBM`).
 //! - Block sizes: tpu-inference's defaults per generation (`default_blocks`); v4 takes the v5e rule
-//!   (tpu-inference raises). A KV chunk must divide its block and a query chunk its block (a default
+//!   (tpu-inference raises). A launch built for the CPU (`Executor::Cpu`: the JAX op's CPU lowering)
+//!   caps the default query blocks at `CPU_QUERY_BLOCK` tokens (`cpu_query_blocks`: same bits). A KV chunk must divide its block and a query chunk its block (a default
 //!   that does not is rounded; a given one is refused, naming its argument).
 //! - f32, bf16 and 8-bit float (`float8_e4m3fn`, `float8_e5m2`) caches; over an 8-bit cache the
 //!   queries are bf16 and the keys and values are widened to bf16 (exactly) for the MXU, where
@@ -741,6 +742,24 @@ pub fn default_blocks(
     }
 }
 
+/// The query block a launch built for the CPU defaults to, at most (tokens): tpu-inference's
+/// defaults (128–256 tokens) pad a prefill chunk of 8–64 tokens to the whole block, which a TPU's
+/// MXU absorbs and the interpreter pays for row by row; measured in `benches/interpret/rpa.rs`.
+pub const CPU_QUERY_BLOCK: usize = 32;
+
+/// tpu-inference's default `blocks` with the query block at most [`CPU_QUERY_BLOCK`] (and its chunk
+/// at most the block): what the JAX op's CPU lowering runs. The query block does not change the
+/// numbers (`tests/ragged_paged_attention.rs::query_block_sizes_do_not_change_the_bits`); the KV
+/// blocks would (the online softmax's chunks), so they stay tpu-inference's.
+pub fn cpu_query_blocks(b: Blocks) -> Blocks {
+    let bq = b.bq.min(CPU_QUERY_BLOCK);
+    Blocks {
+        bq,
+        bq_c: b.bq_c.min(bq),
+        ..b
+    }
+}
+
 /// [`default_blocks`] as a host function of the examples library (what the Python tests compare with
 /// tpu-inference's `get_default_block_sizes`): `target` a generation's name, `case` "decode" or
 /// "mixed", `kv_dtype` a dtype name, `[heads, kv_heads, head_dim]`, `[page_size, pages_per_seq,
@@ -1000,7 +1019,11 @@ pub fn ragged_paged_attention_launch(
                 } else {
                     Case::Mixed
                 };
-                default_blocks(target, like, kv_dtype, dims, sizes)
+                let blocks = default_blocks(target, like, kv_dtype, dims, sizes);
+                match Executor::current() {
+                    Executor::Tpu => blocks,
+                    Executor::Cpu => cpu_query_blocks(blocks),
+                }
             }
         };
         let fitted = fit_blocks(blocks, case, page_size, given.map(|_| name))?;

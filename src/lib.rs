@@ -38,7 +38,7 @@ pub use kernel_runtime as runtime;
 pub use kernel_runtime::serialize::{CallOptions, CustomCall};
 pub use kernel_runtime::{check, dtype, error, ir, launch, target, trace};
 pub use kernel_runtime::{
-    pallas_call, require, Any, ArrayType, BlockSpec, DType, ErrorKind, KernelError, Mesh,
+    pallas_call, require, Any, ArrayType, BlockSpec, DType, ErrorKind, Executor, KernelError, Mesh,
     PallasCall, Smem, SourceLoc, Target, Vmem,
 };
 
@@ -70,8 +70,8 @@ pub mod prelude {
     };
     pub use kernel_runtime::Bind;
     pub use kernel_runtime::{
-        pallas_call, require, Any, ArrayType, BlockSpec, DType, KernelError, Mesh, PallasCall,
-        Smem, Target, Vmem,
+        pallas_call, require, Any, ArrayType, BlockSpec, DType, Executor, KernelError, Mesh,
+        PallasCall, Smem, Target, Vmem,
     };
 }
 

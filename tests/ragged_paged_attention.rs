@@ -298,6 +298,39 @@ fn query_block_sizes_do_not_change_the_bits() {
     }
 }
 
+/// A launch built for the CPU (as the JAX op's CPU lowering builds it) caps tpu-inference's default
+/// query blocks at `CPU_QUERY_BLOCK` tokens and keeps its KV blocks; given blocks are used as given.
+/// The query block sizes the query buffer (`[kv heads, bq, ..]`, the second scratch).
+#[test]
+fn a_launch_built_for_the_cpu_caps_the_default_query_blocks() {
+    let q_block = |call: &PallasCall| call.ir().scratch().nth(1).expect("q buffer").shape[1];
+    let kv_block = |call: &PallasCall| call.ir().scratch().next().expect("kv buffer").shape[1];
+    let config = ((4, 32, 16, 130, 512), (8, 2));
+    let tpu = launch(config.0, config.1, BF16, None);
+    let cpu = Executor::Cpu.scope(|| launch(config.0, config.1, BF16, None));
+    // tpu-inference's mixed default at 512 tokens, group 4 on v5e: 256-token query blocks.
+    assert_eq!(q_block(&tpu), 256);
+    assert_eq!(q_block(&cpu), rpa::CPU_QUERY_BLOCK);
+    assert_eq!(kv_block(&cpu), kv_block(&tpu));
+    let given = Some([64, 32, 64, 16]);
+    let cpu_given = Executor::Cpu.scope(|| launch(config.0, config.1, BF16, given));
+    assert_eq!(q_block(&cpu_given), 64);
+    assert_eq!(
+        rpa::cpu_query_blocks(rpa::Blocks {
+            bq: 128,
+            bkv: 512,
+            bq_c: 128,
+            bkv_c: 256
+        }),
+        rpa::Blocks {
+            bq: 32,
+            bkv: 512,
+            bq_c: 32,
+            bkv_c: 256
+        }
+    );
+}
+
 /// The loops over kv heads run across threads (their iterations are independent: each writes only
 /// its head's softmax statistics and accumulator rows) and give the bits of the loops run in order,
 /// for a bf16, an f32 and an 8-bit cache, with uninitialized memory poisoned too.

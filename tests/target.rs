@@ -261,6 +261,24 @@ pub fn pinned(x: ArrayType) -> Result<PallasCall, KernelError> {
     whole_copy(x, Some(Target::V5e))
 }
 
+/// The executor each build of `by_executor` saw, in order.
+static EXECUTORS: std::sync::Mutex<Vec<Executor>> = std::sync::Mutex::new(Vec::new());
+
+/// Names no target; records the executor it is built for and names its kernel after it.
+#[export]
+pub fn by_executor(x: ArrayType) -> Result<PallasCall, KernelError> {
+    let e = Executor::current();
+    EXECUTORS.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+    let [m, n] = x.dims()?;
+    let spec = || BlockSpec::new([m, n], |[_]| (0, 0));
+    pallas_call(copy_kernel)
+        .name(format!("copy_{}", e.name()))
+        .grid([1])
+        .input(x, spec())
+        .output(ArrayType::new([m, n], F32), spec())
+        .build()
+}
+
 fn library() -> Library {
     Library::new(
         "targets",
@@ -268,6 +286,7 @@ fn library() -> Library {
             user_crate::__tpu_kernel_export_by_target(),
             __tpu_kernel_export_plain(),
             __tpu_kernel_export_pinned(),
+            __tpu_kernel_export_by_executor(),
         ],
     )
 }
@@ -503,4 +522,54 @@ fn takes_a_vmem_limit(build: impl Fn(Option<i64>) -> Result<PallasCall, KernelEr
             "{e}"
         );
     }
+}
+
+#[path = "common/xla.rs"]
+mod xla;
+
+/// A request builds for a TPU unless it says `"executor": "cpu"`; the XLA FFI handler (which runs
+/// the kernel on the CPU) builds its launch for the CPU, whatever the request it was given says.
+#[test]
+fn the_ffi_handler_builds_its_launch_for_the_cpu() {
+    let lib = library();
+    let tpu = lib.build(&request("by_executor", None)).unwrap();
+    assert_eq!(tpu.call.name(), "copy_tpu");
+    assert!(
+        !tpu.ffi_request.contains(r#""executor""#),
+        "{}",
+        tpu.ffi_request
+    );
+    let mut cpu_request = request("by_executor", None);
+    cpu_request.executor = Executor::Cpu;
+    let cpu = lib.build(&cpu_request).unwrap();
+    assert_eq!(cpu.call.name(), "copy_cpu");
+    assert!(
+        cpu.ffi_request.contains(r#""executor":"cpu""#),
+        "{}",
+        cpu.ffi_request
+    );
+    let again = Request::from_json(&serde_json::from_str(&cpu.ffi_request).unwrap()).unwrap();
+    assert_eq!(again.executor, Executor::Cpu);
+    let bad = json!({"kernel": "by_executor", "executor": "gpu"});
+    let e = Request::from_json(&bad).expect_err("not an executor");
+    assert!(
+        e.message.contains(r#"must be "tpu" or "cpu""#),
+        "{}",
+        e.message
+    );
+
+    // The handler of a fresh library (nothing cached), given the TPU build's request (what the CPU
+    // lowering passes it).
+    let lib = library();
+    EXECUTORS.lock().unwrap().clear();
+    let x = HostArray::random([1024, 128], F32, 3).unwrap();
+    let (input, out) = (
+        xla::XlaBuffer::of(&x),
+        xla::XlaBuffer::zeros(&[1024, 128], F32),
+    );
+    xla::call(&lib, &tpu.ffi_request, &[&input], &[&out]).unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(out.bytes(), input.bytes());
+    assert_eq!(*EXECUTORS.lock().unwrap(), [Executor::Cpu]);
+    // Outside any scope, a launch builds for a TPU.
+    assert_eq!(Executor::current(), Executor::Tpu);
 }

@@ -1,9 +1,10 @@
 //! `ragged_paged_attention_decode` and `ragged_paged_attention_mixed` (issue 23 item 4): the example's
-//! launch (`examples/ragged_paged_attention.rs`, tpu-inference's default block sizes for the default
-//! target) on the two batches of `benches/rpa_cpu.py`; `ragged_paged_attention_mixed_bq32` is the mixed
-//! batch with `m_block_sizes = (32, 512, 32, 256)` — query blocks of 32 tokens where the default is
-//! 128: the blocks a CPU caller would pick for prefill chunks of 8..64 tokens (every block pads its
-//! chunk to `bq` rows) — the same metadata, written the same way here:
+//! launch (`examples/ragged_paged_attention.rs`, built for the CPU as the JAX op's CPU lowering
+//! builds it: tpu-inference's default block sizes for the default target, with query blocks of at
+//! most `CPU_QUERY_BLOCK` = 32 tokens) on the two batches of `benches/rpa_cpu.py`;
+//! `ragged_paged_attention_mixed_tpu_blocks` is the mixed batch with `m_block_sizes = (128, 512, 128,
+//! 256)`, tpu-inference's default for v5e and v6e (every block pads its prefill chunk of 8..64 tokens
+//! to `bq` rows): what the CPU's default saves — the same metadata, written the same way here:
 //! bf16, 8 query heads over 2 kv heads, head_dim 128, `sm_scale` 1/sqrt(128); 32 decoding sequences over
 //! pages of 16 tokens, and 8 decoding + 8 prefill-chunk sequences over pages of 32 tokens. Each
 //! sequence owns exactly the pages its kv length needs, in a shuffled order from a pool of just those
@@ -27,7 +28,7 @@ const STRIDE: usize = 97;
 pub const CASES: [&str; 3] = [
     "ragged_paged_attention_decode",
     "ragged_paged_attention_mixed",
-    "ragged_paged_attention_mixed_bq32",
+    "ragged_paged_attention_mixed_tpu_blocks",
 ];
 
 struct Batch {
@@ -54,7 +55,7 @@ fn batch(name: &str) -> Option<Batch> {
             decode: 32,
             m_blocks: None,
         }),
-        "ragged_paged_attention_mixed" | "ragged_paged_attention_mixed_bq32" => {
+        "ragged_paged_attention_mixed" | "ragged_paged_attention_mixed_tpu_blocks" => {
             let decode = 8;
             let q_lens: Vec<usize> = [1; 8]
                 .into_iter()
@@ -78,7 +79,9 @@ fn batch(name: &str) -> Option<Batch> {
                 q_lens,
                 kv_lens,
                 decode,
-                m_blocks: name.ends_with("_bq32").then_some([32, 512, 32, 256]),
+                m_blocks: name
+                    .ends_with("_tpu_blocks")
+                    .then_some([128, 512, 128, 256]),
             })
         }
         _ => None,
@@ -110,9 +113,13 @@ fn tables(b: &Batch) -> (Vec<i32>, Vec<i32>, Vec<i32>, Vec<i32>, usize) {
     (kv_lens, table, cu, dist, pool)
 }
 
-/// The launch for case `name`: tpu-inference's default block sizes for the current target, but the
-/// batch's `m_blocks`.
+/// The launch for case `name`, built for the CPU: tpu-inference's default block sizes for the current
+/// target with the CPU's query blocks, but the batch's `m_blocks`.
 pub fn build(name: &str) -> Result<PallasCall, KernelError> {
+    Executor::Cpu.scope(|| build_for(name))
+}
+
+fn build_for(name: &str) -> Result<PallasCall, KernelError> {
     let b = batch(name).expect("a ragged paged attention case");
     let (kv_lens, table, cu, _, pool) = tables(&b);
     let g = HEADS / KV_HEADS;

@@ -48,4 +48,4 @@ pub use launch::{
     pallas_call, require, Any, ArrayType, BlockSpec, PallasCall, PallasCallBuilder, Smem, Vmem,
 };
 pub use mesh::Mesh;
-pub use target::Target;
+pub use target::{Executor, Target};

@@ -246,6 +246,53 @@ impl Target {
     }
 }
 
+thread_local! {
+    static EXECUTOR: Cell<Option<Executor>> = const { Cell::new(None) };
+}
+
+/// What will run the kernel a launch builds: a TPU (the default, what every check holds it to), or
+/// this machine's CPU (the interpreter: the JAX op's CPU lowering builds its launches in
+/// `Executor::Cpu.scope`). A launch function may read [`Executor::current`] to pick what does not
+/// change its results but costs the two differently — a block size that pads short rows costs a
+/// TPU nothing it can use and the CPU every padded row. The kernel is the same kernel either way: a
+/// launch built for the CPU compiles for its target too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Executor {
+    /// A TPU of the launch's [`Target`].
+    #[default]
+    Tpu,
+    /// The CPU: the interpreter (or the emitted Mosaic run on the CPU).
+    Cpu,
+}
+
+impl Executor {
+    /// The executor launches built on this thread are built for: the innermost
+    /// [`Executor::scope`], else [`Executor::Tpu`].
+    pub fn current() -> Executor {
+        EXECUTOR.with(Cell::get).unwrap_or_default()
+    }
+
+    /// Run `f` with `self` as the executor of every launch it builds.
+    pub fn scope<R>(self, f: impl FnOnce() -> R) -> R {
+        struct Restore(Option<Executor>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                EXECUTOR.with(|s| s.set(self.0));
+            }
+        }
+        let _restore = Restore(EXECUTOR.with(|s| s.replace(Some(self))));
+        f()
+    }
+
+    /// `"tpu"` or `"cpu"` (the export request's `"executor"`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Executor::Tpu => "tpu",
+            Executor::Cpu => "cpu",
+        }
+    }
+}
+
 impl Default for Target {
     fn default() -> Self {
         Target::DEFAULT
@@ -310,6 +357,19 @@ mod tests {
             assert_eq!(Target::current(), Target::V6e);
         });
         assert_eq!(Target::current(), Target::DEFAULT);
+    }
+
+    #[test]
+    fn executor_scopes_nest_and_restore() {
+        assert_eq!(Executor::current(), Executor::Tpu);
+        Executor::Cpu.scope(|| {
+            assert_eq!(Executor::current(), Executor::Cpu);
+            Executor::Tpu.scope(|| assert_eq!(Executor::current(), Executor::Tpu));
+            let caught = std::panic::catch_unwind(|| Executor::Tpu.scope(|| panic!("inside")));
+            assert!(caught.is_err());
+            assert_eq!(Executor::current(), Executor::Cpu);
+        });
+        assert_eq!(Executor::current(), Executor::Tpu);
     }
 
     #[test]

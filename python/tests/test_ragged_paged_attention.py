@@ -167,6 +167,24 @@ def test_default_block_sizes_follow_tpu_inference_per_generation():
                     (target, case, got, theirs)
 
 
+def test_the_cpu_default_query_blocks_give_the_bits_of_tpu_inferences():
+    """Under the CPU lowering the default query blocks are tpu-inference's capped at 32 tokens (the
+    FFI handler builds its launch for the CPU); tpu-inference's own defaults, passed explicitly, give
+    the same bits: the attention of every written token and the updated cache."""
+    cfg = dict(seqs=5, q_lens=[1, 2, 1, 33, 128], kv_lens=[1, 2, 100, 33, 128], distribution=(0, 0, 5), **BASE)
+    inp = tir.make_inputs(**cfg)
+    args = tir.positional(inp)
+    tokens, heads, head_dim = inp["queries"].shape
+    blocks = ex.library.host("rpa_default_block_sizes", "v5e", "mixed", "bf16", [heads, BASE["kv_heads"], head_dim],
+                             [BASE["page_size"], BASE["pages_per_seq"], tokens])
+    assert blocks[0] > 32, blocks  # the cap applies to this batch
+    out, cache = jax.jit(ex.ragged_paged_attention)(*args)
+    out_tpu, cache_tpu = jax.jit(lambda *a: ex.ragged_paged_attention(*a, m_block_sizes=blocks))(*args)
+    n = int(inp["cu_q_lens"][-1])
+    assert np.array_equal(np.asarray(out[:n]).view(np.uint16), np.asarray(out_tpu[:n]).view(np.uint16))
+    assert np.array_equal(np.asarray(cache).view(np.uint16), np.asarray(cache_tpu).view(np.uint16))
+
+
 def test_torch_cpu_tensors_match_the_jax_function():
     import torch
     import tpu_kernel.torch.examples as tex

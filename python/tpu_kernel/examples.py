@@ -138,12 +138,13 @@ def ragged_paged_attention(queries: Any, keys: Any, values: Any, kv_cache: Any, 
     updates the cache (aliased: donate it under `jax.jit` to update it in place) and computes the
     attention.
 
-    On the CPU, short prefill chunks run faster with smaller query blocks than tpu-inference's
-    defaults (128 tokens on v5e/v6e pads a chunk of 8–64 tokens to 128 rows): `m_block_sizes=(32,
-    512, 32, 256)` took the mixed batch of `benches/rpa_cpu.py` from 47 to 26 ms on a 2-core Xeon (the
-    Rust benchmark; 56 to 31 ms through this op). The query block does not change
-    the numbers (tests/ragged_paged_attention.rs::query_block_sizes_do_not_change_the_bits); the KV
-    blocks do (the online softmax's chunks)."""
+    On the CPU (the interpreter, under the CPU lowering), the default query blocks are tpu-inference's
+    capped at 32 tokens (`CPU_QUERY_BLOCK`): its 128 on v5e/v6e pad a prefill chunk of 8–64 tokens to
+    128 rows, which a TPU absorbs and the CPU pays for row by row (`benches/rpa_cpu.py`'s
+    `ragged_paged_attention_mixed_tpu_blocks` measures the difference). The query block does not
+    change the numbers (tests/ragged_paged_attention.rs::query_block_sizes_do_not_change_the_bits);
+    the KV blocks would (the online softmax's chunks), so they stay tpu-inference's. Block sizes passed
+    explicitly are used as given."""
     import jax.numpy as jnp
     q, k, v = queries, keys, values
     for name, a, rank in (("queries", q, 3), ("keys", k, 3), ("values", v, 3)):

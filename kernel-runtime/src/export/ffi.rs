@@ -18,6 +18,7 @@ use crate::error::{kerr, Result};
 use crate::interpret::{interpret_into, ArrayView, ArrayViewMut, InterpretOptions};
 use crate::interpret::{interpret_into_launch, LaunchKey};
 use crate::launch::ArrayType;
+use crate::target::Executor;
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::mem::{offset_of, size_of};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -532,6 +533,9 @@ fn cached_build(
         .map_err(|e| kerr!(Signature, "the FFI `request` attribute is not JSON ({e})"))?;
     let mut req = Request::from_json(&v)?;
     req.inputs = inputs.iter().map(|(t, _)| t.clone()).collect();
+    // The handler runs the kernel on the CPU: its launch is built for the CPU (same outputs; a
+    // launch function may pick, say, smaller blocks — checked against XLA's buffers below).
+    req.executor = Executor::Cpu;
     let built = lib.build(&req)?;
     lib.stats.ffi_builds.fetch_add(1, Ordering::Relaxed);
     lib.ffi_cache().insert(key, Arc::clone(&built));

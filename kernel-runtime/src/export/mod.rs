@@ -22,7 +22,7 @@ use crate::dtype::DType;
 use crate::error::{kerr, panic_message, KernelError, Result, SourceLoc};
 use crate::launch::{ArrayType, PallasCall};
 use crate::serialize::CustomCall;
-use crate::target::Target;
+use crate::target::{Executor, Target};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -207,6 +207,9 @@ pub struct Request {
     /// A launch function that names none builds for it, and one that reads it (`target: Target`)
     /// receives it.
     pub target: Target,
+    /// What runs the kernel (`"executor": "cpu"`; absent: a TPU). The FFI handler builds for the
+    /// CPU: the launch function builds inside [`Executor::scope`].
+    pub executor: Executor,
     /// The device mesh the call runs over (`"mesh": [[axis, size], ..]`, sent from inside a
     /// `jax.shard_map`): the launch function builds inside its [`crate::mesh::Mesh::scope`].
     pub mesh: Option<crate::mesh::Mesh>,
@@ -273,6 +276,17 @@ impl Request {
                 ))
             }
         };
+        let executor = match v.get("executor") {
+            None | Some(Value::Null) => Executor::Tpu,
+            Some(Value::String(e)) if e == "tpu" => Executor::Tpu,
+            Some(Value::String(e)) if e == "cpu" => Executor::Cpu,
+            Some(other) => {
+                return Err(kerr!(
+                    Signature,
+                    "the executor must be \"tpu\" or \"cpu\", got {other}"
+                ))
+            }
+        };
         let mesh = match v.get("mesh") {
             None | Some(Value::Null) => None,
             Some(Value::Array(axes)) => {
@@ -303,6 +317,7 @@ impl Request {
             params,
             batch,
             target,
+            executor,
             mesh,
         })
     }
@@ -443,6 +458,9 @@ impl Library {
         if let Some(m) = &req.mesh {
             ffi_request["mesh"] = json!(m.axes());
         }
+        if req.executor != Executor::Tpu {
+            ffi_request["executor"] = json!(req.executor.name());
+        }
         let ffi_request = ffi_request.to_string();
         let key = format!(
             "{ffi_request}{}",
@@ -453,9 +471,11 @@ impl Library {
         }
         self.stats.builds.fetch_add(1, Ordering::Relaxed);
         let launch = || {
-            req.target.scope(|| match &req.mesh {
-                Some(m) => m.clone().scope(|| (export.launch)(&base, &params)),
-                None => (export.launch)(&base, &params),
+            req.executor.scope(|| {
+                req.target.scope(|| match &req.mesh {
+                    Some(m) => m.clone().scope(|| (export.launch)(&base, &params)),
+                    None => (export.launch)(&base, &params),
+                })
             })
         };
         let call = catch_unwind(AssertUnwindSafe(launch)).unwrap_or_else(|p| {
