@@ -26,6 +26,10 @@ pub(crate) fn bitcast_rows(t: &Tensor, to: DType) -> Result<Tensor> {
             // Same width: the elements' bytes, copied once from the operand.
             let src = &t.data::<T>()?[t.offset..t.offset + t.numel()];
             with_dtype!(to, U => U::wrap(same_bits::<T, U>(src)))
+        } else if b == 32 && (a == 8 || a == 16) && t.is_contiguous() {
+            // Narrow rows packed into words (bf16 pairs, 8-bit quads), straight from the operand.
+            let src = &t.data::<T>()?[t.offset..t.offset + t.numel()];
+            with_dtype!(to, U => U::wrap(reuse::<u32, U>(pack_words(src, &t.shape))))
         } else {
             let src = t.to_vec::<T>()?;
             with_dtype!(to, U => U::wrap(repack::<T, U>(&src, &t.shape)))
@@ -105,6 +109,54 @@ fn same_bits<T: Element, U: Element>(src: &[T]) -> Vec<U> {
             std::mem::size_of_val(src),
         );
         out.set_len(src.len());
+    }
+    out
+}
+
+/// [`repack`] from 8- or 16-bit `T` to 32-bit words, over the raw bits: each output row ORs its
+/// `32 / bits(T)` source rows in, row by row (loops the compiler vectorizes).
+fn pack_words<T: Element>(src: &[T], shape: &[usize]) -> Vec<u32> {
+    match std::mem::size_of::<T>() {
+        1 => pack_words_of(raw_bits::<T, u8>(src), shape),
+        _ => pack_words_of(raw_bits::<T, u16>(src), shape),
+    }
+}
+
+/// `src`'s elements as the unsigned integers `S` of their size (their bits).
+fn raw_bits<T: Element, S>(src: &[T]) -> &[S] {
+    assert!(
+        std::mem::size_of::<T>() == std::mem::size_of::<S>()
+            && std::mem::align_of::<T>() >= std::mem::align_of::<S>()
+            && T::DTYPE != DType::Bool
+    );
+    // SAFETY: checked above: `T` and `S` have one size and `T`'s alignment suffices for `S`; the
+    // non-bool element types of 8 and 16 bits are integers, IEEE floats and `#[repr(transparent)]`
+    // newtypes of `u8` (see `same_bits`), with no padding, so their bytes are initialized and every
+    // pattern is an `S` (`u8`/`u16`).
+    unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<S>(), src.len()) }
+}
+
+fn pack_words_of<S: Copy + Into<u32>>(src: &[S], shape: &[usize]) -> Vec<u32> {
+    let rank = shape.len();
+    let (rows, lanes) = (shape[rank - 2], shape[rank - 1]);
+    let outer: usize = shape[..rank - 2].iter().product();
+    let width = 8 * std::mem::size_of::<S>();
+    let q = 32 / width;
+    let new_rows = rows / q;
+    let mut out: Vec<u32> = Vec::with_capacity(outer * new_rows * lanes);
+    for o in 0..outer {
+        for r in 0..new_rows {
+            let base = (o * rows + q * r) * lanes;
+            let start = out.len();
+            out.extend(src[base..base + lanes].iter().map(|&x| x.into()));
+            let word = &mut out[start..];
+            for k in 1..q {
+                let row = &src[base + k * lanes..base + (k + 1) * lanes];
+                for (w, &x) in word.iter_mut().zip(row) {
+                    *w |= x.into() << (k * width);
+                }
+            }
+        }
     }
     out
 }
@@ -424,6 +476,36 @@ mod tests {
         check::<f8e4m3fn, f8e5m2>(&w8);
         check::<f8e5m2, i8>(&w8);
         check::<i8, u8>(&w8);
+    }
+
+    /// Narrow rows packed into words by `pack_words` give `repack`'s bits, for 16- and 8-bit rows
+    /// into every 32-bit type, with leading dimensions.
+    #[test]
+    fn packed_words_are_repacks_bits() {
+        fn check<T: Element, U: Element>(bits: &[u64], shape: &[usize]) {
+            let src: Vec<T> = bits.iter().map(|b| T::from_literal_bits(*b)).collect();
+            let fast: Vec<U> = reuse::<u32, U>(pack_words(&src, shape));
+            let slow: Vec<U> = repack::<T, U>(&src, shape);
+            let lit = |v: &[U]| v.iter().map(|x| x.literal().bits).collect::<Vec<_>>();
+            assert_eq!(lit(&fast), lit(&slow), "{:?} -> {:?}", T::DTYPE, U::DTYPE);
+        }
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let bits: Vec<u64> = (0..3 * 8 * 40)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state
+            })
+            .collect();
+        let w16: Vec<u64> = bits.iter().map(|b| b & 0xffff).collect();
+        let w8: Vec<u64> = bits.iter().map(|b| b & 0xff).collect();
+        check::<bf16, u32>(&w16, &[3, 8, 40]);
+        check::<f16, f32>(&w16, &[24, 40]);
+        check::<bf16, i32>(&w16, &[2, 12, 40]);
+        check::<f8e4m3fn, u32>(&w8, &[3, 8, 40]);
+        check::<i8, f32>(&w8, &[24, 40]);
+        check::<f8e5m2, i32>(&w8, &[6, 4, 40]);
     }
 
     /// A consumed operand's buffer becomes the result when nothing else holds it (same pointer,
