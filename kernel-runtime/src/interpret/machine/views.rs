@@ -3,7 +3,7 @@
 //! re-indexes for free, else reads, and writing one always writes, only the elements its window
 //! covers, in place ([`walk`](super::walk)). Value bitcasts (`pltpu.bitcast`) share [`bitcast_rows`].
 
-use super::walk::{self, kept_sizes, ones};
+use super::walk::{self, kept_sizes, ones, raw_bits};
 use super::*;
 use crate::dtype::Element;
 use crate::semantics::views::{ViewPath, ViewStep};
@@ -70,7 +70,7 @@ pub(crate) fn bitcast_consumed(t: Tensor, to: DType) -> Result<Tensor> {
 
 /// `v`'s elements as `U`s of the same bits, in `v`'s allocation when `T` and `U` have one size and
 /// alignment (else copied, as [`same_bits`]).
-fn reuse<T: Element, U: Element>(v: Vec<T>) -> Vec<U> {
+pub(super) fn reuse<T: Element, U: Element>(v: Vec<T>) -> Vec<U> {
     use std::mem::{align_of, size_of};
     if size_of::<T>() != size_of::<U>()
         || align_of::<T>() != align_of::<U>()
@@ -120,20 +120,6 @@ fn pack_words<T: Element>(src: &[T], shape: &[usize]) -> Vec<u32> {
         1 => pack_words_of(raw_bits::<T, u8>(src), shape),
         _ => pack_words_of(raw_bits::<T, u16>(src), shape),
     }
-}
-
-/// `src`'s elements as the unsigned integers `S` of their size (their bits).
-fn raw_bits<T: Element, S>(src: &[T]) -> &[S] {
-    assert!(
-        std::mem::size_of::<T>() == std::mem::size_of::<S>()
-            && std::mem::align_of::<T>() >= std::mem::align_of::<S>()
-            && T::DTYPE != DType::Bool
-    );
-    // SAFETY: checked above: `T` and `S` have one size and `T`'s alignment suffices for `S`; the
-    // non-bool element types of 8 and 16 bits are integers, IEEE floats and `#[repr(transparent)]`
-    // newtypes of `u8` (see `same_bits`), with no padding, so their bytes are initialized and every
-    // pattern is an `S` (`u8`/`u16`).
-    unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<S>(), src.len()) }
 }
 
 fn pack_words_of<S: Copy + Into<u32>>(src: &[S], shape: &[usize]) -> Vec<u32> {

@@ -361,10 +361,86 @@ pub(super) fn read(base: &Tensor, segs: &[Segment], dtype: DType, n: usize) -> R
     }))
 }
 
+/// The bit width of `T` when its elements are plain bits filling their bytes (8, 16 or 32: every
+/// pattern a value, as [`raw_bits`] reads them), else None (bool, int4).
+fn plain_width<T: Element>() -> Option<u32> {
+    let w = T::DTYPE.bit_width();
+    (T::DTYPE != DType::Bool
+        && w == 8 * std::mem::size_of::<T>() as u32
+        && matches!(w, 8 | 16 | 32))
+    .then_some(w)
+}
+
+/// `src`'s elements as the unsigned integers `S` of their size (their bits).
+pub(super) fn raw_bits<T: Element, S>(src: &[T]) -> &[S] {
+    assert!(
+        std::mem::size_of::<T>() == std::mem::size_of::<S>()
+            && std::mem::align_of::<T>() >= std::mem::align_of::<S>()
+            && T::DTYPE != DType::Bool
+    );
+    // SAFETY: checked above: `T` and `S` have one size and `T`'s alignment suffices for `S`; the
+    // non-bool element types are integers, IEEE floats and `#[repr(transparent)]` newtypes of `u8`
+    // (the 8-bit floats, int4), with no padding, so their bytes are initialized and every pattern is
+    // an `S` (`u8`/`u16`/`u32`).
+    unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<S>(), src.len()) }
+}
+
+crate::interpret::simd::multiversion! {
+/// [`gather`] over raw bits into 32-bit words: each segment ORs its share into its words (the
+/// segments of a window cover each bit of each element once), one loop per segment.
+fn gather_bits[S: Copy + Into<u32>](src: &[S], segs: &[Segment], out: &mut [u32]) -> Result<()> {
+    for s in segs {
+        if s.len == 0 {
+            continue;
+        }
+        if s.off + s.stride * (s.len - 1) >= src.len() || s.at + s.len > out.len() {
+            return Err(internal("view read outside its ref"));
+        }
+        let (m, rs, ls) = (ones(s.bits.width) as u32, s.bits.rshift, s.bits.lshift);
+        let dst = &mut out[s.at..s.at + s.len];
+        let bits = |x: S| ((x.into() >> rs) & m) << ls;
+        match s.stride {
+            0 => {
+                let x = bits(src[s.off]);
+                dst.iter_mut().for_each(|o| *o |= x);
+            }
+            1 => dst
+                .iter_mut()
+                .zip(&src[s.off..s.off + s.len])
+                .for_each(|(o, &x)| *o |= bits(x)),
+            step => dst
+                .iter_mut()
+                .zip(src[s.off..].iter().step_by(step))
+                .for_each(|(o, &x)| *o |= bits(x)),
+        }
+    }
+    Ok(())
+}
+}
+
+/// [`read`] for ref elements `T` and view elements `U`: over raw bits when both are plain (a 32-bit
+/// view of narrow rows: keys and values packed in words), else element by element.
+fn gather<T: HostElement, U: HostElement>(
+    data: &[T],
+    segs: &[Segment],
+    n: usize,
+) -> Result<Vec<U>> {
+    if let (Some(w), Some(32)) = (plain_width::<T>(), plain_width::<U>()) {
+        let mut out = vec![0u32; n];
+        match w {
+            8 => gather_bits(raw_bits::<T, u8>(data), segs, &mut out)?,
+            16 => gather_bits(raw_bits::<T, u16>(data), segs, &mut out)?,
+            _ => gather_bits(raw_bits::<T, u32>(data), segs, &mut out)?,
+        }
+        return Ok(super::views::reuse::<u32, U>(out));
+    }
+    gather_elements(data, segs, n)
+}
+
 crate::interpret::simd::multiversion! {
 /// [`read`] for ref elements `T` and view elements `U` (every element type is at most 32 bits wide,
 /// so the bits travel as `u32`).
-fn gather[T: HostElement, U: HostElement](
+fn gather_elements[T: HostElement, U: HostElement](
     data: &[T],
     segs: &[Segment],
     n: usize,
