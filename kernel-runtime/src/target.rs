@@ -235,19 +235,28 @@ impl Target {
     /// reads the generation from the device or the abstract mesh in scope): how the export path
     /// applies a request's target to a launch function, and the example command line `--target`.
     pub fn scope<R>(self, f: impl FnOnce() -> R) -> R {
-        struct Restore(Option<Target>);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                SCOPED.with(|s| s.set(self.0));
-            }
-        }
-        let _restore = Restore(SCOPED.with(|s| s.replace(Some(self))));
-        f()
+        scoped(&SCOPED, self, f)
     }
 }
 
 thread_local! {
     static EXECUTOR: Cell<Option<Executor>> = const { Cell::new(None) };
+}
+
+/// Run `f` with `value` in thread-local `slot`, the previous value restored after it (a panic too).
+fn scoped<T: Copy + 'static, R>(
+    slot: &'static std::thread::LocalKey<Cell<Option<T>>>,
+    value: T,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore<T: Copy + 'static>(&'static std::thread::LocalKey<Cell<Option<T>>>, Option<T>);
+    impl<T: Copy + 'static> Drop for Restore<T> {
+        fn drop(&mut self) {
+            self.0.with(|s| s.set(self.1));
+        }
+    }
+    let _restore = Restore(slot, slot.with(|s| s.replace(Some(value))));
+    f()
 }
 
 /// What will run the kernel a launch builds: a TPU (the default, what every check holds it to), or
@@ -274,14 +283,7 @@ impl Executor {
 
     /// Run `f` with `self` as the executor of every launch it builds.
     pub fn scope<R>(self, f: impl FnOnce() -> R) -> R {
-        struct Restore(Option<Executor>);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                EXECUTOR.with(|s| s.set(self.0));
-            }
-        }
-        let _restore = Restore(EXECUTOR.with(|s| s.replace(Some(self))));
-        f()
+        scoped(&EXECUTOR, self, f)
     }
 
     /// `"tpu"` or `"cpu"` (the export request's `"executor"`).

@@ -430,6 +430,18 @@ mod tests {
     use crate::dtype::{f8e4m3fn, f8e5m2};
     use half::{bf16, f16};
 
+    /// `n` random bit patterns (xorshift from `seed`).
+    fn random_bits(n: usize, mut state: u64) -> Vec<u64> {
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state
+            })
+            .collect()
+    }
+
     /// The byte copy of a same-width bitcast gives `repack`'s elements, bit for bit, for every pair
     /// of dtypes of one width (NaN payloads, subnormals and signed zeros among the random bits).
     #[test]
@@ -441,15 +453,7 @@ mod tests {
             let lit = |v: &[U]| v.iter().map(|x| x.literal().bits).collect::<Vec<_>>();
             assert_eq!(lit(&fast), lit(&slow), "{:?} -> {:?}", T::DTYPE, U::DTYPE);
         }
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let bits: Vec<u64> = (0..4099)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state
-            })
-            .collect();
+        let bits = random_bits(4099, 0x9e37_79b9_7f4a_7c15);
         let w32: Vec<u64> = bits.iter().map(|b| b & 0xffff_ffff).collect();
         let w16: Vec<u64> = bits.iter().map(|b| b & 0xffff).collect();
         let w8: Vec<u64> = bits.iter().map(|b| b & 0xff).collect();
@@ -475,15 +479,7 @@ mod tests {
             let lit = |v: &[U]| v.iter().map(|x| x.literal().bits).collect::<Vec<_>>();
             assert_eq!(lit(&fast), lit(&slow), "{:?} -> {:?}", T::DTYPE, U::DTYPE);
         }
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let bits: Vec<u64> = (0..3 * 8 * 40)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state
-            })
-            .collect();
+        let bits = random_bits(3 * 8 * 40, 0x2545_f491_4f6c_dd1d);
         let w16: Vec<u64> = bits.iter().map(|b| b & 0xffff).collect();
         let w8: Vec<u64> = bits.iter().map(|b| b & 0xff).collect();
         check::<bf16, u32>(&w16, &[3, 8, 40]);
