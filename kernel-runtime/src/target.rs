@@ -286,12 +286,20 @@ impl Executor {
         scoped(&EXECUTOR, self, f)
     }
 
+    /// Every executor.
+    pub const ALL: [Executor; 2] = [Executor::Tpu, Executor::Cpu];
+
     /// `"tpu"` or `"cpu"` (the export request's `"executor"`).
     pub const fn name(self) -> &'static str {
         match self {
             Executor::Tpu => "tpu",
             Executor::Cpu => "cpu",
         }
+    }
+
+    /// The executor named `s` (its [`name`](Executor::name)).
+    pub fn from_name(s: &str) -> Option<Executor> {
+        Executor::ALL.into_iter().find(|e| e.name() == s)
     }
 }
 

@@ -277,15 +277,21 @@ impl Request {
             }
         };
         let executor = match v.get("executor") {
-            None | Some(Value::Null) => Executor::Tpu,
-            Some(Value::String(e)) if e == "tpu" => Executor::Tpu,
-            Some(Value::String(e)) if e == "cpu" => Executor::Cpu,
-            Some(other) => {
-                return Err(kerr!(
-                    Signature,
-                    "the executor must be \"tpu\" or \"cpu\", got {other}"
-                ))
-            }
+            None | Some(Value::Null) => Some(Executor::Tpu),
+            Some(Value::String(e)) => Executor::from_name(e),
+            Some(_) => None,
+        };
+        let Some(executor) = executor else {
+            let names: Vec<String> = Executor::ALL
+                .iter()
+                .map(|e| format!("\"{}\"", e.name()))
+                .collect();
+            return Err(kerr!(
+                Signature,
+                "the executor must be {}, got {}",
+                names.join(" or "),
+                v["executor"]
+            ));
         };
         let mesh = match v.get("mesh") {
             None | Some(Value::Null) => None,

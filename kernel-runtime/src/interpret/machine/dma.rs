@@ -64,7 +64,6 @@ impl<'k> Machine<'k> {
                 }
             });
         }
-        let mut v = base.clone();
         let mut window = (Vec::new(), Vec::new());
         for (i, &d) in dims.iter().enumerate() {
             let start = starts[i];
@@ -91,16 +90,22 @@ impl<'k> Machine<'k> {
             }
             window.0.push(start as usize);
             window.1.push(size);
-            if view_shape.is_none() {
-                v.starts[d] = base.starts[d] + start as usize;
-                v.sizes[d] = size;
-                v.squeezed[d] = w.squeezed[i];
-            }
         }
-        if let Some(p) = &base.via {
+        let v = match &base.via {
+            // A window of a plain window: the base's window narrowed. (A view's base is never
+            // cloned: its path is replaced below.)
+            None => {
+                let mut v = base.clone();
+                for (i, &d) in dims.iter().enumerate() {
+                    v.starts[d] = base.starts[d] + window.0[i];
+                    v.sizes[d] = window.1[i];
+                    v.squeezed[d] = w.squeezed[i];
+                }
+                v
+            }
             // A page of token rows is a plain window of the cache: the copies, loads and race
             // checks over it take the plain path.
-            v = match p.as_ref_window(&window.0, &window.1, &w.squeezed) {
+            Some(p) => match p.as_ref_window(&window.0, &window.1, &w.squeezed) {
                 Some((starts, sizes, squeezed)) => RefView {
                     r: base.r,
                     starts: starts.into(),
@@ -109,8 +114,8 @@ impl<'k> Machine<'k> {
                     via: None,
                 },
                 None => self.view_window(&base, &window.0, (&window.1, &w.squeezed)),
-            };
-        }
+            },
+        };
         Ok(vec![Value::View(v)])
     }
 

@@ -521,8 +521,8 @@ pub(super) fn write(
             let (m, rs, ls) = (ones(s.bits.width), s.bits.rshift, s.bits.lshift);
             // With no mask, every element keeps the segment's whole piece.
             let whole = ((u64::MAX >> ls) & m) << rs & full;
-            let src = &bits[s.at..s.at + s.len];
             if keep.is_none() && whole == full {
+                let src = &bits[s.at..s.at + s.len];
                 // Every element replaced: one branch-free loop (it vectorizes).
                 let put = |b: u64| T::from_literal_bits(((b >> ls) & m) << rs);
                 if s.stride == 1 {
