@@ -5,7 +5,7 @@
 //!
 //! Grid points are split into chunks by their coordinates on the `parallel` axes; each chunk runs its
 //! steps in order with its own block buffers and scratch (like a TPU core), and chunks run on the
-//! calling thread and rayon's workers (see `workers`) when no output block is written by two chunks
+//! calling thread and the pool's helpers (see `workers`) when no output block is written by two chunks
 //! (checked by evaluating the index maps).
 
 use super::elementwise::RawDest;

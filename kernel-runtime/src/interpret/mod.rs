@@ -9,7 +9,7 @@
 //!   blocks re-read when their block index changes; output blocks written back when it changes and at
 //!   the end; scratch persisting), chunked over `parallel` axes when the
 //!   index maps show no output block is shared between chunks; `workers` runs the chunks on the calling
-//!   thread and rayon's workers. `coalesce`: kernels whose blocks are independent slices of rows
+//!   thread and helper threads that stay awake between parts. `coalesce`: kernels whose blocks are independent slices of rows
 //!   (elementwise, or row-wise like softmax) run over larger row bands instead.
 //! - `machine`: one grid step — an environment of values freed after their last use, the refs, and one
 //!   rule per op family (DMA and semaphores over [`crate::semantics`]'s model); a plan per region says which values die where, which elementwise chains fuse,
@@ -67,7 +67,8 @@ pub struct InterpretOptions {
     /// patterns (integers) instead of zeros, so a kernel that reads memory it never wrote shows it
     /// (e.g. a matmul that forgets to zero its accumulator returns NaN).
     pub poison_uninitialized: bool,
-    /// Run independent chunks of `parallel` grid axes on rayon's thread pool.
+    /// Run independent chunks of `parallel` grid axes (and loops with independent iterations) on
+    /// several threads (rayon's thread count: `RAYON_NUM_THREADS`).
     pub parallel: bool,
     /// Evaluate chains of elementwise ops in one pass, write results that are only stored into an
     /// output block straight into the output array, let a `dot` accumulate into a buffer it may take

@@ -1,10 +1,11 @@
-//! Running numbered chunks of work on the calling thread and rayon's workers.
+//! Running numbered chunks of work on the calling thread and the pool's helpers.
 //!
 //! `par_iter` from a thread outside rayon's pool parks the caller until the pool is done: on the
 //! 2-core VMs we measure on, that hand-off (park, wake) costs ~25 µs per call — as much as a whole
-//! 1024² elementwise kernel's worth of grid steps. Here the caller takes chunks itself, the pool's
-//! workers join when they wake, every participant claims the next chunk from a shared counter, and the
-//! caller spins (briefly, then yielding) on the count of finished chunks instead of sleeping.
+//! 1024² elementwise kernel's worth of grid steps. Here the caller takes chunks itself, the helpers
+//! join when they start (they stay awake a while between jobs: [`hot`]), every participant claims the
+//! next chunk from a shared counter, and the caller spins (briefly, then yielding) on the count of
+//! finished chunks instead of sleeping.
 //!
 //! Soundness: a helper job may start after the caller has returned. It claims a chunk number from the
 //! shared counters (which it co-owns through an `Arc`) before it calls into the caller's borrowed work,
@@ -13,11 +14,13 @@
 //! as its very last access to anything borrowed.
 //!
 //! The protocol is written once, over [`Platform`] (its atomics, how a helper is started, how the
-//! caller waits): [`run`] is it on std's atomics and rayon's pool; the tests run the same code under
+//! caller waits): [`run`] is it on std's atomics and the [`hot`] pool; the tests run the same code under
 //! loom's model checker, which tries every interleaving of a caller and its helpers (and the weaker
 //! orders the `Relaxed`/`Release`/`Acquire` operations allow) and finds each chunk run exactly once,
 //! panics reported, nothing borrowed touched after `run` returns, and every chunk's writes visible to
 //! the caller when it returns.
+
+mod hot;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -80,14 +83,14 @@ impl_atomics!(
     std::sync::atomic::AtomicBool
 );
 
-/// std's atomics, helpers on rayon's pool, the caller spinning briefly and then yielding.
-pub(crate) struct Rayon;
+/// std's atomics, helpers from the [`hot`] pool, the caller spinning briefly and then yielding.
+pub(crate) struct Hot;
 
-impl Platform for Rayon {
+impl Platform for Hot {
     type Count = std::sync::atomic::AtomicUsize;
     type Flag = std::sync::atomic::AtomicBool;
     fn spawn(job: impl FnOnce() + Send + 'static) {
-        rayon::spawn(job)
+        hot::spawn(job)
     }
     #[inline]
     fn pause(spins: &mut u32) {
@@ -129,7 +132,7 @@ pub(crate) fn run<S>(
     init: impl Fn() -> S + Sync,
     f: impl Fn(&mut S, usize) + Sync,
 ) -> bool {
-    run_on::<Rayon, S>(n, threads, init, f)
+    run_on::<Hot, S>(n, threads, init, f)
 }
 
 /// [`run`] on the atomics and threads of `P`.
@@ -250,7 +253,7 @@ mod model {
 
     impl_atomics!(AtomicUsize, AtomicBool);
 
-    /// Helpers are loom threads (started detached, as rayon's jobs are), the caller's wait yields to them.
+    /// Helpers are loom threads (started detached, as the pool's jobs are), the caller's wait yields to them.
     struct Loom;
 
     impl Platform for Loom {
