@@ -426,7 +426,9 @@ fn gather<T: HostElement, U: HostElement>(
     n: usize,
 ) -> Result<Vec<U>> {
     if let (Some(w), Some(32)) = (plain_width::<T>(), plain_width::<U>()) {
-        let mut out = vec![0u32; n];
+        // From the buffer pool: a fresh block-sized buffer faults its pages in on every read.
+        let mut out = crate::interpret::tensor::take_vec::<u32>(n);
+        out.resize(n, 0);
         match w {
             8 => gather_bits(raw_bits::<T, u8>(data), segs, &mut out)?,
             16 => gather_bits(raw_bits::<T, u16>(data), segs, &mut out)?,
@@ -445,7 +447,8 @@ fn gather_elements[T: HostElement, U: HostElement](
     segs: &[Segment],
     n: usize,
 ) -> Result<Vec<U>> {
-    let mut out = vec![U::from_literal_bits(0); n];
+    let mut out = crate::interpret::tensor::take_vec::<U>(n);
+    out.resize(n, U::from_literal_bits(0));
     let full = ones(U::DTYPE.bit_width()) as u32;
     for s in segs {
         if s.len == 0 {
