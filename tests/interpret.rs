@@ -1019,6 +1019,71 @@ fn int_to_float_casts_folded_into_chains_match_unfused_bit_for_bit() {
     assert_eq!(fused, plain);
 }
 
+/// Both halves of each packed word as bf16 (as a kernel unpacks a bf16 KV cache), the bf16 results
+/// read back as words.
+#[tpu_kernel]
+fn word_halves_kernel(w: Ref<u32>, lo: RefMut<u32>, hi: RefMut<u32>) {
+    let x = w.load();
+    let l = (x << 16u32).bitcast::<f32>().cast::<bf16>();
+    let h = (x & 0xFFFF_0000u32).bitcast::<f32>().cast::<bf16>();
+    lo.store(l.bitcast::<u32>());
+    hi.store(h.bitcast::<u32>());
+}
+
+/// The plan's word halves (`shl`/`and`, `bitcast`, `cast<bf16>` as one pass) give the three ops'
+/// bits on every half-word: NaNs quiet or signalling with any payload and sign, infinities,
+/// subnormals, zeros of both signs, and random words.
+#[test]
+fn word_halves_match_the_unfused_ops_bit_for_bit() {
+    let call = pallas_call(word_halves_kernel)
+        .grid([2])
+        .input(at([32, 256], U32), BlockSpec::new([16, 256], |[i]| (i, 0)))
+        .output(at([16, 256], U32), BlockSpec::new([8, 256], |[i]| (i, 0)))
+        .output(at([16, 256], U32), BlockSpec::new([8, 256], |[i]| (i, 0)))
+        .dimension_semantics([Parallel])
+        .build()
+        .expect("build");
+    let count = |fuse| {
+        let opts = InterpretOptions {
+            fuse,
+            ..Default::default()
+        };
+        tpu_kernel::runtime::interpret::plan_counts(call.ir(), &opts)
+            .expect("plan")
+            .word_halves
+    };
+    assert_eq!(
+        (count(true), count(false)),
+        (2, 0),
+        "both casts, fused only"
+    );
+    let special: [u16; 12] = [
+        0x7F81, 0xFF81, 0x7FC0, 0xFFFF, 0x7FBF, 0x7F80, 0xFF80, 0x0001, 0x807F, 0x0000, 0x8000,
+        0x3F80,
+    ];
+    let mut state = 0x2545_f491u32;
+    let words: Vec<u32> = (0..32 * 256)
+        .map(|i| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            match i % 3 {
+                // Every pair of special halves, in both places of the word.
+                0 => u32::from(special[i / 3 % 12]) | u32::from(special[i / 36 % 12]) << 16,
+                _ => state,
+            }
+        })
+        .collect();
+    let inputs = [HostArray::from_vec([32, 256], words).unwrap()];
+    let opts = |fuse| InterpretOptions {
+        fuse,
+        ..Default::default()
+    };
+    let fused = call.interpret_with(&inputs, &opts(true)).expect("run");
+    let plain = call.interpret_with(&inputs, &opts(false)).expect("run");
+    assert_eq!(fused, plain);
+}
+
 fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
     ArrayType::new(shape, dtype)
 }

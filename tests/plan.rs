@@ -42,6 +42,14 @@ fn the_examples_fast_paths_fire() {
     let add = counts("add", &on);
     assert!(add.row_bands && add.sunk == 1, "{add:?}");
 
+    // Ragged paged attention's bf16 keys and values, unpacked from their packed words in one pass
+    // each (per case body: decode, mixed).
+    let rpa = counts("ragged_paged_attention", &on);
+    assert!(
+        rpa.word_halves >= 2 && rpa.word_halves.is_multiple_of(2),
+        "{rpa:?}"
+    );
+
     // The production kernels: each accumulator (f32 for the bf16 dots, i32 for i8 x i8) is updated in
     // place, and the output-stationary grids run in parallel chunks — grouped_matmul's too, whose
     // output blocks come from scalar-prefetched tables but whose parallel axis is itself the block's

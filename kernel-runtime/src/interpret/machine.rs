@@ -4,7 +4,7 @@
 
 use super::elementwise::{self, with_dtype, RawDest, Sink};
 use super::fused;
-use super::plan::{Chain, Plan};
+use super::plan::{Chain, Plan, WordHalf};
 use super::reduce::reduce;
 use super::tensor::{for_each_row, internal, recycle, row_major_strides, Buf, Dims, Tensor};
 use crate::dtype::{DType, Literal};
@@ -206,6 +206,7 @@ impl<'k> Machine<'k> {
             let results = match (&plan.chain[i], plan.sink_to[i]) {
                 (Some(ch), sink) => self.chain(op, ch, sink),
                 (None, Some(r)) => self.sunk_op(op, r),
+                (None, None) if plan.word_half[i].is_some() => self.word_half(plan.word_half[i]),
                 (None, None) => match (plan.acc_in_place[i], &plan.split[i]) {
                     (None, Some(split)) if self.loop_threads > 1 => {
                         self.split_for(op, &plan.sub[i], split)
@@ -229,6 +230,14 @@ impl<'k> Machine<'k> {
             }
         }
         Ok(Vec::new())
+    }
+
+    /// A bf16 cast of a packed word's half, its `shl`/`and` and `bitcast` skipped (the plan's
+    /// `word_half`).
+    fn word_half(&self, at: Option<(ValueId, WordHalf)>) -> Result<Vec<Value>> {
+        let (w, half) = at.ok_or_else(|| internal("word half without its word"))?;
+        let t = elementwise::word_half_to_bf16(self.tensor(w)?, half)?;
+        Ok(vec![Value::T(t)])
     }
 
     /// The contents of ref `r` as a tensor (reading back a written-through output block).

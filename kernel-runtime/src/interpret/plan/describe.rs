@@ -21,6 +21,13 @@ impl Plan {
             if self.skip[i] {
                 let _ = writeln!(out, "{at}: folded into a fused chain");
             }
+            if let Some((w, half)) = self.word_half[i] {
+                let _ = writeln!(
+                    out,
+                    "{at}: bf16 of the {half:?} half of each word of %{}",
+                    w.0
+                );
+            }
             if let Some(ch) = &self.chain[i] {
                 let links: Vec<String> = ch.links.iter().map(link_label).collect();
                 let _ = write!(
@@ -90,6 +97,7 @@ impl Plan {
     fn count(&self, c: &mut PlanCounts) {
         c.chains += self.chain.iter().flatten().count();
         c.folded += self.skip.iter().filter(|s| **s).count();
+        c.word_halves += self.word_half.iter().flatten().count();
         c.epilogues += self
             .chain
             .iter()
@@ -121,6 +129,8 @@ pub struct PlanCounts {
     pub in_place_dots: usize,
     /// `for` loops whose iterations are independent, run across threads when the grid is not.
     pub split_loops: usize,
+    /// bf16 casts of a packed word's half run as one pass (their `shl`/`and` and `bitcast` folded).
+    pub word_halves: usize,
 }
 
 fn link_label(l: &Link) -> String {

@@ -1,11 +1,12 @@
 //! The fusion pass: elementwise chains (a value through unary/binary/cast links, each link's other
 //! operand external) that run in one pass at the op that ends them, with an optional last-axis
-//! reduction epilogue and widening casts deferred into their consumer.
+//! reduction epilogue and widening casts deferred into their consumer; and the bf16 halves of packed
+//! 32-bit words (`shl`/`and`, `bitcast`, `cast`) as one pass at the cast ([`word_halves`]).
 
 use super::super::fused::{self, Epilogue, Link};
 use super::Chain;
 use crate::dtype::DType;
-use crate::ir::{Func, Op, OpKind, Region, ValueId};
+use crate::ir::{BinaryOp, Func, Op, OpKind, Region, ValueId};
 use std::collections::HashMap;
 
 /// The dtypes a fused chain computes in (f32, rounding bf16 at each link): the arithmetic floats of
@@ -210,4 +211,84 @@ pub(super) fn defer_widening_casts(
         skip[i] = true;
         exec_at[i] = last;
     }
+}
+
+/// Which half of a 32-bit word a word-half cast reads (see [`word_halves`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WordHalf {
+    /// `w << 16`: the low 16 bits as the high half of an f32.
+    Low,
+    /// `w & 0xFFFF_0000`: the high 16 bits, in place.
+    High,
+}
+
+impl WordHalf {
+    /// The f32 bits the unfused `shl` or `and` gives the `bitcast` (16 < 32: no shift overflow).
+    #[inline(always)]
+    pub(crate) fn f32_bits(self, w: u32) -> u32 {
+        match self {
+            WordHalf::Low => w << 16,
+            WordHalf::High => w & 0xFFFF_0000,
+        }
+    }
+}
+
+/// `cast<bf16>(bitcast<f32>(w << 16))` and `cast<bf16>(bitcast<f32>(w & 0xFFFF0000))` of u32 words
+/// `w` — a bf16 unpacked from a packed 32-bit word, as kernels read packed key/value caches (and as
+/// Mosaic wants it written) — run as one pass at the cast: the `shl`/`and` and the `bitcast` are
+/// skipped and `w` lives until the cast. Only where each intermediate has that one use, no op of the
+/// three is in a fused chain, and the cast's result is not sunk into a ref. The pass computes
+/// `cast(bitcast(half(w)))` per element with the cast's own rounding, so the bits are the unfused ops'.
+pub(super) fn word_halves(
+    f: &Func,
+    r: &Region,
+    all_uses: &HashMap<ValueId, usize>,
+    (skip, chain, sink_to): (&mut [bool], &[Option<Chain>], &[Option<ValueId>]),
+    exec_at: &mut [usize],
+) -> Vec<Option<(ValueId, WordHalf)>> {
+    let mut out = vec![None; r.ops.len()];
+    let mut def: HashMap<ValueId, usize> = HashMap::new();
+    for (i, op) in r.ops.iter().enumerate() {
+        for v in &op.results {
+            def.insert(*v, i);
+        }
+    }
+    let free = |i: usize, skip: &[bool]| !skip[i] && chain[i].is_none() && sink_to[i].is_none();
+    let one_use = |v: &ValueId| all_uses.get(v) == Some(&1);
+    let const_u32 = |v: &ValueId| match def.get(v).map(|&k| &r.ops[k].kind) {
+        Some(OpKind::Const(lit)) if lit.dtype == DType::U32 => Some(lit.bits),
+        _ => None,
+    };
+    for (i, op) in r.ops.iter().enumerate() {
+        let (OpKind::Cast(DType::BF16), [b]) = (&op.kind, &op.operands[..]) else {
+            continue;
+        };
+        let Some(&j) = def.get(b) else { continue };
+        let (OpKind::Bitcast, [s]) = (&r.ops[j].kind, &r.ops[j].operands[..]) else {
+            continue;
+        };
+        let Some(&k) = def.get(s) else { continue };
+        let (OpKind::Binary(bin), [w, c]) = (&r.ops[k].kind, &r.ops[k].operands[..]) else {
+            continue;
+        };
+        let half = match (bin, const_u32(c)) {
+            (BinaryOp::Shl, Some(16)) => WordHalf::Low,
+            (BinaryOp::And, Some(0xFFFF_0000)) => WordHalf::High,
+            _ => continue,
+        };
+        if f.ty(*b).dtype() != DType::F32
+            || f.ty(*w).dtype() != DType::U32
+            || !one_use(b)
+            || !one_use(s)
+            || ![i, j, k].iter().all(|&n| free(n, skip))
+        {
+            continue;
+        }
+        skip[j] = true;
+        skip[k] = true;
+        exec_at[j] = i;
+        exec_at[k] = i;
+        out[i] = Some((*w, half));
+    }
+    out
 }

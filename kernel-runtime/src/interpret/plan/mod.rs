@@ -5,7 +5,8 @@
 //! Per region, per op: which values die after it (liveness), whether it is folded into a fused
 //! elementwise chain ([`super::fused`]) that runs at a later op (with an optional last-axis reduction
 //! epilogue and deferred widening casts), whether its result is sunk straight into the output block of
-//! the ref its only use stores to, and whether a `dot` accumulates in place into its ref.
+//! the ref its only use stores to, whether a bf16 cast of a packed word's half runs as one pass, and
+//! whether a `dot` accumulates in place into its ref.
 
 //!
 //! Each decision is a pass of its own, in this folder: [`fusion`] (fused chains, reduction epilogues,
@@ -23,7 +24,8 @@ use super::fused::{Epilogue, Link};
 use crate::ir::{Func, Op, OpKind, Region, ValueId};
 pub use describe::PlanCounts;
 use dots::{acc_dies_at, acc_in_place_ref};
-use fusion::{defer_widening_casts, find_chains};
+pub(crate) use fusion::WordHalf;
+use fusion::{defer_widening_casts, find_chains, word_halves};
 pub(crate) use split::SplitLoop;
 use std::collections::{HashMap, HashSet};
 
@@ -37,6 +39,9 @@ pub(crate) struct Plan {
     pub(crate) skip: Vec<bool>,
     /// Fused chains, at the op that ends them.
     pub(crate) chain: Vec<Option<Chain>>,
+    /// bf16 casts of a packed word's half (`fusion::word_halves`): the word operand and which half,
+    /// at the cast (its `shl`/`and` and `bitcast` are skipped).
+    pub(crate) word_half: Vec<Option<(ValueId, WordHalf)>>,
     /// `dot`s whose accumulator is a full load of a ref used only by the dot, and whose result is only
     /// stored whole into that same ref with no use of the ref in between: the ref (may accumulate in
     /// place into the ref's buffer).
@@ -97,15 +102,18 @@ struct Context<'a> {
 
 fn plan_region(f: &Func, r: &Region, cx: &Context<'_>) -> Plan {
     let (all_uses, fuse) = (cx.all_uses, cx.fuse);
-    let (skip, chain, exec_at) = if fuse {
+    let sink_to = sinks(f, r, all_uses, fuse);
+    let (skip, chain, exec_at, word_half) = if fuse {
         let (mut skip, mut chain, mut exec_at) = find_chains(f, r, all_uses);
         defer_widening_casts(f, r, all_uses, &mut skip, &mut chain, &mut exec_at);
-        (skip, chain, exec_at)
+        let halves = word_halves(f, r, all_uses, (&mut skip, &chain, &sink_to), &mut exec_at);
+        (skip, chain, exec_at, halves)
     } else {
         (
             vec![false; r.ops.len()],
             r.ops.iter().map(|_| None).collect(),
             (0..r.ops.len()).collect(),
+            vec![None; r.ops.len()],
         )
     };
     let mut defined: HashSet<ValueId> = r.args.iter().copied().collect();
@@ -132,7 +140,6 @@ fn plan_region(f: &Func, r: &Region, cx: &Context<'_>) -> Plan {
     for (i, op) in r.ops.iter().enumerate() {
         dead_after[exec_at[i]].extend(op.results.iter().filter(|v| !last.contains_key(v)));
     }
-    let sink_to = sinks(f, r, all_uses, fuse);
     let acc_in_place = r
         .ops
         .iter()
@@ -180,6 +187,7 @@ fn plan_region(f: &Func, r: &Region, cx: &Context<'_>) -> Plan {
         sink_to,
         skip,
         chain,
+        word_half,
         acc_in_place,
         acc_owned,
         bitcast_owned,
