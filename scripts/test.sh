@@ -34,8 +34,11 @@ if [ -d python/tests ] && ls python/tests/test_*.py >/dev/null 2>&1; then
     cargo build --quiet -p tpu-kernel-user-crate
     phase "a kernel crate builds and runs with no LLVM/MLIR (fresh target, empty MLIR prefix)"
     scripts/no_mlir_build.sh
-    phase "hostile input in release (overflow checks are explicit, not debug assertions; reuses pip's release build)"
+    phase "hostile input, dispatch paths and NaN payloads in release (overflow checks are explicit, not debug assertions; reuses pip's release build)"
     cargo test --release --quiet --test hostile_input
+    # NaN payloads and every dispatch path in release, where the compiler may commute a float add's
+    # operands (the ops choose the NaN explicitly; a debug build would hide a lapse).
+    cargo test --release --quiet --test cpu_paths --test fuzz_interpret
     # Two workers (pytest-xdist): most of the suite is libtpu compiles and jax traces, each on one
     # core (measured: 849 tests in 10.3 min on 2 workers, beside other builds). The slowest tests
     # are listed, to keep CI's time in view.

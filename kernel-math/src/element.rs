@@ -3,6 +3,49 @@
 //! ones) and remainder by zero the dividend, `MIN / -1` wrapping, shifts by the bit width or more
 //! giving 0 or the sign fill. Written branch-free where it matters, so the loops over them vectorize.
 
+/// `x`'s bits with the quiet bit set (a quiet NaN stays itself; a signalling one becomes the quiet NaN
+/// of its sign and payload, as an x86 operation on it returns it).
+#[inline(always)]
+fn quiet(x: f32) -> f32 {
+    f32::from_bits(x.to_bits() | 0x0040_0000)
+}
+
+/// `r`, the result of an operation on `x` and `y`, unless an operand is a NaN: then the first NaN
+/// operand, quieted (x86's rule, written out: see [`add_f32`]).
+#[inline(always)]
+fn first_nan(x: f32, y: f32, r: f32) -> f32 {
+    if x.is_nan() {
+        quiet(x)
+    } else if y.is_nan() {
+        quiet(y)
+    } else {
+        r
+    }
+}
+
+/// `x + y`, a NaN operand giving the first NaN operand, quieted (x86's rule, written out: `x + y`
+/// alone lets the compiler commute a vectorized add in optimized builds, and then `log(x) + sqrt(x)`
+/// of a negative `x` was +NaN on one dispatch path and −NaN on another). Only a NaN `x` needs
+/// choosing: with one NaN operand the hardware returns it, quieted, in either operand order.
+#[inline(always)]
+pub fn add_f32(x: f32, y: f32) -> f32 {
+    if x.is_nan() {
+        quiet(x)
+    } else {
+        x + y
+    }
+}
+
+/// `x · y`, a NaN operand giving the first NaN operand, quieted (as [`add_f32`]).
+#[inline(always)]
+pub fn mul_f32(x: f32, y: f32) -> f32 {
+    if x.is_nan() {
+        quiet(x)
+    } else {
+        x * y
+    }
+}
+
 /// NaN-propagating maximum with `max(-0, +0) = +0` (`arith.maximumf`, `jnp.maximum`).
 #[inline(always)]
 pub fn max_f32(a: f32, b: f32) -> f32 {
@@ -13,11 +56,7 @@ pub fn max_f32(a: f32, b: f32) -> f32 {
     } else {
         f32::from_bits(a.to_bits() & b.to_bits())
     };
-    if a.is_nan() || b.is_nan() {
-        a + b
-    } else {
-        m
-    }
+    first_nan(a, b, m)
 }
 
 /// NaN-propagating minimum with `min(-0, +0) = -0` (`arith.minimumf`, `jnp.minimum`).
@@ -30,11 +69,7 @@ pub fn min_f32(a: f32, b: f32) -> f32 {
     } else {
         f32::from_bits(a.to_bits() | b.to_bits())
     };
-    if a.is_nan() || b.is_nan() {
-        a + b
-    } else {
-        m
-    }
+    first_nan(a, b, m)
 }
 
 /// `f(x)`, or for a NaN `x + x`: quieted, its sign and payload kept — the NaN rule of every function
@@ -181,6 +216,31 @@ mod tests {
         assert!(max_f32(-0.0, 0.0).is_sign_positive());
         assert!(min_f32(0.0, -0.0).is_sign_negative());
         assert_eq!(max_f32(2.0, -3.0), 2.0);
+    }
+
+    #[test]
+    fn a_nan_operand_gives_the_first_nan_quieted() {
+        let (p, n, s) = (
+            f32::from_bits(0x7FC0_0001),
+            f32::from_bits(0xFFC0_0000),
+            f32::from_bits(0xFF80_0005),
+        );
+        for f in [add_f32, mul_f32, max_f32, min_f32] {
+            assert_eq!(f(p, n).to_bits(), 0x7FC0_0001);
+            assert_eq!(f(n, p).to_bits(), 0xFFC0_0000);
+            assert_eq!(
+                f(2.0, s).to_bits(),
+                0xFFC0_0005,
+                "a signalling NaN is quieted"
+            );
+            assert_eq!(f(s, p).to_bits(), 0xFFC0_0005);
+        }
+        assert_eq!((add_f32(1.5, 2.0), mul_f32(1.5, -2.0)), (3.5, -3.0));
+        // No NaN operand: the operation's own result, the invalid ones' default NaN included.
+        assert_eq!(
+            add_f32(f32::INFINITY, f32::NEG_INFINITY).to_bits(),
+            (f32::INFINITY + f32::NEG_INFINITY).to_bits()
+        );
     }
 
     #[test]

@@ -46,8 +46,8 @@ pub mod scalar;
 mod trig;
 
 pub use element::{
-    bf16_bits, bf16_bits_of_i64, ceil_f32, f32_of_bf16_bits, floor_f32, max_f32, min_f32,
-    round_even_f32, IntOps,
+    add_f32, bf16_bits, bf16_bits_of_i64, ceil_f32, f32_of_bf16_bits, floor_f32, max_f32, min_f32,
+    mul_f32, round_even_f32, IntOps,
 };
 pub use elementfn::{
     BinaryF32, Cos, Erf, Exp, Log, Log1p, Logistic, Operand, Pow, Pre, Rem, Rsqrt, Sin, Tanh,

@@ -175,9 +175,9 @@ macro_rules! binary_f32 {
             }};
         }
         match $crate::interpret::ops::binary_fn($op) {
-            Some(F::Add) => with!(|x: f32, y: f32| x + y),
+            Some(F::Add) => with!(add_f32),
             Some(F::Sub) => with!(|x: f32, y: f32| x - y),
-            Some(F::Mul) => with!(|x: f32, y: f32| x * y),
+            Some(F::Mul) => with!(mul_f32),
             Some(F::Div) => with!(|x: f32, y: f32| x / y),
             Some(F::Rem) => with!(Rem),
             Some(F::Max) => with!(max_f32),

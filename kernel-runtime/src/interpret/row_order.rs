@@ -36,7 +36,7 @@ pub(crate) fn identity_f32<const K: u8>() -> f32 {
 #[inline(always)]
 pub(crate) fn comb_f32<const K: u8>(a: f32, b: f32) -> f32 {
     match K {
-        SUM => a + b,
+        SUM => math::add_f32(a, b),
         MAX => math::max_f32(a, b),
         _ => math::min_f32(a, b),
     }

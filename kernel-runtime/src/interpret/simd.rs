@@ -97,6 +97,33 @@ pub(crate) unsafe fn max_min_no_nan<const K: u8>(row: &[f32], identity: f32) -> 
 
 /// One 8-lane step of a sum / NaN-propagating max / min (the vector form of `reduce`'s combine).
 ///
+/// `a + x` lane by lane in this operand order: a NaN lane gives the first NaN operand, quieted (the
+/// scalar [`crate::math::add_f32`]'s rule). `_mm256_add_ps` leaves the order to the compiler, which
+/// commutes it in optimized builds; the instruction written out keeps it.
+///
+/// # Safety
+/// The CPU must support AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+#[inline]
+pub(crate) unsafe fn add_ps_ordered(
+    a: std::arch::x86_64::__m256,
+    x: std::arch::x86_64::__m256,
+) -> std::arch::x86_64::__m256 {
+    let r;
+    // SAFETY: one AVX instruction on registers (AVX by the caller); no memory, no flags.
+    unsafe {
+        std::arch::asm!(
+            "vaddps {r}, {a}, {x}",
+            r = lateout(ymm_reg) r,
+            a = in(ymm_reg) a,
+            x = in(ymm_reg) x,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    r
+}
+
 /// # Safety
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
@@ -110,7 +137,7 @@ pub(crate) unsafe fn comb_ps<const K: u8>(
     // SAFETY: AVX2 is guaranteed by the caller.
     unsafe {
         match K {
-            SUM => _mm256_add_ps(a, x),
+            SUM => add_ps_ordered(a, x),
             _ => {
                 let m = if K == MAX {
                     _mm256_max_ps(a, x)
@@ -125,7 +152,7 @@ pub(crate) unsafe fn comb_ps<const K: u8>(
                 };
                 let m = _mm256_blendv_ps(m, zeros, eq);
                 let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(a, x);
-                _mm256_blendv_ps(m, _mm256_add_ps(a, x), nan)
+                _mm256_blendv_ps(m, add_ps_ordered(a, x), nan)
             }
         }
     }
