@@ -1010,13 +1010,7 @@ fn int_to_float_casts_folded_into_chains_match_unfused_bit_for_bit() {
         HostArray::random([16, 1], F32, 5).unwrap(),
         HostArray::random([1, 256], F32, 6).unwrap(),
     ];
-    let opts = |fuse| InterpretOptions {
-        fuse,
-        ..Default::default()
-    };
-    let fused = call.interpret_with(&inputs, &opts(true)).expect("run");
-    let plain = call.interpret_with(&inputs, &opts(false)).expect("run");
-    assert_eq!(fused, plain);
+    assert_fused_is_plain(&call, &inputs);
 }
 
 /// Both halves of each packed word as bf16 (as a kernel unpacks a bf16 KV cache), the bf16 results
@@ -1075,13 +1069,19 @@ fn word_halves_match_the_unfused_ops_bit_for_bit() {
         })
         .collect();
     let inputs = [HostArray::from_vec([32, 256], words).unwrap()];
-    let opts = |fuse| InterpretOptions {
-        fuse,
-        ..Default::default()
+    assert_fused_is_plain(&call, &inputs);
+}
+
+/// `call`'s outputs on `inputs` with the plan's fast paths and without (`fuse: false`): equal.
+fn assert_fused_is_plain(call: &PallasCall, inputs: &[HostArray]) {
+    let run = |fuse| {
+        let opts = InterpretOptions {
+            fuse,
+            ..Default::default()
+        };
+        call.interpret_with(inputs, &opts).expect("run")
     };
-    let fused = call.interpret_with(&inputs, &opts(true)).expect("run");
-    let plain = call.interpret_with(&inputs, &opts(false)).expect("run");
-    assert_eq!(fused, plain);
+    assert_eq!(run(true), run(false));
 }
 
 fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
