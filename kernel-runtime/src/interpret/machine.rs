@@ -206,15 +206,15 @@ impl<'k> Machine<'k> {
             let results = match (&plan.chain[i], plan.sink_to[i]) {
                 (Some(ch), sink) => self.chain(op, ch, sink),
                 (None, Some(r)) => self.sunk_op(op, r),
-                (None, None) if plan.word_half[i].is_some() => self.word_half(plan.word_half[i]),
-                (None, None) => match (plan.acc_in_place[i], &plan.split[i]) {
-                    (None, Some(split)) if self.loop_threads > 1 => {
+                (None, None) => match (plan.word_half[i], plan.acc_in_place[i], &plan.split[i]) {
+                    (Some((w, half)), _, _) => self.word_half(w, half),
+                    (None, None, Some(split)) if self.loop_threads > 1 => {
                         self.split_for(op, &plan.sub[i], split)
                     }
-                    (Some(rf), _) => self.dot_in_place(op, rf, &plan.sub[i]),
-                    (None, _) if plan.acc_owned[i] => self.dot_owned_acc(op, &plan.sub[i]),
-                    (None, _) if plan.bitcast_owned[i] => self.bitcast_consuming(op),
-                    (None, _) => self.op(op, &plan.sub[i]),
+                    (None, Some(rf), _) => self.dot_in_place(op, rf, &plan.sub[i]),
+                    (None, None, _) if plan.acc_owned[i] => self.dot_owned_acc(op, &plan.sub[i]),
+                    (None, None, _) if plan.bitcast_owned[i] => self.bitcast_consuming(op),
+                    (None, None, _) => self.op(op, &plan.sub[i]),
                 },
             }
             .map_err(|e| e.at(op.loc))?;
@@ -234,8 +234,7 @@ impl<'k> Machine<'k> {
 
     /// A bf16 cast of a packed word's half, its `shl`/`and` and `bitcast` skipped (the plan's
     /// `word_half`).
-    fn word_half(&self, at: Option<(ValueId, WordHalf)>) -> Result<Vec<Value>> {
-        let (w, half) = at.ok_or_else(|| internal("word half without its word"))?;
+    fn word_half(&self, w: ValueId, half: WordHalf) -> Result<Vec<Value>> {
         let t = elementwise::word_half_to_bf16(self.tensor(w)?, half)?;
         Ok(vec![Value::T(t)])
     }

@@ -9,8 +9,9 @@
 //!   blocks re-read when their block index changes; output blocks written back when it changes and at
 //!   the end; scratch persisting), chunked over `parallel` axes when the
 //!   index maps show no output block is shared between chunks; `workers` runs the chunks on the calling
-//!   thread and helper threads that stay awake between parts. `coalesce`: kernels whose blocks are independent slices of rows
-//!   (elementwise, or row-wise like softmax) run over larger row bands instead.
+//!   thread and helper threads that stay awake between parts. `coalesce`: kernels whose blocks are
+//!   independent slices of rows (elementwise, or row-wise like softmax) run over larger row bands
+//!   instead.
 //! - `machine`: one grid step — an environment of values freed after their last use, the refs, and one
 //!   rule per op family (DMA and semaphores over [`crate::semantics`]'s model); a plan per region says which values die where, which elementwise chains fuse,
 //!   and which results may be written straight into the output array (their only use is a full store).

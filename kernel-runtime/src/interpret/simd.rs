@@ -95,8 +95,6 @@ pub(crate) unsafe fn max_min_no_nan<const K: u8>(row: &[f32], identity: f32) -> 
     (r != 0.0).then_some(r)
 }
 
-/// One 8-lane step of a sum / NaN-propagating max / min (the vector form of `reduce`'s combine).
-///
 /// `a + x` lane by lane in this operand order: a NaN lane gives the first NaN operand, quieted (the
 /// scalar [`crate::math::add_f32`]'s rule). `_mm256_add_ps` leaves the order to the compiler, which
 /// commutes it in optimized builds; the instruction written out keeps it.
@@ -124,6 +122,8 @@ pub(crate) unsafe fn add_ps_ordered(
     r
 }
 
+/// One 8-lane step of a sum / NaN-propagating max / min (the vector form of `reduce`'s combine).
+///
 /// # Safety
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
