@@ -207,6 +207,61 @@ mod heads {
         }
         o.store(acc.load());
     }
+
+    /// `per_head` with a copy of `y` in flight across the loop (a prefetch under the compute).
+    #[tpu_kernel]
+    pub fn prefetch_kernel(
+        x: Ref<f32>,
+        y_hbm: Ref<f32, Any>,
+        o: RefMut<f32>,
+        acc: RefMut<f32>,
+        buf: RefMut<f32>,
+        sem: DmaSem,
+    ) {
+        let c = async_copy(y_hbm, buf, sem);
+        c.start();
+        for h in 0..4i32 {
+            acc.at(h).store(x.at(h).load() * 2.0);
+        }
+        c.wait();
+        o.store(acc.load() + buf.load());
+    }
+
+    /// The same loop reading the copy's destination before its wait: a race, in head 0 first.
+    #[tpu_kernel]
+    pub fn prefetch_race_kernel(
+        x: Ref<f32>,
+        y_hbm: Ref<f32, Any>,
+        o: RefMut<f32>,
+        acc: RefMut<f32>,
+        buf: RefMut<f32>,
+        sem: DmaSem,
+    ) {
+        let c = async_copy(y_hbm, buf, sem);
+        c.start();
+        for h in 0..4i32 {
+            acc.at(h).store(x.at(h).load() + buf.at(h).load());
+        }
+        c.wait();
+        o.store(acc.load());
+    }
+}
+
+fn prefetch_call<Args, K: tpu_kernel::launch::KernelFn<Args>>(
+    kernel: K,
+) -> tpu_kernel::PallasCall {
+    use tpu_kernel::prelude::*;
+    let a = || ArrayType::new([4, 8, 128], F32);
+    pallas_call(kernel)
+        .grid([1])
+        .input(a(), BlockSpec::new([4, 8, 128], |[_]| (0, 0, 0)))
+        .input_any(a())
+        .output(a(), BlockSpec::new([4, 8, 128], |[_]| (0, 0, 0)))
+        .scratch(Vmem::new([4, 8, 128], F32))
+        .scratch(Vmem::new([4, 8, 128], F32))
+        .scratch(DmaSem::one())
+        .build()
+        .expect("builds")
 }
 
 fn heads_call<Args, K: tpu_kernel::launch::KernelFn<Args>>(kernel: K) -> tpu_kernel::PallasCall {
@@ -300,6 +355,54 @@ fn a_split_loop_gives_the_sequential_bits_and_errors() {
     assert_eq!(par, ord);
     assert!(
         par.contains("plan.rs") && par.contains("out-of-bounds store into scratch 0"),
+        "{par}"
+    );
+}
+
+/// A copy in flight across a split loop (a prefetch of the next block under this one's compute)
+/// does not keep the loop in order: copies land only at their waits, and a split body holds none.
+/// Each iteration still sees the copies in flight, so reading one's destination is the race the
+/// ordered run reports, with the same message; and a seeded run (copies landing between any two
+/// ops) gives the same bits.
+#[test]
+fn a_split_loop_runs_beside_a_copy_in_flight_and_reports_its_races() {
+    let seq = InterpretOptions {
+        parallel: false,
+        ..InterpretOptions::default()
+    };
+    let on = InterpretOptions::default();
+    let call = prefetch_call(heads::prefetch_kernel);
+    assert_eq!(plan_counts(call.ir(), &on).expect("plan").split_loops, 1);
+    let inputs = tpu_kernel::reference::random_inputs(&call, 7);
+    let par = call.interpret(&inputs).expect("split");
+    assert_eq!(par, call.interpret_with(&inputs, &seq).expect("in order"));
+    for seed in 0..4 {
+        let seeded = InterpretOptions {
+            dma_seed: Some(seed),
+            ..InterpretOptions::default()
+        };
+        assert_eq!(par, call.interpret_with(&inputs, &seeded).expect("seeded"));
+    }
+    let (x, y) = (inputs[0].as_slice::<f32>(), inputs[1].as_slice::<f32>());
+    let o = par[0].as_slice::<f32>().expect("f32");
+    assert!(x
+        .expect("f32")
+        .iter()
+        .zip(y.expect("f32"))
+        .zip(o)
+        .all(|((a, b), c)| (2.0 * a + b).to_bits() == c.to_bits()));
+
+    let call = prefetch_call(heads::prefetch_race_kernel);
+    assert_eq!(plan_counts(call.ir(), &on).expect("plan").split_loops, 1);
+    let inputs = tpu_kernel::reference::random_inputs(&call, 8);
+    let par = call.interpret(&inputs).expect_err("race").to_string();
+    let ord = call
+        .interpret_with(&inputs, &seq)
+        .expect_err("race")
+        .to_string();
+    assert_eq!(par, ord);
+    assert!(
+        par.contains("plan.rs") && par.contains("reads scratch 1") && par.contains("in flight"),
         "{par}"
     );
 }

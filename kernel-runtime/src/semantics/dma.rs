@@ -255,6 +255,11 @@ impl DmaModel {
         self.inflight.is_empty()
     }
 
+    /// Whether copies complete at seeded random points (else only at their waits).
+    pub fn seeded(&self) -> bool {
+        self.rng.is_some()
+    }
+
     /// An error if `v` is read while a copy into it is in flight (`write`: or written while a copy
     /// from or into it is).
     pub fn check_access(

@@ -2,8 +2,12 @@
 //! own, forked from this one — the values the body uses from outside, the refs — with each ref the body
 //! writes lent to all of them (`Buf::Shared`): an iteration writes only its own index of it, in place,
 //! so nothing is merged afterwards. Loops run this way only where the grid itself is not split across
-//! threads, no copy is in flight (one could land in a written ref mid-loop) and no output block is
-//! held in its output array; elsewhere they run one iteration after another. Either way the bits are
+//! threads, no copy can land mid-loop and no output block is held in its output array; elsewhere they
+//! run one iteration after another. Copies may be in flight (a kernel's next KV block, prefetched
+//! under this one's compute): they land only at their waits, and a split body holds no wait; each
+//! iteration's machine has the list of them, so a read or write of a copy's window is the race the
+//! sequential run reports. A seeded run (`dma_seed`, copies landing at random points between ops)
+//! with copies in flight runs the loop in order. Either way the bits are
 //! the same (`tests/plan.rs::a_split_loop_gives_the_sequential_bits_and_errors`, `tests/ragged_paged_attention.rs::split_head_loops_give_the_sequential_bits`).
 
 use super::*;
@@ -21,6 +25,7 @@ struct Fork<'k> {
     barrier: usize,
     values: usize,
     segments: std::sync::Arc<walk::SegmentCache>,
+    dma: DmaModel,
 }
 
 impl<'k> Fork<'k> {
@@ -35,7 +40,7 @@ impl<'k> Fork<'k> {
             env,
             refs: self.refs.clone(),
             dests: vec![None; self.refs.len()],
-            dma: DmaModel::default(),
+            dma: self.dma.clone(),
             link: None,
             received: std::collections::HashMap::new(),
             barrier: self.barrier,
@@ -61,7 +66,7 @@ impl<'k> Machine<'k> {
             0
         };
         if trips < 2
-            || !self.dma.idle()
+            || (self.dma.seeded() && !self.dma.idle())
             || self.link.is_some()
             || self.refs.iter().any(|r| r.written_through)
         {
@@ -107,6 +112,7 @@ impl<'k> Machine<'k> {
             barrier: self.barrier,
             values: self.env.len(),
             segments: self.segments.clone(),
+            dma: self.dma.clone(),
         };
         let first = Mutex::new(None::<(usize, crate::error::KernelError)>);
         let ok = workers::run(
