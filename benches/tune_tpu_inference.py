@@ -25,8 +25,14 @@ In both the table's own choice is always a candidate.
     .venv/bin/python benches/tune_tpu_inference.py --out qmm.jsonl             # every qmm key (hours)
     .venv/bin/python benches/tune_tpu_inference.py --table gmm --out gmm.jsonl # every gmm key
     .venv/bin/python benches/tune_tpu_inference.py --report qmm.jsonl gmm.jsonl  # re-rank, no compile
+    .venv/bin/python benches/tune_tpu_inference.py --stored                    # grow the kept qmm rows
+    .venv/bin/python benches/tune_tpu_inference.py --report                    # judge the kept rows
     .venv/bin/python benches/tune_tpu_inference.py --sample 8 --ours           # our quantized_matmul_w8a8
     .venv/bin/python benches/tune_tpu_inference.py --table gmm --sample 12 --ours  # our grouped_matmul
+
+The rows compiled so far are kept in the repository (`benches/data/tpu_inference_tables/`, gzipped
+JSON lines): `--stored` appends to them, skipping the keys they hold, and `--report` with no file
+judges them — the full tables grow run by run instead of being compiled again on every machine.
 
 `--out` appends one JSON line per key with every candidate's outcome and the model's inputs
 (`steps`, `body`, `outside`, `dma_step`), and skips the keys already in the file, so a long run can be
@@ -35,6 +41,7 @@ estimates the stored schedules again under the model as it is now and ranks them
 change without a compile.
 """
 import argparse
+import gzip
 import importlib
 import json
 import math
@@ -286,7 +293,7 @@ def run(table, keys, workers=2, verbose=False, out=None):
     for n, (key, choice) in enumerate(keys):
         raw = tune_key(table, key, choice, workers)
         if out:
-            with open(out, "a") as f:
+            with _open(out, "a") as f:
                 f.write(json.dumps(raw) + "\n")
         row = judge(raw)
         rows.append(row)
@@ -317,10 +324,23 @@ def summary(rows, label=""):
             f"{top3} ({top3 / max(1, n):.0%}); median predicted cost table/ours {med:.3f}")
 
 
+# Every key's compiled candidates kept in the repository (`--out` appends to them, `--report` judges
+# them), so the full tables grow across runs and machines instead of being compiled again.
+STORED = {"qmm": REPO / "benches" / "data" / "tpu_inference_tables" / "qmm.v6e.jsonl.gz",
+          "gmm": REPO / "benches" / "data" / "tpu_inference_tables" / "gmm.tpu7x.jsonl.gz"}
+
+
+def _open(path, mode):
+    """A JSON-lines file, gzip-compressed when its name ends in `.gz` (appending adds a gzip member;
+    reading takes every member)."""
+    path = str(path)
+    return gzip.open(path, mode + "t") if path.endswith(".gz") else open(path, mode)
+
+
 def read_rows(paths):
     rows = []
     for p in paths:
-        with open(p) as f:
+        with _open(p, "r") as f:
             rows += [json.loads(line) for line in f if line.strip()]
     return rows
 
@@ -429,7 +449,10 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", help="append every key's candidates here (JSON lines); keys already there are skipped")
     ap.add_argument("--json", help="write the judged rows here")
-    ap.add_argument("--report", nargs="+", metavar="JSONL", help="judge stored rows again; no compile")
+    ap.add_argument("--stored", action="store_true",
+                    help="--out to the rows kept in the repository (benches/data/tpu_inference_tables/)")
+    ap.add_argument("--report", nargs="*", metavar="JSONL",
+                    help="judge stored rows again, no compile (no files: the rows kept in the repository)")
     ap.add_argument("--markdown", action="store_true", help="--report as a markdown table")
     ap.add_argument("--branches", action="store_true",
                     help="--report: count each schedule's regions run only when an index equals a constant at "
@@ -441,8 +464,9 @@ def main():
                          "bf16 weights), and run the table's choice through it")
     a = ap.parse_args()
 
-    if a.report:
-        raw = [reestimate(r, a.branches) for r in read_rows(a.report)]
+    if a.report is not None:
+        paths = a.report or [p for p in STORED.values() if p.exists()]
+        raw = [reestimate(r, a.branches) for r in read_rows(paths)]
         for name in sorted({r["table"] for r in raw}):
             params = TABLES[name].params
             rows = [judge(r, a.step_overhead) for r in raw if r["table"] == name]
@@ -457,6 +481,8 @@ def main():
                           f"{_cfg(params, r['ours'])} | {'-' if ratio is None else f'{ratio:.3f}'} |")
                 else:
                     print(format_row(params, r))
+            if a.markdown:
+                print()
             print(summary(rows, f"{name}: "))
         return
 
@@ -478,6 +504,9 @@ def main():
         if a.json:
             Path(a.json).write_text(json.dumps({"rows": rows}, indent=1))
         return
+    if a.stored:
+        a.out = str(STORED[a.table])
+        STORED[a.table].parent.mkdir(parents=True, exist_ok=True)
     if a.out and os.path.exists(a.out):
         done = {json.dumps(r["key"]) for r in read_rows([a.out]) if r["table"] == a.table}
         keys = [k for k in keys if json.dumps(k[0]) not in done]

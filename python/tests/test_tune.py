@@ -143,6 +143,30 @@ def test_tpu_inference_table_sample(tmp_path):
     assert row["cost_ratio_table_over_ours"] == 1.0, row
 
 
+def test_the_kept_table_rows_are_what_docs_tune_md_reports():
+    """The compiled rows of tpu-inference's tables kept in the repository (`--stored`, item 3's full
+    tables growing run by run): at most one row per key of the table, each holding the table's own
+    choice among its candidates, and `--report`'s summary of them — re-judged under the model as it
+    is now — quoted in docs/tune.md, so the agreement the docs give is the kept rows'."""
+    from conftest import REPO
+    tti = _tune_tpu_inference()
+    docs = (REPO / "docs" / "tune.md").read_text()
+    assert tti.STORED["qmm"].exists(), tti.STORED["qmm"]
+    for name, path in tti.STORED.items():
+        if not path.exists():
+            continue
+        rows = tti.read_rows([path])
+        keys = [json.dumps(r["key"]) for r in rows]
+        assert len(set(keys)) == len(keys), "a key compiled twice"
+        table = dict((json.dumps(k), c) for k, c in tti.TABLES[name]().keys())
+        for r in rows:
+            assert r["table"] == name and table[json.dumps(r["key"])] == r["table_choice"], r["key"]
+            assert r["table_choice"] in [c["config"] for c in r["candidates"]], r["key"]
+        judged = [tti.judge(tti.reestimate(r, False)) for r in rows]
+        line = tti.summary(judged, f"{name}: ")
+        assert line in docs, f"docs/tune.md does not quote the kept rows' report: {line}"
+
+
 def test_tpu_inference_gmm_sample(tmp_path):
     """The same on one key of tpu-inference's megablox gmm table, a kernel whose grid has an axis sized
     at run time (its group-tile visits): ranked with the trip count the bench gives, refused with the
