@@ -247,9 +247,7 @@ mod heads {
     }
 }
 
-fn prefetch_call<Args, K: tpu_kernel::launch::KernelFn<Args>>(
-    kernel: K,
-) -> tpu_kernel::PallasCall {
+fn prefetch_call<Args, K: tpu_kernel::launch::KernelFn<Args>>(kernel: K) -> tpu_kernel::PallasCall {
     use tpu_kernel::prelude::*;
     let a = || ArrayType::new([4, 8, 128], F32);
     pallas_call(kernel)

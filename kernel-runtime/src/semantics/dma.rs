@@ -33,10 +33,11 @@ use crate::error::{kerr, Result, SourceLoc};
 use smallvec::SmallVec;
 use std::collections::HashMap;
 
-/// Per-dimension sizes or starts, inline up to rank 4 (views are made per DMA).
-pub(crate) type Dims = SmallVec<[usize; 4]>;
-/// Per-dimension flags of a view, inline up to rank 4.
-pub(crate) type Flags = SmallVec<[bool; 4]>;
+/// Per-dimension sizes or starts, inline up to rank 6 (views are made per DMA; a paged KV buffer
+/// has rank 5).
+pub(crate) type Dims = SmallVec<[usize; 6]>;
+/// Per-dimension flags of a view, inline up to rank 6.
+pub(crate) type Flags = SmallVec<[bool; 6]>;
 
 /// A window of ref `r` in the ref's own coordinates (squeezed dimensions have size 1) — or, with
 /// `via`, a view of `r` through bitcasts and reshapes whose reach is that window.

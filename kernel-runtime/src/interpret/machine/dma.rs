@@ -38,7 +38,7 @@ impl<'k> Machine<'k> {
         let base = self.view_of(op.operands[0])?;
         // The base's own (unsqueezed) dimensions, in order; a bitcast or reshape view's are its shape's.
         let view_shape = base.via.as_ref().map(|p| p.result().0);
-        let dims: Vec<usize> = match &view_shape {
+        let dims: smallvec::SmallVec<[usize; 6]> = match &view_shape {
             Some(shape) => (0..shape.len()).collect(),
             None => (0..base.sizes.len())
                 .filter(|&d| !base.squeezed[d])
@@ -52,7 +52,8 @@ impl<'k> Machine<'k> {
             return Err(internal("view rank differs from its base"));
         }
         let mut dynamic = op.operands[1..].iter();
-        let mut starts = Vec::with_capacity(dims.len());
+        let mut starts: smallvec::SmallVec<[i64; 6]> =
+            smallvec::SmallVec::with_capacity(dims.len());
         for s in &w.starts {
             starts.push(match s {
                 Start::Static(s) => *s as i64,
@@ -64,7 +65,10 @@ impl<'k> Machine<'k> {
                 }
             });
         }
-        let mut window = (Vec::new(), Vec::new());
+        let mut window = (
+            smallvec::SmallVec::<[usize; 6]>::new(),
+            smallvec::SmallVec::<[usize; 6]>::new(),
+        );
         for (i, &d) in dims.iter().enumerate() {
             let start = starts[i];
             // A run-time size (the next size operand) is checked here, as the start is.
