@@ -225,7 +225,8 @@ impl<'k> Machine<'k> {
                 self.env[id.0 as usize] = Some(v);
             }
             self.free(&plan.dead_after[i]);
-            if !self.dma.idle() {
+            // Copies land between ops only in a seeded run; otherwise at their waits.
+            if self.dma.seeded() && !self.dma.idle() {
                 self.dma_tick().map_err(|e| e.at(op.loc))?;
             }
         }
