@@ -70,15 +70,15 @@ impl RefView {
         RefView {
             r,
             squeezed: smallvec::smallvec![false; starts.len()],
-            starts: Dims::from_vec(starts),
-            sizes: Dims::from_vec(sizes),
+            starts,
+            sizes,
             via: Some(std::sync::Arc::new(path)),
         }
     }
 
     /// The shape the program sees: the window's sizes without its squeezed dimensions, or the
     /// view's.
-    pub fn value_shape(&self) -> Vec<usize> {
+    pub fn value_shape(&self) -> Dims {
         match &self.via {
             Some(p) => p.result().0,
             None => self

@@ -9,6 +9,7 @@
 //! regroup leading dimensions; where a window of a reshape covers parts of several rows of the ref,
 //! the reach is the box around them (a conservative race check, never a missed one).
 
+use super::dma::{Dims, Flags};
 use crate::dtype::DType;
 
 /// One step from a ref's contents toward a view.
@@ -16,20 +17,20 @@ use crate::dtype::DType;
 pub(crate) enum ViewStep {
     /// A window over the current shape (squeezed dimensions dropped from the result).
     Window {
-        starts: Vec<usize>,
-        sizes: Vec<usize>,
-        squeezed: Vec<bool>,
+        starts: Dims,
+        sizes: Dims,
+        squeezed: Flags,
     },
     /// The bits as another element type (the second-to-last dimension scaled).
     Bitcast(DType),
     /// The same elements, row-major, in another shape.
-    Reshape(Vec<usize>),
+    Reshape(Dims),
 }
 
 /// The steps from the whole contents of a ref (of `base_shape`, `base_dtype`) to a view.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ViewPath {
-    pub base_shape: Vec<usize>,
+    pub base_shape: Dims,
     pub base_dtype: DType,
     pub steps: Vec<ViewStep>,
 }
@@ -37,14 +38,14 @@ pub(crate) struct ViewPath {
 impl ViewPath {
     pub fn new(base_shape: &[usize], base_dtype: DType) -> ViewPath {
         ViewPath {
-            base_shape: base_shape.to_vec(),
+            base_shape: Dims::from_slice(base_shape),
             base_dtype,
             steps: Vec::new(),
         }
     }
 
     /// The shape and element type after every step.
-    pub fn result(&self) -> (Vec<usize>, DType) {
+    pub fn result(&self) -> (Dims, DType) {
         let (mut shape, mut dtype) = (self.base_shape.clone(), self.base_dtype);
         for s in &self.steps {
             (shape, dtype) = step_result(s, &shape, dtype);
@@ -53,7 +54,7 @@ impl ViewPath {
     }
 
     /// The shapes and element types before each step (the last entry is the result).
-    pub fn stages(&self) -> Vec<(Vec<usize>, DType)> {
+    pub fn stages(&self) -> Vec<(Dims, DType)> {
         let mut out = vec![(self.base_shape.clone(), self.base_dtype)];
         let (mut shape, mut dtype) = (self.base_shape.clone(), self.base_dtype);
         for s in &self.steps {
@@ -64,10 +65,10 @@ impl ViewPath {
     }
 
     /// The box of the ref the whole view reaches: starts and sizes per ref dimension.
-    pub fn reach(&self) -> (Vec<usize>, Vec<usize>) {
+    pub fn reach(&self) -> (Dims, Dims) {
         let stages = self.stages();
         let (shape, _) = self.result();
-        let (mut starts, mut sizes) = (vec![0; shape.len()], shape);
+        let (mut starts, mut sizes): (Dims, Dims) = (smallvec::smallvec![0; shape.len()], shape);
         for (k, s) in self.steps.iter().enumerate().rev() {
             let (before, bdtype) = &stages[k];
             (starts, sizes) = match s {
@@ -77,7 +78,7 @@ impl ViewPath {
                     ..
                 } => {
                     let mut kept = starts.iter().zip(&sizes);
-                    let mut out = (Vec::new(), Vec::new());
+                    let mut out = (Dims::new(), Dims::new());
                     for d in 0..before.len() {
                         if squeezed[d] {
                             out.0.push(ws[d]);
@@ -151,7 +152,7 @@ impl ViewPath {
     }
 }
 
-fn step_result(s: &ViewStep, shape: &[usize], dtype: DType) -> (Vec<usize>, DType) {
+fn step_result(s: &ViewStep, shape: &[usize], dtype: DType) -> (Dims, DType) {
     match s {
         ViewStep::Window {
             sizes, squeezed, ..
@@ -165,7 +166,7 @@ fn step_result(s: &ViewStep, shape: &[usize], dtype: DType) -> (Vec<usize>, DTyp
             dtype,
         ),
         ViewStep::Bitcast(to) => {
-            let mut out = shape.to_vec();
+            let mut out = Dims::from_slice(shape);
             let rank = out.len();
             if rank >= 2 {
                 out[rank - 2] =
@@ -178,14 +179,12 @@ fn step_result(s: &ViewStep, shape: &[usize], dtype: DType) -> (Vec<usize>, DTyp
 }
 
 /// The box of a `from`-shaped array around the elements a box of its `to`-shaped reshape covers.
-fn reshape_reach(
-    from: &[usize],
-    to: &[usize],
-    starts: &[usize],
-    sizes: &[usize],
-) -> (Vec<usize>, Vec<usize>) {
+fn reshape_reach(from: &[usize], to: &[usize], starts: &[usize], sizes: &[usize]) -> (Dims, Dims) {
     if sizes.contains(&0) {
-        return (vec![0; from.len()], vec![0; from.len()]);
+        return (
+            smallvec::smallvec![0; from.len()],
+            smallvec::smallvec![0; from.len()],
+        );
     }
     let flat = |idx: &[usize], shape: &[usize]| {
         idx.iter()
@@ -193,14 +192,14 @@ fn reshape_reach(
             .fold(0usize, |acc, (i, n)| acc * n + i)
     };
     let unflat = |mut f: usize, shape: &[usize]| {
-        let mut idx = vec![0; shape.len()];
+        let mut idx: Dims = smallvec::smallvec![0; shape.len()];
         for d in (0..shape.len()).rev() {
             idx[d] = f % shape[d];
             f /= shape[d];
         }
         idx
     };
-    let last: Vec<usize> = starts.iter().zip(sizes).map(|(s, n)| s + n - 1).collect();
+    let last: Dims = starts.iter().zip(sizes).map(|(s, n)| s + n - 1).collect();
     let (a, b) = (
         unflat(flat(starts, to), from),
         unflat(flat(&last, to), from),
@@ -208,8 +207,8 @@ fn reshape_reach(
     // Equal leading coordinates are exact; from the first that differs, that dimension spans the
     // two and every later one is whole.
     let mut out = (
-        Vec::with_capacity(from.len()),
-        Vec::with_capacity(from.len()),
+        Dims::with_capacity(from.len()),
+        Dims::with_capacity(from.len()),
     );
     let mut spread = false;
     for d in 0..from.len() {
@@ -238,30 +237,43 @@ mod tests {
         let mut p = ViewPath::new(&[2, 16, 128], DType::BF16);
         p.steps.push(ViewStep::Bitcast(DType::U32));
         p.steps.push(ViewStep::Window {
-            starts: vec![1, 2, 0],
-            sizes: vec![1, 2, 128],
-            squeezed: vec![true, false, false],
+            starts: smallvec::smallvec![1, 2, 0],
+            sizes: smallvec::smallvec![1, 2, 128],
+            squeezed: smallvec::smallvec![true, false, false],
         });
-        assert_eq!(p.result(), (vec![2, 128], DType::U32));
-        assert_eq!(p.reach(), (vec![1, 4, 0], vec![1, 4, 128]));
+        assert_eq!(p.result(), (smallvec::smallvec![2, 128], DType::U32));
+        assert_eq!(
+            p.reach(),
+            (smallvec::smallvec![1, 4, 0], smallvec::smallvec![1, 4, 128])
+        );
     }
 
     #[test]
     fn a_window_of_a_reshape_reaches_the_pages_it_crosses() {
         // [4 pages, 16 rows, 128] seen as [64, 128]; rows 20..28 are page 1, rows 4..12: exact.
         let mut p = ViewPath::new(&[4, 16, 128], DType::F32);
-        p.steps.push(ViewStep::Reshape(vec![64, 128]));
+        p.steps
+            .push(ViewStep::Reshape(smallvec::smallvec![64, 128]));
         p.steps.push(ViewStep::Window {
-            starts: vec![20, 0],
-            sizes: vec![8, 128],
-            squeezed: vec![false, false],
+            starts: smallvec::smallvec![20, 0],
+            sizes: smallvec::smallvec![8, 128],
+            squeezed: smallvec::smallvec![false, false],
         });
-        assert_eq!(p.reach(), (vec![1, 4, 0], vec![1, 8, 128]));
+        assert_eq!(
+            p.reach(),
+            (smallvec::smallvec![1, 4, 0], smallvec::smallvec![1, 8, 128])
+        );
         // Rows 12..20 cross from page 0 into page 1: both pages, every row (the box around them).
         if let Some(ViewStep::Window { starts, .. }) = p.steps.last_mut() {
             starts[0] = 12;
         }
-        assert_eq!(p.reach(), (vec![0, 0, 0], vec![2, 16, 128]));
+        assert_eq!(
+            p.reach(),
+            (
+                smallvec::smallvec![0, 0, 0],
+                smallvec::smallvec![2, 16, 128]
+            )
+        );
     }
 
     /// Every window of token rows `[6, 3, 2]` of a `[2, 3, 3, 2]` ref (leading dimensions merged):
@@ -271,7 +283,8 @@ mod tests {
     fn a_window_within_one_page_of_token_rows_is_a_plain_window() {
         let from = [2usize, 3, 3, 2];
         let mut p = ViewPath::new(&from, DType::F32);
-        p.steps.push(ViewStep::Reshape(vec![6, 3, 2]));
+        p.steps
+            .push(ViewStep::Reshape(smallvec::smallvec![6, 3, 2]));
         let flat = |idx: &[usize], shape: &[usize]| {
             idx.iter().zip(shape).fold(0, |acc, (i, n)| acc * n + i)
         };
@@ -320,7 +333,8 @@ mod tests {
         assert!(plain > 20);
         // Anything but one leading merge is not a plain window.
         let mut q = ViewPath::new(&from, DType::F32);
-        q.steps.push(ViewStep::Reshape(vec![2, 9, 2]));
+        q.steps
+            .push(ViewStep::Reshape(smallvec::smallvec![2, 9, 2]));
         assert_eq!(q.as_ref_window(&[0, 0, 0], &[1, 1, 2], &[false; 3]), None);
         let mut b = ViewPath::new(&from, DType::F32);
         b.steps.push(ViewStep::Bitcast(DType::U32));

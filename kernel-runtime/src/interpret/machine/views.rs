@@ -232,9 +232,9 @@ impl<'k> Machine<'k> {
         let mut p = ViewPath::new(&st.shape, st.dtype);
         if *v != RefView::whole(v.r, &st.shape) {
             p.steps.push(ViewStep::Window {
-                starts: v.starts.to_vec(),
-                sizes: v.sizes.to_vec(),
-                squeezed: v.squeezed.to_vec(),
+                starts: v.starts.clone(),
+                sizes: v.sizes.clone(),
+                squeezed: v.squeezed.clone(),
             });
         }
         p
@@ -252,7 +252,7 @@ impl<'k> Machine<'k> {
         let ty = self.func.ty(op.results[0]);
         p.steps.push(match op.kind {
             OpKind::RefBitcast => ViewStep::Bitcast(ty.dtype()),
-            _ => ViewStep::Reshape(ty.shape().to_vec()),
+            _ => ViewStep::Reshape(ty.shape().into()),
         });
         Ok(vec![Value::View(RefView::through(r, p))])
     }
@@ -266,9 +266,9 @@ impl<'k> Machine<'k> {
     ) -> RefView {
         let mut p = self.path_of_view(base);
         p.steps.push(ViewStep::Window {
-            starts: starts.to_vec(),
-            sizes: sizes.to_vec(),
-            squeezed: squeezed.to_vec(),
+            starts: starts.into(),
+            sizes: sizes.into(),
+            squeezed: squeezed.into(),
         });
         RefView::through(base.r, p)
     }

@@ -40,7 +40,7 @@ pub(super) struct Segment {
 /// and the strides and offset of the ref's buffer.
 pub(super) struct Walk<'p> {
     steps: &'p [ViewStep],
-    stages: Vec<(Vec<usize>, DType)>,
+    stages: Vec<(crate::semantics::dma::Dims, DType)>,
     base_strides: Vec<usize>,
     base_offset: usize,
 }

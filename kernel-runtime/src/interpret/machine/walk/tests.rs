@@ -36,9 +36,9 @@ fn bits_of(t: &Tensor) -> Vec<u64> {
 
 fn window_of(sizes: &[usize], starts: &[usize], squeezed: &[bool]) -> ViewStep {
     ViewStep::Window {
-        starts: starts.to_vec(),
-        sizes: sizes.to_vec(),
-        squeezed: squeezed.to_vec(),
+        starts: starts.into(),
+        sizes: sizes.into(),
+        squeezed: squeezed.into(),
     }
 }
 
@@ -57,7 +57,7 @@ fn paths() -> Vec<(Vec<usize>, DType, Vec<ViewStep>)> {
                     &[1, 0, 0, 0, 0],
                     &[true, false, false, false, false],
                 ),
-                ViewStep::Reshape(vec![32, 16]),
+                ViewStep::Reshape(smallvec::smallvec![32, 16]),
             ],
         ),
         // Wide words read as narrow halves, a window of them, a reshape changing the last dim.
@@ -67,7 +67,7 @@ fn paths() -> Vec<(Vec<usize>, DType, Vec<ViewStep>)> {
             vec![
                 ViewStep::Bitcast(BF16),
                 window_of(&[2, 6, 8], &[1, 1, 0], &[false; 3]),
-                ViewStep::Reshape(vec![2, 3, 16]),
+                ViewStep::Reshape(smallvec::smallvec![2, 3, 16]),
             ],
         ),
         // Four i8 rows to one u32, then back to i8 through a window.
@@ -86,8 +86,8 @@ fn paths() -> Vec<(Vec<usize>, DType, Vec<ViewStep>)> {
             F32,
             vec![
                 window_of(&[3, 4, 8], &[1, 1, 0], &[false; 3]),
-                ViewStep::Reshape(vec![3, 32]),
-                ViewStep::Reshape(vec![6, 2, 8]),
+                ViewStep::Reshape(smallvec::smallvec![3, 32]),
+                ViewStep::Reshape(smallvec::smallvec![6, 2, 8]),
             ],
         ),
         // A window squeezing the last dimension, then a same-width bitcast.
@@ -105,8 +105,8 @@ fn paths() -> Vec<(Vec<usize>, DType, Vec<ViewStep>)> {
             BF16,
             vec![
                 ViewStep::Bitcast(F16),
-                ViewStep::Reshape(vec![64]),
-                ViewStep::Reshape(vec![8, 8]),
+                ViewStep::Reshape(smallvec::smallvec![64]),
+                ViewStep::Reshape(smallvec::smallvec![8, 8]),
                 ViewStep::Bitcast(U32),
             ],
         ),
