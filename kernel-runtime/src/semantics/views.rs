@@ -119,7 +119,7 @@ impl ViewPath {
         starts: &[usize],
         sizes: &[usize],
         squeezed: &[bool],
-    ) -> Option<(Vec<usize>, Vec<usize>, Vec<bool>)> {
+    ) -> Option<(Dims, Dims, Flags)> {
         let [ViewStep::Reshape(to)] = &self.steps[..] else {
             return None;
         };
@@ -136,13 +136,17 @@ impl ViewPath {
         if n == 0 || from[k] == 0 || a % from[k] + n > from[k] {
             return None;
         }
-        let mut lead = vec![0; k + 1];
+        let mut lead: Dims = smallvec::smallvec![0; k + 1];
         let mut f = a;
         for d in (0..=k).rev() {
             lead[d] = f % from[d];
             f /= from[d];
         }
-        let mut out = (lead, vec![1; k], vec![true; k]);
+        let mut out: (Dims, Dims, Flags) = (
+            lead,
+            smallvec::smallvec![1; k],
+            smallvec::smallvec![true; k],
+        );
         out.1.push(n);
         out.2.push(squeezed[0]);
         out.0.extend_from_slice(&starts[1..]);

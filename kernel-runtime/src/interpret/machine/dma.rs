@@ -112,9 +112,9 @@ impl<'k> Machine<'k> {
             Some(p) => match p.as_ref_window(&window.0, &window.1, &w.squeezed) {
                 Some((starts, sizes, squeezed)) => RefView {
                     r: base.r,
-                    starts: starts.into(),
-                    sizes: sizes.into(),
-                    squeezed: squeezed.into(),
+                    starts,
+                    sizes,
+                    squeezed,
                     via: None,
                 },
                 None => self.view_window(&base, &window.0, (&window.1, &w.squeezed)),
