@@ -1072,6 +1072,55 @@ fn word_halves_match_the_unfused_ops_bit_for_bit() {
     assert_fused_is_plain(&call, &inputs);
 }
 
+/// Words stored through a 32-bit view of a bf16 block `[tokens, rows, 2, D]` (how the ragged paged
+/// attention example stores a head's output rows): each word's low half is element 0 of its pair.
+#[tpu_kernel]
+fn words_into_pairs_kernel(w: Ref<u32>, o: RefMut<bf16>) {
+    o.bitcast::<u32>().reshape([16, 128]).store(w.load());
+}
+
+/// A store of words through a 32-bit view of 16-bit rows whose halves go to two runs of elements
+/// writes each half once (`walk::write_halves`); the bits are the words' own, NaN patterns
+/// included: element `[t, r, 0, d]` is the low half of word `[2t + r, d]`, `[t, r, 1, d]` the high.
+#[test]
+fn words_stored_through_a_word_view_land_as_their_halves() {
+    let call = pallas_call(words_into_pairs_kernel)
+        .grid([2])
+        .input(at([32, 128], U32), BlockSpec::new([16, 128], |[i]| (i, 0)))
+        .output(
+            at([16, 2, 2, 128], BF16),
+            BlockSpec::new([8, 2, 2, 128], |[i]| (i, 0, 0, 0)),
+        )
+        .build()
+        .expect("build");
+    let mut state = 0x2545_f491u32;
+    let words: Vec<u32> = (0..32 * 128)
+        .map(|i| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            match i % 4 {
+                0 => 0x7F81_FF81, // signalling NaNs in both halves: moved as bits, not quieted
+                _ => state,
+            }
+        })
+        .collect();
+    let out = call
+        .interpret(&[HostArray::from_vec([32, 128], words.clone()).unwrap()])
+        .expect("runs");
+    let got = out[0].as_slice::<bf16>().expect("bf16");
+    for (i, w) in words.iter().enumerate() {
+        let (row, d) = (i / 128, i % 128);
+        let at = (row * 2) * 128 + d; // [t, r] = row, pair element 0
+        assert_eq!(got[at].to_bits() as u32, w & 0xFFFF, "word {i} low half");
+        assert_eq!(
+            got[at + 128].to_bits() as u32,
+            w >> 16,
+            "word {i} high half"
+        );
+    }
+}
+
 /// `call`'s outputs on `inputs` with the plan's fast paths and without (`fuse: false`): equal.
 fn assert_fused_is_plain(call: &PallasCall, inputs: &[HostArray]) {
     let run = |fuse| {

@@ -399,6 +399,27 @@ impl<'k> Machine<'k> {
         if value.dtype != dtype || value.numel() != n {
             return Err(internal("stored value does not match the view's window"));
         }
+        if mask.is_none() && dtype == DType::U32 {
+            let segs = self.segments.window(&p, (&strides, 0), window, steps)?;
+            let flat;
+            let words = match value.is_contiguous() && value.offset == 0 {
+                true => &value,
+                false => {
+                    flat = value.materialize()?;
+                    &flat
+                }
+            };
+            let mut base = self.owned_contents(v.r)?;
+            let words = words.data::<u32>()?.get(..n);
+            let written = match words {
+                Some(w) => walk::write_halves(&mut base, &segs, w),
+                None => Err(internal("stored value does not match the view's window")),
+            };
+            self.refs[v.r].content = Some(base);
+            if written? {
+                return Ok(());
+            }
+        }
         let bits: Vec<u64> = with_dtype!(dtype, T => {
             value.to_vec::<T>()?.into_iter().map(|x| x.literal().bits).collect()
         });

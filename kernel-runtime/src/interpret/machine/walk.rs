@@ -502,6 +502,44 @@ fn gather_elements[T: HostElement, U: HostElement](
 
 /// Scatter the window's elements `bits` (as bits; with `keep`, only the bits set in it are written)
 /// into `base` (the ref's contents: their own row-major buffer), as `segs` place them.
+/// `words` written into 16-bit `base` through `segs` when each word's low and high halves go to two
+/// runs of elements, in order (a store through a 32-bit view of bf16 rows: the output block of a
+/// kernel that packs two heads in a word): each half written once, no masks. False, nothing
+/// written, for any other window.
+pub(super) fn write_halves(base: &mut Tensor, segs: &[Segment], words: &[u32]) -> Result<bool> {
+    let piece = |lshift| Bits {
+        rshift: 0,
+        width: 16,
+        lshift,
+    };
+    let mut next = 0;
+    let pairs = segs.len() % 2 == 0
+        && segs.chunks_exact(2).all(|p| {
+            let ok = (p[0].bits, p[1].bits) == (piece(0), piece(16))
+                && (p[0].at, p[1].at, p[0].len) == (next, next, p[1].len);
+            next += p[0].len;
+            ok
+        });
+    if base.dtype.bit_width() != 16 || !pairs || next != words.len() {
+        return Ok(false);
+    }
+    with_dtype!(base.dtype, T => {
+        let dst = base.buf.elems_mut::<T>()?;
+        for (s, shift) in segs.iter().zip([0u32, 16].into_iter().cycle()) {
+            if s.len > 0 && s.off + s.stride * (s.len - 1) >= dst.len() {
+                return Err(internal("view write outside its ref"));
+            }
+            let half = |w: &u32| T::from_literal_bits(u64::from((w >> shift) & 0xFFFF));
+            let src = &words[s.at..s.at + s.len];
+            match s.stride {
+                1 => dst[s.off..s.off + s.len].iter_mut().zip(src).for_each(|(x, w)| *x = half(w)),
+                k => src.iter().enumerate().for_each(|(i, w)| dst[s.off + i * k] = half(w)),
+            }
+        }
+    });
+    Ok(true)
+}
+
 pub(super) fn write(
     base: &mut Tensor,
     segs: &[Segment],
