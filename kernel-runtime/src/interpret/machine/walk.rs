@@ -513,7 +513,7 @@ pub(super) fn write_halves(base: &mut Tensor, segs: &[Segment], words: &[u32]) -
         lshift,
     };
     let mut next = 0;
-    let pairs = segs.len() % 2 == 0
+    let pairs = segs.len().is_multiple_of(2)
         && segs.chunks_exact(2).all(|p| {
             let ok = (p[0].bits, p[1].bits) == (piece(0), piece(16))
                 && (p[0].at, p[1].at, p[0].len) == (next, next, p[1].len);
