@@ -324,8 +324,9 @@ def summary(rows, label=""):
             f"{top3} ({top3 / max(1, n):.0%}); median predicted cost table/ours {med:.3f}")
 
 
-# Every key's compiled candidates kept in the repository (`--out` appends to them, `--report` judges
-# them), so the full tables grow across runs and machines instead of being compiled again.
+# Every key's compiled candidates kept in the repository (`--stored` appends to them, `--report` with
+# no file judges them), so the full tables grow across runs and machines instead of being compiled
+# again.
 STORED = {"qmm": REPO / "benches" / "data" / "tpu_inference_tables" / "qmm.v6e.jsonl.gz",
           "gmm": REPO / "benches" / "data" / "tpu_inference_tables" / "gmm.tpu7x.jsonl.gz"}
 

@@ -3,7 +3,7 @@
 //! into windows and semaphores and moves the data when the model completes a copy.
 
 use super::*;
-use crate::semantics::dma::{sem_of, window_bytes, Refs, Release};
+use crate::semantics::dma::{sem_of, window_bytes, Dims as ViewDims, Refs, Release};
 pub(crate) use crate::semantics::dma::{DmaModel, Flags, InFlight, Peer, RefView, Sem};
 use crate::semantics::refs::{window_out_of_bounds, window_size_below_one};
 
@@ -38,7 +38,7 @@ impl<'k> Machine<'k> {
         let base = self.view_of(op.operands[0])?;
         // The base's own (unsqueezed) dimensions, in order; a bitcast or reshape view's are its shape's.
         let view_shape = base.via.as_ref().map(|p| p.result().0);
-        let dims: smallvec::SmallVec<[usize; 6]> = match &view_shape {
+        let dims: ViewDims = match &view_shape {
             Some(shape) => (0..shape.len()).collect(),
             None => (0..base.sizes.len())
                 .filter(|&d| !base.squeezed[d])
@@ -65,10 +65,7 @@ impl<'k> Machine<'k> {
                 }
             });
         }
-        let mut window = (
-            smallvec::SmallVec::<[usize; 6]>::new(),
-            smallvec::SmallVec::<[usize; 6]>::new(),
-        );
+        let mut window = (ViewDims::new(), ViewDims::new());
         for (i, &d) in dims.iter().enumerate() {
             let start = starts[i];
             // A run-time size (the next size operand) is checked here, as the start is.

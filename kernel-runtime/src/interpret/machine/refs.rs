@@ -231,7 +231,7 @@ pub(super) fn write_window_into(
 fn reach(r: usize, starts: &[usize], w: &Window) -> RefView {
     RefView {
         r,
-        starts: smallvec::SmallVec::from_slice(starts),
+        starts: crate::semantics::dma::Dims::from_slice(starts),
         sizes: (0..w.sizes.len()).map(|d| w.extent(d)).collect(),
         squeezed: Flags::from_slice(&w.squeezed),
         via: None,

@@ -399,50 +399,59 @@ impl<'k> Machine<'k> {
         if value.dtype != dtype || value.numel() != n {
             return Err(internal("stored value does not match the view's window"));
         }
-        if mask.is_none() && dtype == DType::U32 {
-            let segs = self.segments.window(&p, (&strides, 0), window, steps)?;
-            let flat;
-            let words = match value.is_contiguous() && value.offset == 0 {
-                true => &value,
-                false => {
-                    flat = value.materialize()?;
-                    &flat
-                }
-            };
-            let mut base = self.owned_contents(v.r)?;
-            let words = words.data::<u32>()?.get(..n);
-            let written = match words {
-                Some(w) => walk::write_halves(&mut base, &segs, w),
-                None => Err(internal("stored value does not match the view's window")),
-            };
-            self.refs[v.r].content = Some(base);
-            if written? {
-                return Ok(());
-            }
-        }
-        let bits: Vec<u64> = with_dtype!(dtype, T => {
-            value.to_vec::<T>()?.into_iter().map(|x| x.literal().bits).collect()
-        });
-        let keep: Option<Vec<u64>> = match &mask {
-            Some(m) => {
-                let keep: Vec<u64> = m
-                    .to_vec::<bool>()?
-                    .into_iter()
-                    .map(|b| if b { u64::MAX } else { 0 })
-                    .collect();
-                if keep.len() != n {
-                    return Err(internal("store mask does not match the view's window"));
-                }
-                Some(keep)
-            }
-            None => None,
-        };
         let segs = self.segments.window(&p, (&strides, 0), window, steps)?;
         let mut base = self.owned_contents(v.r)?;
-        let written = walk::write(&mut base, &segs, (&bits, keep.as_deref()));
+        let written = write_value(&mut base, &segs, &value, mask.as_ref());
         self.refs[v.r].content = Some(base);
         written
     }
+}
+
+/// Write `value` (the window's `value.numel()` elements) into `base` as `segs` place them, where
+/// `mask`: 32-bit words whose halves go to two runs of 16-bit elements half by half
+/// ([`walk::write_halves`]), anything else bit piece by bit piece ([`walk::write`]).
+fn write_value(
+    base: &mut Tensor,
+    segs: &[walk::Segment],
+    value: &Tensor,
+    mask: Option<&Tensor>,
+) -> Result<()> {
+    let n = value.numel();
+    if mask.is_none() && value.dtype == DType::U32 {
+        let flat;
+        let words = match value.is_contiguous() && value.offset == 0 {
+            true => value,
+            false => {
+                flat = value.materialize()?;
+                &flat
+            }
+        };
+        let words = words
+            .data::<u32>()?
+            .get(..n)
+            .ok_or_else(|| internal("stored value does not match the view's window"))?;
+        if walk::write_halves(base, segs, words)? {
+            return Ok(());
+        }
+    }
+    let bits: Vec<u64> = with_dtype!(value.dtype, T => {
+        value.to_vec::<T>()?.into_iter().map(|x| x.literal().bits).collect()
+    });
+    let keep: Option<Vec<u64>> = match mask {
+        Some(m) => {
+            let keep: Vec<u64> = m
+                .to_vec::<bool>()?
+                .into_iter()
+                .map(|b| if b { u64::MAX } else { 0 })
+                .collect();
+            if keep.len() != n {
+                return Err(internal("store mask does not match the view's window"));
+            }
+            Some(keep)
+        }
+        None => None,
+    };
+    walk::write(base, segs, (&bits, keep.as_deref()))
 }
 
 #[cfg(test)]

@@ -500,8 +500,6 @@ fn gather_elements[T: HostElement, U: HostElement](
 }
 }
 
-/// Scatter the window's elements `bits` (as bits; with `keep`, only the bits set in it are written)
-/// into `base` (the ref's contents: their own row-major buffer), as `segs` place them.
 /// `words` written into 16-bit `base` through `segs` when each word's low and high halves go to two
 /// runs of elements, in order (a store through a 32-bit view of bf16 rows: the output block of a
 /// kernel that packs two heads in a word): each half written once, no masks. False, nothing
@@ -540,6 +538,8 @@ pub(super) fn write_halves(base: &mut Tensor, segs: &[Segment], words: &[u32]) -
     Ok(true)
 }
 
+/// Scatter the window's elements `bits` (as bits; with `keep`, only the bits set in it are written)
+/// into `base` (the ref's contents: their own row-major buffer), as `segs` place them.
 pub(super) fn write(
     base: &mut Tensor,
     segs: &[Segment],
