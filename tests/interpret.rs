@@ -1194,3 +1194,70 @@ fn paged_attention_reads_only_the_pages_a_sequence_owns_under_every_dma_timing()
     let e = call.interpret(&inputs).unwrap_err();
     assert_eq!(e.kind, ErrorKind::OutOfBounds, "{e}");
 }
+
+/// Positions from `iota` plus the grid offset, as attention kernels make their masks: each op before
+/// the mask's last `&&` has operands broadcast alike and computes one row or column
+/// (`elementwise::shared_broadcast`); its broadcast result is then used every way a value is — stored
+/// whole, reduced over its broadcast axis, reshaped, cast, fed to a `dot` and to a full-shaped op.
+#[tpu_kernel]
+fn positions_from_iota_kernel(x: Ref<f32>, o: RefMut<f32>, pos: RefMut<i32>, rows: RefMut<f32>) {
+    let i = program_id(0);
+    let k_pos = iota::<i32>([8, 256], 1) + i * 64; // varies along columns only
+    let q_pos = iota::<i32>([8, 256], 0) / 2 + i * 8; // along rows only
+    let keep = (k_pos < 300) && k_pos <= q_pos * 20;
+    o.store(select(keep, x.load(), -1.0f32));
+    pos.store(k_pos);
+    let kf = k_pos.cast::<f32>();
+    let col_sums = kf.sum_keepdims(0).broadcast_to([8, 256]); // 8 × k_pos
+    let qf = q_pos.cast::<f32>().reshape([16, 128]).reshape([8, 256]);
+    let ones = (k_pos == k_pos)
+        .cast::<f32>()
+        .slice((.., 0..128))
+        .reshape([128, 8]);
+    let spread = dot(qf.slice((.., 0..128)), ones).broadcast_to([8, 8]); // 128 × q_pos per row
+    rows.store(col_sums + qf + spread.slice((.., 0..1)).broadcast_to([8, 256]));
+}
+
+#[test]
+fn values_computed_once_for_a_broadcast_axis_are_used_every_way() {
+    let g = 3;
+    let call = pallas_call(positions_from_iota_kernel)
+        .grid([g])
+        .input(
+            at([8 * g, 256], F32),
+            BlockSpec::new([8, 256], |[i]| (i, 0)),
+        )
+        .output(
+            at([8 * g, 256], F32),
+            BlockSpec::new([8, 256], |[i]| (i, 0)),
+        )
+        .output(
+            at([8 * g, 256], I32),
+            BlockSpec::new([8, 256], |[i]| (i, 0)),
+        )
+        .output(
+            at([8 * g, 256], F32),
+            BlockSpec::new([8, 256], |[i]| (i, 0)),
+        )
+        .build()
+        .expect("build");
+    let x: Vec<f32> = (0..8 * g * 256).map(|i| i as f32 * 0.5).collect();
+    let inputs = [HostArray::from_vec([8 * g, 256], x.clone()).unwrap()];
+    let out = call.interpret(&inputs).expect("runs");
+    let (o, pos, rows) = (
+        out[0].as_slice::<f32>().unwrap(),
+        out[1].as_slice::<i32>().unwrap(),
+        out[2].as_slice::<f32>().unwrap(),
+    );
+    for (e, &xv) in x.iter().enumerate() {
+        let (i, r, c) = (e / (8 * 256), e / 256 % 8, e % 256);
+        let k = (c + 64 * i) as i32;
+        let q = (r / 2 + 8 * i) as i32;
+        let keep = k < 300 && k <= q * 20;
+        assert_eq!(o[e], if keep { xv } else { -1.0 }, "o at {e}");
+        assert_eq!(pos[e], k, "pos at {e}");
+        let want = 8.0 * k as f32 + q as f32 + 128.0 * q as f32;
+        assert_eq!(rows[e], want, "rows at {e}");
+    }
+    assert_fused_is_plain(&call, &inputs);
+}

@@ -16,7 +16,7 @@ use crate::semantics::host::HostElement;
 pub(crate) use elem::FloatElem;
 use elem::{binary_with, unary_with, Convert};
 use half::bf16;
-use out::Out;
+use out::{narrowed, shared_broadcast, widened, Out};
 pub(crate) use out::{RawDest, Sink};
 use rows::zip3;
 pub(crate) use rows::RowArg;
@@ -51,6 +51,9 @@ pub(crate) fn map1_rows[A: HostElement, R: HostElement](
     if a.shape.is_empty() {
         // A scalar (index arithmetic, loop counters): held inline, never sunk.
         return Ok(Tensor::scalar(f(*ad.get(a.offset).ok_or_else(|| internal("empty scalar"))?)));
+    }
+    if let Some(n) = shared_broadcast(&a.shape, &[&a.strides], sink) {
+        return Ok(widened(map1_rows(&narrowed(a, &n), f, row, sink)?, &a.shape));
     }
     let mut out = Out::<R>::new(&a.shape, sink);
     if !out.fits(&a.shape) {
@@ -117,6 +120,10 @@ pub(crate) fn map2_rows[A: HostElement, B: HostElement, R: HostElement](
             return Err(internal("empty scalar"));
         };
         return Ok(Tensor::scalar(f(x, y)));
+    }
+    if let Some(n) = shared_broadcast(&a.shape, &[&a.strides, &b.strides], sink) {
+        let (a2, b2) = (narrowed(a, &n), narrowed(b, &n));
+        return Ok(widened(map2_rows(&a2, &b2, f, row, sink)?, &a.shape));
     }
     let mut out = Out::<R>::new(&a.shape, sink);
     if !out.fits(&a.shape) {
@@ -200,6 +207,10 @@ pub(crate) fn map3[A: HostElement, B: HostElement, C: HostElement, R: HostElemen
             return Err(internal("empty scalar"));
         };
         return Ok(Tensor::scalar(f(x, y, z)));
+    }
+    if let Some(n) = shared_broadcast(&a.shape, &[&a.strides, &b.strides, &c.strides], sink) {
+        let (a2, b2, c2) = (narrowed(a, &n), narrowed(b, &n), narrowed(c, &n));
+        return Ok(widened(map3(&a2, &b2, &c2, f, sink)?, &a.shape));
     }
     let mut out = Out::<R>::new(&a.shape, sink);
     if !out.fits(&a.shape) {
@@ -475,60 +486,4 @@ fn cast_from<F: Convert>(a: &Tensor, to: DType, sink: &Sink<'_>) -> Result<Tenso
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A destination of `shape` in a buffer with a one-element margin on each side (row stride 6 for
-    /// rows of 4, so the result is strided into it).
-    fn dest_in(buf: &mut [f32], shape: [usize; 2], dtype: DType) -> RawDest {
-        RawDest {
-            ptr: buf.as_mut_ptr() as *mut u8,
-            len: buf.len(),
-            off: 1,
-            strides: smallvec::smallvec![6, 1],
-            shape: shape.into_iter().collect(),
-            dtype,
-        }
-    }
-
-    #[test]
-    fn an_offered_destination_of_the_right_type_receives_the_result() {
-        let x = Tensor::from_vec([2, 4], (0..8).map(|i| i as f32).collect::<Vec<_>>());
-        let mut buf = vec![-1.0f32; 14];
-        let dest = dest_in(&mut buf, [2, 4], DType::F32);
-        // SAFETY: `buf` outlives the sink and nothing else touches it meanwhile.
-        let sink = unsafe { Sink::offer(&dest) };
-        binary(BinaryOp::Mul, &x, &x, &sink).unwrap();
-        assert!(sink.filled());
-        let want = [
-            -1., 0., 1., 4., 9., -1., -1., 16., 25., 36., 49., -1., -1., -1.,
-        ];
-        assert_eq!(
-            buf.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-            want.map(f32::to_bits)
-        );
-    }
-
-    #[test]
-    fn a_destination_of_another_type_or_shape_is_left_alone() {
-        let x = Tensor::from_vec([2, 4], (0..8).map(|i| i as f32).collect::<Vec<_>>());
-        let mut buf = vec![-1.0f32; 14];
-        for (dtype, shape) in [(DType::BF16, [2, 4]), (DType::F32, [4, 2])] {
-            let dest = dest_in(&mut buf, shape, dtype);
-            // SAFETY: as above.
-            let sink = unsafe { Sink::offer(&dest) };
-            let t = unary(UnaryOp::Neg, &x, &sink).unwrap();
-            assert!(!sink.filled());
-            assert_eq!(t.data::<f32>().unwrap()[7], -7.0);
-        }
-        // A comparison of bf16 values casts them to f32 first: those casts must not take the
-        // destination offered to the comparison's bool result.
-        let b = cast(&x, DType::BF16).unwrap();
-        let dest = dest_in(&mut buf, [2, 4], DType::F32);
-        // SAFETY: as above.
-        let sink = unsafe { Sink::offer(&dest) };
-        let t = compare(CmpOp::Lt, &b, &b, &sink).unwrap();
-        assert!(!sink.filled() && t.dtype == DType::Bool);
-        assert!(buf.iter().all(|&v| v == -1.0));
-    }
-}
+mod tests;

@@ -46,6 +46,11 @@ impl<'a> Sink<'a> {
         }
     }
 
+    /// Whether a destination is offered (a result that is not to go there may be a broadcast view).
+    pub(super) fn offered(&self) -> bool {
+        self.offer.is_some()
+    }
+
     /// Whether the result was written to the offered destination (the rule's tensor is then a
     /// placeholder).
     pub(crate) fn filled(&self) -> bool {
@@ -127,4 +132,46 @@ impl<R: HostElement> Out<R> {
             None => Tensor::splat(crate::dtype::Literal::zero(R::DTYPE), &[]),
         }
     }
+}
+
+/// The shape an elementwise op needs to compute over when every operand is broadcast along some
+/// dimension (stride 0 over more than one element) and the result goes to a fresh buffer: that
+/// shape with those dimensions cut to one element. The result computed there is then broadcast back
+/// along them ([`widened`]) — each element of the full result is the op on the same operand elements,
+/// so the bits are the same. An iota plus a scalar, or such a value compared with a scalar (a key
+/// position mask), costs one row of the block, not the block.
+pub(super) fn shared_broadcast(
+    shape: &[usize],
+    strides: &[&[usize]],
+    sink: &Sink<'_>,
+) -> Option<Dims> {
+    if sink.offered() {
+        return None;
+    }
+    let mut narrow: Option<Dims> = None;
+    for d in 0..shape.len() {
+        if shape[d] > 1 && strides.iter().all(|s| s[d] == 0) {
+            narrow.get_or_insert_with(|| Dims::from_slice(shape))[d] = 1;
+        }
+    }
+    narrow
+}
+
+/// `t` cut to `shape` (a [`shared_broadcast`] shape: the same element at every index it drops).
+pub(super) fn narrowed(t: &Tensor, shape: &Dims) -> Tensor {
+    Tensor {
+        shape: shape.clone(),
+        ..t.clone()
+    }
+}
+
+/// A result computed over a [`shared_broadcast`] shape, broadcast back to `shape`.
+pub(super) fn widened(mut t: Tensor, shape: &[usize]) -> Tensor {
+    for (d, &n) in shape.iter().enumerate() {
+        if t.shape[d] != n {
+            t.strides[d] = 0;
+        }
+    }
+    t.shape = Dims::from_slice(shape);
+    t
 }
