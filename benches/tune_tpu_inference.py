@@ -29,10 +29,14 @@ In both the table's own choice is always a candidate.
     .venv/bin/python benches/tune_tpu_inference.py --report                    # judge the kept rows
     .venv/bin/python benches/tune_tpu_inference.py --sample 8 --ours           # our quantized_matmul_w8a8
     .venv/bin/python benches/tune_tpu_inference.py --table gmm --sample 12 --ours  # our grouped_matmul
+    .venv/bin/python benches/tune_tpu_inference.py --table gmm --ours --stored # grow our kernel's kept rows
+    .venv/bin/python benches/tune_tpu_inference.py --report --ours             # judge them
 
 The rows compiled so far are kept in the repository (`benches/data/tpu_inference_tables/`, gzipped
 JSON lines): `--stored` appends to them, skipping the keys they hold, and `--report` with no file
-judges them — the full tables grow run by run instead of being compiled again on every machine.
+judges them — the full tables grow run by run instead of being compiled again on every machine. Our
+own kernels tuned on the same keys are kept beside them (`ours_<table>.<generation>.jsonl.gz`, every
+candidate's schedule as well): `--ours --stored` appends, `--report --ours` judges them.
 
 `--out` appends one JSON line per key with every candidate's outcome and the model's inputs
 (`steps`, `body`, `outside`, `dma_step`), and skips the keys already in the file, so a long run can be
@@ -46,6 +50,7 @@ import importlib
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -246,7 +251,8 @@ def reestimate(row, branches=False):
     """`row` with every stored schedule estimated again by the model as it is now (no compile); with
     `branches`, each schedule's rare regions at their share (`at_their_share`)."""
     from tpu_kernel import libtpu
-    trips_of = TABLES[row["table"]].trips(row["key"])
+    # our kernels' grids are static; tpu-inference's gmm sizes one axis at run time
+    trips_of = None if row.get("kernel") == "ours" else TABLES[row["table"]].trips(row["key"])
     cands = []
     for c in row["candidates"]:
         if c.get("schedule") and c["outcome"] in ("ranked", "rejected"):
@@ -329,6 +335,9 @@ def summary(rows, label=""):
 # again.
 STORED = {"qmm": REPO / "benches" / "data" / "tpu_inference_tables" / "qmm.v6e.jsonl.gz",
           "gmm": REPO / "benches" / "data" / "tpu_inference_tables" / "gmm.tpu7x.jsonl.gz"}
+# The same for our own kernels tuned on the tables' keys (`--ours --stored`, `--report --ours`).
+STORED_OURS = {"qmm": REPO / "benches" / "data" / "tpu_inference_tables" / "ours_qmm.v6e.jsonl.gz",
+               "gmm": REPO / "benches" / "data" / "tpu_inference_tables" / "ours_gmm.tpu7x.jsonl.gz"}
 
 
 def _open(path, mode):
@@ -346,33 +355,81 @@ def read_rows(paths):
     return rows
 
 
-def _run_ours(keys, params, tune_one, describe, verbose):
+def _run_ours(table, keys, tune_one, describe, verbose, out=None):
     """Our kernel tuned on each key (`tune_one(key, choice)` -> (the `Tuned`, the table's choice as
-    our kernel takes it)): our best, and the table's choice run through our kernel (or why our checks
-    refuse it)."""
+    our kernel takes it)): rows as `judge_ours` gives them. With `out`, every raw row (every
+    candidate's outcome and schedule, as `tune_key` keeps them) is appended there as it is made."""
     rows = []
     t0 = time.perf_counter()
     for n, (key, choice) in enumerate(keys):
-        t, table = tune_one(key, choice)
-        mine = next((c for c in t.candidates if c.config == table), None)
-        row = {"key": key, "table": choice, "table_as_ours": table, "ours_best": t.best,
-               "ours_best_cycles": t.best_cycles,
-               "table_through_ours": None if mine is None or mine.outcome != "ranked" else mine.cycles,
-               "table_through_ours_outcome": "absent" if mine is None else
-               mine.outcome + (": " + mine.reason if mine.reason else ""),
-               "ranked": len(t.ranked()), "candidates": len(t.candidates)}
+        t1 = time.perf_counter()
+        t, as_ours = tune_one(key, choice)
+        raw = {"table": table.name, "kernel": "ours", "generation": table.generation, "key": key,
+               "table_choice": choice, "table_as_ours": as_ours,
+               "candidates": [{"config": c.config, "outcome": c.outcome, "estimate": c.estimate,
+                               "reason": c.reason, "schedule": c.schedule} for c in t.candidates],
+               "seconds": round(time.perf_counter() - t1, 1)}
+        if out:
+            with _open(out, "a") as f:
+                f.write(json.dumps(raw) + "\n")
+        row = judge_ours(raw)
         rows.append(row)
         if verbose:
-            tt = row["table_through_ours"]
-            print(f"[{n + 1}/{len(keys)} {time.perf_counter() - t0:.0f} s] {describe(key)}: our best "
-                  f"{_cfg(params, t.best)} {t.best_cycles:.0f} cycles; the table's {_cfg(params, choice)} through "
-                  "ours" + (f" (as {_cfg(params, table)})" if table != choice else "") + ": "
-                  + (f"{tt:.0f} cycles ({tt / t.best_cycles:.3f}x)" if tt else row["table_through_ours_outcome"][:160]),
-                  flush=True)
+            print(f"[{n + 1}/{len(keys)} {time.perf_counter() - t0:.0f} s] {describe(key)}: "
+                  + format_ours(table.params, row), flush=True)
     return rows
 
 
-def run_ours(keys, workers=2, verbose=False):
+def judge_ours(row):
+    """Our kernel's candidates on one key ranked by the model (ties by config): our best, its cycles,
+    and the table's choice run through our kernel (its cycles, or why our checks refuse it)."""
+    ranked = sorted((c for c in row["candidates"] if c["outcome"] == "ranked"),
+                    key=lambda c: (model_cycles(c["estimate"]), json.dumps(c["config"], sort_keys=True)))
+    mine = next((c for c in row["candidates"] if c["config"] == row["table_as_ours"]), None)
+    through = model_cycles(mine["estimate"]) if mine is not None and mine["outcome"] == "ranked" else None
+    return {"key": row["key"], "table": row["table_choice"], "table_as_ours": row["table_as_ours"],
+            "ours_best": ranked[0]["config"] if ranked else None,
+            "ours_best_cycles": model_cycles(ranked[0]["estimate"]) if ranked else None,
+            "table_through_ours": through,
+            "table_through_ours_outcome": "absent" if mine is None else
+            mine["outcome"] + (": " + mine["reason"] if mine["reason"] else ""),
+            "ranked": len(ranked), "candidates": len(row["candidates"])}
+
+
+def format_ours(params, r):
+    tt, best = r["table_through_ours"], r["ours_best_cycles"]
+    as_ours = f" (as {_cfg(params, r['table_as_ours'])})" if r["table_as_ours"] != r["table"] else ""
+    return (f"our best {_cfg(params, r['ours_best'])} "
+            + ("-" if best is None else f"{best:.0f} cycles") + f"; the table's {_cfg(params, r['table'])} "
+            f"through ours{as_ours}: "
+            + (f"{tt:.0f} cycles ({tt / best:.3f}x)" if tt and best else r["table_through_ours_outcome"][:160]))
+
+
+def markdown_ours(params, r):
+    """`r` as a row of docs/tune.md's tables of our kernels on the keys."""
+    def cfg(c):
+        return ", ".join(str(c[p]) for p in params) if c else "-"
+    tt, best = r["table_through_ours"], r["ours_best_cycles"]
+    table = cfg(r["table"]) + (f" ({cfg(r['table_as_ours'])})" if r["table_as_ours"] != r["table"] else "")
+    # the refusal's message without its outcome and source location (`pruned: path.rs:98:20: ...`)
+    why = re.sub(r"^\w+: (\S+\.rs:\d+:\d+: )?", "", r["table_through_ours_outcome"])
+    through = f"{tt:,.0f}" if tt else f"refused: {why[:90].rstrip()}"
+    return (f"| {', '.join(map(str, r['key']))} | {table} | {cfg(r['ours_best'])} | "
+            f"{'-' if best is None else f'{best:,.0f}'} | {through} | "
+            f"{f'{tt / best:.3f}' if tt and best else '-'} | {r['ranked']} / {r['candidates']} |")
+
+
+def summary_ours(rows, label=""):
+    n = len(rows)
+    through = [r for r in rows if r["table_through_ours"] and r["ours_best_cycles"]]
+    same = sum(r["ours_best"] == r["table_as_ours"] for r in rows)
+    ratios = sorted(r["table_through_ours"] / r["ours_best_cycles"] for r in through)
+    med = ratios[len(ratios) // 2] if ratios else float("nan")
+    return (f"{label}keys {n}: the table's choice runs through our kernel on {len(through)}, and is our best on "
+            f"{same}; median predicted cost, the table's choice through ours / our best, {med:.3f}")
+
+
+def run_ours(keys, workers=2, verbose=False, out=None):
     """Our `quantized_matmul_w8a8` (x int8 [m, k] with per-row scales, w int8 [k, n] with per-channel
     scales) tuned over the qmm space on each key: our best's predicted cycles, and the table's choice
     run through our kernel (or why our checks refuse it). Ours runs under tpu-inference's v6 VMEM
@@ -390,7 +447,7 @@ def run_ours(keys, workers=2, verbose=False):
         return tpu_kernel.tune(ours, *args, space=Qmm.space(key, table), generation="v6e", workers=workers,
                                cache_dir="", progress=False, name="examples.quantized_matmul_w8a8"), table
 
-    return _run_ours(keys, Qmm.params, tune_one, lambda key: "batch {} out {} in {}".format(*key), verbose)
+    return _run_ours(Qmm, keys, tune_one, lambda key: "batch {} out {} in {}".format(*key), verbose, out)
 
 
 def group_metadata_jnp(sizes, m, tm):
@@ -414,7 +471,7 @@ def group_metadata_jnp(sizes, m, tm):
 GMM_OURS_VMEM = 60 << 20
 
 
-def run_ours_gmm(keys, workers=2, verbose=False):
+def run_ours_gmm(keys, workers=2, verbose=False, out=None):
     """Our `grouped_matmul` tuned over the gmm space on each key, and the table's choice run through it
     (or why our checks refuse it). Our kernel takes bf16 weights only: the key's float8_e4m3fn
     weights and their per-channel scales are bf16 weights here, twice the bytes of the weight blocks.
@@ -438,8 +495,8 @@ def run_ours_gmm(keys, workers=2, verbose=False):
         return tpu_kernel.tune(ours, *args, space=Gmm.space(key, table), generation=Gmm.generation,
                                workers=workers, cache_dir="", progress=False, name="examples.grouped_matmul"), table
 
-    return _run_ours(keys, Gmm.params, tune_one, lambda key: "m {} k {} n {} groups {}".format(key[0], key[1], key[2], key[4]),
-                     verbose)
+    return _run_ours(Gmm, keys, tune_one,
+                     lambda key: "m {} k {} n {} groups {}".format(key[0], key[1], key[2], key[4]), verbose, out)
 
 
 def main():
@@ -462,9 +519,26 @@ def main():
                     help="cycles added per grid step when judging (default: the model as it is)")
     ap.add_argument("--ours", action="store_true",
                     help="tune our kernel on the keys instead (qmm: quantized_matmul_w8a8; gmm: grouped_matmul, "
-                         "bf16 weights), and run the table's choice through it")
+                         "bf16 weights), and run the table's choice through it (with --stored / --report: "
+                         "our kernels' kept rows)")
     a = ap.parse_args()
 
+    if a.report is not None and a.ours:
+        paths = a.report or [p for p in STORED_OURS.values() if p.exists()]
+        raw = [reestimate(r) for r in read_rows(paths)]
+        for name in sorted({r["table"] for r in raw}):
+            params = TABLES[name].params
+            rows = [judge_ours(r) for r in raw if r["table"] == name]
+            if a.markdown:
+                print(f"\n| {name} key | table's choice (as ours) | our best | our best, cycles | the table's choice "
+                      "through ours | ratio | ranked / candidates |")
+                print("|---|---|---|---|---|---|---|")
+            for r in rows:
+                print(markdown_ours(params, r) if a.markdown else f"key {r['key']}: " + format_ours(params, r))
+            if a.markdown:
+                print()
+            print(summary_ours(rows, f"{name} through ours: "))
+        return
     if a.report is not None:
         paths = a.report or [p for p in STORED.values() if p.exists()]
         raw = [reestimate(r, a.branches) for r in read_rows(paths)]
@@ -497,11 +571,16 @@ def main():
     if a.keys:
         keys = keys[:a.keys]
     if a.ours:
+        out = a.out
+        if a.stored:
+            out = str(STORED_OURS[a.table])
+        if out and os.path.exists(out):
+            done = {json.dumps(r["key"]) for r in read_rows([out]) if r["table"] == a.table}
+            keys = [k for k in keys if json.dumps(k[0]) not in done]
+            print(f"{len(done)} keys already in {out}; {len(keys)} to go", flush=True)
         t0 = time.perf_counter()
-        rows = (run_ours if a.table == "qmm" else run_ours_gmm)(keys, a.workers, verbose=True)
-        through = [r for r in rows if r["table_through_ours"]]
-        print(f"\nkeys {len(rows)}; the table's choice runs through our kernel on {len(through)}; "
-              f"{time.perf_counter() - t0:.0f} s")
+        rows = (run_ours if a.table == "qmm" else run_ours_gmm)(keys, a.workers, verbose=True, out=out)
+        print("\n" + summary_ours(rows) + f"; {time.perf_counter() - t0:.0f} s")
         if a.json:
             Path(a.json).write_text(json.dumps({"rows": rows}, indent=1))
         return

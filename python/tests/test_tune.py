@@ -212,3 +212,47 @@ def test_the_gmm_benchs_metadata_in_jnp_is_the_librarys():
         want = ex.group_metadata(np.asarray(sizes, np.int32), m, tm)
         for a, b in zip(ours, want):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"{m} {tm} {sizes}")
+
+
+def test_our_grouped_matmul_on_a_gmm_key_is_kept_and_judged_again(tmp_path):
+    """`--table gmm --ours --out`: our grouped_matmul tuned on gmm keys, every candidate kept as for
+    tpu-inference's kernels, and judged again from the file to the same row; a table choice our
+    checks refuse (a `tn` that does not divide `n`) is reported with the check's message."""
+    tti = _tune_tpu_inference()
+    keys = tti.Gmm().keys()
+    key, choice = keys[0]
+    assert key == [128, 320, 6144, 160, 160] and choice["tn"] == 1280, (key, choice)
+    out = tmp_path / "ours_gmm.jsonl.gz"
+    [row] = tti.run_ours_gmm([(key, choice)], workers=2, out=str(out))
+    print(row)
+    assert row["ours_best"] is not None and row["ours_best_cycles"] > 0, row
+    assert row["table_through_ours"] is None and "not a multiple of the block size 1280" in \
+        row["table_through_ours_outcome"], row
+    [raw] = tti.read_rows([str(out)])
+    assert raw["kernel"] == "ours" and raw["table_as_ours"] == {**choice, "tk": 320}
+    assert tti.judge_ours(tti.reestimate(raw)) == row
+    assert "refused: dimension 2 of the [160, 320, 6144] bf16 array" in tti.markdown_ours(tti.Gmm.params, row)
+
+
+def test_our_kernels_kept_rows_are_what_docs_tune_md_reports():
+    """The rows of our own kernels tuned on the tables' keys kept in the repository (`--ours
+    --stored`): one row per key of the table, each holding the table's choice as our kernel takes it
+    among its candidates, and `--report --ours`'s summary of them — re-judged under the model as it is
+    now — quoted in docs/tune.md."""
+    from conftest import REPO
+    tti = _tune_tpu_inference()
+    docs = (REPO / "docs" / "tune.md").read_text()
+    assert tti.STORED_OURS["gmm"].exists(), tti.STORED_OURS["gmm"]
+    for name, path in tti.STORED_OURS.items():
+        if not path.exists():
+            continue
+        rows = tti.read_rows([path])
+        keys = [json.dumps(r["key"]) for r in rows]
+        assert len(set(keys)) == len(keys), "a key compiled twice"
+        table = dict((json.dumps(k), c) for k, c in tti.TABLES[name]().keys())
+        for r in rows:
+            assert r["kernel"] == "ours" and r["table"] == name, r["key"]
+            assert table[json.dumps(r["key"])] == r["table_choice"], r["key"]
+            assert r["table_as_ours"] in [c["config"] for c in r["candidates"]], r["key"]
+        line = tti.summary_ours([tti.judge_ours(tti.reestimate(r)) for r in rows], f"{name} through ours: ")
+        assert line in docs, f"docs/tune.md does not quote our kernels' kept rows' report: {line}"
