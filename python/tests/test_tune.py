@@ -148,11 +148,19 @@ def test_the_kept_table_rows_are_what_docs_tune_md_reports():
     tables growing run by run): at most one row per key of the table, each holding the table's own
     choice among its candidates, and `--report`'s summary of them — re-judged under the model as it
     is now — quoted in docs/tune.md, so the agreement the docs give is the kept rows'."""
-    from conftest import REPO
     tti = _tune_tpu_inference()
-    docs = (REPO / "docs" / "tune.md").read_text()
     assert tti.STORED["qmm"].exists(), tti.STORED["qmm"]
-    for name, path in tti.STORED.items():
+    _check_kept_rows(tti, tti.STORED, "table_choice",
+                     lambda name, rows: tti.summary([tti.judge(tti.reestimate(r)) for r in rows], f"{name}: "))
+
+
+def _check_kept_rows(tti, stored, choice_field, summary):
+    """Each kept file of `stored` (table name -> path): one row per key of that table, each with the
+    table's own choice, holding `choice_field`'s config among its candidates; `summary(name, rows)`
+    quoted in docs/tune.md."""
+    from conftest import REPO
+    docs = (REPO / "docs" / "tune.md").read_text()
+    for name, path in stored.items():
         if not path.exists():
             continue
         rows = tti.read_rows([path])
@@ -161,9 +169,8 @@ def test_the_kept_table_rows_are_what_docs_tune_md_reports():
         table = dict((json.dumps(k), c) for k, c in tti.TABLES[name]().keys())
         for r in rows:
             assert r["table"] == name and table[json.dumps(r["key"])] == r["table_choice"], r["key"]
-            assert r["table_choice"] in [c["config"] for c in r["candidates"]], r["key"]
-        judged = [tti.judge(tti.reestimate(r, False)) for r in rows]
-        line = tti.summary(judged, f"{name}: ")
+            assert r[choice_field] in [c["config"] for c in r["candidates"]], r["key"]
+        line = summary(name, rows)
         assert line in docs, f"docs/tune.md does not quote the kept rows' report: {line}"
 
 
@@ -239,20 +246,10 @@ def test_our_kernels_kept_rows_are_what_docs_tune_md_reports():
     --stored`): one row per key of the table, each holding the table's choice as our kernel takes it
     among its candidates, and `--report --ours`'s summary of them — re-judged under the model as it is
     now — quoted in docs/tune.md."""
-    from conftest import REPO
     tti = _tune_tpu_inference()
-    docs = (REPO / "docs" / "tune.md").read_text()
     assert tti.STORED_OURS["gmm"].exists(), tti.STORED_OURS["gmm"]
-    for name, path in tti.STORED_OURS.items():
-        if not path.exists():
-            continue
-        rows = tti.read_rows([path])
-        keys = [json.dumps(r["key"]) for r in rows]
-        assert len(set(keys)) == len(keys), "a key compiled twice"
-        table = dict((json.dumps(k), c) for k, c in tti.TABLES[name]().keys())
-        for r in rows:
-            assert r["kernel"] == "ours" and r["table"] == name, r["key"]
-            assert table[json.dumps(r["key"])] == r["table_choice"], r["key"]
-            assert r["table_as_ours"] in [c["config"] for c in r["candidates"]], r["key"]
-        line = tti.summary_ours([tti.judge_ours(tti.reestimate(r)) for r in rows], f"{name} through ours: ")
-        assert line in docs, f"docs/tune.md does not quote our kernels' kept rows' report: {line}"
+
+    def summary(name, rows):
+        assert all(r["kernel"] == "ours" for r in rows), name
+        return tti.summary_ours([tti.judge_ours(tti.reestimate(r)) for r in rows], f"{name} through ours: ")
+    _check_kept_rows(tti, tti.STORED_OURS, "table_as_ours", summary)
