@@ -223,11 +223,15 @@ def tune_key(table, key, choice, workers=2):
     t = tpu_kernel.tune(table.fn(), *table.args(key), space=space, generation=table.generation,
                         constraints=table.constraints(key, choice), workers=workers, cache_dir="",
                         progress=False, name=f"tpu_inference.{table.name}", trips=table.trips(key))
-    cands = [{"config": c.config, "outcome": c.outcome, "estimate": c.estimate, "reason": c.reason,
-              "schedule": c.schedule} for c in t.candidates]
     size = math.prod(len(values) for values in space.values())
     return {"table": table.name, "generation": table.generation, "key": key, "table_choice": choice,
-            "space": size, "candidates": cands, "seconds": round(time.perf_counter() - t0, 1)}
+            "space": size, "candidates": kept_candidates(t), "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def kept_candidates(t):
+    """A `Tuned`'s candidates as a stored row keeps them: config, outcome, the model's inputs."""
+    return [{"config": c.config, "outcome": c.outcome, "estimate": c.estimate, "reason": c.reason,
+             "schedule": c.schedule} for c in t.candidates]
 
 
 # the bound a pipeline descriptor carries for a grid axis sized at run time (i32::MAX, as
@@ -273,22 +277,34 @@ def model_cycles(estimate, step_overhead=0.0):
     return estimate["cycles"] + step_overhead * estimate["steps"]
 
 
+def ranked(row, step_overhead=0.0):
+    """`row`'s ranked candidates, cheapest first under the model (ties by config)."""
+    return sorted((c for c in row["candidates"] if c["outcome"] == "ranked"),
+                  key=lambda c: (model_cycles(c["estimate"], step_overhead), json.dumps(c["config"], sort_keys=True)))
+
+
 def judge(row, step_overhead=0.0):
     """Where the table's choice lands in our ranking of `row`'s candidates."""
-    ranked = sorted((c for c in row["candidates"] if c["outcome"] == "ranked"),
-                    key=lambda c: (model_cycles(c["estimate"], step_overhead), json.dumps(c["config"], sort_keys=True)))
-    configs = [c["config"] for c in ranked]
+    ranked_ = ranked(row, step_overhead)
+    configs = [c["config"] for c in ranked_]
     choice = row["table_choice"]
     pos = configs.index(choice) if choice in configs else None
-    best = model_cycles(ranked[0]["estimate"], step_overhead) if ranked else None
-    out = {"key": row["key"], "table": choice, "ours": configs[0] if ranked else None, "ranked": len(ranked),
+    best = model_cycles(ranked_[0]["estimate"], step_overhead) if ranked_ else None
+    out = {"key": row["key"], "table": choice, "ours": configs[0] if ranked_ else None, "ranked": len(ranked_),
            "candidates": len(row["candidates"]), "rank_of_table": None if pos is None else pos + 1,
            "cost_ratio_table_over_ours": None if pos is None else
-           model_cycles(ranked[pos]["estimate"], step_overhead) / best}
+           model_cycles(ranked_[pos]["estimate"], step_overhead) / best}
     if pos is None:
         c = next((c for c in row["candidates"] if c["config"] == choice), None)
         out["table_outcome"] = "absent" if c is None else f"{c['outcome']}: {c['reason']}"
     return out
+
+
+def keep(out, raw):
+    """Append a raw row to the JSON-lines file `out`, if any (as it is made: a run can be resumed)."""
+    if out:
+        with _open(out, "a") as f:
+            f.write(json.dumps(raw) + "\n")
 
 
 def run(table, keys, workers=2, verbose=False, out=None):
@@ -298,9 +314,7 @@ def run(table, keys, workers=2, verbose=False, out=None):
     t0 = time.perf_counter()
     for n, (key, choice) in enumerate(keys):
         raw = tune_key(table, key, choice, workers)
-        if out:
-            with _open(out, "a") as f:
-                f.write(json.dumps(raw) + "\n")
+        keep(out, raw)
         row = judge(raw)
         rows.append(row)
         if verbose:
@@ -309,8 +323,8 @@ def run(table, keys, workers=2, verbose=False, out=None):
     return rows
 
 
-def _cfg(params, c):
-    return ",".join(str(c[p]) for p in params) if c else "-"
+def _cfg(params, c, sep=","):
+    return sep.join(str(c[p]) for p in params) if c else "-"
 
 
 def format_row(params, r):
@@ -318,6 +332,14 @@ def format_row(params, r):
     rank = f"{r['rank_of_table']}/{r['ranked']}" if r["rank_of_table"] else f"- ({r.get('table_outcome', '')[:80]})"
     return (f"key {r['key']}: table {_cfg(params, r['table'])} rank {rank}, ours {_cfg(params, r['ours'])}, "
             f"table/ours {ratio}")
+
+
+def markdown_row(params, r):
+    """`r` as a row of docs/tune.md's tables of the tables' choices in our ranking."""
+    ratio = r["cost_ratio_table_over_ours"]
+    rank = f"{r['rank_of_table']} / {r['ranked']}" if r["rank_of_table"] else "not ranked"
+    return (f"| {', '.join(map(str, r['key']))} | {_cfg(params, r['table'])} | {rank} | "
+            f"{_cfg(params, r['ours'])} | {'-' if ratio is None else f'{ratio:.3f}'} |")
 
 
 def summary(rows, label=""):
@@ -366,12 +388,8 @@ def _run_ours(table, keys, tune_one, describe, verbose, out=None):
         t, as_ours = tune_one(key, choice)
         raw = {"table": table.name, "kernel": "ours", "generation": table.generation, "key": key,
                "table_choice": choice, "table_as_ours": as_ours,
-               "candidates": [{"config": c.config, "outcome": c.outcome, "estimate": c.estimate,
-                               "reason": c.reason, "schedule": c.schedule} for c in t.candidates],
-               "seconds": round(time.perf_counter() - t1, 1)}
-        if out:
-            with _open(out, "a") as f:
-                f.write(json.dumps(raw) + "\n")
+               "candidates": kept_candidates(t), "seconds": round(time.perf_counter() - t1, 1)}
+        keep(out, raw)
         row = judge_ours(raw)
         rows.append(row)
         if verbose:
@@ -380,20 +398,20 @@ def _run_ours(table, keys, tune_one, describe, verbose, out=None):
     return rows
 
 
-def judge_ours(row):
-    """Our kernel's candidates on one key ranked by the model (ties by config): our best, its cycles,
-    and the table's choice run through our kernel (its cycles, or why our checks refuse it)."""
-    ranked = sorted((c for c in row["candidates"] if c["outcome"] == "ranked"),
-                    key=lambda c: (model_cycles(c["estimate"]), json.dumps(c["config"], sort_keys=True)))
+def judge_ours(row, step_overhead=0.0):
+    """Our kernel's candidates on one key ranked by the model: our best, its cycles, and the table's
+    choice run through our kernel (its cycles, or why our checks refuse it)."""
+    ranked_ = ranked(row, step_overhead)
     mine = next((c for c in row["candidates"] if c["config"] == row["table_as_ours"]), None)
-    through = model_cycles(mine["estimate"]) if mine is not None and mine["outcome"] == "ranked" else None
+    through = (model_cycles(mine["estimate"], step_overhead)
+               if mine is not None and mine["outcome"] == "ranked" else None)
     return {"key": row["key"], "table": row["table_choice"], "table_as_ours": row["table_as_ours"],
-            "ours_best": ranked[0]["config"] if ranked else None,
-            "ours_best_cycles": model_cycles(ranked[0]["estimate"]) if ranked else None,
+            "ours_best": ranked_[0]["config"] if ranked_ else None,
+            "ours_best_cycles": model_cycles(ranked_[0]["estimate"], step_overhead) if ranked_ else None,
             "table_through_ours": through,
             "table_through_ours_outcome": "absent" if mine is None else
             mine["outcome"] + (": " + mine["reason"] if mine["reason"] else ""),
-            "ranked": len(ranked), "candidates": len(row["candidates"])}
+            "ranked": len(ranked_), "candidates": len(row["candidates"])}
 
 
 def format_ours(params, r):
@@ -408,7 +426,7 @@ def format_ours(params, r):
 def markdown_ours(params, r):
     """`r` as a row of docs/tune.md's tables of our kernels on the keys."""
     def cfg(c):
-        return ", ".join(str(c[p]) for p in params) if c else "-"
+        return _cfg(params, c, ", ")
     tt, best = r["table_through_ours"], r["ours_best_cycles"]
     table = cfg(r["table"]) + (f" ({cfg(r['table_as_ours'])})" if r["table_as_ours"] != r["table"] else "")
     # the refusal's message without its outcome and source location (`pruned: path.rs:98:20: ...`)
@@ -523,42 +541,29 @@ def main():
                          "our kernels' kept rows)")
     a = ap.parse_args()
 
-    if a.report is not None and a.ours:
-        paths = a.report or [p for p in STORED_OURS.values() if p.exists()]
-        raw = [reestimate(r) for r in read_rows(paths)]
-        for name in sorted({r["table"] for r in raw}):
-            params = TABLES[name].params
-            rows = [judge_ours(r) for r in raw if r["table"] == name]
-            if a.markdown:
-                print(f"\n| {name} key | table's choice (as ours) | our best | our best, cycles | the table's choice "
-                      "through ours | ratio | ranked / candidates |")
-                print("|---|---|---|---|---|---|---|")
-            for r in rows:
-                print(markdown_ours(params, r) if a.markdown else f"key {r['key']}: " + format_ours(params, r))
-            if a.markdown:
-                print()
-            print(summary_ours(rows, f"{name} through ours: "))
-        return
     if a.report is not None:
-        paths = a.report or [p for p in STORED.values() if p.exists()]
+        if a.ours:  # our kernels on the tables' keys
+            stored, judge_, label = STORED_OURS, judge_ours, " through ours"
+            header = ("table's choice (as ours) | our best | our best, cycles | the table's choice through ours "
+                      "| ratio | ranked / candidates |")
+            line, markdown, summary_ = (lambda p, r: f"key {r['key']}: " + format_ours(p, r)), markdown_ours, summary_ours
+        else:  # tpu-inference's kernels: the tables' choices in our ranking
+            stored, judge_, label = STORED, judge, ""
+            header = "table's choice | its rank | our best | model cost, table / ours |"
+            line, markdown, summary_ = format_row, markdown_row, summary
+        paths = a.report or [p for p in stored.values() if p.exists()]
         raw = [reestimate(r, a.branches) for r in read_rows(paths)]
         for name in sorted({r["table"] for r in raw}):
             params = TABLES[name].params
-            rows = [judge(r, a.step_overhead) for r in raw if r["table"] == name]
+            rows = [judge_(r, a.step_overhead) for r in raw if r["table"] == name]
             if a.markdown:
-                print(f"\n| {name} key | table's choice | its rank | our best | model cost, table / ours |")
-                print("|---|---|---|---|---|")
+                print(f"\n| {name} key | {header}")
+                print("|---" * (1 + header.count("|")) + "|")
             for r in rows:
-                if a.markdown:
-                    ratio = r["cost_ratio_table_over_ours"]
-                    rank = f"{r['rank_of_table']} / {r['ranked']}" if r["rank_of_table"] else "not ranked"
-                    print(f"| {', '.join(map(str, r['key']))} | {_cfg(params, r['table'])} | {rank} | "
-                          f"{_cfg(params, r['ours'])} | {'-' if ratio is None else f'{ratio:.3f}'} |")
-                else:
-                    print(format_row(params, r))
+                print(markdown(params, r) if a.markdown else line(params, r))
             if a.markdown:
                 print()
-            print(summary(rows, f"{name}: "))
+            print(summary_(rows, f"{name}{label}: "))
         return
 
     table = TABLES[a.table]()
@@ -570,30 +575,21 @@ def main():
         keys = [keys[i] for i in spread_order(len(keys))]
     if a.keys:
         keys = keys[:a.keys]
-    if a.ours:
-        out = a.out
-        if a.stored:
-            out = str(STORED_OURS[a.table])
-        if out and os.path.exists(out):
-            done = {json.dumps(r["key"]) for r in read_rows([out]) if r["table"] == a.table}
-            keys = [k for k in keys if json.dumps(k[0]) not in done]
-            print(f"{len(done)} keys already in {out}; {len(keys)} to go", flush=True)
-        t0 = time.perf_counter()
-        rows = (run_ours if a.table == "qmm" else run_ours_gmm)(keys, a.workers, verbose=True, out=out)
-        print("\n" + summary_ours(rows) + f"; {time.perf_counter() - t0:.0f} s")
-        if a.json:
-            Path(a.json).write_text(json.dumps({"rows": rows}, indent=1))
-        return
     if a.stored:
-        a.out = str(STORED[a.table])
-        STORED[a.table].parent.mkdir(parents=True, exist_ok=True)
+        a.out = str((STORED_OURS if a.ours else STORED)[a.table])
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     if a.out and os.path.exists(a.out):
         done = {json.dumps(r["key"]) for r in read_rows([a.out]) if r["table"] == a.table}
         keys = [k for k in keys if json.dumps(k[0]) not in done]
         print(f"{len(done)} keys already in {a.out}; {len(keys)} to go", flush=True)
     t0 = time.perf_counter()
-    rows = run(table, keys, a.workers, verbose=True, out=a.out)
-    print("\n" + summary(rows) + f"; {time.perf_counter() - t0:.0f} s")
+    if a.ours:
+        rows = (run_ours if a.table == "qmm" else run_ours_gmm)(keys, a.workers, verbose=True, out=a.out)
+        line = summary_ours(rows)
+    else:
+        rows = run(table, keys, a.workers, verbose=True, out=a.out)
+        line = summary(rows)
+    print(f"\n{line}; {time.perf_counter() - t0:.0f} s")
     if a.json:
         Path(a.json).write_text(json.dumps({"rows": rows}, indent=1))
 
