@@ -31,6 +31,8 @@ In both the table's own choice is always a candidate.
     .venv/bin/python benches/tune_tpu_inference.py --table gmm --sample 12 --ours  # our grouped_matmul
     .venv/bin/python benches/tune_tpu_inference.py --table gmm --ours --stored # grow our kernel's kept rows
     .venv/bin/python benches/tune_tpu_inference.py --report --ours             # judge them
+    .venv/bin/python benches/tune_tpu_inference.py --report --every-step       # as if every block moved every step
+    .venv/bin/python benches/tune_tpu_inference.py --add-copies                # kept rows: fill in copy patterns
 
 The rows compiled so far are kept in the repository (`benches/data/tpu_inference_tables/`, gzipped
 JSON lines): `--stored` appends to them, skipping the keys they hold, and `--report` with no file
@@ -39,7 +41,8 @@ own kernels tuned on the same keys are kept beside them (`ours_<table>.<generati
 candidate's schedule as well): `--ours --stored` appends, `--report --ours` judges them.
 
 `--out` appends one JSON line per key with every candidate's outcome and the model's inputs
-(`steps`, `body`, `outside`, `dma_step`), and skips the keys already in the file, so a long run can be
+(`steps`, `body`, `outside`, `dma_step`; the schedule, and `copies`, what its pipeline copies after
+the first step), and skips the keys already in the file, so a long run can be
 stopped and resumed; keys run in a spread order (any prefix is spread over the table). `--report`
 estimates the stored schedules again under the model as it is now and ranks them, so the model can
 change without a compile.
@@ -231,7 +234,7 @@ def tune_key(table, key, choice, workers=2):
 def kept_candidates(t):
     """A `Tuned`'s candidates as a stored row keeps them: config, outcome, the model's inputs."""
     return [{"config": c.config, "outcome": c.outcome, "estimate": c.estimate, "reason": c.reason,
-             "schedule": c.schedule} for c in t.candidates]
+             "schedule": c.schedule, "copies": c.copies} for c in t.candidates]
 
 
 # the bound a pipeline descriptor carries for a grid axis sized at run time (i32::MAX, as
@@ -251,9 +254,10 @@ def at_their_share(schedule, trips):
     return {**schedule, "loop_body_weighted": schedule["loop_body_weighted"] - rare + -(-rare // inner)}
 
 
-def reestimate(row, branches=False):
+def reestimate(row, branches=False, every_step=False):
     """`row` with every stored schedule estimated again by the model as it is now (no compile); with
-    `branches`, each schedule's rare regions at their share (`at_their_share`)."""
+    `branches`, each schedule's rare regions at their share (`at_their_share`); with `every_step`,
+    every block moving every step (the stored copy patterns left out: the model before it read them)."""
     from tpu_kernel import libtpu
     # our kernels' grids are static; tpu-inference's gmm sizes one axis at run time
     trips_of = None if row.get("kernel") == "ours" else TABLES[row["table"]].trips(row["key"])
@@ -262,7 +266,8 @@ def reestimate(row, branches=False):
         if c.get("schedule") and c["outcome"] in ("ranked", "rejected"):
             trips = trips_of(c["config"]) if trips_of else ()
             schedule = at_their_share(c["schedule"], trips) if branches else c["schedule"]
-            est, why = libtpu.estimate(schedule, row["generation"], trips)
+            copies = None if every_step else c.get("copies")
+            est, why = libtpu.estimate(schedule, row["generation"], trips, copies)
             # a schedule is there only when libtpu compiled it: rejected, it was the model that refused
             if est is not None:
                 c = {**c, "outcome": "ranked", "estimate": est, "reason": None}
@@ -447,22 +452,30 @@ def summary_ours(rows, label=""):
             f"{same}; median predicted cost, the table's choice through ours / our best, {med:.3f}")
 
 
-def run_ours(keys, workers=2, verbose=False, out=None):
-    """Our `quantized_matmul_w8a8` (x int8 [m, k] with per-row scales, w int8 [k, n] with per-channel
-    scales) tuned over the qmm space on each key: our best's predicted cycles, and the table's choice
-    run through our kernel (or why our checks refuse it). Ours runs under tpu-inference's v6 VMEM
-    ceiling (`DEVICE_VMEM_LIMIT[6]`, 96 MiB), the limit its kernel raises its own to."""
+def ours_qmm():
+    """Our `quantized_matmul_w8a8` as `run_ours` tunes it: `(fn, args_of(key))`."""
     import tpu_kernel.examples as ex
     limit = qmm_module()[1].DEVICE_VMEM_LIMIT[6]
 
     def ours(x, xs, w, ws, *, bb, bo, bi):
         return ex.quantized_matmul_w8a8(x, xs, w, ws, block=(bb, bo, bi), vmem_limit_bytes=limit)
 
-    def tune_one(key, table):
+    def args_of(key):
         S = jax.ShapeDtypeStruct
         m, o, k = key
-        args = (S((m, k), jnp.int8), S((m, 1), jnp.float32), S((k, o), jnp.int8), S((1, o), jnp.float32))
-        return tpu_kernel.tune(ours, *args, space=Qmm.space(key, table), generation="v6e", workers=workers,
+        return (S((m, k), jnp.int8), S((m, 1), jnp.float32), S((k, o), jnp.int8), S((1, o), jnp.float32))
+    return ours, args_of
+
+
+def run_ours(keys, workers=2, verbose=False, out=None):
+    """Our `quantized_matmul_w8a8` (x int8 [m, k] with per-row scales, w int8 [k, n] with per-channel
+    scales) tuned over the qmm space on each key: our best's predicted cycles, and the table's choice
+    run through our kernel (or why our checks refuse it). Ours runs under tpu-inference's v6 VMEM
+    ceiling (`DEVICE_VMEM_LIMIT[6]`, 96 MiB), the limit its kernel raises its own to."""
+    ours, args_of = ours_qmm()
+
+    def tune_one(key, table):
+        return tpu_kernel.tune(ours, *args_of(key), space=Qmm.space(key, table), generation="v6e", workers=workers,
                                cache_dir="", progress=False, name="examples.quantized_matmul_w8a8"), table
 
     return _run_ours(Qmm, keys, tune_one, lambda key: "batch {} out {} in {}".format(*key), verbose, out)
@@ -489,6 +502,54 @@ def group_metadata_jnp(sizes, m, tm):
 GMM_OURS_VMEM = 60 << 20
 
 
+def ours_gmm():
+    """Our `grouped_matmul` as `run_ours_gmm` tunes it: `(fn, args_of(key))`."""
+    import tpu_kernel.examples as ex
+
+    def ours(sizes, lhs, rhs, *, tm, tk, tn):
+        return ex.grouped_matmul(*group_metadata_jnp(sizes, lhs.shape[0], tm), lhs, rhs, block=(tm, tk, tn),
+                                 vmem_limit_bytes=GMM_OURS_VMEM)
+
+    def args_of(key):
+        m, k, n, _, g = key
+        S = jax.ShapeDtypeStruct
+        return (S((g,), jnp.int32), S((m, k), jnp.bfloat16), S((g, k, n), jnp.bfloat16))
+    return ours, args_of
+
+
+def add_copies(path, rows):
+    """`rows` (kept rows, as read from `path`) with every compiled candidate's copy pattern
+    (`tpu_kernel.tune`'s `copies`: what the pipeline copies after the first step, from the kernel's
+    index maps) filled in where the row was kept before the model read it: each such candidate is
+    lowered again (no compile). Written back to `path` when anything was added."""
+    from tpu_kernel._copies import block_copies
+    from tpu_kernel._tune import _lower
+    added, t0 = 0, time.perf_counter()
+    for n, row in enumerate(rows):
+        missing = [c for c in row["candidates"] if c.get("schedule") and "copies" not in c]
+        if not missing:
+            continue
+        table = TABLES[row["table"]]
+        if row.get("kernel") == "ours":
+            fn, args_of = (ours_qmm if row["table"] == "qmm" else ours_gmm)()
+            fn_args = (fn, args_of(row["key"]))
+        else:
+            t = table()
+            fn_args = (t.fn(), t.args(row["key"]))
+        for c in missing:
+            c["copies"] = block_copies(_lower(*fn_args, c["config"], row["generation"]))
+            added += 1
+        print(f"[{n + 1}/{len(rows)} {time.perf_counter() - t0:.0f} s] {path.name if hasattr(path, 'name') else path}"
+              f" key {row['key']}: {len(missing)} candidates", flush=True)
+    if added:
+        tmp = str(path) + ".tmp" + (".gz" if str(path).endswith(".gz") else "")
+        with _open(tmp, "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        os.replace(tmp, path)
+    return added
+
+
 def run_ours_gmm(keys, workers=2, verbose=False, out=None):
     """Our `grouped_matmul` tuned over the gmm space on each key, and the table's choice run through it
     (or why our checks refuse it). Our kernel takes bf16 weights only: the key's float8_e4m3fn
@@ -498,19 +559,13 @@ def run_ours_gmm(keys, workers=2, verbose=False, out=None):
     Megablox runs under tpu7x's default scoped VMEM limit (32 MiB); ours, whose weight blocks are
     twice the bytes, under `GMM_OURS_VMEM` (60 MiB of the 64 MiB a tpu7x TensorCore has), so that the
     table's choices fit."""
-    import tpu_kernel.examples as ex
-
-    def ours(sizes, lhs, rhs, *, tm, tk, tn):
-        return ex.grouped_matmul(*group_metadata_jnp(sizes, lhs.shape[0], tm), lhs, rhs, block=(tm, tk, tn),
-                                 vmem_limit_bytes=GMM_OURS_VMEM)
+    ours, args_of = ours_gmm()
 
     def tune_one(key, choice):
-        m, k, n, _, g = key
+        k = key[1]
         # a tk past k is one (masked) tile of all of k in megablox's gmm: ours takes that as tk = k
         table = {**choice, "tk": min(choice["tk"], k)}
-        S = jax.ShapeDtypeStruct
-        args = (S((g,), jnp.int32), S((m, k), jnp.bfloat16), S((g, k, n), jnp.bfloat16))
-        return tpu_kernel.tune(ours, *args, space=Gmm.space(key, table), generation=Gmm.generation,
+        return tpu_kernel.tune(ours, *args_of(key), space=Gmm.space(key, table), generation=Gmm.generation,
                                workers=workers, cache_dir="", progress=False, name="examples.grouped_matmul"), table
 
     return _run_ours(Gmm, keys, tune_one,
@@ -533,13 +588,25 @@ def main():
     ap.add_argument("--branches", action="store_true",
                     help="--report: count each schedule's regions run only when an index equals a constant at "
                          "their share of the innermost grid axis (docs/tune.md, the branch rule)")
+    ap.add_argument("--every-step", action="store_true",
+                    help="--report: every block moving every step, as the model took it before it read the "
+                         "kernels' copy patterns (docs/tune.md)")
     ap.add_argument("--step-overhead", type=float, default=0.0,
                     help="cycles added per grid step when judging (default: the model as it is)")
     ap.add_argument("--ours", action="store_true",
                     help="tune our kernel on the keys instead (qmm: quantized_matmul_w8a8; gmm: grouped_matmul, "
                          "bf16 weights), and run the table's choice through it (with --stored / --report: "
                          "our kernels' kept rows)")
+    ap.add_argument("--add-copies", action="store_true",
+                    help="fill in the copy pattern of kept rows compiled before the model read it (lowers "
+                         "each such candidate again, no compile; rewrites the kept files)")
     a = ap.parse_args()
+
+    if a.add_copies:
+        for path in [*STORED.values(), *STORED_OURS.values()]:
+            if path.exists():
+                print(f"{path.name}: {add_copies(path, read_rows([path]))} candidates given their copy pattern")
+        return
 
     if a.report is not None:
         if a.ours:  # our kernels on the tables' keys
@@ -552,7 +619,7 @@ def main():
             header = "table's choice | its rank | our best | model cost, table / ours |"
             line, markdown, summary_ = format_row, markdown_row, summary
         paths = a.report or [p for p in stored.values() if p.exists()]
-        raw = [reestimate(r, a.branches) for r in read_rows(paths)]
+        raw = [reestimate(r, a.branches, a.every_step) for r in read_rows(paths)]
         for name in sorted({r["table"] for r in raw}):
             params = TABLES[name].params
             rows = [judge_(r, a.step_overhead) for r in raw if r["table"] == name]

@@ -74,6 +74,73 @@ def test_a_pallas_kernel_is_tuned_too(tmp_path):
     assert t.best in [c.config for c in t.candidates]
 
 
+def _add(x_ref, w_ref, o_ref):
+    o_ref[...] = x_ref[...] + w_ref[...]
+
+
+def _row_plus_column(x, w, *, whole_x=False):
+    """out[i, j] = x[i] + w[j] over a (2, 4) grid of 128x512 f32 blocks: x's block follows the row
+    axis only, w's the column axis only; with `whole_x`, x is one block of its whole array."""
+    x_spec = (pl.BlockSpec((128, 512), lambda i, j: (0, 0)) if whole_x
+              else pl.BlockSpec((128, 512), lambda i, j: (i, 0)))
+    return pl.pallas_call(
+        _add, grid=(2, 4), in_specs=[x_spec, pl.BlockSpec((128, 512), lambda i, j: (0, j))],
+        out_specs=pl.BlockSpec((128, 512), lambda i, j: (i, j)),
+        out_shape=jax.ShapeDtypeStruct((256, 2048), jnp.float32))(x[:128] if whole_x else x, w)
+
+
+def test_the_copy_pattern_follows_the_index_maps():
+    """What the pipeline copies after the first step (libtpu skips a block whose index did not
+    change), from the lowered kernel's index maps: `[[steps, share of a step's block bytes], ...]`."""
+    from tpu_kernel._copies import block_copies
+    x = jax.ShapeDtypeStruct((256, 512), jnp.float32)
+    w = jax.ShapeDtypeStruct((128, 2048), jnp.float32)
+    # w and the output move every step, x (a third of the bytes) only when the row changes
+    hlo = _tune._lower(_row_plus_column, (x, w), {}, "v6e")
+    assert block_copies(hlo) == [[6, 2 / 3], [1, 1.0]]
+    # a block that is its whole array is copied once, outside the pattern: w and out, every step
+    hlo = _tune._lower(_row_plus_column, (x, w), {"whole_x": True}, "v6e")
+    assert block_copies(hlo) == [[7, 1.0]]
+    # our matmul over a (2, 2, 2) grid: the output block stays over the reduction axis
+    hlo = _tune._lower(ex.matmul, (X, X), {"block": (512, 512, 512)}, "v6e")
+    assert block_copies(hlo) == [[4, 2 / 3], [3, 1.0]]
+
+    # blocks chosen by scalar-prefetch data are known only at run time
+    def gathered(idx, x):
+        return pl.pallas_call(
+            lambda i_ref, x_ref, o_ref: _add(x_ref, x_ref, o_ref),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, grid=(4,),
+                in_specs=[pl.BlockSpec((128, 512), lambda i, idx: (idx[i], 0))],
+                out_specs=pl.BlockSpec((128, 512), lambda i, idx: (i, 0))),
+            out_shape=jax.ShapeDtypeStruct((512, 512), jnp.float32))(idx, x)
+    idx = jax.ShapeDtypeStruct((4,), jnp.int32)
+    hlo = _tune._lower(gathered, (idx, jax.ShapeDtypeStruct((512, 512), jnp.float32)), {}, "v6e")
+    assert block_copies(hlo) is None
+
+
+def test_the_model_counts_only_the_blocks_that_move(tmp_path):
+    """`tune` hands each candidate's copy pattern to the model: the grid's DMA is the first step's
+    copies and each later step's share, not every block every step (what the model assumes when
+    the pattern is not known)."""
+    from tpu_kernel import libtpu
+    x = jax.ShapeDtypeStruct((256, 512), jnp.float32)
+    w = jax.ShapeDtypeStruct((128, 2048), jnp.float32)
+    t = tpu_kernel.tune(_row_plus_column, x, w, space={"whole_x": [False]}, generation="v6e",
+                        cache_dir=str(tmp_path), progress=False)
+    [c] = t.candidates
+    assert c.copies == [[6, 2 / 3], [1, 1.0]], c
+    e = c.estimate
+    assert e["steps"] == 8 and e["dma_step"] > 0, e
+    assert abs(e["dma_grid"] - e["dma_step"] * (1 + 6 * 2 / 3 + 1)) < 1e-6 * e["dma_grid"], e
+    upper, why = libtpu.estimate(c.schedule, "v6e")
+    assert why is None and upper["dma_grid"] == e["dma_step"] * 8, upper
+    assert upper["cycles"] >= e["cycles"], (upper, e)
+    # a pattern over another grid is refused, naming both
+    none, why = libtpu.estimate(c.schedule, "v6e", copies=[[3, 1.0]])
+    assert none is None and "covers 3 steps" in why and "has 7" in why, why
+
+
 def test_the_jax_op_takes_its_defaults_from_the_cache(tmp_path, monkeypatch):
     a = jnp.ones((1024, 1024), jnp.bfloat16)
     monkeypatch.setenv(_tune.ENV_CACHE, str(tmp_path))

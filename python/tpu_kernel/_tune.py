@@ -12,7 +12,8 @@ kernel — called as `fn(*args, **config)` for each configuration of `space` (pa
 generation (a configuration our checks, or Pallas's, refuse is pruned before any compile, with the
 reason), the rest are compiled by libtpu in parallel worker processes (`tpu_kernel.libtpu`) and ranked
 by the static cost model of `docs/tune.md` (libtpu's schedule: the grid loop's bundles per step against
-the step's DMA bytes over the generation's HBM bandwidth).
+the step's DMA bytes over the generation's HBM bandwidth — the bytes of the blocks whose index changed,
+from the kernel's index maps, `_copies.py`).
 
 Results are cached in `<cache_dir>/<generation>.json` (`cache_dir` defaults to
 `$TPU_KERNEL_TUNE_CACHE`), keyed by the kernel, its arguments' dtypes and shapes and the static
@@ -32,6 +33,8 @@ import sys
 import threading
 import warnings
 from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from ._copies import block_copies
 
 ENV_CACHE = "TPU_KERNEL_TUNE_CACHE"
 
@@ -54,6 +57,8 @@ class Candidate:
     reason: str | None = None
     #: libtpu's schedule of the compiled candidate (`tpu_kernel.libtpu.estimate` re-estimates it)
     schedule: dict | None = None
+    #: what its pipeline copies after the first step (`_copies.block_copies`; None: not known)
+    copies: list | None = None
 
 
 @dataclasses.dataclass
@@ -204,7 +209,7 @@ def tune(fn: Callable, *args: Any, space: Mapping[str, Iterable[Any]], generatio
         if n != 1:
             candidates.append(Candidate(c, "pruned", reason=f"lowers to {n} tpu_custom_calls, not one"))
             continue
-        jobs.append((c, hlo))
+        jobs.append((c, hlo, block_copies(hlo)))
     label = f"tune {name} for {generation}"
     if progress:
         print(f"{label}: compiling {len(jobs)} configurations ({len(candidates)} pruned)", file=sys.stderr)
@@ -213,19 +218,20 @@ def tune(fn: Callable, *args: Any, space: Mapping[str, Iterable[Any]], generatio
     for i in range(0, len(jobs), step):
         chunk = jobs[i:i + step]
         verdicts += libtpu.compile_many([{"stablehlo": h, "topology": generation,
-                                           "trips": [int(t) for t in trips(c)] if trips else []}
-                                          for c, h in chunk], workers=workers, llo_counts=False)
+                                           "trips": [int(t) for t in trips(c)] if trips else [],
+                                           "copies": p}
+                                          for c, h, p in chunk], workers=workers, llo_counts=False)
         if progress:
             _progress(len(verdicts), len(jobs), label)
     ranked = []
-    for (c, _), v in zip(jobs, verdicts):
+    for (c, _, p), v in zip(jobs, verdicts):
         if v.ok and v.estimate:
             ranked.append(Candidate(c, "ranked", cycles=v.estimate["cycles"], estimate=v.estimate,
-                                    bundles=v.bundles, schedule=v.schedule))
+                                    bundles=v.bundles, schedule=v.schedule, copies=p))
         else:
             why = v.error or v.estimate_error or "no schedule of the kernel"
             first = next((l for l in why.splitlines() if l.strip()), "")
-            candidates.append(Candidate(c, "rejected", reason=first, schedule=v.schedule))
+            candidates.append(Candidate(c, "rejected", reason=first, schedule=v.schedule, copies=p))
     if not ranked:
         raise RuntimeError(f"tune: no configuration of {name} compiled for {generation}:\n"
                            + "\n".join(f"  {c.config}: {c.outcome}: {c.reason}" for c in candidates))

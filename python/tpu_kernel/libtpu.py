@@ -94,8 +94,9 @@ def _call(method: str, payload: dict) -> dict:
 
 def compile_many(programs: Iterable[tuple[str, str]] | Sequence[dict], *, workers: int = 1,
                  llo_counts: bool = True) -> list[Compiled]:
-    """Compile each `(stablehlo, topology)` (or `{"stablehlo", "topology", "num_partitions", "trips"}`,
-    `trips` the trip counts of the grid axes sized at run time, for the estimate) in
+    """Compile each `(stablehlo, topology)` (or `{"stablehlo", "topology", "num_partitions", "trips",
+    "copies"}`, `trips` the trip counts of the grid axes sized at run time and `copies` what the
+    pipeline copies after the first step, for the estimate: see `estimate`) in
     parallel on up to `workers` worker processes; verdicts in the programs' order. Raises
     `LibraryError` when a worker cannot run at all (no libtpu, ...); libtpu's rejections and aborts
     are verdicts. `llo_counts=False` skips libtpu's Mosaic stage dumps (no `llo_counts`): for a large
@@ -121,11 +122,14 @@ def compile_many(programs: Iterable[tuple[str, str]] | Sequence[dict], *, worker
     return out
 
 
-def estimate(schedule: dict, generation: str, trips: Sequence[int] = ()) -> tuple[dict | None, str | None]:
+def estimate(schedule: dict, generation: str, trips: Sequence[int] = (),
+             copies: Sequence[Sequence[float]] | None = None) -> tuple[dict | None, str | None]:
     """The static cost model (docs/tune.md) on a stored schedule (a `Compiled.schedule`), with no
-    compile: `(estimate, None)`, or `(None, why)` when the model cannot estimate it."""
+    compile: `(estimate, None)`, or `(None, why)` when the model cannot estimate it. `copies` is what
+    the pipeline copies after the first step (`[[steps, share], ...]`, as `tune` stores it); None
+    takes every block to move every step."""
     answer = _call("libtpu_estimate", {"schedule": schedule, "generation": generation,
-                                       "trips": [int(t) for t in trips]})
+                                       "trips": [int(t) for t in trips], "copies": copies})
     return answer.get("estimate"), answer.get("estimate_error")
 
 

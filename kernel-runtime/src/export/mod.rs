@@ -626,7 +626,7 @@ impl Library {
 #[cfg(feature = "libtpu")]
 mod libtpu_abi {
     use crate::error::Result;
-    use crate::libtpu::{Compiled, Compiler, Job};
+    use crate::libtpu::{cost::Copies, Compiled, Compiler, Job};
     use serde_json::{json, Value};
     use std::collections::HashMap;
     use std::ffi::OsString;
@@ -652,7 +652,7 @@ mod libtpu_abi {
         Ok(c)
     }
 
-    /// `{"jobs": [{"stablehlo", "topology", "num_replicas"?, "num_partitions"?, "trips"?}], "workers":
+    /// `{"jobs": [{"stablehlo", "topology", "num_replicas"?, "num_partitions"?, "trips"?, "copies"?}], "workers":
     /// n, "worker": [program, args..], "llo"?: false (no LLO op counts, no Mosaic dumps)}` →
     /// `{"ok": true, "results": [verdict | {"error": ..}]}`.
     pub(super) fn compile(v: &Value) -> Result<Value> {
@@ -670,8 +670,8 @@ mod libtpu_abi {
             .collect::<Option<_>>()
             .ok_or_else(|| refuse("`worker` must hold strings"))?;
         let workers = v["workers"].as_u64().unwrap_or(1).max(1) as usize;
-        // per job: trip counts of grid axes sized at run time (`cost::estimate`)
-        let mut trips: Vec<Vec<u64>> = Vec::new();
+        // per job: trip counts of grid axes sized at run time and the copy pattern (`cost::estimate`)
+        let mut trips: Vec<(Vec<u64>, Option<Copies>)> = Vec::new();
         let jobs = v["jobs"]
             .as_array()
             .ok_or_else(|| refuse("`jobs` must be a list"))?
@@ -682,7 +682,7 @@ mod libtpu_abi {
                     return Err(refuse("a job needs `stablehlo` and `topology` strings"));
                 };
                 let mut job = Job::new(hlo, topology);
-                trips.push(trips_of(&j["trips"]));
+                trips.push((trips_of(&j["trips"]), Copies::from_json(&j["copies"])));
                 job.num_replicas = j["num_replicas"].as_u64().unwrap_or(1) as u32;
                 job.num_partitions = j["num_partitions"].as_u64().unwrap_or(1) as u32;
                 Ok(job)
@@ -693,8 +693,8 @@ mod libtpu_abi {
         Ok(json!({
             "ok": true,
             "library": compiler.library().display().to_string(),
-            "results": results.into_iter().zip(&trips).map(|(r, t)| match r {
-                Ok(c) => verdict(&c, t),
+            "results": results.into_iter().zip(&trips).map(|(r, (t, p))| match r {
+                Ok(c) => verdict(&c, t, p.as_ref()),
                 Err(e) => json!({"error": e.to_string()}),
             }).collect::<Vec<_>>(),
         }))
@@ -705,8 +705,9 @@ mod libtpu_abi {
         s: &crate::libtpu::Schedule,
         target: crate::Target,
         trips: &[u64],
+        copies: Option<&Copies>,
     ) -> (Value, Value) {
-        match crate::libtpu::cost::estimate(s, target, trips) {
+        match crate::libtpu::cost::estimate(s, target, trips, copies) {
             Ok(e) => (e.to_json(), Value::Null),
             Err(why) => (Value::Null, Value::String(why)),
         }
@@ -718,19 +719,21 @@ mod libtpu_abi {
             .unwrap_or_default()
     }
 
-    /// `{"schedule", "generation", "trips"?}` → `{"ok": true, "estimate", "estimate_error"}`: the
-    /// model on a stored schedule (a `compile` verdict's), with no compile.
+    /// `{"schedule", "generation", "trips"?, "copies"?}` → `{"ok": true, "estimate",
+    /// "estimate_error"}`: the model on a stored schedule (a `compile` verdict's), with no compile.
     pub(super) fn estimate_stored(v: &Value) -> Result<Value> {
         let target = crate::Target::parse(v["generation"].as_str().unwrap_or(""))?;
         let s = crate::libtpu::Schedule::from_json(&v["schedule"]);
-        let (estimate, estimate_error) = estimate(&s, target, &trips_of(&v["trips"]));
+        let copies = Copies::from_json(&v["copies"]);
+        let (estimate, estimate_error) =
+            estimate(&s, target, &trips_of(&v["trips"]), copies.as_ref());
         Ok(json!({"ok": true, "estimate": estimate, "estimate_error": estimate_error}))
     }
 
-    fn verdict(c: &Compiled, trips: &[u64]) -> Value {
+    fn verdict(c: &Compiled, trips: &[u64], copies: Option<&Copies>) -> Value {
         let target = crate::Target::parse(c.topology.split(':').next().unwrap_or("")).ok();
         let (estimate, estimate_error) = match (&c.schedule, target) {
-            (Some(s), Some(t)) => estimate(s, t, trips),
+            (Some(s), Some(t)) => estimate(s, t, trips, copies),
             _ => (Value::Null, Value::Null),
         };
         let schedule = c.schedule.as_ref().map(crate::libtpu::Schedule::to_json);

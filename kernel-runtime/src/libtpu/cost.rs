@@ -10,17 +10,20 @@
 //!   a `pl.when(k == 0)`, the variants a kernel specializes on it) are reported (`rare`) and
 //!   counted every step like the rest (`docs/tune.md`, "The branch rule").
 //! - **Memory**: the bytes the pipeline's DMAs move per grid step (`Schedule::dma_bytes_per_step`:
-//!   every blocked operand's window, as if its block changed every step — an upper bound where a
-//!   block index repeats and the pipeline skips the copy), at the generation's HBM bandwidth per
-//!   TensorCore, in cycles of its clock; a block that is its whole array is copied once (`dma_once`);
-//!   and the operands XLA placed whole in VMEM are moved once outside the kernel (`vmem`).
+//!   every blocked operand's window), at the generation's HBM bandwidth per TensorCore, in cycles of
+//!   its clock; a block that is its whole array is copied once (`dma_once`); and the operands XLA
+//!   placed whole in VMEM are moved once outside the kernel (`vmem`). The pipeline skips the copy of
+//!   a block whose index did not change since the previous step (libtpu predicates each of its DMAs
+//!   on that): given the kernel's index maps, [`Copies`] says what share of a step's bytes moves on
+//!   each step after the first; without them every block is taken to move every step (an upper
+//!   bound).
 //! - **Overlap**: the pipeline double-buffers, so each step after the first costs the larger of its
 //!   compute and its DMA (the next step's copies run under this step's compute); the first waits for
 //!   its own copies (the pipeline fills); the loop's iterations beyond the grid's steps (the
 //!   pipeline's prologue and epilogue) copy nothing. Nothing overlaps the copies made once.
 //!
-//! `cycles = around + vmem + dma_once + outside + dma_step + body + (steps − 1) × max(body,
-//! dma_step) + (iterations − steps) × body`.
+//! `cycles = around + vmem + dma_once + outside + dma_step + body + Σ over steps 2.. of max(body,
+//! share × dma_step) + (iterations − steps) × body` (share 1 on every step without [`Copies`]).
 //!
 //! A grid axis whose size is a traced value (a Pallas grid sized by scalar prefetch, as megablox's
 //! gmm sizes its group-tile axis) has no trip count in the dump: Mosaic writes [`RUN_TIME_BOUND`].
@@ -60,6 +63,57 @@ pub fn constants(target: Target) -> Constants {
     }
 }
 
+/// What the pipeline copies on the grid steps after the first: `(steps, share)` pairs, `share` the
+/// fraction of a step's DMA bytes ([`Schedule::dma_bytes_per_step`]) whose block index changed
+/// since the previous step (blocks weighted by their bytes; the pipeline skips the others), over
+/// `steps` steps. The steps sum to the grid's steps less one. Made from the kernel's index maps:
+/// our kernels' by [`crate::libtpu::tune`], Mosaic's `transform_indices` by `tpu_kernel.tune`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Copies(pub Vec<(u64, f64)>);
+
+impl Copies {
+    /// From `[[steps, share], ...]`; `None` for anything else (null: not known).
+    pub fn from_json(v: &serde_json::Value) -> Option<Copies> {
+        let pairs = v.as_array()?;
+        pairs
+            .iter()
+            .map(|p| Some((p.get(0)?.as_u64()?, p.get(1)?.as_f64()?)))
+            .collect::<Option<Vec<_>>>()
+            .map(Copies)
+    }
+
+    /// The pattern of blocks copied per step: `bytes[o]` is block `o`'s size, and `steps` yields,
+    /// in grid order, every block's index on that step (the blocks the pipeline copies per step:
+    /// not those that are their whole array, which are copied once).
+    pub fn of_steps(bytes: &[u64], steps: impl IntoIterator<Item = Vec<Vec<i64>>>) -> Copies {
+        let total: u64 = bytes.iter().sum();
+        let mut counts: std::collections::BTreeMap<u64, u64> = Default::default();
+        let mut previous: Option<Vec<Vec<i64>>> = None;
+        for step in steps {
+            if let Some(p) = &previous {
+                let moved: u64 = (0..bytes.len())
+                    .filter(|&o| step.get(o) != p.get(o))
+                    .map(|o| bytes[o])
+                    .sum();
+                *counts.entry(moved).or_default() += 1;
+            }
+            previous = Some(step);
+        }
+        let share = |moved: u64| {
+            if total == 0 {
+                1.0
+            } else {
+                moved as f64 / total as f64
+            }
+        };
+        Copies(counts.into_iter().map(|(m, n)| (n, share(m))).collect())
+    }
+
+    fn steps(&self) -> u64 {
+        self.0.iter().map(|(n, _)| n).sum()
+    }
+}
+
 /// The bound the pipeline's descriptors carry for a grid axis sized at run time (`i32::MAX`).
 pub const RUN_TIME_BOUND: u64 = i32::MAX as u64;
 
@@ -82,8 +136,10 @@ pub struct Estimate {
     pub rare: u64,
     /// Bundles of the module's other programs (XLA's ops around the kernel), loops weighted.
     pub around: u64,
-    /// DMA of one step, in cycles.
+    /// DMA of one step that copies every block, in cycles.
     pub dma_step: f64,
+    /// DMA of the whole grid, in cycles: `dma_step` on the first step, its share on the others.
+    pub dma_grid: f64,
     /// Copying the operands XLA placed in VMEM, in cycles.
     pub vmem: f64,
     /// Copying the blocks that are their whole array (fetched once, not per step), in cycles.
@@ -101,7 +157,8 @@ impl Estimate {
             "cycles": self.cycles, "seconds": self.seconds, "steps": self.steps,
             "iterations": self.iterations, "body": self.body, "rare": self.rare,
             "outside": self.outside,
-            "around": self.around, "dma_step": self.dma_step, "vmem": self.vmem,
+            "around": self.around, "dma_step": self.dma_step, "dma_grid": self.dma_grid,
+            "vmem": self.vmem,
             "dma_once": self.dma_once, "dma_bound": self.dma_bound(),
         })
     }
@@ -114,8 +171,14 @@ impl Estimate {
 
 /// The model's estimate of a kernel whose final schedule is `s`, on `target`. `trips` are the trip
 /// counts of the grid axes sized at run time ([`RUN_TIME_BOUND`]), in axis order: exactly one per
-/// such axis, or the estimate is refused with the reason.
-pub fn estimate(s: &Schedule, target: Target, trips: &[u64]) -> Result<Estimate, String> {
+/// such axis, or the estimate is refused with the reason. `copies` is what the pipeline copies after
+/// the first step; `None` takes every block to move every step.
+pub fn estimate(
+    s: &Schedule,
+    target: Target,
+    trips: &[u64],
+    copies: Option<&Copies>,
+) -> Result<Estimate, String> {
     let c = constants(target);
     let run_time = s
         .iteration_bounds
@@ -143,27 +206,53 @@ pub fn estimate(s: &Schedule, target: Target, trips: &[u64]) -> Result<Estimate,
         })
         .product::<u64>()
         .max(1);
+    // No pipeline descriptors (XLA placed every blocked operand in VMEM): no DMA to pattern.
+    let copies = copies.filter(|_| !s.iteration_bounds.is_empty());
+    if let Some(p) = copies {
+        if p.steps() != steps - 1 {
+            return Err(format!(
+                "the copy pattern covers {} steps after the first; the grid {:?} has {}",
+                p.steps(),
+                s.iteration_bounds,
+                steps - 1
+            ));
+        }
+    }
     let per_cycle = c.hbm_bytes_per_s / c.clock_hz;
     let dma_step = s.dma_bytes_per_step as f64 / per_cycle;
+    // the steps after the first: (how many, their DMA cycles)
+    let after: Vec<(u64, f64)> = match copies {
+        Some(p) => {
+            p.0.iter()
+                .map(|&(n, share)| (n, share * dma_step))
+                .collect()
+        }
+        None => vec![(steps - 1, dma_step)],
+    };
+    let dma_grid = dma_step + after.iter().map(|&(n, d)| n as f64 * d).sum::<f64>();
     let vmem = s.vmem_operand_bytes as f64 / per_cycle;
     let dma_once = s.dma_bytes_once as f64 / per_cycle;
     let (outside, body, around) = (s.outside_weighted, s.loop_body_weighted, s.around_weighted);
     let rare = s.loop_body_rare.min(body);
     let (iterations, kernel) = if body == 0 {
         // no loop: the schedule runs once, after all of its copies
-        (0, outside as f64 + dma_step * steps as f64)
+        (0, outside as f64 + dma_grid)
     } else {
         let iterations = s.loop_trips.unwrap_or(steps).max(1);
         // the iterations that copy a step's blocks (the grid's steps), and the pipeline's extra ones
         let copying = steps.min(iterations);
         let b = body as f64;
+        // the copying steps after the first, in grid order of the pattern's groups
+        let mut left = copying - 1;
+        let mut steady = 0.0;
+        for &(n, d) in &after {
+            let n = n.min(left);
+            steady += n as f64 * b.max(d);
+            left -= n;
+        }
         (
             iterations,
-            outside as f64
-                + dma_step
-                + b
-                + (copying - 1) as f64 * b.max(dma_step)
-                + (iterations - copying) as f64 * b,
+            outside as f64 + dma_step + b + steady + (iterations - copying) as f64 * b,
         )
     };
     let cycles = around as f64 + vmem + dma_once + kernel;
@@ -175,6 +264,7 @@ pub fn estimate(s: &Schedule, target: Target, trips: &[u64]) -> Result<Estimate,
         rare,
         around,
         dma_step,
+        dma_grid,
         vmem,
         dma_once,
         cycles,
@@ -199,7 +289,7 @@ mod tests {
     #[test]
     fn steady_state_is_the_larger_of_compute_and_dma() {
         let s = looped(10, 100, Some(8), vec![4, 2]);
-        let e = estimate(&s, Target::V5e, &[]).unwrap();
+        let e = estimate(&s, Target::V5e, &[], None).unwrap();
         assert_eq!((e.steps, e.iterations, e.outside, e.body), (8, 8, 10, 100));
         assert_eq!(e.cycles, 10.0 + 100.0 + 7.0 * 100.0);
         // v5e: 819e9 B/s at 1.5 GHz = 546 B/cycle; 546 KB a step is 1,000 cycles, DMA-bound
@@ -207,7 +297,7 @@ mod tests {
             dma_bytes_per_step: 546_000,
             ..s.clone()
         };
-        let e = estimate(&heavy, Target::V5e, &[]).unwrap();
+        let e = estimate(&heavy, Target::V5e, &[], None).unwrap();
         assert!(e.dma_bound());
         assert!(
             (e.cycles - (10.0 + 1000.0 + 100.0 + 7.0 * 1000.0)).abs() < 1e-6,
@@ -216,13 +306,19 @@ mod tests {
         assert!((e.seconds - e.cycles / 1.5e9).abs() < 1e-12);
         // the loop's own trip count (steps + the pipeline's extra iterations) runs the body; only
         // the steps copy
-        let e = estimate(&looped(10, 100, Some(10), vec![4, 2]), Target::V5e, &[]).unwrap();
+        let e = estimate(
+            &looped(10, 100, Some(10), vec![4, 2]),
+            Target::V5e,
+            &[],
+            None,
+        )
+        .unwrap();
         assert_eq!((e.steps, e.iterations, e.cycles), (8, 10, 10.0 + 1000.0));
         let heavy = Schedule {
             loop_trips: Some(10),
             ..heavy
         };
-        let e = estimate(&heavy, Target::V5e, &[]).unwrap();
+        let e = estimate(&heavy, Target::V5e, &[], None).unwrap();
         let want = 10.0 + 1000.0 + 100.0 + 7.0 * 1000.0 + 2.0 * 100.0;
         assert!((e.cycles - want).abs() < 1e-6, "{e:?}");
     }
@@ -233,7 +329,7 @@ mod tests {
             loop_body_rare: 60,
             ..looped(10, 100, Some(10), vec![2, 4, 1])
         };
-        let e = estimate(&s, Target::V5e, &[]).unwrap();
+        let e = estimate(&s, Target::V5e, &[], None).unwrap();
         assert_eq!((e.body, e.rare, e.steps), (100, 60, 8));
         assert_eq!(e.cycles, 10.0 + 100.0 * 10.0);
     }
@@ -245,7 +341,7 @@ mod tests {
             dma_bytes_per_step: 546 * 3,
             ..Schedule::default()
         };
-        let e = estimate(&s, Target::V5e, &[]).unwrap();
+        let e = estimate(&s, Target::V5e, &[], None).unwrap();
         assert_eq!((e.steps, e.iterations, e.outside, e.body), (1, 0, 50, 0));
         assert!((e.cycles - 53.0).abs() < 1e-9, "{e:?}");
     }
@@ -257,7 +353,7 @@ mod tests {
             around_weighted: 7,
             ..looped(10, 100, Some(8), vec![8])
         };
-        let e = estimate(&s, Target::V5e, &[]).unwrap();
+        let e = estimate(&s, Target::V5e, &[], None).unwrap();
         assert!((e.vmem - 20.0).abs() < 1e-9 && e.around == 7, "{e:?}");
         assert!(
             (e.cycles - (7.0 + 20.0 + 10.0 + 800.0)).abs() < 1e-6,
@@ -269,13 +365,52 @@ mod tests {
     fn an_axis_sized_at_run_time_takes_its_given_trip_count() {
         // the grid loop's exit test is a register: its iterations are the steps
         let s = looped(10, 100, None, vec![2, RUN_TIME_BOUND, 3]);
-        let e = estimate(&s, Target::V6e, &[5]).unwrap();
+        let e = estimate(&s, Target::V6e, &[5], None).unwrap();
         assert_eq!((e.steps, e.iterations), (30, 30));
         assert_eq!(e.cycles, 10.0 + 100.0 + 29.0 * 100.0);
-        let missing = estimate(&s, Target::V6e, &[]).unwrap_err();
+        let missing = estimate(&s, Target::V6e, &[], None).unwrap_err();
         assert!(missing.contains("1 axes sized at run time"), "{missing}");
-        assert!(estimate(&s, Target::V6e, &[5, 5]).is_err());
+        assert!(estimate(&s, Target::V6e, &[5, 5], None).is_err());
         let fixed = looped(10, 100, None, vec![2, 3]);
-        assert!(estimate(&fixed, Target::V6e, &[5]).is_err());
+        assert!(estimate(&fixed, Target::V6e, &[5], None).is_err());
+    }
+
+    #[test]
+    fn blocks_whose_index_repeats_are_not_copied_again() {
+        // a (2, 4) grid: x's block follows the row axis, w's the column axis, both 546 KB (1,000
+        // cycles on v5e); the body 400 cycles
+        let steps = (0..8).map(|s| vec![vec![s / 4, 0], vec![0, s % 4]]);
+        let copies = Copies::of_steps(&[273_000, 273_000], steps);
+        // w moves on 7 steps, x too on the step the row changes
+        assert_eq!(copies, Copies(vec![(6, 0.5), (1, 1.0)]));
+        let s = Schedule {
+            dma_bytes_per_step: 546_000,
+            ..looped(10, 400, Some(10), vec![2, 4])
+        };
+        let e = estimate(&s, Target::V5e, &[], Some(&copies)).unwrap();
+        let want = 10.0 + 1000.0 + 400.0 + 6.0 * 500.0 + 1000.0 + 2.0 * 400.0;
+        assert!((e.cycles - want).abs() < 1e-6, "{e:?}");
+        assert!((e.dma_grid - (1000.0 + 6.0 * 500.0 + 1000.0)).abs() < 1e-6);
+        // without the pattern every block moves every step: an upper bound
+        let upper = estimate(&s, Target::V5e, &[], None).unwrap();
+        assert!((upper.cycles - (10.0 + 1000.0 + 400.0 + 7.0 * 1000.0 + 800.0)).abs() < 1e-6);
+        // a pattern over another grid is refused, with both counts
+        let short = Copies(vec![(3, 1.0)]);
+        let why = estimate(&s, Target::V5e, &[], Some(&short)).unwrap_err();
+        assert!(
+            why.contains("covers 3 steps") && why.contains("has 7"),
+            "{why}"
+        );
+        // with no pipeline descriptors (every operand placed in VMEM) there is nothing to pattern
+        let placed = Schedule {
+            iteration_bounds: vec![],
+            dma_bytes_per_step: 0,
+            ..s.clone()
+        };
+        let e = estimate(&placed, Target::V5e, &[], Some(&copies)).unwrap();
+        assert_eq!((e.steps, e.dma_grid), (1, 0.0));
+        let json = serde_json::json!([[6, 0.5], [1, 1.0]]);
+        assert_eq!(Copies::from_json(&json), Some(copies));
+        assert_eq!(Copies::from_json(&serde_json::Value::Null), None);
     }
 }

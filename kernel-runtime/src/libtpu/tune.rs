@@ -24,7 +24,7 @@
 //! # Ok::<(), KernelError>(())
 //! ```
 
-use super::cost::{self, Estimate};
+use super::cost::{self, Copies, Estimate};
 use super::{Compiler, Job};
 use crate::error::{ErrorKind, KernelError};
 use crate::serialize::CustomCall;
@@ -245,6 +245,53 @@ impl Tuned {
     }
 }
 
+/// Grids with more steps than this are not walked for their copy pattern (the model then takes
+/// every block to move every step).
+const MAX_WALKED_STEPS: usize = 1 << 20;
+
+/// What the pipeline copies on each step of `k`'s grid after the first ([`Copies`]), from its index
+/// maps: the blocked operands that are not their whole array (those are copied once). `None` when a
+/// map reads scalar-prefetch data (the blocks are known only at run time) or cannot be evaluated,
+/// or the grid is larger than [`MAX_WALKED_STEPS`].
+fn copies(k: &crate::ir::Kernel) -> Option<Copies> {
+    use crate::index_map::IndexMap;
+    let blocked: Vec<(u64, IndexMap<'_>)> = k
+        .operands
+        .iter()
+        .filter_map(|o| {
+            let b = o.block.as_ref()?;
+            (b.block_shape != o.shape).then(|| {
+                let elements: usize = b.block_shape.iter().product();
+                let bytes = (elements * o.dtype.vmem_bits() as usize).div_ceil(8) as u64;
+                (bytes, IndexMap::new(&b.index_map))
+            })
+        })
+        .collect();
+    let steps: usize = k.grid.iter().product();
+    if blocked.iter().any(|(_, m)| m.reads_data()) || steps > MAX_WALKED_STEPS {
+        return None;
+    }
+    let bytes: Vec<u64> = blocked.iter().map(|(b, _)| *b).collect();
+    let (mut env, mut point, mut failed) = (Vec::new(), vec![0i64; k.grid.len()], false);
+    let walk = (0..steps).map(|s| {
+        let mut rest = s;
+        for d in (0..k.grid.len()).rev() {
+            point[d] = (rest % k.grid[d]) as i64;
+            rest /= k.grid[d];
+        }
+        blocked
+            .iter()
+            .map(|(_, m)| {
+                let mut out = Vec::new();
+                failed |= m.eval(&point, &mut env, &mut out).is_err();
+                out
+            })
+            .collect()
+    });
+    let pattern = Copies::of_steps(&bytes, walk);
+    (!failed).then_some(pattern)
+}
+
 fn err(msg: String) -> KernelError {
     KernelError::new(ErrorKind::Unsupported, format!("tune: {msg}"))
 }
@@ -355,10 +402,10 @@ pub fn tune(
     let mut jobs = Vec::new();
     let mut compiled_configs = Vec::new();
     for (c, r) in built {
-        match r.and_then(|call| CustomCall::new(call.ir()).stablehlo()) {
-            Ok(hlo) => {
+        match r.and_then(|call| Ok((CustomCall::new(call.ir()).stablehlo()?, copies(call.ir())))) {
+            Ok((hlo, pattern)) => {
                 jobs.push(Job::new(hlo, target.name()));
-                compiled_configs.push(c);
+                compiled_configs.push((c, pattern));
             }
             Err(e) => outcomes.push((c, Outcome::Pruned(e.message.clone()))),
         }
@@ -368,11 +415,11 @@ pub fn tune(
     let bar = Progress::new(options.progress, jobs.len(), kernel, target);
     let results = compiler.compile_all(&jobs, &|done, total| bar.tick(done, total));
     let mut ranked = Vec::new();
-    for (c, r) in compiled_configs.into_iter().zip(results) {
+    for ((c, pattern), r) in compiled_configs.into_iter().zip(results) {
         let v = r?;
         match (&v.schedule, v.ok) {
             // our kernels' grids are static: no axis is sized at run time
-            (Some(s), true) => match cost::estimate(s, target, &[]) {
+            (Some(s), true) => match cost::estimate(s, target, &[], pattern.as_ref()) {
                 Ok(estimate) => ranked.push((
                     c,
                     Outcome::Ranked {
