@@ -6,7 +6,7 @@
 mod common;
 
 use tpu_kernel::prelude::*;
-use tpu_kernel::tune::{powers_of_two, tune, Options, Outcome, Space};
+use tpu_kernel::tune::{copies, powers_of_two, tune, Copies, Options, Outcome, Space};
 use tpu_kernel::{ArrayType, Target};
 
 fn space() -> Space {
@@ -97,6 +97,18 @@ fn matmul_block_sizes_are_pruned_compiled_ranked_and_cached() {
     assert!(!v6e.from_cache && v6e.compiles > 0);
     assert!(dir.join("v6e.json").is_file());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_copy_pattern_follows_the_index_maps() {
+    // 1024² bf16 in 512³ blocks, a (2, 2, 2) grid: x and y move every step, the output block only
+    // when (i, j) changes — what python/tests/test_tune.py reads from the same kernel's Mosaic
+    let a = ArrayType::new([1024, 1024], BF16);
+    let call = common::matmul::matmul(a.clone(), a.clone(), (512, 512, 512)).unwrap();
+    assert_eq!(copies(&call), Some(Copies(vec![(4, 2.0 / 3.0), (3, 1.0)])));
+    // one block of each: one step, nothing after it
+    let one = common::matmul::matmul(a.clone(), a, (1024, 1024, 1024)).unwrap();
+    assert_eq!(copies(&one), Some(Copies(vec![])));
 }
 
 #[test]

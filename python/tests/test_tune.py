@@ -101,7 +101,8 @@ def test_the_copy_pattern_follows_the_index_maps():
     # a block that is its whole array is copied once, outside the pattern: w and out, every step
     hlo = _tune._lower(_row_plus_column, (x, w), {"whole_x": True}, "v6e")
     assert block_copies(hlo) == [[7, 1.0]]
-    # our matmul over a (2, 2, 2) grid: the output block stays over the reduction axis
+    # our matmul over a (2, 2, 2) grid: the output block stays over the reduction axis (the pattern
+    # Rust's tuner reads from our IR for the same kernel: tests/tune.rs)
     hlo = _tune._lower(ex.matmul, (X, X), {"block": (512, 512, 512)}, "v6e")
     assert block_copies(hlo) == [[4, 2 / 3], [3, 1.0]]
 

@@ -24,7 +24,8 @@
 //! # Ok::<(), KernelError>(())
 //! ```
 
-use super::cost::{self, Copies, Estimate};
+pub use super::cost::Copies;
+use super::cost::{self, Estimate};
 use super::{Compiler, Job};
 use crate::error::{ErrorKind, KernelError};
 use crate::serialize::CustomCall;
@@ -249,12 +250,13 @@ impl Tuned {
 /// every block to move every step).
 const MAX_WALKED_STEPS: usize = 1 << 20;
 
-/// What the pipeline copies on each step of `k`'s grid after the first ([`Copies`]), from its index
-/// maps: the blocked operands that are not their whole array (those are copied once). `None` when a
-/// map reads scalar-prefetch data (the blocks are known only at run time) or cannot be evaluated,
-/// or the grid is larger than [`MAX_WALKED_STEPS`].
-fn copies(k: &crate::ir::Kernel) -> Option<Copies> {
+/// What the pipeline copies on each step of `call`'s grid after the first ([`Copies`], what `tune`
+/// hands the cost model), from its index maps: the blocked operands that are not their whole array
+/// (those are copied once). `None` when a map reads scalar-prefetch data (the blocks are known only
+/// at run time) or cannot be evaluated, or the grid has more than 2^20 steps.
+pub fn copies(call: &PallasCall) -> Option<Copies> {
     use crate::index_map::IndexMap;
+    let k = call.ir();
     let blocked: Vec<(u64, IndexMap<'_>)> = k
         .operands
         .iter()
@@ -402,7 +404,7 @@ pub fn tune(
     let mut jobs = Vec::new();
     let mut compiled_configs = Vec::new();
     for (c, r) in built {
-        match r.and_then(|call| Ok((CustomCall::new(call.ir()).stablehlo()?, copies(call.ir())))) {
+        match r.and_then(|call| Ok((CustomCall::new(call.ir()).stablehlo()?, copies(&call)))) {
             Ok((hlo, pattern)) => {
                 jobs.push(Job::new(hlo, target.name()));
                 compiled_configs.push((c, pattern));
