@@ -134,6 +134,7 @@ def test_the_model_counts_only_the_blocks_that_move(tmp_path):
     e = c.estimate
     assert e["steps"] == 8 and e["dma_step"] > 0, e
     assert abs(e["dma_grid"] - e["dma_step"] * (1 + 6 * 2 / 3 + 1)) < 1e-6 * e["dma_grid"], e
+    assert "75% of the blocks' bytes moved" in t.report(), t.report()  # (1 + 6 x 2/3 + 1) / 8
     upper, why = libtpu.estimate(c.schedule, "v6e")
     assert why is None and upper["dma_grid"] == e["dma_step"] * 8, upper
     assert upper["cycles"] >= e["cycles"], (upper, e)

@@ -80,8 +80,10 @@ class Tuned:
         for c in self.candidates:
             if c.outcome == "ranked":
                 e = c.estimate or {}
+                every = (e.get("dma_step") or 0.0) * (e.get("steps") or 1)
+                moved = f", {e['dma_grid'] / every:.0%} of the blocks' bytes moved" if every and "dma_grid" in e else ""
                 lines.append(f"  {c.config}  {c.cycles:.0f} cycles  {e.get('iterations')} iterations x {e.get('body')} "
-                             f"bundles{', DMA-bound' if e.get('dma_bound') else ''}")
+                             f"bundles{', DMA-bound' if e.get('dma_bound') else ''}{moved}")
             else:
                 lines.append(f"  {c.config}  {c.outcome}: {c.reason}")
         return "\n".join(lines)

@@ -163,6 +163,17 @@ impl Estimate {
         })
     }
 
+    /// The grid's DMA over every block moving every step (1 when the pattern is not known): what the
+    /// pipeline's skipped copies leave.
+    pub fn moved_share(&self) -> f64 {
+        let every = self.dma_step * self.steps as f64;
+        if every > 0.0 {
+            self.dma_grid / every
+        } else {
+            1.0
+        }
+    }
+
     /// Memory-bound: a step's DMA takes longer than its compute.
     pub fn dma_bound(&self) -> bool {
         self.dma_step > self.body as f64
@@ -391,9 +402,11 @@ mod tests {
         let want = 10.0 + 1000.0 + 400.0 + 6.0 * 500.0 + 1000.0 + 2.0 * 400.0;
         assert!((e.cycles - want).abs() < 1e-6, "{e:?}");
         assert!((e.dma_grid - (1000.0 + 6.0 * 500.0 + 1000.0)).abs() < 1e-6);
+        assert!((e.moved_share() - 5000.0 / 8000.0).abs() < 1e-9, "{e:?}");
         // without the pattern every block moves every step: an upper bound
         let upper = estimate(&s, Target::V5e, &[], None).unwrap();
         assert!((upper.cycles - (10.0 + 1000.0 + 400.0 + 7.0 * 1000.0 + 800.0)).abs() < 1e-6);
+        assert!((upper.moved_share() - 1.0).abs() < 1e-12);
         // a pattern over another grid is refused, with both counts
         let short = Copies(vec![(3, 1.0)]);
         let why = estimate(&s, Target::V5e, &[], Some(&short)).unwrap_err();

@@ -231,12 +231,13 @@ impl Tuned {
         for (c, o) in &self.outcomes {
             out += &match o {
                 Outcome::Ranked { estimate: e, bundles } => format!(
-                    "  {c:<28} {:>12.0} cycles  {} iterations × {} bundles{}  (DMA {:.0}/step; {bundles} bundles)\n",
+                    "  {c:<28} {:>12.0} cycles  {} iterations × {} bundles{}  (DMA {:.0}/step, {:.0}% of it moved over the grid; {bundles} bundles)\n",
                     e.cycles,
                     e.iterations,
                     e.body,
                     if e.dma_bound() { ", DMA-bound" } else { "" },
-                    e.dma_step
+                    e.dma_step,
+                    e.moved_share() * 100.0
                 ),
                 Outcome::Rejected(why) => format!("  {c:<28} rejected by libtpu: {why}\n"),
                 Outcome::Pruned(why) => format!("  {c:<28} pruned: {why}\n"),
