@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from typing import Any
+from typing import Any, Iterator
 
 #: grids with more steps are not walked (the model then takes every block to move every step)
 MAX_WALKED_STEPS = 1 << 20
@@ -23,7 +23,7 @@ MAX_WALKED_STEPS = 1 << 20
 _PREFIX = "stable_mosaic."  # the serialized body's op names (`stable_mosaic.arith.addi`)
 
 
-def _walk(op: Any):
+def _walk(op: Any) -> Iterator[Any]:
     yield op
     for region in op.regions:
         for block in region.blocks:
