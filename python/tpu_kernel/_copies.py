@@ -63,6 +63,9 @@ def _evaluate(func: Any, grid_indices: list) -> list | None:
         "arith.remsi": np.fmod, "arith.maxsi": np.maximum, "arith.minsi": np.minimum,
         "arith.andi": np.bitwise_and, "arith.ori": np.bitwise_or, "arith.xori": np.bitwise_xor,
         "arith.shli": np.left_shift, "arith.shrsi": np.right_shift,
+        # unsigned: the same as numpy's on non-negative operands (checked below)
+        "arith.divui": np.floor_divide, "arith.remui": np.remainder, "arith.shrui": np.right_shift,
+        "arith.maxui": np.maximum, "arith.minui": np.minimum,
     }
     compare = {0: np.equal, 1: np.not_equal, 2: np.less, 3: np.less_equal, 4: np.greater,
                5: np.greater_equal}
@@ -74,6 +77,8 @@ def _evaluate(func: Any, grid_indices: list) -> list | None:
             args = [env[v] for v in op.operands]
         except KeyError:  # a scalar-prefetch ref, or a value of an op not evaluated
             return None
+        if name.endswith("ui") and any(np.any(np.asarray(a) < 0) for a in args):
+            return None  # an unsigned op on a negative value: not worth modelling
         if name == "arith.constant":
             env[op.results[0]] = np.int64(ir.IntegerAttr(op.attributes["value"]).value)
         elif name in binary:
