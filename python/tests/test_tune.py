@@ -106,6 +106,18 @@ def test_the_copy_pattern_follows_the_index_maps():
     hlo = _tune._lower(ex.matmul, (X, X), {"block": (512, 512, 512)}, "v6e")
     assert block_copies(hlo) == [[4, 2 / 3], [3, 1.0]]
 
+    # index arithmetic as Pallas lowers it (floor division and modulo through compares, selects,
+    # i1 extensions; min): x's block changes when i // 2 does, w's and the output's every step
+    def arithmetic(x, w):
+        return pl.pallas_call(
+            _add, grid=(4, 2),
+            in_specs=[pl.BlockSpec((128, 512), lambda i, j: (i // 2, 0)),
+                      pl.BlockSpec((128, 512), lambda i, j: (jnp.minimum(i, 1), jnp.where(j > 0, 1, 0)))],
+            out_specs=pl.BlockSpec((128, 512), lambda i, j: (i % 2 + 2 * (i // 2), j)),
+            out_shape=jax.ShapeDtypeStruct((512, 1024), jnp.float32))(x, w)
+    hlo = _tune._lower(arithmetic, (x, jax.ShapeDtypeStruct((256, 1024), jnp.float32)), {}, "v6e")
+    assert block_copies(hlo) == [[6, 2 / 3], [1, 1.0]]
+
     # blocks chosen by scalar-prefetch data are known only at run time
     def gathered(idx, x):
         return pl.pallas_call(

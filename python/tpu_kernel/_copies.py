@@ -79,16 +79,21 @@ def _evaluate(func: Any, grid_indices: list) -> list | None:
             return None
         if name.endswith("ui") and any(np.any(np.asarray(a) < 0) for a in args):
             return None  # an unsigned op on a negative value: not worth modelling
+        # values are int64 arrays (or scalars); an i1 is 0 or 1
         if name == "arith.constant":
-            env[op.results[0]] = np.int64(ir.IntegerAttr(op.attributes["value"]).value)
+            value = ir.IntegerAttr(op.attributes["value"]).value
+            env[op.results[0]] = np.int64(value & 1 if str(op.results[0].type) == "i1" else value)
         elif name in binary:
             env[op.results[0]] = binary[name](*args)
+        elif name == "arith.extsi" and str(op.operands[0].type) == "i1":
+            env[op.results[0]] = -args[0]  # true is all ones
         elif name in same:
             env[op.results[0]] = args[0]
         elif name == "arith.select":
-            env[op.results[0]] = np.where(*args)
+            env[op.results[0]] = np.where(np.asarray(args[0]) != 0, args[1], args[2])
         elif name == "arith.cmpi" and ir.IntegerAttr(op.attributes["predicate"]).value in compare:
-            env[op.results[0]] = compare[ir.IntegerAttr(op.attributes["predicate"]).value](*args)
+            predicate = compare[ir.IntegerAttr(op.attributes["predicate"]).value]
+            env[op.results[0]] = np.asarray(predicate(*args)).astype(np.int64)
         elif name == "func.return":
             return [np.broadcast_to(a, grid_indices[0].shape) if grid_indices else np.atleast_1d(a)
                     for a in args]
