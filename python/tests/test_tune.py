@@ -155,6 +155,20 @@ def test_the_model_counts_only_the_blocks_that_move(tmp_path):
     assert none is None and "covers 3 steps" in why and "has 7" in why, why
 
 
+def test_a_copy_pattern_that_cannot_be_read_is_unknown_with_a_warning(tmp_path, monkeypatch):
+    def unreadable(hlo):
+        raise ValueError("an op printed another way")
+    monkeypatch.setattr(_tune, "block_copies", unreadable)
+    x = jax.ShapeDtypeStruct((256, 512), jnp.float32)
+    w = jax.ShapeDtypeStruct((128, 2048), jnp.float32)
+    with pytest.warns(UserWarning, match=r"copy pattern of a configuration could not be read \(ValueError: an op"):
+        t = tpu_kernel.tune(_row_plus_column, x, w, space={"whole_x": [False]}, generation="v6e",
+                            cache_dir=str(tmp_path), progress=False)
+    [c] = t.candidates
+    assert c.outcome == "ranked" and c.copies is None, c
+    assert c.estimate["dma_grid"] == c.estimate["dma_step"] * 8, c.estimate
+
+
 def test_the_jax_op_takes_its_defaults_from_the_cache(tmp_path, monkeypatch):
     a = jnp.ones((1024, 1024), jnp.bfloat16)
     monkeypatch.setenv(_tune.ENV_CACHE, str(tmp_path))

@@ -140,6 +140,17 @@ def _lower(fn: Callable, args: Sequence[Any], config: Mapping[str, Any], generat
     return lowered.as_text()
 
 
+def _copy_pattern(hlo: str, name: str) -> list | None:
+    """`block_copies(hlo)`; a module it cannot read leaves the pattern unknown (the model then takes
+    every block to move every step), with a warning naming the kernel and the reason."""
+    try:
+        return block_copies(hlo)
+    except Exception as e:  # an op or attribute form this jax prints differently
+        warnings.warn(f"tune {name}: the copy pattern of a configuration could not be read ({type(e).__name__}: "
+                      f"{e}); the model takes every block to move every step", stacklevel=3)
+        return None
+
+
 def _configs(space: Mapping[str, Iterable[Any]], constraints: Sequence[Callable[[dict], bool]]) -> list[dict]:
     names = list(space)
     values = [list(dict.fromkeys(_hashable(v) for v in space[n])) for n in names]
@@ -211,7 +222,7 @@ def tune(fn: Callable, *args: Any, space: Mapping[str, Iterable[Any]], generatio
         if n != 1:
             candidates.append(Candidate(c, "pruned", reason=f"lowers to {n} tpu_custom_calls, not one"))
             continue
-        jobs.append((c, hlo, block_copies(hlo)))
+        jobs.append((c, hlo, _copy_pattern(hlo, name)))
     label = f"tune {name} for {generation}"
     if progress:
         print(f"{label}: compiling {len(jobs)} configurations ({len(candidates)} pruned)", file=sys.stderr)
