@@ -252,47 +252,91 @@ impl Tuned {
 const MAX_WALKED_STEPS: usize = 1 << 20;
 
 /// What the pipeline copies on each step of `call`'s grid after the first ([`Copies`], what `tune`
-/// hands the cost model), from its index maps: the blocked operands that are not their whole array
-/// (those are copied once). `None` when a map reads scalar-prefetch data (the blocks are known only
-/// at run time) or cannot be evaluated, or the grid has more than 2^20 steps.
+/// hands the cost model): the Pallas block schedule the interpreter runs (`semantics::walk_grid`:
+/// a block moves when its index changes) walked with nothing run, counting the bytes of the blocked
+/// operands that are not their whole array (those are copied once). `None` when a map reads
+/// scalar-prefetch data (the blocks are known only at run time) or cannot be evaluated, or the grid
+/// has more than 2^20 steps.
 pub fn copies(call: &PallasCall) -> Option<Copies> {
     use crate::index_map::IndexMap;
+    use crate::semantics::schedule::{walk_grid, BlockEngine};
+
+    /// Counts the bytes whose block changed on each step after the first.
+    struct Counter<'k> {
+        maps: Vec<Option<IndexMap<'k>>>,
+        bytes: Vec<u64>,
+        env: Vec<i64>,
+        moved: u64,
+        steps: Vec<u64>,
+        first: bool,
+    }
+    impl BlockEngine for Counter<'_> {
+        fn block_index(
+            &mut self,
+            i: usize,
+            point: &[i64],
+            idx: &mut Vec<i64>,
+        ) -> crate::error::Result<()> {
+            let map = self.maps[i]
+                .as_ref()
+                .expect("only blocked operands are asked");
+            map.eval(point, &mut self.env, idx)
+        }
+        fn copy_in(&mut self, i: usize, _: usize, _: &[i64]) -> crate::error::Result<()> {
+            self.moved += self.bytes[i];
+            Ok(())
+        }
+        fn write_back(&mut self, _: usize, _: usize, _: &[i64]) -> crate::error::Result<()> {
+            Ok(()) // counted when the next block starts (`start_output`)
+        }
+        fn start_output(&mut self, i: usize, _: usize, _: &[i64]) -> crate::error::Result<()> {
+            self.moved += self.bytes[i];
+            Ok(())
+        }
+        fn step(&mut self, _: &[i64]) -> crate::error::Result<()> {
+            if !std::mem::replace(&mut self.first, false) {
+                self.steps.push(self.moved);
+            }
+            self.moved = 0;
+            Ok(())
+        }
+        fn cross(&mut self, _: &[i64], _: usize) -> crate::error::Result<()> {
+            Ok(())
+        }
+    }
+
     let k = call.ir();
-    let blocked: Vec<(u64, IndexMap<'_>)> = k
+    let maps: Vec<Option<IndexMap<'_>>> = k
         .operands
         .iter()
-        .filter_map(|o| {
-            let b = o.block.as_ref()?;
-            (b.block_shape != o.shape).then(|| {
-                let elements: usize = b.block_shape.iter().product();
-                let bytes = (elements * o.dtype.vmem_bits() as usize).div_ceil(8) as u64;
-                (bytes, IndexMap::new(&b.index_map))
-            })
-        })
+        .map(|o| o.block.as_ref().map(|b| IndexMap::new(&b.index_map)))
         .collect();
     let steps: usize = k.grid.iter().product();
-    if blocked.iter().any(|(_, m)| m.reads_data()) || steps > MAX_WALKED_STEPS {
+    if maps.iter().flatten().any(IndexMap::reads_data) || steps > MAX_WALKED_STEPS {
         return None;
     }
-    let bytes: Vec<u64> = blocked.iter().map(|(b, _)| *b).collect();
-    let (mut env, mut point, mut failed) = (Vec::new(), vec![0i64; k.grid.len()], false);
-    let walk = (0..steps).map(|s| {
-        let mut rest = s;
-        for d in (0..k.grid.len()).rev() {
-            point[d] = (rest % k.grid[d]) as i64;
-            rest /= k.grid[d];
-        }
-        blocked
-            .iter()
-            .map(|(_, m)| {
-                let mut out = Vec::new();
-                failed |= m.eval(&point, &mut env, &mut out).is_err();
-                out
-            })
-            .collect()
-    });
-    let pattern = Copies::of_steps(&bytes, walk);
-    (!failed).then_some(pattern)
+    // a block that is its whole array is copied once (`dma_once`), not in the pattern
+    let bytes: Vec<u64> = k
+        .operands
+        .iter()
+        .map(|o| match &o.block {
+            Some(b) if b.block_shape != o.shape => {
+                let elements: usize = b.block_shape.iter().product();
+                (elements * o.dtype.vmem_bits() as usize).div_ceil(8) as u64
+            }
+            _ => 0,
+        })
+        .collect();
+    let mut counter = Counter {
+        maps,
+        bytes,
+        env: Vec::new(),
+        moved: 0,
+        steps: Vec::new(),
+        first: true,
+    };
+    walk_grid(k, &[], &[], &mut counter).ok()?;
+    Some(Copies::of_moved(counter.bytes.iter().sum(), counter.steps))
 }
 
 fn err(msg: String) -> KernelError {
