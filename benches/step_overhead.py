@@ -112,5 +112,6 @@ def main() -> int:
               f"{r['model_s'] * 1e6:,.1f} | {r['measured_s'] / r['model_s']:.2f} |")
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())

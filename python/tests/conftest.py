@@ -38,6 +38,14 @@ TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
 SPMD_EXAMPLES = ("ring_all_gather", "ring_reduce_scatter", "all_gather_matmul")
 
 
+def bench_module(name: str):
+    """A script of `benches/` imported as a module (the tests that run a benchmark's pieces)."""
+    import importlib
+    if str(REPO / "benches") not in sys.path:
+        sys.path.insert(0, str(REPO / "benches"))
+    return importlib.import_module(name)
+
+
 def example_names(include_spmd: bool = True):
     ex = REPO / "examples"
     names = [p.stem for p in ex.glob("*.rs")] + [p.parent.name for p in ex.glob("*/main.rs")]

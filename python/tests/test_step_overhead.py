@@ -1,14 +1,6 @@
 """The cost model's per-step cost against the measurement it comes from (docs/tune.md, "Per step"):
 jax's blocked bf16 matmul, timed on a TPU v5e in jax's Pallas guide, compiled here for v5e by libtpu."""
-import sys
-
-from conftest import REPO
-
-
-def _step_overhead():
-    sys.path.insert(0, str(REPO / "benches"))
-    import step_overhead
-    return step_overhead
+from conftest import bench_module
 
 
 def test_the_per_step_cost_is_what_the_published_v5e_timing_leaves_over_the_schedule():
@@ -17,7 +9,7 @@ def test_the_per_step_cost_is_what_the_published_v5e_timing_leaves_over_the_sche
     (230 ns, `cost::STEP_S`) is that figure, and with it the model lands on the measurement. With
     blocks of 512 × 1024 × 1024 (128 steps, compute-bound) the model was within 15% before and stays
     so: the per-step cost is small beside a large step."""
-    so = _step_overhead()
+    so = bench_module("step_overhead")
     rows = {r["block"]: r for r in so.model_rows(sizes=(4096,))}
     small, large = rows[(128, 128, 128)], rows[(512, 1024, 1024)]
     print(small, large)

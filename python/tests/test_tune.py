@@ -192,11 +192,8 @@ def test_the_jax_op_takes_its_defaults_from_the_cache(tmp_path, monkeypatch):
 
 
 def _tune_tpu_inference():
-    import sys
-    from conftest import REPO
-    sys.path.insert(0, str(REPO / "benches"))
-    import tune_tpu_inference as tti
-    return tti
+    from conftest import bench_module
+    return bench_module("tune_tpu_inference")
 
 
 def test_tpu_inference_table_sample(tmp_path):
