@@ -167,6 +167,66 @@ fn a_copy_within_one_buffer_copies_what_the_source_held() {
     }
 }
 
+/// A gather: 16 copies, each one 8-row slab of `x` into its own slot of `buf` (slab `5 i mod 16`
+/// into slot `i`, the slot's index squeezed), all counted on one semaphore and retired by one wait
+/// for the whole buffer (64 KiB): a paged kernel's wait for a KV block's pages.
+#[tpu_kernel]
+fn gather_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sem: DmaSem) {
+    for i in unroll(0..16) {
+        async_copy(x_hbm.at(((i * 5) % 16, .., ..)), buf.at((i, .., ..)), sem).start();
+    }
+    async_copy(buf, buf, sem).wait();
+    o.store(buf.load());
+}
+
+/// The copies one wait completes land across threads when the interpreter runs loops across them
+/// (disjoint windows of one buffer, 64 KiB in all): the bits of landing them one by one, in order,
+/// and under every completion timing.
+#[test]
+fn one_waits_copies_land_as_they_would_in_order() {
+    let call = pallas_call(gather_kernel)
+        .input_any(f32s([16, 8, 128]))
+        .output(
+            f32s([16, 8, 128]),
+            BlockSpec::new([16, 8, 128], |[]| (0, 0, 0)),
+        )
+        .scratch(Vmem::new([16, 8, 128], F32))
+        .scratch(DmaSem::one())
+        .build()
+        .expect("build");
+    let x = HostArray::from_vec(
+        [16, 8, 128],
+        (0..16 * 8 * 128)
+            .map(|i| i as f32 * 0.5 - 100.0)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let xs = x.as_slice::<f32>().unwrap();
+    let slab = 8 * 128;
+    let want: Vec<u32> = (0..16)
+        .flat_map(|i| &xs[(i * 5 % 16) * slab..][..slab])
+        .map(|v| v.to_bits())
+        .collect();
+    for parallel in [true, false] {
+        for seed in [None, Some(3)] {
+            let opts = InterpretOptions {
+                parallel,
+                ..seeded(seed)
+            };
+            let out = call
+                .interpret_with(std::slice::from_ref(&x), &opts)
+                .expect("interpret");
+            let got: Vec<u32> = out[0]
+                .as_slice::<f32>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            assert_eq!(got, want, "parallel {parallel}, seed {seed:?}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------- races
 
 #[tpu_kernel]

@@ -7,6 +7,15 @@ use crate::semantics::dma::{sem_of, window_bytes, Dims as ViewDims, Refs, Releas
 pub(crate) use crate::semantics::dma::{DmaModel, Flags, InFlight, Peer, RefView, Sem};
 use crate::semantics::refs::{window_out_of_bounds, window_size_below_one};
 
+/// The bytes one wait's copies must move in all before they are landed across threads
+/// ([`Machine::land_across_threads`]): below it, handing half to a helper costs more than it saves.
+const PARALLEL_LAND_BYTES: i64 = 64 << 10;
+
+/// A buffer's elements, written by several threads at disjoint offsets.
+struct RawSlice<T>(*mut T);
+// SAFETY: only `land_across_threads` makes one, and its chunks write disjoint elements.
+unsafe impl<T> Sync for RawSlice<T> {}
+
 /// The machine's refs as the DMA model sees them.
 impl Refs for [RefState] {
     fn label(&self, r: usize) -> &str {
@@ -156,6 +165,9 @@ impl<'k> Machine<'k> {
         loop {
             match self.dma.wait(&self.refs[..], sem, bytes) {
                 Ok(done) => {
+                    if self.land_across_threads(&done)? {
+                        return Ok(());
+                    }
                     for f in done {
                         self.land(&f)?;
                     }
@@ -180,6 +192,107 @@ impl<'k> Machine<'k> {
             None => self.read_window(&f.src)?,
         };
         self.write_window(&f.dst, data)
+    }
+
+    /// Land the copies one wait completed on the threads split loops run on, where that gives the
+    /// bits landing them in order gives: local copies into disjoint plain windows of one ref that
+    /// none of them reads, at least [`PARALLEL_LAND_BYTES`] in all (a paged kernel's wait for a
+    /// KV block's pages: one copy a page). Returns false, having moved nothing, where they do not.
+    fn land_across_threads(&mut self, done: &[InFlight]) -> Result<bool> {
+        let Some(first) = done.first() else {
+            return Ok(false);
+        };
+        let r = first.dst.r;
+        let bytes: i64 = done.iter().map(|f| f.bytes).sum();
+        if self.loop_threads < 2
+            || done.len() < 2
+            || bytes < PARALLEL_LAND_BYTES
+            || self.lent(r)
+            || done
+                .iter()
+                .any(|f| f.peer.is_some() || f.dst.via.is_some() || f.dst.r != r || f.src.r == r)
+        {
+            return Ok(false);
+        }
+        let disjoint = |a: &RefView, b: &RefView| {
+            a.starts
+                .iter()
+                .zip(&a.sizes)
+                .zip(b.starts.iter().zip(&b.sizes))
+                .any(|((s, n), (t, m))| s + n <= *t || t + m <= *s)
+        };
+        for (i, a) in done.iter().enumerate() {
+            if done[i + 1..].iter().any(|b| !disjoint(&a.dst, &b.dst)) {
+                return Ok(false);
+            }
+        }
+        let (dtype, shape) = (self.refs[r].dtype, self.refs[r].shape.clone());
+        let mut moves = Vec::with_capacity(done.len());
+        for f in done {
+            let data = self.read_window(&f.src)?;
+            let kept = f
+                .dst
+                .sizes
+                .iter()
+                .zip(&f.dst.squeezed)
+                .filter(|(_, s)| !**s);
+            if data.dtype != dtype
+                || data.shape.len() != kept.clone().count()
+                || kept.zip(&data.shape).any(|((n, _), m)| n != m)
+            {
+                return Err(internal("copied value does not match the window"));
+            }
+            let rs = row_major_strides(&shape);
+            let off = f
+                .dst
+                .starts
+                .iter()
+                .zip(&rs)
+                .map(|(s, k)| s * k)
+                .sum::<usize>();
+            let strides: Dims = rs
+                .iter()
+                .zip(&f.dst.squeezed)
+                .filter(|(_, s)| !**s)
+                .map(|(k, _)| *k)
+                .collect();
+            moves.push((off, strides, data));
+        }
+        let mut buf = self.owned_contents(r)?.buf;
+        let failed = std::sync::Mutex::new(None);
+        with_dtype!(dtype, T => {
+            let dst = buf.elems_mut::<T>()?;
+            let (ptr, len) = (RawSlice(dst.as_mut_ptr()), dst.len());
+            let ok = super::super::workers::run(
+                moves.len(),
+                self.loop_threads,
+                || (),
+                |_, c| {
+                    let (off, strides, data) = &moves[c];
+                    let ptr = &ptr;
+                    // SAFETY: `ptr` holds `len` elements of the ref's own buffer (`elems_mut` above,
+                    // borrowed until `run` returns); the windows are disjoint (checked above), so no
+                    // two chunks write one element, and no copy reads this ref.
+                    if let Err(e) = unsafe { write_view_raw::<T>(ptr.0, len, *off, strides, data, None) } {
+                        *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    }
+                },
+            );
+            if !ok {
+                return Err(internal("a copy panicked in the interpreter"));
+            }
+        });
+        self.refs[r].content = Some(Tensor {
+            dtype,
+            strides: row_major_strides(&shape),
+            shape: shape.into(),
+            offset: 0,
+            buf,
+        });
+        failed
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .map_or(Ok(true), Err)
     }
 
     /// After each op of a seeded run: copies whose time has come complete.
