@@ -134,6 +134,11 @@ impl<'k> Machine<'k> {
         }
     }
 
+    /// The threads split loops may run on.
+    pub(crate) fn loop_threads(&self) -> usize {
+        self.loop_threads
+    }
+
     /// Let split loops run on up to `threads` threads.
     pub fn with_loop_threads(mut self, threads: usize) -> Self {
         self.loop_threads = threads.max(1);

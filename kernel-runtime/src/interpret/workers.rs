@@ -135,6 +135,44 @@ pub(crate) fn run<S>(
     run_on::<Hot, S>(n, threads, init, f)
 }
 
+/// The bytes below which [`copy_bytes`] copies on the calling thread alone.
+const PARALLEL_COPY_BYTES: usize = 1 << 20;
+
+/// Copy `bytes` bytes from `src` to `dst` on up to `threads` threads (the caller included), in
+/// page-aligned pieces of at least 256 KiB; copies under 1 MiB run on the caller alone.
+///
+/// # Safety
+/// As [`std::ptr::copy_nonoverlapping`]: `src` readable and `dst` writable for `bytes` bytes, the two
+/// not overlapping, and nothing else touching `dst` until this returns.
+pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, bytes: usize, threads: usize) {
+    if threads < 2 || bytes < PARALLEL_COPY_BYTES {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+        return;
+    }
+    struct Ends(*const u8, *mut u8);
+    // SAFETY: the pieces below are disjoint, and `run` returns only when every one is copied.
+    unsafe impl Sync for Ends {}
+    let ends = Ends(src, dst);
+    let piece = (bytes / (4 * threads))
+        .max(256 << 10)
+        .next_multiple_of(4096);
+    let ok = run(
+        bytes.div_ceil(piece),
+        threads,
+        || (),
+        |_, c| {
+            let ends = &ends;
+            let start = c * piece;
+            let n = piece.min(bytes - start);
+            // SAFETY: `start + n <= bytes`; pieces do not overlap (the caller's contract for the whole).
+            unsafe { std::ptr::copy_nonoverlapping(ends.0.add(start), ends.1.add(start), n) };
+        },
+    );
+    // A memory copy does not panic; `run` accounts for every piece either way.
+    debug_assert!(ok);
+}
+
 /// [`run`] on the atomics and threads of `P`.
 pub(crate) fn run_on<P: Platform, S>(
     n: usize,
@@ -202,6 +240,19 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
     use std::sync::Mutex;
+
+    #[test]
+    fn a_copy_across_threads_copies_every_byte_once() {
+        // Past the parallel threshold with a ragged last piece, and under it.
+        for bytes in [(3 << 20) + 12_345, 4096 + 7] {
+            let src: Vec<u8> = (0..bytes).map(|i| (i * 31 % 251) as u8).collect();
+            let mut dst = vec![0u8; bytes + 1];
+            // SAFETY: both hold `bytes` bytes and are distinct vectors.
+            unsafe { copy_bytes(src.as_ptr(), dst.as_mut_ptr(), bytes, 2) };
+            assert_eq!(&dst[..bytes], &src[..], "{bytes} bytes");
+            assert_eq!(dst[bytes], 0, "{bytes} bytes: written past the end");
+        }
+    }
 
     #[test]
     fn every_chunk_runs_once_with_per_thread_state() {

@@ -125,7 +125,8 @@ impl<'a> Runner<'a> {
             }
             if o.block.is_none() {
                 let aliased = k.aliases.iter().find(|a| a.1 == out_no).map(|a| a.0);
-                m.refs[i].content = Some(self.whole_output(o, aliased, out_no)?);
+                m.refs[i].content =
+                    Some(self.whole_output(o, aliased, out_no, m.loop_threads())?);
             }
             out_no += 1;
         }
@@ -163,6 +164,7 @@ impl<'a> Runner<'a> {
         o: &crate::ir::Operand,
         aliased: Option<usize>,
         out_no: usize,
+        threads: usize,
     ) -> Result<Tensor> {
         let Some(input_no) = aliased else {
             return Ok(Tensor::splat(fill_literal(o.dtype, self.poison), &o.shape));
@@ -174,7 +176,7 @@ impl<'a> Runner<'a> {
         if a.dtype != o.dtype || a.shape != o.shape {
             return Err(internal("aliased input and output differ"));
         }
-        if let Some(t) = self.lend_sink(a, input_no, out_no)? {
+        if let Some(t) = self.lend_sink(a, (input_no, out_no), threads)? {
             return Ok(t);
         }
         Ok(whole(a))
@@ -186,7 +188,13 @@ impl<'a> Runner<'a> {
     /// the first write, none back after the grid. `None` where the array is the input's buffer and
     /// the kernel reads the input operand (which must read the input as it was), or the array
     /// cannot be written as typed elements.
-    fn lend_sink(&self, a: &Input, input_no: usize, out_no: usize) -> Result<Option<Tensor>> {
+    /// The copy in runs on up to `threads` threads.
+    fn lend_sink(
+        &self,
+        a: &Input,
+        (input_no, out_no): (usize, usize),
+        threads: usize,
+    ) -> Result<Option<Tensor>> {
         let sink = self
             .sinks
             .get(out_no)
@@ -215,7 +223,7 @@ impl<'a> Runner<'a> {
             // SAFETY: `src` holds `n` initialized elements (`slice` above) and the sink has room for
             // `len >= n` (checked); they do not overlap (checked), and the sink is this run's output
             // array, which only this chunk writes (whole outputs run the kernel as one chunk).
-            unsafe { std::ptr::copy_nonoverlapping(src, sink.ptr, bytes) };
+            unsafe { crate::interpret::workers::copy_bytes(src, sink.ptr, bytes, threads) };
         }
         Ok(Some(Tensor {
             dtype: a.dtype,
