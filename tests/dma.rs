@@ -34,6 +34,15 @@ fn ramp(shape: [usize; 2]) -> HostArray {
     .unwrap()
 }
 
+/// An f32 array's elements as their bits.
+fn f32_bits(a: &HostArray) -> Vec<u32> {
+    a.as_slice::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
 fn seeded(seed: Option<u64>) -> InterpretOptions {
     InterpretOptions {
         dma_seed: seed,
@@ -65,13 +74,7 @@ fn a_double_buffered_pipeline_gives_the_same_bits_under_every_completion_timing(
         let out = call
             .interpret_with(std::slice::from_ref(&x), &seeded(seed))
             .expect("interpret");
-        let got: Vec<u32> = out[0]
-            .as_slice::<f32>()
-            .unwrap()
-            .iter()
-            .map(|v| v.to_bits())
-            .collect();
-        assert_eq!(got, want, "seed {seed:?}");
+        assert_eq!(f32_bits(&out[0]), want, "seed {seed:?}");
     }
     // The ops Pallas emits for `make_async_copy(..).start()` / `.wait()` on slots of a buffer.
     let text = call.mosaic_mlir().expect("lower");
@@ -216,13 +219,11 @@ fn one_waits_copies_land_as_they_would_in_order() {
             let out = call
                 .interpret_with(std::slice::from_ref(&x), &opts)
                 .expect("interpret");
-            let got: Vec<u32> = out[0]
-                .as_slice::<f32>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits())
-                .collect();
-            assert_eq!(got, want, "parallel {parallel}, seed {seed:?}");
+            assert_eq!(
+                f32_bits(&out[0]),
+                want,
+                "parallel {parallel}, seed {seed:?}"
+            );
         }
     }
 }

@@ -282,13 +282,7 @@ impl<'k> Machine<'k> {
                 return Err(internal("a copy panicked in the interpreter"));
             }
         });
-        self.refs[r].content = Some(Tensor {
-            dtype,
-            strides: row_major_strides(&shape),
-            shape: shape.into(),
-            offset: 0,
-            buf,
-        });
+        self.put_owned_contents(r, buf);
         failed
             .into_inner()
             .unwrap_or_else(|p| p.into_inner())

@@ -141,6 +141,18 @@ impl<'k> Machine<'k> {
         })
     }
 
+    /// Put back ref `r`'s contents taken out by [`Self::owned_contents`]: `buf`, row-major from 0.
+    pub(super) fn put_owned_contents(&mut self, r: usize, buf: Buf) {
+        let st = &mut self.refs[r];
+        st.content = Some(Tensor {
+            dtype: st.dtype,
+            strides: row_major_strides(&st.shape),
+            shape: st.shape.as_slice().into(),
+            offset: 0,
+            buf,
+        });
+    }
+
     /// Whether ref `r`'s contents are a lent buffer ([`Buf::Shared`]), written in place.
     pub(super) fn lent(&self, r: usize) -> bool {
         matches!(
@@ -190,13 +202,7 @@ impl<'k> Machine<'k> {
             &value,
             mask.as_ref(),
         )?;
-        self.refs[r].content = Some(Tensor {
-            dtype,
-            strides: row_major_strides(&shape),
-            shape: shape.into(),
-            offset: 0,
-            buf,
-        });
+        self.put_owned_contents(r, buf);
         Ok(())
     }
 }
