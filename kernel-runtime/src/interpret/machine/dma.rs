@@ -227,35 +227,15 @@ impl<'k> Machine<'k> {
             }
         }
         let (dtype, shape) = (self.refs[r].dtype, self.refs[r].shape.clone());
+        let ones = vec![1; shape.len()];
         let mut moves = Vec::with_capacity(done.len());
         for f in done {
             let data = self.read_window(&f.src)?;
-            let kept = f
-                .dst
-                .sizes
-                .iter()
-                .zip(&f.dst.squeezed)
-                .filter(|(_, s)| !**s);
-            if data.dtype != dtype
-                || data.shape.len() != kept.clone().count()
-                || kept.zip(&data.shape).any(|((n, _), m)| n != m)
-            {
+            if !refs::fits_window(&data, dtype, &f.dst.sizes, &f.dst.squeezed) {
                 return Err(internal("copied value does not match the window"));
             }
-            let rs = row_major_strides(&shape);
-            let off = f
-                .dst
-                .starts
-                .iter()
-                .zip(&rs)
-                .map(|(s, k)| s * k)
-                .sum::<usize>();
-            let strides: Dims = rs
-                .iter()
-                .zip(&f.dst.squeezed)
-                .filter(|(_, s)| !**s)
-                .map(|(k, _)| *k)
-                .collect();
+            let (off, strides) =
+                refs::window_layout(&shape, (&f.dst.starts, &f.dst.squeezed, &ones));
             moves.push((off, strides, data));
         }
         let mut buf = self.owned_contents(r)?.buf;

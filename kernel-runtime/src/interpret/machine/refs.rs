@@ -175,11 +175,7 @@ impl<'k> Machine<'k> {
         mask: Option<Tensor>,
     ) -> Result<()> {
         let (dtype, shape) = (self.refs[r].dtype, self.refs[r].shape.clone());
-        let kept = sizes.iter().zip(squeezed).filter(|(_, s)| !**s);
-        if value.dtype != dtype
-            || value.shape.len() != kept.clone().count()
-            || kept.zip(&value.shape).any(|((n, _), m)| n != m)
-        {
+        if !fits_window(&value, dtype, sizes, squeezed) {
             return Err(internal("stored value does not match the window"));
         }
         let full = starts.iter().all(|s| *s == 0)
@@ -216,6 +212,34 @@ pub(super) fn write_window_into(
     value: &Tensor,
     mask: Option<&Tensor>,
 ) -> Result<()> {
+    let (off, strides) = window_layout(shape, (starts, squeezed, steps));
+    with_dtype!(dtype, T => {
+        let dst = buf.elems_mut::<T>()?;
+        write_view(dst, off, &strides, value, mask)?;
+    });
+    Ok(())
+}
+
+/// Whether `value` is what a window of `sizes` (`squeezed` dimensions dropped) of a `dtype` ref holds.
+pub(super) fn fits_window(
+    value: &Tensor,
+    dtype: DType,
+    sizes: &[usize],
+    squeezed: &[bool],
+) -> bool {
+    let kept = sizes.iter().zip(squeezed).filter(|(_, s)| !**s);
+    value.dtype == dtype
+        && value.shape.len() == kept.clone().count()
+        && kept.zip(&value.shape).all(|((n, _), m)| n == m)
+}
+
+/// Where the window at `starts` (`squeezed` dimensions dropped, elements `steps` apart) of a
+/// contiguous row-major array of `shape` lies in it: its first element's offset and one stride per
+/// kept dimension.
+pub(super) fn window_layout(
+    shape: &[usize],
+    (starts, squeezed, steps): (&[usize], &[bool], &[usize]),
+) -> (usize, Vec<usize>) {
     let rs = row_major_strides(shape);
     let mut off = 0;
     let mut strides = Vec::new();
@@ -225,11 +249,7 @@ pub(super) fn write_window_into(
             strides.push(rs[d] * steps[d]);
         }
     }
-    with_dtype!(dtype, T => {
-        let dst = buf.elems_mut::<T>()?;
-        write_view(dst, off, &strides, value, mask)?;
-    });
-    Ok(())
+    (off, strides)
 }
 
 /// The elements of ref `r` a window at `starts` reaches, as the DMA model sees them: a strided
