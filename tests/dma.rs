@@ -11,6 +11,10 @@ use kernels::{pipelined_call, scoped_call, semaphore_call, staged_copy, sync_cal
 #[path = "common/marks.rs"]
 mod marks;
 
+#[path = "common/engines.rs"]
+mod engines;
+use engines::f32_bits;
+
 const HERE: marks::Marked = marks::Marked {
     file: "dma.rs",
     src: include_str!("dma.rs"),
@@ -32,15 +36,6 @@ fn ramp(shape: [usize; 2]) -> HostArray {
         (0..n).map(|i| i as f32 * 0.25 - 7.0).collect::<Vec<_>>(),
     )
     .unwrap()
-}
-
-/// An f32 array's elements as their bits.
-fn f32_bits(a: &HostArray) -> Vec<u32> {
-    a.as_slice::<f32>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect()
 }
 
 fn seeded(seed: Option<u64>) -> InterpretOptions {

@@ -5,13 +5,16 @@
 
 use tpu_kernel::prelude::*;
 use tpu_kernel::runtime::interpret::HostArray;
-use tpu_kernel::runtime::mosaic_cpu;
 use tpu_kernel::{ErrorKind, KernelError};
 
 // ---------------------------------------------------------------------------------------------- helpers
 
 #[path = "common/marks.rs"]
 mod marks;
+
+#[path = "common/engines.rs"]
+mod engines;
+use engines::{engines_agree, f32_bits, one_block};
 
 const HERE: marks::Marked = marks::Marked {
     file: "language_gaps.rs",
@@ -59,47 +62,6 @@ fn f32_input(shape: [usize; 2]) -> (Vec<f32>, HostArray) {
         .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.25)
         .collect();
     (v.clone(), HostArray::from_vec(shape, v).unwrap())
-}
-
-fn f32_bits(a: &HostArray) -> Vec<u32> {
-    a.as_slice::<f32>()
-        .unwrap()
-        .iter()
-        .map(|x| x.to_bits())
-        .collect()
-}
-
-/// The interpreter and the Mosaic module run on the CPU give the same bits.
-fn engines_agree(call: &PallasCall, inputs: &[HostArray]) -> Vec<HostArray> {
-    let want = call
-        .interpret(inputs)
-        .unwrap_or_else(|e| panic!("{}: interpret: {e}", call.name()));
-    let got = mosaic_cpu::compile(call.ir())
-        .and_then(|c| c.run(inputs))
-        .unwrap_or_else(|e| panic!("{}: mosaic_cpu: {e}", call.name()));
-    assert_eq!(got.len(), want.len());
-    for (g, w) in got.iter().zip(&want) {
-        assert_eq!(f32_bits(g), f32_bits(w), "{}: engines differ", call.name());
-    }
-    want
-}
-
-fn one_block(
-    kernel: impl tpu_kernel::launch::KernelFn<(Ref<f32>, RefMut<f32>)>,
-    input: [usize; 2],
-    output: [usize; 2],
-) -> Result<PallasCall, KernelError> {
-    pallas_call(kernel)
-        .grid([1])
-        .input(
-            ArrayType::new(input, F32),
-            BlockSpec::new(input, |[_]| (0, 0)),
-        )
-        .output(
-            ArrayType::new(output, F32),
-            BlockSpec::new(output, |[_]| (0, 0)),
-        )
-        .build()
 }
 
 // ---------------------------------------------------------------------------------------------- slicing

@@ -16,6 +16,10 @@ use tpu_kernel::{ErrorKind, KernelError};
 #[path = "common/marks.rs"]
 mod marks;
 
+#[path = "common/engines.rs"]
+mod engines;
+use engines::{engines_agree, f32_bits, one_block};
+
 #[path = "../examples/strided.rs"]
 #[allow(dead_code)]
 mod strided;
@@ -33,29 +37,6 @@ fn expect_err(r: Result<PallasCall, KernelError>, kind: ErrorKind, tag: &str, ne
     }
 }
 
-fn f32_bits(a: &HostArray) -> Vec<u32> {
-    a.as_slice::<f32>()
-        .unwrap()
-        .iter()
-        .map(|x| x.to_bits())
-        .collect()
-}
-
-/// The interpreter and the Mosaic module run on the CPU give the same bits; the interpreter's outputs.
-fn engines_agree(call: &PallasCall, inputs: &[HostArray]) -> Vec<HostArray> {
-    let want = call
-        .interpret(inputs)
-        .unwrap_or_else(|e| panic!("{}: interpret: {e}", call.name()));
-    let got = mosaic_cpu::compile(call.ir())
-        .and_then(|c| c.run(inputs))
-        .unwrap_or_else(|e| panic!("{}: mosaic_cpu: {e}", call.name()));
-    assert_eq!(got.len(), want.len());
-    for (g, w) in got.iter().zip(&want) {
-        assert_eq!(f32_bits(g), f32_bits(w), "{}: engines differ", call.name());
-    }
-    want
-}
-
 /// Both engines fail; their errors.
 fn both_errors(call: &PallasCall, inputs: &[HostArray]) -> [KernelError; 2] {
     let sequential = InterpretOptions {
@@ -71,24 +52,6 @@ fn both_errors(call: &PallasCall, inputs: &[HostArray]) -> [KernelError; 2] {
 
 fn rows(n: usize, seed: u64) -> HostArray {
     HostArray::random([n, 128], F32, seed).unwrap()
-}
-
-fn one_block(
-    kernel: impl tpu_kernel::launch::KernelFn<(Ref<f32>, RefMut<f32>)>,
-    input: [usize; 2],
-    output: [usize; 2],
-) -> Result<PallasCall, KernelError> {
-    pallas_call(kernel)
-        .grid([1])
-        .input(
-            ArrayType::new(input, F32),
-            BlockSpec::new(input, |[_]| (0, 0)),
-        )
-        .output(
-            ArrayType::new(output, F32),
-            BlockSpec::new(output, |[_]| (0, 0)),
-        )
-        .build()
 }
 
 // ---------------------------------------------------------------------------------------------- strided
