@@ -4,7 +4,6 @@
 //! every trace-time mistake as a `KernelError` located at the offending line (marked `// E:<tag>`).
 
 use tpu_kernel::prelude::*;
-use tpu_kernel::runtime::interpret::HostArray;
 use tpu_kernel::{ErrorKind, KernelError};
 
 // ---------------------------------------------------------------------------------------------- helpers
@@ -14,7 +13,7 @@ mod marks;
 
 #[path = "common/engines.rs"]
 mod engines;
-use engines::{engines_agree, f32_bits, one_block};
+use engines::{engines_agree, f32_bits, f32_input, one_block};
 
 const HERE: marks::Marked = marks::Marked {
     file: "language_gaps.rs",
@@ -55,13 +54,6 @@ fn expect_err_at(
         Err(e) => e,
     };
     HERE.check_at(&e, kind, tag, line, needles);
-}
-
-fn f32_input(shape: [usize; 2]) -> (Vec<f32>, HostArray) {
-    let v: Vec<f32> = (0..shape[0] * shape[1])
-        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.25)
-        .collect();
-    (v.clone(), HostArray::from_vec(shape, v).unwrap())
 }
 
 // ---------------------------------------------------------------------------------------------- slicing

@@ -5,11 +5,14 @@
 
 use tpu_kernel::prelude::*;
 use tpu_kernel::runtime::interpret::HostArray;
-use tpu_kernel::runtime::mosaic_cpu;
 use tpu_kernel::{ErrorKind, KernelError};
 
 #[path = "common/marks.rs"]
 mod marks;
+
+#[path = "common/engines.rs"]
+mod engines;
+use engines::{bits, engines_agree, f32_input};
 
 const HERE: marks::Marked = marks::Marked {
     file: "values.rs",
@@ -22,40 +25,6 @@ fn expect_err(r: Result<PallasCall, KernelError>, kind: ErrorKind, tag: &str, ne
         Ok(_) => panic!("expected a {kind:?} error for {tag}, but build() succeeded"),
         Err(e) => HERE.check(&e, kind, tag, needles),
     }
-}
-
-/// `x[i] = (i * 37 % 101 - 50) / 4`: exact in f32, both signs, no two neighbours equal.
-fn f32_input(shape: [usize; 2]) -> (Vec<f32>, HostArray) {
-    let v: Vec<f32> = (0..shape[0] * shape[1])
-        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.25)
-        .collect();
-    (v.clone(), HostArray::from_vec(shape, v).unwrap())
-}
-
-fn bits(a: &HostArray) -> Vec<u32> {
-    let v = a
-        .as_slice::<f32>()
-        .map(|s| s.iter().map(|x| x.to_bits()).collect())
-        .or_else(|| {
-            a.as_slice::<i32>()
-                .map(|s| s.iter().map(|x| *x as u32).collect())
-        });
-    v.expect("f32 or i32 output")
-}
-
-/// Both engines run `call`; they must give the same bits. Returns the interpreter's outputs.
-fn engines_agree(call: &PallasCall, inputs: &[HostArray]) -> Vec<HostArray> {
-    let want = call
-        .interpret(inputs)
-        .unwrap_or_else(|e| panic!("{}: interpret: {e}", call.name()));
-    let got = mosaic_cpu::compile(call.ir())
-        .and_then(|c| c.run(inputs))
-        .unwrap_or_else(|e| panic!("{}: mosaic_cpu: {e}", call.name()));
-    assert_eq!(got.len(), want.len());
-    for (g, w) in got.iter().zip(&want) {
-        assert_eq!(bits(g), bits(w), "{}: engines differ", call.name());
-    }
-    want
 }
 
 /// A grid of `steps` row blocks of `block` over an f32 input of `[steps * block[0], block[1]]`.

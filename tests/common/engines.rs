@@ -16,8 +16,29 @@ pub fn f32_bits(a: &HostArray) -> Vec<u32> {
         .collect()
 }
 
-/// The interpreter and the Mosaic module run on the CPU give the same bits; the interpreter's
-/// outputs.
+/// An f32 or i32 array's elements as bits.
+pub fn bits(a: &HostArray) -> Vec<u32> {
+    let v = a
+        .as_slice::<f32>()
+        .map(|s| s.iter().map(|x| x.to_bits()).collect())
+        .or_else(|| {
+            a.as_slice::<i32>()
+                .map(|s| s.iter().map(|x| *x as u32).collect())
+        });
+    v.expect("f32 or i32 output")
+}
+
+/// `x[i] = (i * 37 % 101 - 50) / 4`: exact in f32, both signs, no two neighbours equal; the values
+/// and the array.
+pub fn f32_input(shape: [usize; 2]) -> (Vec<f32>, HostArray) {
+    let v: Vec<f32> = (0..shape[0] * shape[1])
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.25)
+        .collect();
+    (v.clone(), HostArray::from_vec(shape, v).unwrap())
+}
+
+/// The interpreter and the Mosaic module run on the CPU give the same bits (f32 or i32 outputs);
+/// the interpreter's outputs.
 pub fn engines_agree(call: &PallasCall, inputs: &[HostArray]) -> Vec<HostArray> {
     let want = call
         .interpret(inputs)
@@ -27,7 +48,7 @@ pub fn engines_agree(call: &PallasCall, inputs: &[HostArray]) -> Vec<HostArray> 
         .unwrap_or_else(|e| panic!("{}: mosaic_cpu: {e}", call.name()));
     assert_eq!(got.len(), want.len());
     for (g, w) in got.iter().zip(&want) {
-        assert_eq!(f32_bits(g), f32_bits(w), "{}: engines differ", call.name());
+        assert_eq!(bits(g), bits(w), "{}: engines differ", call.name());
     }
     want
 }
