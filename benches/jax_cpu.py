@@ -14,7 +14,8 @@ best round. Before timing, our output is checked against the jnp result (exit st
 The jnp and Pallas versions are benches/xla_baselines.py's (those of the Rust benchmark). Ragged paged
 attention (a decode step and a mixed batch, benches/rpa_cpu.py) runs through tpu-inference's signature
 beside two XLA programs — tpu-inference's own reference and the best jnp formulation — in a table of its
-own, with no Pallas run.
+own, with no Pallas run; and again with the kv_cache donated to all three (as tpu-inference's own
+`ragged_paged_attention` is jitted: `donate_argnames=(..., "kv_cache")`), where no program copies the cache.
 """
 from __future__ import annotations
 
@@ -75,6 +76,27 @@ OURS = {
 # The Rust benchmark's kernels that are not in the examples library (its bench-only kernels and the
 # `--ops` cases) are not timed here.
 assert set(OURS) <= set(xb.CASES), "every case here must be one of benches/xla_baselines.py's"
+
+
+#: The kv_cache's position in ragged paged attention's arguments (tpu-inference's order).
+RPA_CACHE = 3
+
+
+def donated(f):
+    """`f` under `jax.jit` with the kv_cache donated, as tpu-inference's own `ragged_paged_attention`
+    is (`jax.jit(..., donate_argnames=("queries", "keys", "values", "kv_cache"))`, the call vLLM makes):
+    each call takes the cache the previous call returned (the first a copy of the one given), so XLA
+    may update it in place. Every call writes the same tokens into the same slots, so every call sees
+    the same cache contents and returns the same output."""
+    jf = jax.jit(f, donate_argnums=(RPA_CACHE,))
+    state = {}
+
+    def call(*args):
+        if "cache" not in state:
+            state["cache"] = jnp.array(args[RPA_CACHE], copy=True)
+        out, state["cache"] = jf(*args[:RPA_CACHE], state["cache"], *args[RPA_CACHE + 1:])
+        return out, state["cache"]
+    return call
 
 
 def median_ms(f, args, budget_s: float) -> float:
@@ -176,8 +198,11 @@ def main() -> int:
     base_engines = ["ours", "xla"] + ([] if args.no_pallas else ["pallas"])
 
     def engines_of(name: str) -> list[str]:
-        # ragged paged attention: no Pallas run; the best jnp formulation as a second XLA program
-        return ["ours", "xla", "best"] if name in rpa_cpu.BATCHES else base_engines
+        # ragged paged attention: no Pallas run; the best jnp formulation as a second XLA program; all
+        # three also with the cache donated (`_donated`)
+        if name in rpa_cpu.BATCHES:
+            return ["ours", "xla", "best", "ours_donated", "xla_donated", "best_donated"]
+        return base_engines
 
     cases = [c for c in OURS if not args.only or args.only in c]
     fns, inputs, failures = {}, {}, []
@@ -189,6 +214,9 @@ def main() -> int:
         fns[(name, "pallas")] = jax.jit(pallas)
         if name in xb.BEST:
             fns[(name, "best")] = jax.jit(xb.BEST[name])
+        if name in rpa_cpu.BATCHES:
+            for engine, f in (("ours", OURS[name]), ("xla", ref), ("best", xb.BEST[name])):
+                fns[(name, f"{engine}_donated")] = donated(f)
         for engine in engines_of(name):  # compile + warm up outside the timed rounds
             jax.block_until_ready(fns[(name, engine)](*inputs[name]))
             jax.block_until_ready(fns[(name, engine)](*inputs[name]))
@@ -200,6 +228,11 @@ def main() -> int:
             why = check_rpa(name, fns[(name, "best")](*inputs[name]), xla_out)
             if why:
                 failures.append(f"{name}: the best jnp != tpu-inference's reference: {why}")
+        if name in rpa_cpu.BATCHES:
+            for engine in ("ours", "xla", "best"):
+                why = check_rpa(name, fns[(name, f"{engine}_donated")](*inputs[name]), xla_out)
+                if why:
+                    failures.append(f"{name}: {engine} with the cache donated != tpu-inference's reference: {why}")
 
     best: dict[tuple[str, str], float] = {}
     for r in range(rounds):
@@ -240,6 +273,12 @@ def main() -> int:
         print(f"{'case':<30} {'ours':>9} {'XLA ref':>9} {'XLA jnp':>9} {'ours/ref':>9} {'ours/jnp':>9}")
         for name in rpa_cases:
             o, r, j = best[(name, "ours")], best[(name, "xla")], best[(name, "best")]
+            print(f"{name:<30} {o:>9.3f} {r:>9.3f} {j:>9.3f} {o / r:>9.2f} {o / j:>9.2f}")
+        print("\n# the same, the kv_cache donated to all three (as tpu-inference's own ragged_paged_attention "
+              "jit donates it): updated in place, no copy of it per call")
+        print(f"{'case':<30} {'ours':>9} {'XLA ref':>9} {'XLA jnp':>9} {'ours/ref':>9} {'ours/jnp':>9}")
+        for name in rpa_cases:
+            o, r, j = (best[(name, f"{e}_donated")] for e in ("ours", "xla", "best"))
             print(f"{name:<30} {o:>9.3f} {r:>9.3f} {j:>9.3f} {o / r:>9.2f} {o / j:>9.2f}")
     for f in failures:
         print("NUMERICS MISMATCH:", f, file=sys.stderr)
