@@ -1072,6 +1072,84 @@ fn word_halves_match_the_unfused_ops_bit_for_bit() {
     assert_fused_is_plain(&call, &inputs);
 }
 
+/// The keys and values of a packed bf16 block `[tokens, rows, 2, D]` read through its 32-bit view,
+/// every other row (kv head 1 of two, as the ragged paged attention example reads a KV chunk), and
+/// unpacked; the bf16 results read back as words.
+#[tpu_kernel]
+fn view_halves_kernel(kv: Ref<bf16>, k: RefMut<u32>, v: RefMut<u32>) {
+    let words = kv.bitcast::<u32>().reshape([32, 128]);
+    let x = words.at(ds(1, 16).stride(2)).load();
+    let lo = (x << 16u32).bitcast::<f32>().cast::<bf16>();
+    let hi = (x & 0xFFFF_0000u32).bitcast::<f32>().cast::<bf16>();
+    k.store(lo.bitcast::<u32>());
+    v.store(hi.bitcast::<u32>());
+}
+
+/// A load of packed words used only by the two word-half casts reads the halves straight from the
+/// bf16 rows (the plan's `load_halves`): the unfused ops' bits — each key `[t, 1, 0, d]` and value
+/// `[t, 1, 1, d]` as the cast gives it (a signalling NaN quieted) — on special and random halves.
+#[test]
+fn halves_read_through_a_word_view_match_the_unfused_ops_bit_for_bit() {
+    let call = pallas_call(view_halves_kernel)
+        .grid([1])
+        .input(
+            at([16, 2, 2, 128], BF16),
+            BlockSpec::new([16, 2, 2, 128], |[_i]| (0, 0, 0, 0)),
+        )
+        .output(at([8, 128], U32), BlockSpec::new([8, 128], |[_i]| (0, 0)))
+        .output(at([8, 128], U32), BlockSpec::new([8, 128], |[_i]| (0, 0)))
+        .build()
+        .expect("build");
+    let count = |fuse| {
+        let opts = InterpretOptions {
+            fuse,
+            ..Default::default()
+        };
+        tpu_kernel::runtime::interpret::plan_counts(call.ir(), &opts).expect("plan")
+    };
+    let (on, off) = (count(true), count(false));
+    assert_eq!(
+        (on.load_halves, off.load_halves, on.word_halves),
+        (1, 0, 2),
+        "one load, both casts at it, fused only"
+    );
+    let special: [u16; 12] = [
+        0x7F81, 0xFF81, 0x7FC0, 0xFFFF, 0x7FBF, 0x7F80, 0xFF80, 0x0001, 0x807F, 0x0000, 0x8000,
+        0x3F80,
+    ];
+    let mut state = 0x2545_f491u32;
+    let halves: Vec<u16> = (0..16 * 2 * 2 * 128)
+        .map(|i| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            if i % 3 == 0 {
+                special[i / 3 % 12]
+            } else {
+                state as u16
+            }
+        })
+        .collect();
+    let data: Vec<bf16> = halves.iter().map(|&b| bf16::from_bits(b)).collect();
+    let inputs = [HostArray::from_vec([16, 2, 2, 128], data).unwrap()];
+    assert_fused_is_plain(&call, &inputs);
+    // The expected halves, the cast's own way: bits kept, a NaN quieted.
+    let cast = |b: u16| bf16::from_f32(f32::from_bits(u32::from(b) << 16)).to_bits();
+    let out = call.interpret(&inputs).expect("runs");
+    for (o, sub) in [(0, 0), (1, 1)] {
+        let words = out[o].as_slice::<u32>().expect("u32");
+        for t in 0..16 {
+            for d in 0..128 {
+                let want = cast(halves[((t * 2 + 1) * 2 + sub) * 128 + d]);
+                // bf16 row t of the result is word row t / 2, its half t % 2.
+                let w = words[(t / 2) * 128 + d];
+                let got = if t % 2 == 0 { w & 0xFFFF } else { w >> 16 } as u16;
+                assert_eq!(got, want, "output {o}, token {t}, lane {d}");
+            }
+        }
+    }
+}
+
 /// Words stored through a 32-bit view of a bf16 block `[tokens, rows, 2, D]` (how the ragged paged
 /// attention example stores a head's output rows): each word's low half is element 0 of its pair.
 #[tpu_kernel]

@@ -49,6 +49,12 @@ fn the_examples_fast_paths_fire() {
         rpa.word_halves >= 2 && rpa.word_halves.is_multiple_of(2),
         "{rpa:?}"
     );
+    // ... and the words loaded for them never assembled: each case body's load of a KV chunk's packed
+    // words reads the two halves straight from the bf16 rows.
+    assert!(
+        rpa.load_halves >= 1 && rpa.load_halves * 2 == rpa.word_halves,
+        "{rpa:?}"
+    );
 
     // The production kernels: each accumulator (f32 for the bf16 dots, i32 for i8 x i8) is updated in
     // place, and the output-stationary grids run in parallel chunks — grouped_matmul's too, whose

@@ -14,6 +14,7 @@ use crate::semantics::host::{HostData, HostElement};
 
 mod dma;
 mod dots;
+mod halves;
 mod refs;
 mod remote;
 mod split;
@@ -207,6 +208,22 @@ impl<'k> Machine<'k> {
             }
             if self.link.as_ref().is_some_and(|l| l.has_mail()) {
                 self.receive().map_err(|e| e.at(op.loc))?;
+            }
+            if let Some(halves) = &plan.load_halves[i] {
+                // The load's words are only split into halves: the casts' results, made here.
+                let ts = self.load_halves(op, halves).map_err(|e| e.at(op.loc))?;
+                for (&(j, _), t) in halves.iter().zip(ts) {
+                    let id = r.ops[j]
+                        .results
+                        .first()
+                        .ok_or_else(|| internal("a cast without a result").at(op.loc))?;
+                    self.env[id.0 as usize] = Some(Value::T(t));
+                }
+                self.free(&plan.dead_after[i]);
+                if self.dma.seeded() && !self.dma.idle() {
+                    self.dma_tick().map_err(|e| e.at(op.loc))?;
+                }
+                continue;
             }
             let results = match (&plan.chain[i], plan.sink_to[i]) {
                 (Some(ch), sink) => self.chain(op, ch, sink),

@@ -208,7 +208,7 @@ pub(super) fn forward(t: &Tensor, s: &ViewStep) -> Result<Tensor> {
 
 /// Path `p` run over `base` (a ref's contents) as a view of the same buffer, where every step
 /// re-indexes it for free (windows, and reshapes of contiguous stages); `None` where a step would copy.
-fn forward_for_free(base: &Tensor, p: &ViewPath) -> Result<Option<Tensor>> {
+pub(super) fn forward_for_free(base: &Tensor, p: &ViewPath) -> Result<Option<Tensor>> {
     if p.steps.iter().any(|s| matches!(s, ViewStep::Bitcast(_))) {
         return Ok(None);
     }
@@ -224,7 +224,7 @@ fn forward_for_free(base: &Tensor, p: &ViewPath) -> Result<Option<Tensor>> {
 
 impl<'k> Machine<'k> {
     /// The path of view `v`: its own, or one from its ref through its window.
-    fn path_of_view(&self, v: &RefView) -> ViewPath {
+    pub(super) fn path_of_view(&self, v: &RefView) -> ViewPath {
         if let Some(p) = &v.via {
             return (**p).clone();
         }

@@ -23,6 +23,9 @@ use crate::dtype::Element;
 use crate::semantics::views::{ViewPath, ViewStep};
 use smallvec::SmallVec;
 
+mod halves;
+pub(super) use halves::read_halves;
+
 type Idx = SmallVec<[usize; 6]>;
 
 /// `len` elements of the ref's buffer from `off`, `stride` apart: `bits` says which bits of each are

@@ -28,6 +28,17 @@ impl Plan {
                     w.0
                 );
             }
+            if let Some(halves) = &self.load_halves[i] {
+                let casts: Vec<String> = halves
+                    .iter()
+                    .map(|(j, h)| format!("op {j} ({h:?})"))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "{at}: read straight into the bf16 halves of {}",
+                    casts.join(", ")
+                );
+            }
             if let Some(ch) = &self.chain[i] {
                 let links: Vec<String> = ch.links.iter().map(link_label).collect();
                 let _ = write!(
@@ -98,6 +109,7 @@ impl Plan {
         c.chains += self.chain.iter().flatten().count();
         c.folded += self.skip.iter().filter(|s| **s).count();
         c.word_halves += self.word_half.iter().flatten().count();
+        c.load_halves += self.load_halves.iter().flatten().count();
         c.epilogues += self
             .chain
             .iter()
@@ -131,6 +143,9 @@ pub struct PlanCounts {
     pub split_loops: usize,
     /// bf16 casts of a packed word's half run as one pass (their `shl`/`and` and `bitcast` folded).
     pub word_halves: usize,
+    /// Loads of packed words used only by such casts, read straight into the halves (the casts run at
+    /// the load).
+    pub load_halves: usize,
 }
 
 fn link_label(l: &Link) -> String {

@@ -292,3 +292,48 @@ pub(super) fn word_halves(
     }
     out
 }
+
+/// A `load` whose 32-bit words are used only by [`word_halves`] casts (a packed key/value cache's
+/// words, split into the keys and the values): the casts run at the load, which reads each half
+/// straight from the ref's 16-bit rows into its bf16 array (`Machine::load_halves`) instead of
+/// assembling the words and splitting them again. Only where the load itself is not folded into a
+/// chain or sunk. The casts' results are what the word-half pass gives, so the bits are the unfused
+/// ops'. Returns, at each such load, its casts' op indices and halves.
+pub(super) fn load_halves(
+    r: &Region,
+    all_uses: &HashMap<ValueId, usize>,
+    word_half: &[Option<(ValueId, WordHalf)>],
+    (skip, chain, sink_to): (&mut [bool], &[Option<Chain>], &[Option<ValueId>]),
+    exec_at: &mut [usize],
+) -> Vec<Option<Vec<(usize, WordHalf)>>> {
+    let mut out = vec![None; r.ops.len()];
+    let mut casts: HashMap<ValueId, Vec<(usize, WordHalf)>> = HashMap::new();
+    for (j, h) in word_half.iter().enumerate() {
+        if let Some((w, half)) = h {
+            casts.entry(*w).or_default().push((j, *half));
+        }
+    }
+    for (i, op) in r.ops.iter().enumerate() {
+        let (OpKind::Load(_), [w]) = (&op.kind, &op.results[..]) else {
+            continue;
+        };
+        let Some(list) = casts.get(w) else { continue };
+        if all_uses.get(w) != Some(&list.len())
+            || skip[i]
+            || chain[i].is_some()
+            || sink_to[i].is_some()
+            || list.iter().any(|&(j, _)| j <= i)
+        {
+            continue;
+        }
+        for &(j, _) in list {
+            // The cast and the `shl`/`and` and `bitcast` it runs for, now at the load.
+            for at in exec_at.iter_mut().filter(|at| **at == j) {
+                *at = i;
+            }
+            skip[j] = true;
+        }
+        out[i] = Some(list.clone());
+    }
+    out
+}

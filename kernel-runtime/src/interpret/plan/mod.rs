@@ -42,6 +42,9 @@ pub(crate) struct Plan {
     /// bf16 casts of a packed word's half (`fusion::word_halves`): the word operand and which half,
     /// at the cast (its `shl`/`and` and `bitcast` are skipped).
     pub(crate) word_half: Vec<Option<(ValueId, WordHalf)>>,
+    /// `load`s of 32-bit words used only by word-half casts (`fusion::load_halves`): the casts' op
+    /// indices and halves, run at the load (the casts are skipped).
+    pub(crate) load_halves: Vec<Option<Vec<(usize, WordHalf)>>>,
     /// `dot`s whose accumulator is a full load of a ref used only by the dot, and whose result is only
     /// stored whole into that same ref with no use of the ref in between: the ref (may accumulate in
     /// place into the ref's buffer).
@@ -103,16 +106,24 @@ struct Context<'a> {
 fn plan_region(f: &Func, r: &Region, cx: &Context<'_>) -> Plan {
     let (all_uses, fuse) = (cx.all_uses, cx.fuse);
     let sink_to = sinks(f, r, all_uses, fuse);
-    let (skip, chain, exec_at, word_half) = if fuse {
+    let (skip, chain, exec_at, word_half, load_halves) = if fuse {
         let (mut skip, mut chain, mut exec_at) = find_chains(f, r, all_uses);
         defer_widening_casts(f, r, all_uses, &mut skip, &mut chain, &mut exec_at);
         let halves = word_halves(f, r, all_uses, (&mut skip, &chain, &sink_to), &mut exec_at);
-        (skip, chain, exec_at, halves)
+        let loads = fusion::load_halves(
+            r,
+            all_uses,
+            &halves,
+            (&mut skip, &chain, &sink_to),
+            &mut exec_at,
+        );
+        (skip, chain, exec_at, halves, loads)
     } else {
         (
             vec![false; r.ops.len()],
             r.ops.iter().map(|_| None).collect(),
             (0..r.ops.len()).collect(),
+            vec![None; r.ops.len()],
             vec![None; r.ops.len()],
         )
     };
@@ -188,6 +199,7 @@ fn plan_region(f: &Func, r: &Region, cx: &Context<'_>) -> Plan {
         skip,
         chain,
         word_half,
+        load_halves,
         acc_in_place,
         acc_owned,
         bitcast_owned,

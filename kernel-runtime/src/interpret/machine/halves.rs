@@ -1,0 +1,66 @@
+//! Loads of packed 32-bit words used only by word-half casts (the plan's `load_halves`, a packed
+//! key/value cache's words split into keys and values): the casts' bf16 results made at the load.
+
+use super::views::forward_for_free;
+use super::walk::{self, kept_sizes};
+use super::*;
+
+impl<'k> Machine<'k> {
+    /// A load whose words are used only by word-half casts (the plan's `load_halves`): each cast's
+    /// bf16 result, read straight from the ref's 16-bit rows where the load reads through a view
+    /// that assembles each word from two of them, else split from the loaded words.
+    pub(super) fn load_halves(&self, op: &Op, halves: &[(usize, WordHalf)]) -> Result<Vec<Tensor>> {
+        let OpKind::Load(w) = &op.kind else {
+            return Err(internal("load_halves at an op that is not a load"));
+        };
+        let halves: Vec<WordHalf> = halves.iter().map(|&(_, h)| h).collect();
+        if let Some(Some(Value::View(v))) = self.env.get(op.operands[0].0 as usize) {
+            if let Some(ts) = self.load_view_halves(op, w, v, &halves)? {
+                return Ok(ts);
+            }
+        }
+        let words = self.load(op, w)?;
+        let out = halves
+            .iter()
+            .map(|&h| elementwise::word_half_to_bf16(&words, h))
+            .collect();
+        recycle(words);
+        out
+    }
+
+    /// [`Self::load_view`] of 32-bit words split into bf16 `halves` (the plan's `load_halves`): read
+    /// straight from the ref's 16-bit elements when every piece of the window carries one whole
+    /// element into one half of a word; None otherwise (the caller loads the words).
+    fn load_view_halves(
+        &self,
+        op: &Op,
+        w: &Window,
+        v: &RefView,
+        halves: &[WordHalf],
+    ) -> Result<Option<Vec<Tensor>>> {
+        let p = self.path_of_view(v);
+        let (shape, _) = p.result();
+        let starts = self.starts_in(op, w, 1, (&shape, &self.refs[v.r].label))?;
+        if !self.dma.idle() {
+            let extents: Vec<usize> = (0..w.sizes.len()).map(|d| w.extent(d)).collect();
+            let reach = self.view_window(v, &starts, (&extents, &w.squeezed));
+            self.check_dma_access(&reach, false)?;
+        }
+        let base = self.contents(v.r)?;
+        if p.result().1 != DType::U32 || forward_for_free(&base, &p)?.is_some() {
+            return Ok(None);
+        }
+        let kept = kept_sizes(&w.sizes, &w.squeezed);
+        let n = kept.iter().product();
+        let window = (&starts[..], &w.sizes[..], &w.squeezed[..]);
+        let segs = self
+            .segments
+            .window(&p, (&base.strides, base.offset), window, &w.strides)?;
+        Ok(walk::read_halves(&base, &segs, n, halves)?.map(|parts| {
+            parts
+                .into_iter()
+                .map(|d| Tensor::from_data(&kept, d))
+                .collect()
+        }))
+    }
+}
