@@ -1013,11 +1013,39 @@ fn int_to_float_casts_folded_into_chains_match_unfused_bit_for_bit() {
     assert_fused_is_plain(&call, &inputs);
 }
 
+/// Half-words a bf16 cast treats specially: NaNs quiet and signalling with any payload and sign,
+/// infinities, subnormals, zeros of both signs, and one.
+const SPECIAL_HALVES: [u16; 12] = [
+    0x7F81, 0xFF81, 0x7FC0, 0xFFFF, 0x7FBF, 0x7F80, 0xFF80, 0x0001, 0x807F, 0x0000, 0x8000, 0x3F80,
+];
+
+/// `n` pseudo-random words (xorshift32), every third replaced by `special(i)`.
+fn words_with(n: usize, special: impl Fn(usize) -> u32) -> Vec<u32> {
+    let mut state = 0x2545_f491u32;
+    (0..n)
+        .map(|i| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            if i % 3 == 0 {
+                special(i)
+            } else {
+                state
+            }
+        })
+        .collect()
+}
+
 /// Both halves of each packed word as bf16 (as a kernel unpacks a bf16 KV cache), the bf16 results
 /// read back as words.
 #[tpu_kernel]
 fn word_halves_kernel(w: Ref<u32>, lo: RefMut<u32>, hi: RefMut<u32>) {
-    let x = w.load();
+    store_halves(w.load(), lo, hi);
+}
+
+/// Each word of `x` unpacked into its two bf16 halves, stored as words into `lo` and `hi`.
+#[kernel_fn]
+fn store_halves(x: Array<u32>, lo: RefMut<u32>, hi: RefMut<u32>) {
     let l = (x << 16u32).bitcast::<f32>().cast::<bf16>();
     let h = (x & 0xFFFF_0000u32).bitcast::<f32>().cast::<bf16>();
     lo.store(l.bitcast::<u32>());
@@ -1037,37 +1065,16 @@ fn word_halves_match_the_unfused_ops_bit_for_bit() {
         .dimension_semantics([Parallel])
         .build()
         .expect("build");
-    let count = |fuse| {
-        let opts = InterpretOptions {
-            fuse,
-            ..Default::default()
-        };
-        tpu_kernel::runtime::interpret::plan_counts(call.ir(), &opts)
-            .expect("plan")
-            .word_halves
-    };
+    let count = |fuse| plan_counts_with(&call, fuse).word_halves;
     assert_eq!(
         (count(true), count(false)),
         (2, 0),
         "both casts, fused only"
     );
-    let special: [u16; 12] = [
-        0x7F81, 0xFF81, 0x7FC0, 0xFFFF, 0x7FBF, 0x7F80, 0xFF80, 0x0001, 0x807F, 0x0000, 0x8000,
-        0x3F80,
-    ];
-    let mut state = 0x2545_f491u32;
-    let words: Vec<u32> = (0..32 * 256)
-        .map(|i| {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            match i % 3 {
-                // Every pair of special halves, in both places of the word.
-                0 => u32::from(special[i / 3 % 12]) | u32::from(special[i / 36 % 12]) << 16,
-                _ => state,
-            }
-        })
-        .collect();
+    // Every pair of special halves, in both places of the word.
+    let words = words_with(32 * 256, |i| {
+        u32::from(SPECIAL_HALVES[i / 3 % 12]) | u32::from(SPECIAL_HALVES[i / 36 % 12]) << 16
+    });
     let inputs = [HostArray::from_vec([32, 256], words).unwrap()];
     assert_fused_is_plain(&call, &inputs);
 }
@@ -1078,11 +1085,7 @@ fn word_halves_match_the_unfused_ops_bit_for_bit() {
 #[tpu_kernel]
 fn view_halves_kernel(kv: Ref<bf16>, k: RefMut<u32>, v: RefMut<u32>) {
     let words = kv.bitcast::<u32>().reshape([32, 128]);
-    let x = words.at(ds(1, 16).stride(2)).load();
-    let lo = (x << 16u32).bitcast::<f32>().cast::<bf16>();
-    let hi = (x & 0xFFFF_0000u32).bitcast::<f32>().cast::<bf16>();
-    k.store(lo.bitcast::<u32>());
-    v.store(hi.bitcast::<u32>());
+    store_halves(words.at(ds(1, 16).stride(2)).load(), k, v);
 }
 
 /// A load of packed words used only by the two word-half casts reads the halves straight from the
@@ -1100,35 +1103,18 @@ fn halves_read_through_a_word_view_match_the_unfused_ops_bit_for_bit() {
         .output(at([8, 128], U32), BlockSpec::new([8, 128], |[_i]| (0, 0)))
         .build()
         .expect("build");
-    let count = |fuse| {
-        let opts = InterpretOptions {
-            fuse,
-            ..Default::default()
-        };
-        tpu_kernel::runtime::interpret::plan_counts(call.ir(), &opts).expect("plan")
-    };
-    let (on, off) = (count(true), count(false));
+    let (on, off) = (
+        plan_counts_with(&call, true),
+        plan_counts_with(&call, false),
+    );
     assert_eq!(
         (on.load_halves, off.load_halves, on.word_halves),
         (1, 0, 2),
         "one load, both casts at it, fused only"
     );
-    let special: [u16; 12] = [
-        0x7F81, 0xFF81, 0x7FC0, 0xFFFF, 0x7FBF, 0x7F80, 0xFF80, 0x0001, 0x807F, 0x0000, 0x8000,
-        0x3F80,
-    ];
-    let mut state = 0x2545_f491u32;
-    let halves: Vec<u16> = (0..16 * 2 * 2 * 128)
-        .map(|i| {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            if i % 3 == 0 {
-                special[i / 3 % 12]
-            } else {
-                state as u16
-            }
-        })
+    let halves: Vec<u16> = words_with(16 * 2 * 2 * 128, |i| u32::from(SPECIAL_HALVES[i / 3 % 12]))
+        .into_iter()
+        .map(|w| w as u16)
         .collect();
     let data: Vec<bf16> = halves.iter().map(|&b| bf16::from_bits(b)).collect();
     let inputs = [HostArray::from_vec([16, 2, 2, 128], data).unwrap()];
@@ -1200,6 +1186,15 @@ fn words_stored_through_a_word_view_land_as_their_halves() {
 }
 
 /// `call`'s outputs on `inputs` with the plan's fast paths and without (`fuse: false`): equal.
+/// What the plan makes fire in `call`'s kernel, with the fast paths on or off.
+fn plan_counts_with(call: &PallasCall, fuse: bool) -> tpu_kernel::runtime::interpret::PlanCounts {
+    let opts = InterpretOptions {
+        fuse,
+        ..Default::default()
+    };
+    tpu_kernel::runtime::interpret::plan_counts(call.ir(), &opts).expect("plan")
+}
+
 fn assert_fused_is_plain(call: &PallasCall, inputs: &[HostArray]) {
     let run = |fuse| {
         let opts = InterpretOptions {

@@ -38,14 +38,7 @@ impl<'k> Machine<'k> {
         v: &RefView,
         halves: &[WordHalf],
     ) -> Result<Option<Vec<Tensor>>> {
-        let p = self.path_of_view(v);
-        let (shape, _) = p.result();
-        let starts = self.starts_in(op, w, 1, (&shape, &self.refs[v.r].label))?;
-        if !self.dma.idle() {
-            let extents: Vec<usize> = (0..w.sizes.len()).map(|d| w.extent(d)).collect();
-            let reach = self.view_window(v, &starts, (&extents, &w.squeezed));
-            self.check_dma_access(&reach, false)?;
-        }
+        let (p, starts) = self.view_access_start(op, w, v, false)?;
         let base = self.contents(v.r)?;
         if p.result().1 != DType::U32 || forward_for_free(&base, &p)?.is_some() {
             return Ok(None);

@@ -4,6 +4,7 @@
 use super::dma::Flags;
 use super::*;
 use crate::semantics::refs::{access_out_of_bounds, Access};
+use crate::semantics::views::ViewPath;
 
 impl<'k> Machine<'k> {
     /// Window starts with dynamic ones read from the op's operands, bounds-checked against the ref.
@@ -15,6 +16,28 @@ impl<'k> Machine<'k> {
         r: usize,
     ) -> Result<Vec<usize>> {
         self.starts_in(op, w, dyn_first, (&self.refs[r].shape, &self.refs[r].label))
+    }
+
+    /// View `v`'s path and the starts of window `w` of a load (`write` false) or store of it:
+    /// bounds-checked against the view, raced against the copies in flight over the box of the ref
+    /// it reaches.
+    pub(super) fn view_access_start(
+        &self,
+        op: &Op,
+        w: &Window,
+        v: &RefView,
+        write: bool,
+    ) -> Result<(ViewPath, Vec<usize>)> {
+        let p = self.path_of_view(v);
+        let (shape, _) = p.result();
+        let dyn_first = if write { 2 } else { 1 };
+        let starts = self.starts_in(op, w, dyn_first, (&shape, &self.refs[v.r].label))?;
+        if !self.dma.idle() {
+            let extents: Vec<usize> = (0..w.sizes.len()).map(|d| w.extent(d)).collect();
+            let reach = self.view_window(v, &starts, (&extents, &w.squeezed));
+            self.check_dma_access(&reach, write)?;
+        }
+        Ok((p, starts))
     }
 
     /// Window starts as [`Self::starts`], checked against `shape` (a view's) and named by `label`.

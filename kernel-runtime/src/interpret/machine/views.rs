@@ -291,14 +291,7 @@ impl<'k> Machine<'k> {
     /// A load of window `w` of view `v`: bounds-checked against the view, raced against the copies
     /// in flight over the box of the ref it reaches.
     pub(super) fn load_view(&self, op: &Op, w: &Window, v: &RefView) -> Result<Tensor> {
-        let p = self.path_of_view(v);
-        let (shape, _) = p.result();
-        let starts = self.starts_in(op, w, 1, (&shape, &self.refs[v.r].label))?;
-        if !self.dma.idle() {
-            let extents: Vec<usize> = (0..w.sizes.len()).map(|d| w.extent(d)).collect();
-            let reach = self.view_window(v, &starts, (&extents, &w.squeezed));
-            self.check_dma_access(&reach, false)?;
-        }
+        let (p, starts) = self.view_access_start(op, w, v, false)?;
         self.read_view(v.r, &p, (&starts, &w.sizes, &w.squeezed), &w.strides)
     }
 
@@ -320,14 +313,7 @@ impl<'k> Machine<'k> {
         } else {
             None
         };
-        let p = self.path_of_view(v);
-        let (shape, _) = p.result();
-        let starts = self.starts_in(op, w, 2, (&shape, &self.refs[v.r].label))?;
-        if !self.dma.idle() {
-            let extents: Vec<usize> = (0..w.sizes.len()).map(|d| w.extent(d)).collect();
-            let reach = self.view_window(v, &starts, (&extents, &w.squeezed));
-            self.check_dma_access(&reach, true)?;
-        }
+        let (p, starts) = self.view_access_start(op, w, v, true)?;
         let through = RefView::through(v.r, p);
         self.write_through_view(
             &through,
