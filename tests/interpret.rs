@@ -1185,7 +1185,6 @@ fn words_stored_through_a_word_view_land_as_their_halves() {
     }
 }
 
-/// `call`'s outputs on `inputs` with the plan's fast paths and without (`fuse: false`): equal.
 /// What the plan makes fire in `call`'s kernel, with the fast paths on or off.
 fn plan_counts_with(call: &PallasCall, fuse: bool) -> tpu_kernel::runtime::interpret::PlanCounts {
     let opts = InterpretOptions {
@@ -1195,6 +1194,7 @@ fn plan_counts_with(call: &PallasCall, fuse: bool) -> tpu_kernel::runtime::inter
     tpu_kernel::runtime::interpret::plan_counts(call.ir(), &opts).expect("plan")
 }
 
+/// `call`'s outputs on `inputs` with the plan's fast paths and without (`fuse: false`): equal.
 fn assert_fused_is_plain(call: &PallasCall, inputs: &[HostArray]) {
     let run = |fuse| {
         let opts = InterpretOptions {

@@ -443,11 +443,7 @@ pub(crate) fn cast(a: &Tensor, to: DType) -> Result<Tensor> {
 /// `cast<bf16>(bitcast<f32>(half(w)))` of u32 words `w` in one pass (the plan's `word_half`): the
 /// f32 bits the `shl`/`and` gives, rounded by the cast's own `bf16_from_f32`.
 pub(crate) fn word_half_to_bf16(w: &Tensor, half: WordHalf) -> Result<Tensor> {
-    map1(
-        w,
-        |x: u32| bf16_from_f32(f32::from_bits(half.f32_bits(x))),
-        &Sink::fresh(),
-    )
+    map1(w, |x: u32| half.to_bf16(x), &Sink::fresh())
 }
 
 pub(crate) fn cast_to(a: &Tensor, to: DType, sink: &Sink<'_>) -> Result<Tensor> {

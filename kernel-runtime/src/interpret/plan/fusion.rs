@@ -231,6 +231,22 @@ impl WordHalf {
             WordHalf::High => w & 0xFFFF_0000,
         }
     }
+
+    /// Where this half sits in its word: the shift of its lowest bit.
+    #[inline(always)]
+    pub(crate) fn shift(self) -> u32 {
+        match self {
+            WordHalf::Low => 0,
+            WordHalf::High => 16,
+        }
+    }
+
+    /// The word-half cast of word `w`: `cast<bf16>(bitcast<f32>(half(w)))`, rounded by the cast's own
+    /// `bf16_from_f32` (the definition both the word-half pass and the halves load compute).
+    #[inline(always)]
+    pub(crate) fn to_bf16(self, w: u32) -> half::bf16 {
+        crate::interpret::tensor::bf16_from_f32(f32::from_bits(self.f32_bits(w)))
+    }
 }
 
 /// `cast<bf16>(bitcast<f32>(w << 16))` and `cast<bf16>(bitcast<f32>(w & 0xFFFF0000))` of u32 words

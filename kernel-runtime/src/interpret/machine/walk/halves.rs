@@ -4,7 +4,6 @@
 
 use super::*;
 use crate::interpret::plan::WordHalf;
-use crate::interpret::tensor::bf16_from_f32;
 use half::bf16;
 
 /// The window's 32-bit words, as `segs` assemble them from a 16-bit `base`, split into the bf16
@@ -30,13 +29,9 @@ pub(in crate::interpret::machine) fn read_halves(
         halves
             .iter()
             .map(|&h| {
-                let lshift = match h {
-                    WordHalf::Low => 0,
-                    WordHalf::High => 16,
-                };
                 let mut out = crate::interpret::tensor::take_vec::<bf16>(n);
                 out.resize(n, bf16::from_bits(0));
-                copy_half(src, segs, full(lshift), &mut out)?;
+                copy_half(src, segs, h, &mut out)?;
                 Ok(HostData::BF16(out))
             })
             .collect::<Result<Vec<_>>>()
@@ -45,10 +40,12 @@ pub(in crate::interpret::machine) fn read_halves(
 }
 
 crate::interpret::simd::multiversion! {
-/// The elements of `src` the segments carrying `bits` place, into `out`, each as the word-half cast
-/// gives it: `cast<bf16>` of the f32 whose high half it is (the same bits, a NaN quieted).
-fn copy_half[](src: &[u16], segs: &[Segment], bits: Bits, out: &mut [bf16]) -> Result<()> {
-    let cast = |x: u16| bf16_from_f32(f32::from_bits(u32::from(x) << 16));
+/// The elements of `src` the segments carrying half `half` of each word place, into `out`, each as
+/// the word-half cast gives it (`WordHalf::to_bf16` of a word with the element in that half).
+fn copy_half[](src: &[u16], segs: &[Segment], half: WordHalf, out: &mut [bf16]) -> Result<()> {
+    let sh = half.shift();
+    let bits = Bits { rshift: 0, width: 16, lshift: sh };
+    let cast = |x: u16| half.to_bf16(u32::from(x) << sh);
     for s in segs.iter().filter(|s| s.bits == bits && s.len > 0) {
         if s.off + s.stride * (s.len - 1) >= src.len() || s.at + s.len > out.len() {
             return Err(internal("view read outside its ref"));
