@@ -171,6 +171,11 @@ fn every_path_gives_vdpbf16ps_bits() {
         (8, 32, 64),
         (17, 65, 300),
         (3, 5, 1),
+        // 4-row tiles (a decode step's query heads), whole and partial; transposed panels moved
+        // 16 pairs at a time, with pairs and an odd element left over.
+        (4, 64, 128),
+        (2, 40, 66),
+        (5, 32, 33),
     ] {
         let av: Vec<bf16> = (0..m * k).map(|_| element(&mut state)).collect();
         let bv: Vec<bf16> = (0..k * n).map(|_| element(&mut state)).collect();
