@@ -362,26 +362,23 @@ impl DmaModel {
         self.sems.insert(sem, value - bytes);
         let credit = self.credit.entry(sem).or_insert(0);
         *credit += bytes;
-        let owed: i64 = self
-            .inflight
-            .iter()
-            .filter(|f| f.sem == sem)
-            .map(|f| f.bytes)
-            .sum();
+        let (mut owed, mut n) = (0, 0);
+        for f in self.inflight.iter().filter(|f| f.sem == sem) {
+            owed += f.bytes;
+            n += 1;
+        }
         if *credit < owed {
             return Ok(Vec::new());
         }
         *credit -= owed;
-        let mut done = Vec::new();
-        self.inflight.retain(|f| {
-            if f.sem != sem {
-                return true;
-            }
-            if !f.moved {
-                done.push(f.clone());
-            }
-            false
-        });
+        // Moved out, not cloned, into one allocation (a KV block's wait ends a copy per page; in a
+        // process whose heap XLA has fragmented, each `malloc` past the thread cache searches bins).
+        let mut done = Vec::with_capacity(n);
+        done.extend(
+            self.inflight
+                .extract_if(.., |f| f.sem == sem)
+                .filter(|f| !f.moved),
+        );
         Ok(done)
     }
 

@@ -30,7 +30,7 @@ struct Fork<'k> {
 
 impl<'k> Fork<'k> {
     fn machine(&self) -> Machine<'k> {
-        let mut env = vec![None; self.values];
+        let mut env = value_table(self.values);
         for (v, value) in &self.free {
             env[*v] = Some(value.clone());
         }
