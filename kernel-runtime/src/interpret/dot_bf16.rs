@@ -96,11 +96,10 @@ pub(crate) fn gemm(
             };
             // A block of at most 4 rows (a decode step's query heads) runs the 4-row tile: the
             // same sums, half the work of an 8-row tile padded with zero rows.
-            let rows = if mr <= MR / 2 { MR / 2 } else { MR };
-            let tile_fn = if rows == MR {
-                tile_rows::<MR>
+            let (rows, tile_fn) = if mr <= MR / 2 {
+                (MR / 2, tile_rows::<{ MR / 2 }> as TileFn)
             } else {
-                tile_rows::<{ MR / 2 }>
+                (MR, tile_rows::<MR> as TileFn)
             };
             if mr == rows && nc == NR {
                 // SAFETY: the CPU has avx512f + avx512bf16 (`available`); `a_at` reaches `rows`
@@ -125,6 +124,9 @@ pub(crate) fn gemm(
         }
     }
 }
+
+/// [`tile_rows`] at one row count.
+type TileFn = unsafe fn(usize, ARef, *const u16, *mut f32, usize, bool);
 
 /// Where an 8-row block of A's pairs is: u32 `(row i, pair p)` at `ptr + i·row_stride + p·pair_stride`.
 #[derive(Clone, Copy)]
@@ -171,15 +173,18 @@ fn pack_b_panel(k: usize, kp: usize, j0: usize, nc: usize, b: View<'_>, out: &mu
         // register transpose; the rest (a partial panel, the pairs past the last 16, an odd k's
         // last element) one pair per u32 written.
         let simd_pairs = if nc == NR { k / 2 / 16 * 16 } else { 0 };
-        for half in (0..NR / 16).filter(|_| simd_pairs > 0) {
-            let cols: [&[bf16]; 16] =
-                std::array::from_fn(|r| &b.data[b.off + (j0 + half * 16 + r) * b.cs..][..k]);
-            for p0 in (0..simd_pairs).step_by(16) {
-                let from = cols.map(|col| col[2 * p0..2 * p0 + 32].as_ptr().cast::<u32>());
-                let to = &mut out[p0 * NR + half * 16..(p0 + 15) * NR + half * 16 + 16];
-                // SAFETY: `available()` (avx512f); each `from` reaches 16 u32 (32 bf16 of its
-                // column, checked by the slices), `to` 16 rows of 16 u32 at stride NR (checked).
-                unsafe { transpose_16x16(from, to.as_mut_ptr(), NR) };
+        // (Only whole panels: a partial one's missing columns have no slices.)
+        if simd_pairs > 0 {
+            for half in 0..NR / 16 {
+                let cols: [&[bf16]; 16] =
+                    std::array::from_fn(|r| &b.data[b.off + (j0 + half * 16 + r) * b.cs..][..k]);
+                for p0 in (0..simd_pairs).step_by(16) {
+                    let from = cols.map(|col| col[2 * p0..2 * p0 + 32].as_ptr().cast::<u32>());
+                    let to = &mut out[p0 * NR + half * 16..(p0 + 15) * NR + half * 16 + 16];
+                    // SAFETY: `available()` (avx512f); each `from` reaches 16 u32 (32 bf16 of its
+                    // column, checked by the slices), `to` 16 rows of 16 u32 at stride NR (checked).
+                    unsafe { transpose_16x16(from, to.as_mut_ptr(), NR) };
+                }
             }
         }
         for jj in 0..NR {

@@ -104,7 +104,8 @@ impl Drop for Machine<'_> {
         }
         let mut env = std::mem::take(&mut self.env);
         env.clear();
-        SPARE_ENV.set(env);
+        // (Not during the thread's own teardown, when its locals are gone.)
+        let _ = SPARE_ENV.try_with(|spare| spare.set(env));
     }
 }
 
@@ -119,7 +120,7 @@ thread_local! {
 /// allocation that size searches malloc's bins (measured: `_int_malloc` 1.3% → 6.6% of the JAX op's
 /// samples once tpu-inference's reference had been compiled in the process).
 pub(super) fn value_table(n: usize) -> Vec<Option<Value>> {
-    let mut env = SPARE_ENV.take();
+    let mut env = SPARE_ENV.try_with(|spare| spare.take()).unwrap_or_default();
     env.clear();
     env.resize(n, None);
     env
