@@ -3,9 +3,11 @@
 //! `tests/ui/*.rs` are the cases (one mistake each); the `.stderr` next to each is the expected rustc output.
 //! Regenerate after an intended message change with `TRYBUILD=overwrite cargo test --test compile_fail`
 //! and read the diff. The toolchain is pinned (`rust-toolchain.toml`) so the output is stable.
+//! `tests/ui_pass/*.rs` are their counterparts that must compile (the fix a message or doc suggests).
 
 #[test]
 fn compile_fail() {
     let t = trybuild::TestCases::new();
     t.compile_fail("tests/ui/*.rs");
+    t.pass("tests/ui_pass/*.rs");
 }

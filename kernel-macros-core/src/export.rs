@@ -593,10 +593,12 @@ struct LibraryArgs {
     kernels: Vec<Path>,
     /// Host functions, each exported under its Rust name.
     host: Vec<Path>,
+    /// Whether the library declares tpu-kernel's allocator as its `#[global_allocator]` (the default;
+    /// `allocator = system` leaves the crate's global allocator to the crate).
+    own_allocator: bool,
 }
 
-const LIBRARY_USAGE: &str =
-    "`export_library!(\"my_kernels\", [module::kernel_a, kernel_b], host = [module::helper])` (`host` optional)";
+const LIBRARY_USAGE: &str = "`export_library!(\"my_kernels\", [module::kernel_a, kernel_b], host = [module::helper], allocator = system)` (`host` and `allocator` optional)";
 
 fn paths(input: ParseStream) -> syn::Result<Vec<Path>> {
     let content;
@@ -611,28 +613,56 @@ impl Parse for LibraryArgs {
         let name: LitStr = input.parse()?;
         input.parse::<Token![,]>()?;
         let kernels = paths(input)?;
-        let mut host = Vec::new();
-        if !input.is_empty() {
+        let mut host = None;
+        let mut allocator: Option<Ident> = None;
+        while !input.is_empty() {
             input.parse::<Token![,]>()?;
-        }
-        if !input.is_empty() {
+            if input.is_empty() {
+                break;
+            }
             let key: Ident = input.parse()?;
-            if key != "host" {
+            let seen = match key.to_string().as_str() {
+                "host" => host.is_some(),
+                "allocator" => allocator.is_some(),
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        &key,
+                        format!(
+                            "unknown argument `{key}`: after the kernels, only `host = [..]` (host functions) \
+                             and `allocator = mimalloc | system` (the library's global allocator)"
+                        ),
+                    ))
+                }
+            };
+            if seen {
                 return Err(syn::Error::new_spanned(
                     &key,
-                    format!("unknown argument `{key}`: after the kernels, only `host = [..]` (host functions)"),
+                    format!("`{key}` is given twice"),
                 ));
             }
             input.parse::<Token![=]>()?;
-            host = paths(input)?;
-            if !input.is_empty() {
-                input.parse::<Token![,]>()?;
+            if key == "host" {
+                host = Some(paths(input)?);
+            } else {
+                let value: Ident = input.parse()?;
+                if value != "mimalloc" && value != "system" {
+                    return Err(syn::Error::new_spanned(
+                        &value,
+                        format!(
+                            "unknown allocator `{value}`: `mimalloc` (the default: the library's own heap) \
+                             or `system` (declare none: the crate's own `#[global_allocator]`, else the \
+                             process's `malloc`)"
+                        ),
+                    ));
+                }
+                allocator = Some(value);
             }
         }
         Ok(LibraryArgs {
             name,
             kernels,
-            host,
+            host: host.unwrap_or_default(),
+            own_allocator: allocator.is_none_or(|a| a == "mimalloc"),
         })
     }
 }
@@ -665,7 +695,17 @@ pub(crate) fn export_library(input: TokenStream2) -> TokenStream2 {
         quote_spanned!(path.span()=> #p::HostExport::new(#name, #path))
     });
     let lit = &args.name;
+    // The library's own heap (kernel_runtime::export::KernelAllocator says why), spanned at the
+    // library's name so a crate that declares its own allocator is pointed at this call.
+    let allocator = args.own_allocator.then(|| {
+        quote_spanned! {lit.span()=>
+            #[global_allocator]
+            static __TPU_KERNEL_ALLOCATOR: #p::KernelAllocator = #p::KernelAllocator;
+        }
+    });
     quote! {
+        #allocator
+
         #[doc(hidden)]
         fn __tpu_kernel_library() -> &'static #p::Library {
             static LIBRARY: ::std::sync::OnceLock<#p::Library> = ::std::sync::OnceLock::new();

@@ -1084,6 +1084,37 @@ fn export_library_lists_kernels_and_host_functions_by_their_names() {
 }
 
 #[test]
+fn export_library_declares_its_own_allocator_unless_told_system() {
+    let declared = "#[global_allocator]static__TPU_KERNEL_ALLOCATOR:::tpu_kernel::__private::export::KernelAllocator=::tpu_kernel::__private::export::KernelAllocator;";
+    for input in [
+        quote!("lib", [add]),
+        quote!("lib", [add], allocator = mimalloc),
+        quote!("lib", [add], allocator = mimalloc, host = [helper]),
+    ] {
+        let out = library(input);
+        assert_contains(&out, declared);
+        assert!(!out.contains("compile_error"), "{out}");
+    }
+    for input in [
+        quote!("lib", [add], allocator = system),
+        quote!("lib", [add], allocator = system, host = [helper],),
+        quote!("lib", [add], host = [helper], allocator = system),
+    ] {
+        let out = library(input);
+        assert!(
+            !out.contains("global_allocator") && !out.contains("compile_error"),
+            "{out}"
+        );
+        assert_contains(&out, "pubextern\"C\"fntpu_kernel_abi_version()");
+    }
+    // Either order of the two keys, the host functions kept.
+    assert_contains(
+        &library(quote!("lib", [add], allocator = system, host = [helper])),
+        ".with_host(::std::vec![::tpu_kernel::__private::export::HostExport::new(\"helper\", helper)])",
+    );
+}
+
+#[test]
 fn export_library_mistakes_name_the_usage() {
     let out = library(quote!("lib", [add], hots = [f]));
     assert!(
@@ -1093,6 +1124,23 @@ fn export_library_mistakes_name_the_usage() {
     let out = library(quote!("lib", [add], host = f));
     assert!(
         out.contains("compile_error") && out.contains("host=[module::helper]"),
+        "{out}"
+    );
+    let out = library(quote!("lib", [add], allocator = jemalloc));
+    assert!(
+        out.contains("compile_error")
+            && out.contains("unknownallocator`jemalloc`:`mimalloc`")
+            && out.contains("or`system`"),
+        "{out}"
+    );
+    let out = library(quote!("lib", [add], allocator = system, allocator = system));
+    assert!(
+        out.contains("compile_error") && out.contains("`allocator`isgiventwice"),
+        "{out}"
+    );
+    let out = library(quote!("lib", [add], host = [f], host = [g]));
+    assert!(
+        out.contains("compile_error") && out.contains("`host`isgiventwice"),
         "{out}"
     );
 }

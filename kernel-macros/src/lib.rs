@@ -46,6 +46,11 @@ pub fn export(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// functions and, optionally, host functions (plain `fn(..) -> Result<_, KernelError>` a caller
 /// runs on the host, e.g. metadata for a launch):
 /// `export_library!("my_kernels", [module::kernel_a, kernel_b], host = [module::helper]);`.
+///
+/// The library also declares its `#[global_allocator]`: mimalloc, a heap of its own, so the
+/// interpreter's allocations do not go through the host process's `malloc` (whose heap XLA's
+/// compiles fragment). `allocator = system` declares none, for a crate with its own
+/// `#[global_allocator]` (two in one crate do not compile) or one that wants the process's `malloc`.
 #[proc_macro]
 pub fn export_library(input: TokenStream) -> TokenStream {
     kernel_macros_core::export_library(input.into()).into()
