@@ -303,9 +303,10 @@ impl<'k> Machine<'k> {
 
     fn free(&mut self, ids: &[ValueId]) {
         for v in ids {
-            if let Some(Value::T(t)) = self.env[v.0 as usize].take() {
-                recycle(t);
+            if let Some(Value::T(t)) = &mut self.env[v.0 as usize] {
+                super::tensor::recycle_in(t);
             }
+            self.env[v.0 as usize] = None;
         }
     }
 
