@@ -291,4 +291,6 @@ fn warm_threads_for_helgrind() {
     assert_eq!(lib.stats.ffi_builds.load(Ordering::Relaxed), SIGNATURES);
     let calls = calls_per_thread().min(50);
     assert_eq!(stress(&lib, &ops, calls), 0, "a warm index builds nothing");
+    // Each built kernel was planned at its first call, and only then.
+    assert_eq!(lib.stats.plans.load(Ordering::Relaxed), SIGNATURES);
 }

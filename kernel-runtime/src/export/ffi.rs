@@ -15,8 +15,8 @@ use super::{Built, Library, Request};
 use crate::dtype::{i4, int4, DType};
 use crate::error::panic_message;
 use crate::error::{kerr, Result};
-use crate::interpret::{interpret_into, ArrayView, ArrayViewMut, InterpretOptions};
 use crate::interpret::{interpret_into_launch, LaunchKey};
+use crate::interpret::{interpret_into_prepared, ArrayView, ArrayViewMut, InterpretOptions};
 use crate::launch::ArrayType;
 use crate::target::Executor;
 use std::ffi::{c_char, c_int, c_void, CString};
@@ -406,11 +406,13 @@ unsafe fn handle_frame(lib: &Library, frame: &mut CallFrame) -> Result<()> {
                 key,
             )?;
         } else {
-            interpret_into(
+            let options = InterpretOptions::default();
+            interpret_into_prepared(
                 &built.call.kernel,
+                built.prepared(&options, &lib.stats),
                 &views,
                 &mut outs,
-                &InterpretOptions::default(),
+                &options,
             )?;
         }
         drop(outs);

@@ -182,9 +182,23 @@ pub struct Built {
     /// (the shapes come with the buffers).
     pub ffi_request: String,
     backend_config: OnceLock<Result<String>>,
+    /// The interpreter's plan of the kernel (made at its first CPU call).
+    prepared: OnceLock<crate::interpret::Prepared>,
 }
 
 impl Built {
+    /// The interpreter's plan of the kernel under `options`, made once.
+    pub(crate) fn prepared(
+        &self,
+        options: &crate::interpret::InterpretOptions,
+        stats: &Stats,
+    ) -> &crate::interpret::Prepared {
+        self.prepared.get_or_init(|| {
+            stats.plans.fetch_add(1, Ordering::Relaxed);
+            crate::interpret::Prepared::new(&self.call.kernel, options)
+        })
+    }
+
     /// The `tpu_custom_call` backend_config (lowered, verified and serialized once).
     pub fn backend_config(&self, stats: &Stats) -> Result<String> {
         self.backend_config
@@ -202,6 +216,8 @@ pub struct Stats {
     pub builds: AtomicU64,
     pub lowerings: AtomicU64,
     pub ffi_builds: AtomicU64,
+    /// Interpreter plans made for built kernels (one per built kernel, at its first CPU call).
+    pub plans: AtomicU64,
 }
 
 /// What a request asks to build.
@@ -528,6 +544,7 @@ impl Library {
             outputs,
             ffi_request,
             backend_config: OnceLock::new(),
+            prepared: OnceLock::new(),
         });
         self.lock().insert(key, Arc::clone(&built));
         Ok(built)
@@ -573,6 +590,7 @@ impl Library {
                     "builds": self.stats.builds.load(Ordering::Relaxed),
                     "lowerings": self.stats.lowerings.load(Ordering::Relaxed),
                     "ffi_builds": self.stats.ffi_builds.load(Ordering::Relaxed),
+                    "plans": self.stats.plans.load(Ordering::Relaxed),
                 })),
                 "host" => {
                     // `{"function": name, "args": [..]}`

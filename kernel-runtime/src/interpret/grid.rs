@@ -101,7 +101,7 @@ pub(crate) fn run(
                 .ok_or_else(|| internal("output capacity"))
         })
         .collect::<Result<_>>()?;
-    execute(k, &inputs, &targets, opts)?;
+    execute(k, &inputs, &targets, opts, None)?;
     drop(targets);
     Ok(outputs
         .into_iter()
@@ -122,6 +122,7 @@ pub(crate) fn run_into(
     inputs: &[ArrayView<'_>],
     outputs: &mut [ArrayViewMut<'_>],
     opts: &InterpretOptions,
+    prepared: Option<&super::Prepared>,
 ) -> Result<()> {
     check_arrays(
         k,
@@ -177,7 +178,7 @@ pub(crate) fn run_into(
             t.ptr()
         )));
     }
-    execute(k, &inputs, outputs, opts)
+    execute(k, &inputs, outputs, opts, prepared)
 }
 
 /// `input_output_aliases`: copy each aliased input into its output (which the kernel then updates in
@@ -319,6 +320,7 @@ fn execute(
     inputs: &[Input],
     targets: &[ArrayViewMut<'_>],
     opts: &InterpretOptions,
+    prepared: Option<&super::Prepared>,
 ) -> Result<()> {
     let (_running, threads) = Running::enter();
     // Kernels that never mix rows run over larger row bands (same bits, see `coalesce`).
@@ -326,6 +328,15 @@ fn execute(
         super::coalesce::coalesce(k, threads).or_else(|| super::coalesce::coalesce_rows(k, threads))
     } else {
         None
+    };
+    // The kernel's own plan when it was prepared (and not coalesced here), else planned now.
+    let planned;
+    let plan = match prepared.filter(|p| coalesced.is_none() && p.fuse == opts.fuse) {
+        Some(p) => &p.plan,
+        None => {
+            planned = plan(&coalesced.as_ref().unwrap_or(k).body, opts.fuse);
+            &planned
+        }
     };
     let k = coalesced.as_ref().unwrap_or(k);
     let aliased_inputs;
@@ -381,7 +392,7 @@ fn execute(
             .collect(),
         inputs,
         sinks: &sinks,
-        plan: plan(&k.body, opts.fuse),
+        plan,
         poison: opts.poison_uninitialized,
         dma_seed: opts.dma_seed,
     };

@@ -436,7 +436,7 @@ pub(crate) fn interpret_into_launch(
         ..options.clone()
     };
     let r = run_device(&fabric, d, || {
-        super::grid::run_into(kernel, inputs, outputs, &opts)
+        super::grid::run_into(kernel, inputs, outputs, &opts, None)
     });
     LAUNCHES
         .lock()

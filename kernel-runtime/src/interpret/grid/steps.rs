@@ -54,7 +54,7 @@ impl BlockEngine for Chunk<'_, '_> {
     }
 
     fn step(&mut self, point: &[i64]) -> Result<()> {
-        self.m.step(&self.runner.plan, point)
+        self.m.step(self.runner.plan, point)
     }
 
     fn cross(&mut self, point: &[i64], axis: usize) -> Result<()> {
@@ -74,7 +74,7 @@ pub(super) struct Runner<'a> {
     pub(super) maps: Vec<Option<IndexMap<'a>>>,
     pub(super) inputs: &'a [Input],
     pub(super) sinks: &'a [Sink],
-    pub(super) plan: Plan,
+    pub(super) plan: &'a Plan,
     pub(super) poison: bool,
     /// Seed of the DMA completion points (`InterpretOptions::dma_seed`).
     pub(super) dma_seed: Option<u64>,
