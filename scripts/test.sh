@@ -10,6 +10,10 @@ phase() { echo "== ($((SECONDS - phase_start)) s so far) $*"; }
 
 scripts/setup.sh --python
 
+# No incremental caches: a CI build runs once, and their 3 GB of target/debug/incremental counted
+# against the disk (a run once failed with "No space left on device").
+export CARGO_INCREMENTAL=0
+
 phase "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The same crates as a kernel crate builds them: default features, no MLIR (the cfg'd-out paths).

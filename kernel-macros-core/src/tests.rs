@@ -716,7 +716,7 @@ fn reject_bad_lets_and_items() {
 #[test]
 fn methods_are_left_to_rustc() {
     // No hand-kept method list: an unknown method (`x.lod()`) is rustc's E0599 at the user's token,
-    // with its "similar name" hint (tests/ui/unknown_method.stderr), not a second macro error.
+    // with its "similar name" hint (tests/compile-fail/ui/unknown_method.stderr), not a second macro error.
     assert_eq!(
         body_errors(quote!(let y = x.lod(); let z = x.frobnicate(); let w = shape.iter().count();)),
         Vec::<String>::new()
