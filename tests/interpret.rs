@@ -1136,6 +1136,90 @@ fn halves_read_through_a_word_view_match_the_unfused_ops_bit_for_bit() {
     }
 }
 
+/// Attention over the keys and values of a packed bf16 block `[tokens, rows, 2, D]` read through its
+/// 32-bit view (kv head 1 of two, as the ragged paged attention example reads a KV chunk): the keys
+/// straight into `q kᵀ`, the values masked past token 12 by a `select`, then `p v`.
+#[tpu_kernel]
+fn view_halves_dot_kernel(
+    q: Ref<bf16>,
+    p: Ref<bf16>,
+    kv: Ref<bf16>,
+    s: RefMut<f32>,
+    o: RefMut<f32>,
+) {
+    let words = kv
+        .bitcast::<u32>()
+        .reshape([32, 128])
+        .at(ds(1, 16).stride(2))
+        .load();
+    let k = (words << 16u32).bitcast::<f32>().cast::<bf16>();
+    let v = (words & 0xFFFF_0000u32).bitcast::<f32>().cast::<bf16>();
+    s.store(dot_nt(q.load(), k));
+    let v = select(iota::<i32>([16, 128], 0) < 12, v, zeros_like(v));
+    o.store(dot(p.load(), v));
+}
+
+/// Keys and values that reach only `dot`s (the values through a `select`) are read in place from the
+/// ref's bf16 rows, not copied through the word-half cast (`PlanCounts::halves_in_place`): the unfused
+/// ops' bits all the same, with signaling NaNs (which the cast quiets and the `dot` quiets alike),
+/// quiet NaNs, infinities and subnormals among the keys and values, and a NaN in the masked rows.
+#[test]
+fn halves_read_in_place_for_dots_give_the_unfused_bits() {
+    let call = pallas_call(view_halves_dot_kernel)
+        .grid([1])
+        .input(at([8, 128], BF16), BlockSpec::new([8, 128], |[_i]| (0, 0)))
+        .input(at([8, 16], BF16), BlockSpec::new([8, 16], |[_i]| (0, 0)))
+        .input(
+            at([16, 2, 2, 128], BF16),
+            BlockSpec::new([16, 2, 2, 128], |[_i]| (0, 0, 0, 0)),
+        )
+        .output(at([8, 16], F32), BlockSpec::new([8, 16], |[_i]| (0, 0)))
+        .output(at([8, 128], F32), BlockSpec::new([8, 128], |[_i]| (0, 0)))
+        .build()
+        .expect("build");
+    let (on, off) = (
+        plan_counts_with(&call, true),
+        plan_counts_with(&call, false),
+    );
+    assert_eq!(
+        (on.load_halves, on.halves_in_place, off.halves_in_place),
+        (1, 2, 0),
+        "both halves in place, fused only"
+    );
+    let small = |n: usize, seed: u32| -> Vec<bf16> {
+        words_with(n, |_| 0x3F80)
+            .into_iter()
+            .map(|w| bf16::from_f32(((w ^ seed) % 64) as f32 / 32.0 - 1.0))
+            .collect()
+    };
+    for pick in [|i: usize| i / 3 % 12, |i: usize| (i / 7 + 5) % 12] {
+        // Specials at every third element of the keys and values, spread over the rows.
+        let kv: Vec<bf16> = words_with(16 * 2 * 2 * 128, |i| u32::from(SPECIAL_HALVES[pick(i)]))
+            .into_iter()
+            .map(|w| bf16::from_bits(w as u16))
+            .collect();
+        let inputs = [
+            HostArray::from_vec([8, 128], small(8 * 128, 7)).unwrap(),
+            HostArray::from_vec([8, 16], small(8 * 16, 11)).unwrap(),
+            HostArray::from_vec([16, 2, 2, 128], kv).unwrap(),
+        ];
+        assert_fused_is_plain(&call, &inputs);
+    }
+    // A block with no specials gives ordinary numbers, so the comparison above is not of NaNs alone.
+    let inputs = [
+        HostArray::from_vec([8, 128], small(8 * 128, 7)).unwrap(),
+        HostArray::from_vec([8, 16], small(8 * 16, 11)).unwrap(),
+        HostArray::from_vec([16, 2, 2, 128], small(16 * 2 * 2 * 128, 3)).unwrap(),
+    ];
+    assert_fused_is_plain(&call, &inputs);
+    let out = call.interpret(&inputs).expect("runs");
+    assert!(out[0]
+        .as_slice::<f32>()
+        .unwrap()
+        .iter()
+        .all(|x| x.is_finite()));
+}
+
 /// Words stored through a 32-bit view of a bf16 block `[tokens, rows, 2, D]` (how the ragged paged
 /// attention example stores a head's output rows): each word's low half is element 0 of its pair.
 #[tpu_kernel]

@@ -55,6 +55,9 @@ fn the_examples_fast_paths_fire() {
         rpa.load_halves >= 1 && rpa.load_halves * 2 == rpa.word_halves,
         "{rpa:?}"
     );
+    // ... and both halves reach only the `dot`s (the values through the mask's `select`): read in
+    // place from the landed rows, not copied.
+    assert_eq!(rpa.halves_in_place, rpa.word_halves, "{rpa:?}");
 
     // The production kernels: each accumulator (f32 for the bf16 dots, i32 for i8 x i8) is updated in
     // place, and the output-stationary grids run in parallel chunks — grouped_matmul's too, whose

@@ -4,7 +4,7 @@
 
 use super::elementwise::{self, with_dtype, RawDest, Sink};
 use super::fused;
-use super::plan::{Chain, Plan, WordHalf};
+use super::plan::{Chain, HalfCast, Plan, WordHalf};
 use super::reduce::reduce;
 use super::tensor::{for_each_row, internal, recycle, row_major_strides, Buf, Dims, Tensor};
 use crate::dtype::{DType, Literal};
@@ -234,8 +234,8 @@ impl<'k> Machine<'k> {
             if let Some(halves) = &plan.load_halves[i] {
                 // The load's words are only split into halves: the casts' results, made here.
                 let ts = self.load_halves(op, halves).map_err(|e| e.at(op.loc))?;
-                for (&(j, _), t) in halves.iter().zip(ts) {
-                    let id = r.ops[j]
+                for (c, t) in halves.iter().zip(ts) {
+                    let id = r.ops[c.op]
                         .results
                         .first()
                         .ok_or_else(|| internal("a cast without a result").at(op.loc))?;

@@ -8,21 +8,21 @@ use super::*;
 impl<'k> Machine<'k> {
     /// A load whose words are used only by word-half casts (the plan's `load_halves`): each cast's
     /// bf16 result, read straight from the ref's 16-bit rows where the load reads through a view
-    /// that assembles each word from two of them, else split from the loaded words.
-    pub(super) fn load_halves(&self, op: &Op, halves: &[(usize, WordHalf)]) -> Result<Vec<Tensor>> {
+    /// that assembles each word from two of them (or, for a `dot` factor, those rows themselves when
+    /// they are evenly spaced), else split from the loaded words.
+    pub(super) fn load_halves(&self, op: &Op, halves: &[HalfCast]) -> Result<Vec<Tensor>> {
         let OpKind::Load(w) = &op.kind else {
             return Err(internal("load_halves at an op that is not a load"));
         };
-        let halves: Vec<WordHalf> = halves.iter().map(|&(_, h)| h).collect();
         if let Some(Some(Value::View(v))) = self.env.get(op.operands[0].0 as usize) {
-            if let Some(ts) = self.load_view_halves(op, w, v, &halves)? {
+            if let Some(ts) = self.load_view_halves(op, w, v, halves)? {
                 return Ok(ts);
             }
         }
         let words = self.load(op, w)?;
         let out = halves
             .iter()
-            .map(|&h| elementwise::word_half_to_bf16(&words, h))
+            .map(|c| elementwise::word_half_to_bf16(&words, c.half))
             .collect();
         recycle(words);
         out
@@ -36,7 +36,7 @@ impl<'k> Machine<'k> {
         op: &Op,
         w: &Window,
         v: &RefView,
-        halves: &[WordHalf],
+        halves: &[HalfCast],
     ) -> Result<Option<Vec<Tensor>>> {
         let (p, starts) = self.view_access_start(op, w, v, false)?;
         let base = self.contents(v.r)?;
@@ -49,11 +49,6 @@ impl<'k> Machine<'k> {
         let segs = self
             .segments
             .window(&p, (&base.strides, base.offset), window, &w.strides)?;
-        Ok(walk::read_halves(&base, &segs, n, halves)?.map(|parts| {
-            parts
-                .into_iter()
-                .map(|d| Tensor::from_data(&kept, d))
-                .collect()
-        }))
+        walk::read_halves(&base, &segs, &kept, n, halves)
     }
 }

@@ -31,7 +31,14 @@ impl Plan {
             if let Some(halves) = &self.load_halves[i] {
                 let casts: Vec<String> = halves
                     .iter()
-                    .map(|(j, h)| format!("op {j} ({h:?})"))
+                    .map(|c| {
+                        let place = if c.only_dot_factor {
+                            ", read in place"
+                        } else {
+                            ""
+                        };
+                        format!("op {} ({:?}{place})", c.op, c.half)
+                    })
                     .collect();
                 let _ = writeln!(
                     out,
@@ -110,6 +117,13 @@ impl Plan {
         c.folded += self.skip.iter().filter(|s| **s).count();
         c.word_halves += self.word_half.iter().flatten().count();
         c.load_halves += self.load_halves.iter().flatten().count();
+        c.halves_in_place += self
+            .load_halves
+            .iter()
+            .flatten()
+            .flatten()
+            .filter(|c| c.only_dot_factor)
+            .count();
         c.epilogues += self
             .chain
             .iter()
@@ -146,6 +160,9 @@ pub struct PlanCounts {
     /// Loads of packed words used only by such casts, read straight into the halves (the casts run at
     /// the load).
     pub load_halves: usize,
+    /// Of those casts, the ones whose results reach only `dot` factors: read as the ref's 16-bit rows
+    /// in place when they lie evenly spaced (no copy).
+    pub halves_in_place: usize,
 }
 
 fn link_label(l: &Link) -> String {

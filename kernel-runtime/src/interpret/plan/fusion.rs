@@ -314,14 +314,14 @@ pub(super) fn word_halves(
 /// straight from the ref's 16-bit rows into its bf16 array (`Machine::load_halves`) instead of
 /// assembling the words and splitting them again. Only where the load itself is not folded into a
 /// chain or sunk. The casts' results are what the word-half pass gives, so the bits are the unfused
-/// ops'. Returns, at each such load, its casts' op indices and halves.
+/// ops'. Returns, at each such load, its casts.
 pub(super) fn load_halves(
     r: &Region,
     all_uses: &HashMap<ValueId, usize>,
     word_half: &[Option<(ValueId, WordHalf)>],
     (skip, chain, sink_to): (&mut [bool], &[Option<Chain>], &[Option<ValueId>]),
     exec_at: &mut [usize],
-) -> Vec<Option<Vec<(usize, WordHalf)>>> {
+) -> Vec<Option<Vec<HalfCast>>> {
     let mut out = vec![None; r.ops.len()];
     let mut casts: HashMap<ValueId, Vec<(usize, WordHalf)>> = HashMap::new();
     for (j, h) in word_half.iter().enumerate() {
@@ -349,7 +349,56 @@ pub(super) fn load_halves(
             }
             skip[j] = true;
         }
-        out[i] = Some(list.clone());
+        let cast = |&(j, half): &(usize, WordHalf)| HalfCast {
+            op: j,
+            half,
+            only_dot_factor: r.ops[j]
+                .results
+                .first()
+                .is_some_and(|c| only_dot_factor(r, all_uses, *c)),
+        };
+        out[i] = Some(list.iter().map(cast).collect());
     }
     out
+}
+
+/// A word-half cast run at its load (see [`load_halves`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HalfCast {
+    /// The cast's op index.
+    pub op: usize,
+    pub half: WordHalf,
+    /// Every use of the cast's result is a factor of a `dot` of this region, directly or through
+    /// `select`s ([`only_dot_factor`]). The result may then be the ref's 16-bit elements in place
+    /// (`Machine::load_halves`) instead of their copy through the cast: the two differ only where an
+    /// element is a signaling NaN, which the cast quiets and a `dot` quiets alike
+    /// (`tests/interpret.rs::halves_read_in_place_for_dots_give_the_unfused_bits`).
+    pub only_dot_factor: bool,
+}
+
+/// Whether every use of `v` (`all_uses` counts them in the whole function) is, among `r`'s ops, a
+/// factor of a `dot` (never its accumulator) or a branch of a `select` whose result is again used only
+/// so: a signaling NaN in `v` reaches nothing but a `dot`, which quiets it.
+fn only_dot_factor(r: &Region, all_uses: &HashMap<ValueId, usize>, v: ValueId) -> bool {
+    let mut uses = 0;
+    for op in &r.ops {
+        for (k, _) in op.operands.iter().enumerate().filter(|(_, o)| **o == v) {
+            let ok = match op.kind {
+                OpKind::Dot { .. } => k < 2,
+                OpKind::Select => {
+                    k > 0
+                        && op
+                            .results
+                            .first()
+                            .is_some_and(|&s| s != v && only_dot_factor(r, all_uses, s))
+                }
+                _ => false,
+            };
+            if !ok {
+                return false;
+            }
+            uses += 1;
+        }
+    }
+    uses > 0 && all_uses.get(&v) == Some(&uses)
 }

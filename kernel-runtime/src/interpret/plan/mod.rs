@@ -24,8 +24,8 @@ use super::fused::{Epilogue, Link};
 use crate::ir::{Func, Op, OpKind, Region, ValueId};
 pub use describe::PlanCounts;
 use dots::{acc_dies_at, acc_in_place_ref};
-pub(crate) use fusion::WordHalf;
 use fusion::{defer_widening_casts, find_chains, word_halves};
+pub(crate) use fusion::{HalfCast, WordHalf};
 pub(crate) use split::SplitLoop;
 use std::collections::{HashMap, HashSet};
 
@@ -42,9 +42,9 @@ pub(crate) struct Plan {
     /// bf16 casts of a packed word's half (`fusion::word_halves`): the word operand and which half,
     /// at the cast (its `shl`/`and` and `bitcast` are skipped).
     pub(crate) word_half: Vec<Option<(ValueId, WordHalf)>>,
-    /// `load`s of 32-bit words used only by word-half casts (`fusion::load_halves`): the casts' op
-    /// indices and halves, run at the load (the casts are skipped).
-    pub(crate) load_halves: Vec<Option<Vec<(usize, WordHalf)>>>,
+    /// `load`s of 32-bit words used only by word-half casts (`fusion::load_halves`): the casts, run
+    /// at the load (the casts are skipped).
+    pub(crate) load_halves: Vec<Option<Vec<HalfCast>>>,
     /// `dot`s whose accumulator is a full load of a ref used only by the dot, and whose result is only
     /// stored whole into that same ref with no use of the ref in between: the ref (may accumulate in
     /// place into the ref's buffer).

@@ -3,20 +3,23 @@
 //! into words.
 
 use super::*;
-use crate::interpret::plan::WordHalf;
+use crate::interpret::plan::{HalfCast, WordHalf};
 use half::bf16;
 
 /// The window's 32-bit words, as `segs` assemble them from a 16-bit `base`, split into the bf16
 /// `halves` the word-half casts make of them (`cast<bf16>(bitcast<f32>(w << 16))` for the low half,
-/// `… (w & 0xFFFF0000)` for the high): each half copied from the elements that fill it, then rounded
-/// as the cast rounds. None unless `base` holds plain 16-bit elements and every segment carries one
-/// whole element into one half (anything else: the caller assembles the words).
+/// `… (w & 0xFFFF0000)` for the high), each of shape `kept` (`n` elements): each half copied from the
+/// elements that fill it, then rounded as the cast rounds — or, for a cast whose result is only a
+/// `dot` factor (through `select`s at most), a view of `base`'s bf16 rows in place ([`half_in_place`]). None unless `base` holds
+/// plain 16-bit elements and every segment carries one whole element into one half (anything else:
+/// the caller assembles the words).
 pub(in crate::interpret::machine) fn read_halves(
     base: &Tensor,
     segs: &[Segment],
+    kept: &[usize],
     n: usize,
-    halves: &[WordHalf],
-) -> Result<Option<Vec<HostData>>> {
+    halves: &[HalfCast],
+) -> Result<Option<Vec<Tensor>>> {
     with_dtype!(base.dtype, T => {
         if plain_width::<T>() != Some(16) {
             return Ok(None);
@@ -28,14 +31,82 @@ pub(in crate::interpret::machine) fn read_halves(
         let src: &[u16] = raw_bits::<T, u16>(base.data::<T>()?);
         halves
             .iter()
-            .map(|&h| {
+            .map(|c| {
+                if c.only_dot_factor {
+                    if let Some(t) = half_in_place(base, src.len(), segs, kept, c.half) {
+                        return Ok(t);
+                    }
+                }
                 let mut out = crate::interpret::tensor::take_vec::<bf16>(n);
                 out.resize(n, bf16::from_bits(0));
-                copy_half(src, segs, h, &mut out)?;
-                Ok(HostData::BF16(out))
+                copy_half(src, segs, c.half, &mut out)?;
+                Ok(Tensor::from_data(kept, HostData::BF16(out)))
             })
             .collect::<Result<Vec<_>>>()
             .map(Some)
+    })
+}
+
+/// Half `half` of the window as a view of `base`'s own buffer (`len` elements), no copy: when `base`
+/// is an interpreter-owned bf16 buffer (writes into it unshare it first, `Buf::make_mut`, so the view
+/// keeps what it read) and the segments carrying the half place whole rows of `kept` (its last
+/// dimension) at evenly spaced, increasing offsets. It differs from the cast's copy only in signaling
+/// NaNs, which the cast quiets: the plan offers it only for what reaches nothing but `dot` factors
+/// (`select`s pass a NaN on as it is), which quiet them alike.
+fn half_in_place(
+    base: &Tensor,
+    len: usize,
+    segs: &[Segment],
+    kept: &[usize],
+    half: WordHalf,
+) -> Option<Tensor> {
+    if base.dtype != DType::BF16 || !matches!(base.buf, Buf::Host(_)) {
+        return None;
+    }
+    let cols = *kept.last()?;
+    let rows = kept.iter().product::<usize>().checked_div(cols)?;
+    let bits = Bits {
+        rshift: 0,
+        width: 16,
+        lshift: half.shift(),
+    };
+    let mut row_at = vec![usize::MAX; rows];
+    for s in segs.iter().filter(|s| s.bits == bits && s.len > 0) {
+        if (s.stride != 1 && s.len > 1) || s.at % cols != 0 || s.len % cols != 0 {
+            return None;
+        }
+        if s.off + s.len > len || s.at / cols + s.len / cols > rows {
+            return None;
+        }
+        for t in 0..s.len / cols {
+            row_at[s.at / cols + t] = s.off + t * cols;
+        }
+    }
+    let first = *row_at.first()?;
+    let step = match row_at.get(1) {
+        Some(&second) => second.checked_sub(first)?,
+        None => cols,
+    };
+    let even = row_at
+        .iter()
+        .enumerate()
+        .all(|(r, &at)| at != usize::MAX && at == first + r * step);
+    if !even {
+        return None;
+    }
+    let mut strides: crate::interpret::tensor::Dims = smallvec::smallvec![1; kept.len()];
+    if kept.len() > 1 {
+        strides[kept.len() - 2] = step;
+        for d in (0..kept.len() - 2).rev() {
+            strides[d] = strides[d + 1] * kept[d + 1];
+        }
+    }
+    Some(Tensor {
+        dtype: DType::BF16,
+        shape: crate::interpret::tensor::Dims::from_slice(kept),
+        strides,
+        offset: first,
+        buf: base.buf.clone(),
     })
 }
 
