@@ -70,28 +70,28 @@ fn half_in_place(
         width: 16,
         lshift: half.shift(),
     };
-    let mut row_at = vec![usize::MAX; rows];
+    // The rows in order (segments of whole rows, in the order of the elements they place), each
+    // `step` past the one before; one pass, nothing allocated.
+    let (mut row, mut first, mut step) = (0, 0, cols);
     for s in segs.iter().filter(|s| s.bits == bits && s.len > 0) {
-        if (s.stride != 1 && s.len > 1) || s.at % cols != 0 || s.len % cols != 0 {
+        if (s.stride != 1 && s.len > 1) || s.at != row * cols || s.len % cols != 0 {
             return None;
         }
-        if s.off + s.len > len || s.at / cols + s.len / cols > rows {
+        if s.off + s.len > len || row + s.len / cols > rows {
             return None;
         }
         for t in 0..s.len / cols {
-            row_at[s.at / cols + t] = s.off + t * cols;
+            let at = s.off + t * cols;
+            match row {
+                0 => first = at,
+                1 => step = at.checked_sub(first)?,
+                _ if at != first + row * step => return None,
+                _ => {}
+            }
+            row += 1;
         }
     }
-    let first = *row_at.first()?;
-    let step = match row_at.get(1) {
-        Some(&second) => second.checked_sub(first)?,
-        None => cols,
-    };
-    let even = row_at
-        .iter()
-        .enumerate()
-        .all(|(r, &at)| at != usize::MAX && at == first + r * step);
-    if !even {
+    if row != rows {
         return None;
     }
     let mut strides: crate::interpret::tensor::Dims = smallvec::smallvec![1; kept.len()];
