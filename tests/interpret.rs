@@ -1093,20 +1093,19 @@ fn view_halves_kernel(kv: Ref<bf16>, k: RefMut<u32>, v: RefMut<u32>) {
 /// `[t, 1, 1, d]` as the cast gives it (a signalling NaN quieted) — on special and random halves.
 #[test]
 fn halves_read_through_a_word_view_match_the_unfused_ops_bit_for_bit() {
+    let [kv, lo, hi] = [
+        whole([16, 2, 2, 128], BF16),
+        whole([8, 128], U32),
+        whole([8, 128], U32),
+    ];
     let call = pallas_call(view_halves_kernel)
         .grid([1])
-        .input(
-            at([16, 2, 2, 128], BF16),
-            BlockSpec::new([16, 2, 2, 128], |[_i]| (0, 0, 0, 0)),
-        )
-        .output(at([8, 128], U32), BlockSpec::new([8, 128], |[_i]| (0, 0)))
-        .output(at([8, 128], U32), BlockSpec::new([8, 128], |[_i]| (0, 0)))
+        .input(kv.0, kv.1)
+        .output(lo.0, lo.1)
+        .output(hi.0, hi.1)
         .build()
         .expect("build");
-    let (on, off) = (
-        plan_counts_with(&call, true),
-        plan_counts_with(&call, false),
-    );
+    let (on, off) = counts_on_off(&call);
     assert_eq!(
         (on.load_halves, off.load_halves, on.word_halves),
         (1, 0, 2),
@@ -1165,22 +1164,23 @@ fn view_halves_dot_kernel(
 /// quiet NaNs, infinities and subnormals among the keys and values, and a NaN in the masked rows.
 #[test]
 fn halves_read_in_place_for_dots_give_the_unfused_bits() {
+    let [q, p, kv, s, o] = [
+        whole([8, 128], BF16),
+        whole([8, 16], BF16),
+        whole([16, 2, 2, 128], BF16),
+        whole([8, 16], F32),
+        whole([8, 128], F32),
+    ];
     let call = pallas_call(view_halves_dot_kernel)
         .grid([1])
-        .input(at([8, 128], BF16), BlockSpec::new([8, 128], |[_i]| (0, 0)))
-        .input(at([8, 16], BF16), BlockSpec::new([8, 16], |[_i]| (0, 0)))
-        .input(
-            at([16, 2, 2, 128], BF16),
-            BlockSpec::new([16, 2, 2, 128], |[_i]| (0, 0, 0, 0)),
-        )
-        .output(at([8, 16], F32), BlockSpec::new([8, 16], |[_i]| (0, 0)))
-        .output(at([8, 128], F32), BlockSpec::new([8, 128], |[_i]| (0, 0)))
+        .input(q.0, q.1)
+        .input(p.0, p.1)
+        .input(kv.0, kv.1)
+        .output(s.0, s.1)
+        .output(o.0, o.1)
         .build()
         .expect("build");
-    let (on, off) = (
-        plan_counts_with(&call, true),
-        plan_counts_with(&call, false),
-    );
+    let (on, off) = counts_on_off(&call);
     assert_eq!(
         (on.load_halves, on.halves_in_place, off.halves_in_place),
         (1, 2, 0),
@@ -1292,6 +1292,21 @@ fn assert_fused_is_plain(call: &PallasCall, inputs: &[HostArray]) {
 
 fn at<const R: usize>(shape: [usize; R], dtype: DType) -> ArrayType {
     ArrayType::new(shape, dtype)
+}
+
+/// An input or output that is one whole block of a one-step grid.
+fn whole<const R: usize>(shape: [usize; R], dtype: DType) -> (ArrayType, BlockSpec<'static>) {
+    (at(shape, dtype), BlockSpec::new(shape, |[_i]| [0usize; R]))
+}
+
+/// The plan's counts of `call` with the fast paths on and off.
+fn counts_on_off(
+    call: &PallasCall,
+) -> (
+    tpu_kernel::runtime::interpret::PlanCounts,
+    tpu_kernel::runtime::interpret::PlanCounts,
+) {
+    (plan_counts_with(call, true), plan_counts_with(call, false))
 }
 
 /// The block table with every entry past sequence `b`'s `ceil(lengths[b] / page_size)` pages replaced
