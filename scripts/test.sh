@@ -10,9 +10,11 @@ phase() { echo "== ($((SECONDS - phase_start)) s so far) $*"; }
 
 scripts/setup.sh --python
 
-# No incremental caches: a CI build runs once, and their 3 GB of target/debug/incremental counted
-# against the disk (a run once failed with "No space left on device").
-export CARGO_INCREMENTAL=0
+# Disk: a run once failed with "No space left on device". A test run builds once, so it writes no
+# incremental caches (2.8 GB of target/debug/incremental), and its ~70 test and example binaries, each
+# linking MLIR, carry no debug info (2.6 GB of line tables, most of it the standard library's): a
+# panic still names its file and line, a backtrace its functions.
+export CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_DEV_STRIP=debuginfo
 
 phase "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
@@ -22,6 +24,8 @@ phase "cargo test"
 # Benches are compiled by clippy above but not run here: they are benchmarks, not tests (cargo bench).
 cargo test --workspace --lib --bins --tests --examples
 cargo test --workspace --doc --quiet
+# trybuild's scratch project (tests/compile-fail) is used by that test alone.
+rm -rf target/tests/trybuild
 phase "memcheck (valgrind over the interpreter's unsafe code; reuses the test binaries above)"
 scripts/memcheck.sh
 phase "cargo doc (broken intra-doc links fail)"
