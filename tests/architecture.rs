@@ -184,29 +184,51 @@ fn only_the_multiversion_macro_compiles_a_loop_twice() {
     }
 }
 
-/// `cargo tree` of `package` over normal and build dependencies (what its build compiles), one
-/// package per line.
-fn normal_build_tree(package: &str) -> String {
+/// `cargo tree --prefix none` with `args`, run at the root, one package per line.
+fn cargo_tree(args: &[&str]) -> String {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
-        .args([
-            "tree",
-            "-e",
-            "normal,build",
-            "--prefix",
-            "none",
-            "-p",
-            package,
-        ])
+        .arg("tree")
+        .args(args)
+        .args(["--prefix", "none"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("running cargo tree");
     assert!(
         out.status.success(),
-        "cargo tree -p {package} failed: {}",
+        "cargo tree {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// `cargo tree` of `package` over normal and build dependencies (what its build compiles), one
+/// package per line.
+fn normal_build_tree(package: &str) -> String {
+    cargo_tree(&["-e", "normal,build", "-p", package])
+}
+
+/// A cargo command at the root (`cargo build --examples`, `cargo test --test X`, as pytest runs them)
+/// resolves every package's features as `cargo test --workspace` does, so it reuses that build. A
+/// feature only one of the two selections saw (a dev-dependency's feature, a member missing from
+/// `default-members`) rebuilt mlir-sys, every example and test binaries a second time, and filled
+/// CI's disk.
+#[test]
+fn a_command_at_the_root_resolves_features_as_the_workspace_does() {
+    let resolved = |selection: &[&str]| -> std::collections::BTreeSet<String> {
+        let args = [&["-e", "normal,build,dev", "-f", "{p} [{f}]"], selection].concat();
+        cargo_tree(&args)
+            .lines()
+            .map(|l| l.trim_end_matches(" (*)").to_owned())
+            .filter(|l| !l.is_empty())
+            .collect()
+    };
+    let (root, workspace) = (resolved(&[]), resolved(&["--workspace"]));
+    assert_eq!(
+        root.symmetric_difference(&workspace).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "packages resolved differently at the root and with --workspace"
+    );
 }
 
 /// A kernel crate (the user crate, and tpu-kernel with default features) compiles no MLIR: LLVM/MLIR
