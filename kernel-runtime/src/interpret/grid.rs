@@ -330,15 +330,16 @@ fn execute(
         None
     };
     // The kernel's own plan when it was prepared (and not coalesced here), else planned now.
+    let prepared = prepared.filter(|p| coalesced.is_none() && p.fuse == opts.fuse);
+    let k = coalesced.as_ref().unwrap_or(k);
     let planned;
-    let plan = match prepared.filter(|p| coalesced.is_none() && p.fuse == opts.fuse) {
+    let plan = match prepared {
         Some(p) => &p.plan,
         None => {
-            planned = plan(&coalesced.as_ref().unwrap_or(k).body, opts.fuse);
+            planned = plan(&k.body, opts.fuse);
             &planned
         }
     };
-    let k = coalesced.as_ref().unwrap_or(k);
     let aliased_inputs;
     let inputs = match k.aliases.is_empty() {
         true => inputs,

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::interpret::plan::{HalfCast, WordHalf};
+use crate::interpret::tensor::{row_major_strides, Dims};
 use half::bf16;
 
 /// The window's 32-bit words, as `segs` assemble them from a 16-bit `base`, split into the bf16
@@ -94,16 +95,15 @@ fn half_in_place(
     if row != rows {
         return None;
     }
-    let mut strides: crate::interpret::tensor::Dims = smallvec::smallvec![1; kept.len()];
-    if kept.len() > 1 {
-        strides[kept.len() - 2] = step;
-        for d in (0..kept.len() - 2).rev() {
-            strides[d] = strides[d + 1] * kept[d + 1];
-        }
-    }
+    // Rows `step` apart, laid out row-major over the leading dimensions; elements adjacent.
+    let mut strides: Dims = row_major_strides(&kept[..kept.len() - 1])
+        .iter()
+        .map(|s| s * step)
+        .collect();
+    strides.push(1);
     Some(Tensor {
         dtype: DType::BF16,
-        shape: crate::interpret::tensor::Dims::from_slice(kept),
+        shape: Dims::from_slice(kept),
         strides,
         offset: first,
         buf: base.buf.clone(),
