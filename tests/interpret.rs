@@ -1220,6 +1220,126 @@ fn halves_read_in_place_for_dots_give_the_unfused_bits() {
         .all(|x| x.is_finite()));
 }
 
+/// Right factors made by `select`s used only by their `dot` (the plan's `select_rhs`), as kernels
+/// write them: rows kept by a condition the same along each row — plainly, with an accumulator, and
+/// transposed (`dot_nt`, the condition along the stored columns) — and the selects the `dot` cannot
+/// take in (a condition that varies along a row, −0 as the other choice) and f32 factors (zeroed in a
+/// copy: only the bf16 kernel drops rows itself).
+#[tpu_kernel]
+#[allow(clippy::too_many_arguments)]
+fn select_rhs_kernel(
+    p: Ref<bf16>,
+    v: Ref<bf16>,
+    vt: Ref<bf16>,
+    w: Ref<f32>,
+    a: Ref<f32>,
+    o0: RefMut<f32>,
+    o1: RefMut<f32>,
+    o2: RefMut<f32>,
+    f0: RefMut<f32>,
+    f1: RefMut<f32>,
+    f2: RefMut<f32>,
+) {
+    let (p, v, vt, w) = (p.load(), v.load(), vt.load(), w.load());
+    let rows = iota::<i32>([16, 128], 0) < 12;
+    o0.store(dot(p, select(rows, v, zeros_like(v))));
+    let first = iota::<i32>([16, 128], 0) < 5;
+    o1.store(a.load() * 2.0f32 + dot(p, select(first, v, zeros_like(v))));
+    let cols = iota::<i32>([128, 16], 1) < 12;
+    o2.store(dot_nt(p, select(cols, vt, zeros_like(vt))));
+    let along = iota::<i32>([16, 128], 1) < 100;
+    f0.store(dot(p, select(along, v, zeros_like(v))));
+    f1.store(dot(
+        p,
+        select(rows, v, full([16, 128], bf16::from_f32(-0.0))),
+    ));
+    f2.store(dot(p.cast::<f32>(), select(rows, w, zeros_like(w))));
+}
+
+/// A `select` that only makes a `dot`'s right factor runs inside the `dot`
+/// (`PlanCounts::selects_in_dots`): the unfused ops' bits for every form of it, with NaNs and
+/// infinities in the dropped rows and in the kept ones; with them in the dropped rows alone, the
+/// folded forms give finite sums (the dropped rows are not read as they are).
+#[test]
+fn selects_folded_into_dots_give_the_unfused_bits() {
+    let [p, v, vt, w, a] = [
+        whole([8, 16], BF16),
+        whole([16, 128], BF16),
+        whole([128, 16], BF16),
+        whole([16, 128], F32),
+        whole([8, 128], F32),
+    ];
+    let mut call = pallas_call(select_rhs_kernel)
+        .grid([1])
+        .input(p.0, p.1)
+        .input(v.0, v.1)
+        .input(vt.0, vt.1)
+        .input(w.0, w.1)
+        .input(a.0, a.1);
+    for _ in 0..6 {
+        let o = whole([8, 128], F32);
+        call = call.output(o.0, o.1);
+    }
+    let call = call.build().expect("build");
+    let (on, off) = counts_on_off(&call);
+    assert_eq!((on.selects_in_dots, off.selects_in_dots), (6, 0));
+    let small = |n: usize, seed: u32| -> Vec<f32> {
+        words_with(n, |_| 0x3F80)
+            .into_iter()
+            .map(|w| ((w ^ seed) % 64) as f32 / 32.0 - 1.0)
+            .collect()
+    };
+    // `special(i, row)`: whether element i (in row `row` of the dot's right factor) is a special.
+    let inputs = |special: &dyn Fn(usize, usize) -> bool| {
+        let pick = |i: usize, x: f32| {
+            if special(i, if i / 128 < 16 { i / 128 } else { 0 }) {
+                bf16::from_bits(SPECIAL_HALVES[i / 3 % 7])
+            } else {
+                bf16::from_f32(x)
+            }
+        };
+        let v: Vec<bf16> = small(16 * 128, 3)
+            .iter()
+            .enumerate()
+            .map(|(i, x)| pick(i, *x))
+            .collect();
+        // vt's element [j, r] is row r (of the product's k) of column j.
+        let vt: Vec<bf16> = small(128 * 16, 5)
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                let (j, r) = (i / 16, i % 16);
+                pick(r * 128 + j, *x)
+            })
+            .collect();
+        let w: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
+        [
+            HostArray::from_vec(
+                [8, 16],
+                small(8 * 16, 11)
+                    .iter()
+                    .map(|x| bf16::from_f32(*x))
+                    .collect(),
+            )
+            .unwrap(),
+            HostArray::from_vec([16, 128], v).unwrap(),
+            HostArray::from_vec([128, 16], vt).unwrap(),
+            HostArray::from_vec([16, 128], w).unwrap(),
+            HostArray::from_vec([8, 128], small(8 * 128, 13)).unwrap(),
+        ]
+    };
+    assert_fused_is_plain(&call, &inputs(&|i, _| i % 3 == 0));
+    // Specials only in rows 12.. (dropped by `rows` and `cols`, and by `first`).
+    let dropped_only = inputs(&|i, row| row >= 12 && i % 3 == 0);
+    assert_fused_is_plain(&call, &dropped_only);
+    let out = call.interpret(&dropped_only).expect("runs");
+    for (k, o) in out.iter().enumerate() {
+        let finite = o.as_slice::<f32>().unwrap().iter().all(|x| x.is_finite());
+        // f.0 keeps every row (its condition drops columns 100..).
+        assert_eq!(finite, k != 3, "output {k}");
+    }
+}
+
 /// Words stored through a 32-bit view of a bf16 block `[tokens, rows, 2, D]` (how the ragged paged
 /// attention example stores a head's output rows): each word's low half is element 0 of its pair.
 #[tpu_kernel]

@@ -58,6 +58,8 @@ fn the_examples_fast_paths_fire() {
     // ... and both halves reach only the `dot`s (the values through the mask's `select`): read in
     // place from the landed rows, not copied.
     assert_eq!(rpa.halves_in_place, rpa.word_halves, "{rpa:?}");
+    // ... and the values' mask (`select(v_pos < kv_end, v, 0)`) runs inside `p v`: one per case body.
+    assert_eq!(rpa.selects_in_dots, rpa.load_halves, "{rpa:?}");
 
     // The production kernels: each accumulator (f32 for the bf16 dots, i32 for i8 x i8) is updated in
     // place, and the output-stationary grids run in parallel chunks — grouped_matmul's too, whose

@@ -20,6 +20,10 @@ use super::tensor::{internal, recycle, take_vec, Tensor};
 use crate::dtype::DType;
 use crate::error::{kerr, Result};
 use crate::semantics::host::HostData;
+use keep::with_kept;
+pub(crate) use keep::KeepRows;
+
+mod keep;
 
 /// A 2-D operand as (rows, cols, row stride, col stride) after the optional transpose.
 fn matrix(t: &Tensor, transpose: bool) -> Result<(usize, usize, isize, isize)> {
@@ -39,17 +43,24 @@ fn matrix(t: &Tensor, transpose: bool) -> Result<(usize, usize, isize, isize)> {
     })
 }
 
+/// `lhs · rhs` (each transposed as asked) in `out`, plus `acc` if given; `keep`, if given, drops rows
+/// of `rhs` (see [`KeepRows`]).
 pub(crate) fn dot(
     lhs: &Tensor,
     rhs: &Tensor,
+    keep: Option<KeepRows<'_>>,
     acc: Option<&Tensor>,
     tl: bool,
     tr: bool,
     out: DType,
 ) -> Result<Tensor> {
+    let mut dropped = None;
+    let (rhs, keep) = with_kept(lhs, rhs, keep, tr, &mut dropped)?;
     match (lhs.dtype, rhs.dtype, out) {
         // f32/bf16 and the 8-bit floats (widened to f32: their products are exact in f32).
-        (a, b, DType::F32) if a.is_float() && b.is_float() => dot_f32(lhs, rhs, acc, tl, tr),
+        (a, b, DType::F32) if a.is_float() && b.is_float() => {
+            dot_f32(lhs, (rhs, keep), acc, tl, tr)
+        }
         (DType::I8, DType::I8, DType::I32) => dot_i8(lhs, rhs, acc, tl, tr),
         // int4 × int4: widened to i8 (exact), then i8's exact product.
         (DType::I4, DType::I4, DType::I32) => {
@@ -70,7 +81,13 @@ fn widen(t: &Tensor) -> Result<Tensor> {
     }
 }
 
-fn dot_f32(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool) -> Result<Tensor> {
+fn dot_f32(
+    lhs: &Tensor,
+    (rhs, keep): (&Tensor, Option<KeepRows<'_>>),
+    acc: Option<&Tensor>,
+    tl: bool,
+    tr: bool,
+) -> Result<Tensor> {
     let (m, k, _, _) = matrix(lhs, tl)?;
     let (k2, n, _, _) = matrix(rhs, tr)?;
     if k != k2 {
@@ -85,26 +102,30 @@ fn dot_f32(lhs: &Tensor, rhs: &Tensor, acc: Option<&Tensor>, tl: bool, tr: bool)
             (c, 0.0)
         }
     };
-    mul(lhs, rhs, tl, tr, c, beta)
+    mul(lhs, (rhs, keep), tl, tr, c, beta)
 }
 
 /// A `dot` accumulating into `acc` (row-major, `acc_shape`; f32 for float operands, i32 for i8 ones),
 /// which becomes the result: the same bits as [`dot`] with that accumulator, without copying it.
 pub(crate) fn dot_into(
     lhs: &Tensor,
-    rhs: &Tensor,
+    (rhs, keep): (&Tensor, Option<KeepRows<'_>>),
     acc_shape: &[usize],
     acc: HostData,
     tl: bool,
     tr: bool,
 ) -> Result<Tensor> {
+    let mut dropped = None;
+    let (rhs, keep) = with_kept(lhs, rhs, keep, tr, &mut dropped)?;
     let (m, _, _, _) = matrix(lhs, tl)?;
     let (_, n, _, _) = matrix(rhs, tr)?;
     if acc_shape[..] != [m, n] || acc.len() != m * n {
         return Err(internal("dot accumulator shape"));
     }
     match (lhs.dtype, rhs.dtype, acc) {
-        (a, b, HostData::F32(c)) if a.is_float() && b.is_float() => mul(lhs, rhs, tl, tr, c, 1.0),
+        (a, b, HostData::F32(c)) if a.is_float() && b.is_float() => {
+            mul(lhs, (rhs, keep), tl, tr, c, 1.0)
+        }
         (DType::I8, DType::I8, HostData::I32(c)) => gemm_i8(lhs, rhs, tl, tr, c, true),
         (DType::I4, DType::I4, HostData::I32(c)) => gemm_i8(
             &cast(lhs, DType::I8)?,
@@ -119,9 +140,20 @@ pub(crate) fn dot_into(
 }
 
 /// `c = lhs·rhs + beta·c` (beta 0 or 1): natively for bf16 × bf16 where the CPU can, else in f32.
-fn mul(lhs: &Tensor, rhs: &Tensor, tl: bool, tr: bool, c: Vec<f32>, beta: f32) -> Result<Tensor> {
+/// `keep` is given only for bf16 factors (see [`with_kept`]).
+fn mul(
+    lhs: &Tensor,
+    (rhs, keep): (&Tensor, Option<KeepRows<'_>>),
+    tl: bool,
+    tr: bool,
+    c: Vec<f32>,
+    beta: f32,
+) -> Result<Tensor> {
     if lhs.dtype == DType::BF16 && rhs.dtype == DType::BF16 {
-        return gemm_bf16(lhs, rhs, tl, tr, c, beta);
+        return gemm_bf16(lhs, (rhs, keep), tl, tr, c, beta);
+    }
+    if keep.is_some() {
+        return Err(internal("kept rows of a dot the kernel cannot drop"));
     }
     gemm(&widen(lhs)?, &widen(rhs)?, tl, tr, c, beta)
 }
@@ -221,7 +253,7 @@ fn checked_views<'a, T: crate::semantics::host::HostElement>(
 /// bf16 × bf16 in the one order of `dot_bf16_order` (whose `gemm` picks the kernel).
 fn gemm_bf16(
     a: &Tensor,
-    b: &Tensor,
+    (b, keep): (&Tensor, Option<KeepRows<'_>>),
     tl: bool,
     tr: bool,
     mut c: Vec<f32>,
@@ -229,7 +261,7 @@ fn gemm_bf16(
 ) -> Result<Tensor> {
     let ((m, n, k), va, vb) = checked_views::<half::bf16>(a, b, tl, tr, c.len())?;
     if m * n > 0 && k > 0 {
-        super::dot_bf16_order::gemm(m, n, k, va, vb, &mut c, beta != 0.0);
+        super::dot_bf16_order::gemm(m, n, k, va, (vb, keep), &mut c, beta != 0.0)?;
     } else if beta == 0.0 {
         c.iter_mut().for_each(|x| *x = 0.0);
     }

@@ -20,7 +20,7 @@
 //! decode batch of `cargo bench --bench interpret`, `perf record`: the dots' share of the samples
 //! 11.7% → 9.0%.)
 
-use super::dot::{edge_tile_load, edge_tile_store};
+use super::dot::{edge_tile_load, edge_tile_store, KeepRows};
 use half::bf16;
 use std::arch::x86_64::*;
 
@@ -49,7 +49,7 @@ pub(crate) fn gemm(
     n: usize,
     k: usize,
     a: View<'_>,
-    b: View<'_>,
+    (b, keep): (View<'_>, Option<KeepRows<'_>>),
     c: &mut [f32],
     accumulate: bool,
 ) {
@@ -75,7 +75,7 @@ pub(crate) fn gemm(
     let mut tile = [0f32; MR * NR];
     for j0 in (0..n).step_by(NR) {
         let nc = NR.min(n - j0);
-        pack_b_panel(k, kp, j0, nc, b, &mut pb);
+        pack_b_panel(k, kp, j0, nc, (b, keep), &mut pb);
         for i0 in (0..m).step_by(MR) {
             let mr = MR.min(m - i0);
             let a_at = if i0 < packed_from {
@@ -158,6 +158,9 @@ fn pack_a(m: usize, k: usize, kp: usize, a: View<'_>) -> Vec<u32> {
     out
 }
 
+/// A dropped row's panel slice (see [`KeepRows`]).
+static ZERO_ROW: [bf16; NR] = [bf16::ZERO; NR];
+
 /// `b(2p, j) | b(2p+1, j) << 16`: one pair of B as the u32 the tile broadcasts against (low half first).
 #[inline(always)]
 fn pair(lo: bf16, hi: bf16) -> u32 {
@@ -165,14 +168,26 @@ fn pair(lo: bf16, hi: bf16) -> u32 {
 }
 
 /// Columns j0..j0+nc of B: per pair index, 32 × `[b(2p, j), b(2p+1, j)]` (one u32 each, low half
-/// first); columns past nc and the pad row past an odd k are zero.
-fn pack_b_panel(k: usize, kp: usize, j0: usize, nc: usize, b: View<'_>, out: &mut [u32]) {
+/// first); columns past nc, the pad row past an odd k and the rows `keep` drops are zero.
+fn pack_b_panel(
+    k: usize,
+    kp: usize,
+    j0: usize,
+    nc: usize,
+    (b, keep): (View<'_>, Option<KeepRows<'_>>),
+    out: &mut [u32],
+) {
+    let kept = |r: usize| keep.is_none_or(|keep| keep.keeps(r));
     if b.rs == 1 {
         // Column-major (a transposed row-major operand, as in `q kᵀ`): each column's pairs are
         // adjacent, one u32 each. Whole panels move 16 columns × 16 pairs at a time through a
         // register transpose; the rest (a partial panel, the pairs past the last 16, an odd k's
         // last element) one pair per u32 written.
-        let simd_pairs = if nc == NR { k / 2 / 16 * 16 } else { 0 };
+        let simd_pairs = if nc == NR && keep.is_none() {
+            k / 2 / 16 * 16
+        } else {
+            0
+        };
         // (Only whole panels: a partial one's missing columns have no slices.)
         if simd_pairs > 0 {
             for half in 0..NR / 16 {
@@ -200,8 +215,10 @@ fn pack_b_panel(k: usize, kp: usize, j0: usize, nc: usize, b: View<'_>, out: &mu
                 .remainder()
                 .first()
                 .map_or(0, |&lo| pair(lo, bf16::ZERO));
+            let last = if kept(k - 1) { last } else { 0 };
+            let or_zero = |r: usize, x: bf16| if kept(r) { x } else { bf16::ZERO };
             for (p, two) in pairs.enumerate().skip(simd_pairs) {
-                out[p * NR + jj] = pair(two[0], two[1]);
+                out[p * NR + jj] = pair(or_zero(2 * p, two[0]), or_zero(2 * p + 1, two[1]));
             }
             if k % 2 == 1 {
                 out[(kp - 1) * NR + jj] = last;
@@ -215,17 +232,30 @@ fn pack_b_panel(k: usize, kp: usize, j0: usize, nc: usize, b: View<'_>, out: &mu
         let row: &mut [u16] =
             unsafe { std::slice::from_raw_parts_mut(row32.as_mut_ptr().cast::<u16>(), 2 * NR) };
         if b.cs == 1 && nc == NR && 2 * p + 1 < k {
-            // Row-major, a whole panel: interleave the two 32-element row slices in registers.
-            let r0 = &b.data[b.off + 2 * p * b.rs + j0..][..NR];
-            let r1 = &b.data[b.off + (2 * p + 1) * b.rs + j0..][..NR];
+            // Row-major, a whole panel: interleave the two 32-element row slices in registers (a
+            // dropped row: zeros).
+            let row_at = |r: usize| {
+                if kept(r) {
+                    &b.data[b.off + r * b.rs + j0..][..NR]
+                } else {
+                    &ZERO_ROW[..]
+                }
+            };
+            let (r0, r1) = (row_at(2 * p), row_at(2 * p + 1));
             // SAFETY: `available()` (avx512bw); r0, r1 hold 32 bf16 each, `row` 64 u16.
             unsafe { interleave_32(r0.as_ptr().cast(), r1.as_ptr().cast(), row.as_mut_ptr()) };
             continue;
         }
         if b.cs == 1 {
             // Row-major, a partial panel or the odd last row: interleave two row slices.
-            let r0 = &b.data[b.off + 2 * p * b.rs + j0..][..nc];
-            let r1 = (2 * p + 1 < k).then(|| &b.data[b.off + (2 * p + 1) * b.rs + j0..][..nc]);
+            let r0 = match kept(2 * p) {
+                true => &b.data[b.off + 2 * p * b.rs + j0..][..nc],
+                false => &ZERO_ROW[..nc],
+            };
+            let r1 = (2 * p + 1 < k).then(|| match kept(2 * p + 1) {
+                true => &b.data[b.off + (2 * p + 1) * b.rs + j0..][..nc],
+                false => &ZERO_ROW[..nc],
+            });
             for jj in 0..NR {
                 row[2 * jj] = if jj < nc { r0[jj].to_bits() } else { 0 };
                 row[2 * jj + 1] = match r1 {
@@ -238,14 +268,8 @@ fn pack_b_panel(k: usize, kp: usize, j0: usize, nc: usize, b: View<'_>, out: &mu
         for jj in 0..NR {
             let (lo, hi) = if jj < nc {
                 let j = j0 + jj;
-                (
-                    b.bits(2 * p, j),
-                    if 2 * p + 1 < k {
-                        b.bits(2 * p + 1, j)
-                    } else {
-                        0
-                    },
-                )
+                let bits = |r: usize| if r < k && kept(r) { b.bits(r, j) } else { 0 };
+                (bits(2 * p), bits(2 * p + 1))
             } else {
                 (0, 0)
             };
@@ -464,7 +488,7 @@ mod tests {
                 };
                 let mut c: Vec<f32> = (0..m * n).map(|i| (i % 3) as f32).collect();
                 let init = c.clone();
-                gemm(m, n, k, a, b, &mut c, true);
+                gemm(m, n, k, a, (b, None), &mut c, true);
                 for i in 0..m {
                     for j in 0..n {
                         let want: f64 = init[i * n + j] as f64

@@ -24,7 +24,7 @@
 //! else the 8×32 tile where the CPU has AVX-512F (Intel without AMX: twice `vdpbf16ps`'s rate), else
 //! the 6×16 tile, else the definition. The choice changes the speed, never the bits.
 
-use super::dot::View;
+use super::dot::{KeepRows, View};
 use half::bf16;
 
 /// A bf16 element as f32 (exact: the bf16's bits are the f32's high half).
@@ -45,24 +45,46 @@ fn flush(x: f32) -> f32 {
 
 /// `c = a·b + (accumulate ? c : 0)` in the order of the module docs, for `a: m×k`, `b: k×n` and a
 /// row-major `m×n` `c`; the views lie inside their buffers (the caller checks).
+///
+/// `keep` (rows of `b` read as +0 where it does not hold, see [`KeepRows`]) is taken only where
+/// [`packs_kept_rows`]: the caller zeroes the rows itself elsewhere.
 pub(crate) fn gemm(
     m: usize,
     n: usize,
     k: usize,
     a: View<'_, bf16>,
-    b: View<'_, bf16>,
+    (b, keep): (View<'_, bf16>, Option<KeepRows<'_>>),
     c: &mut [f32],
     accumulate: bool,
-) {
+) -> crate::error::Result<()> {
     use crate::math::cpu::{bf16_dot, Bf16Dot};
+    if keep.is_some() && !packs_kept_rows() {
+        return Err(super::tensor::internal(
+            "kept rows of a dot the kernel cannot drop",
+        ));
+    }
     match bf16_dot() {
         #[cfg(target_arch = "x86_64")]
-        Bf16Dot::Dpbf16 => super::dot_bf16::gemm(m, n, k, a, b, c, accumulate),
+        Bf16Dot::Dpbf16 => super::dot_bf16::gemm(m, n, k, a, (b, keep), c, accumulate),
         #[cfg(target_arch = "x86_64")]
         Bf16Dot::Fma512 => fma::gemm::<fma::Avx512>(m, n, k, a, b, c, accumulate),
         #[cfg(target_arch = "x86_64")]
         Bf16Dot::Fma256 => fma::gemm::<fma::Avx2>(m, n, k, a, b, c, accumulate),
         _ => gemm_scalar(m, n, k, a, b, c, accumulate),
+    }
+    Ok(())
+}
+
+/// Whether [`gemm`]'s kernel on this CPU drops `b`'s rows itself (`vdpbf16ps`'s packs its panels of
+/// `b` from the kept rows, zeros for the others).
+pub(crate) fn packs_kept_rows() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::math::cpu::bf16_dot() == crate::math::cpu::Bf16Dot::Dpbf16
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 

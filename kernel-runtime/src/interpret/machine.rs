@@ -247,6 +247,8 @@ impl<'k> Machine<'k> {
                 }
                 continue;
             }
+            // A select made for this dot's right factor alone runs here (`dots.rs`).
+            let keep = self.select_rhs(r, plan, i).map_err(|e| e.at(op.loc))?;
             let results = match (&plan.chain[i], plan.sink_to[i]) {
                 (Some(ch), sink) => self.chain(op, ch, sink),
                 (None, Some(r)) => self.sunk_op(op, r),
@@ -255,8 +257,11 @@ impl<'k> Machine<'k> {
                     (None, None, Some(split)) if self.loop_threads > 1 => {
                         self.split_for(op, &plan.sub[i], split)
                     }
-                    (None, Some(rf), _) => self.dot_in_place(op, rf, &plan.sub[i]),
-                    (None, None, _) if plan.acc_owned[i] => self.dot_owned_acc(op, &plan.sub[i]),
+                    (None, Some(rf), _) => self.dot_in_place(op, rf, &plan.sub[i], keep),
+                    (None, None, _) if plan.acc_owned[i] => {
+                        self.dot_owned_acc(op, &plan.sub[i], keep)
+                    }
+                    (None, None, _) if keep.is_some() => self.dot_op(op, &plan.sub[i], keep),
                     (None, None, _) if plan.bitcast_owned[i] => self.bitcast_consuming(op),
                     (None, None, _) => self.op(op, &plan.sub[i]),
                 },
@@ -275,13 +280,6 @@ impl<'k> Machine<'k> {
             }
         }
         Ok(Vec::new())
-    }
-
-    /// A bf16 cast of a packed word's half, its `shl`/`and` and `bitcast` skipped (the plan's
-    /// `word_half`).
-    fn word_half(&self, w: ValueId, half: WordHalf) -> Result<Vec<Value>> {
-        let t = elementwise::word_half_to_bf16(self.tensor(w)?, half)?;
-        Ok(vec![Value::T(t)])
     }
 
     /// The contents of ref `r` as a tensor (reading back a written-through output block).

@@ -142,10 +142,41 @@ fn random_shapes_and_views_give_the_definitions_bits() {
         }
         if super::super::dot_bf16::available() {
             let mut hw = init.clone();
-            super::super::dot_bf16::gemm(m, n, k, a, b, &mut hw, accumulate);
+            super::super::dot_bf16::gemm(m, n, k, a, (b, None), &mut hw, accumulate);
             assert!(
                 same(&hw, &want),
                 "vdpbf16ps ({m},{n},{k}) ta {ta} tb {tb} acc {accumulate}"
+            );
+            // Rows of b dropped (`KeepRows`, a mask strided in its own buffer): the bits of b with
+            // those rows zeroed, whatever they hold (NaNs and infinities included).
+            let stride = 1 + next(3);
+            let mask: Vec<bool> = (0..k * stride).map(|_| next(3) != 0).collect();
+            let keep = KeepRows {
+                data: &mask,
+                off: 0,
+                stride,
+            };
+            let mut zeroed = bd.clone();
+            for r in (0..k).filter(|&r| !keep.keeps(r)) {
+                for j in 0..n {
+                    zeroed[boff + r * brs + j * bcs] = bf16::ZERO;
+                }
+            }
+            let mut want = init.clone();
+            gemm_scalar(
+                m,
+                n,
+                k,
+                a,
+                View { data: &zeroed, ..b },
+                &mut want,
+                accumulate,
+            );
+            let mut hw = init.clone();
+            super::super::dot_bf16::gemm(m, n, k, a, (b, Some(keep)), &mut hw, accumulate);
+            assert!(
+                same(&hw, &want),
+                "vdpbf16ps, rows kept ({m},{n},{k}) ta {ta} tb {tb} acc {accumulate}"
             );
         }
     }
@@ -208,7 +239,7 @@ fn every_path_gives_vdpbf16ps_bits() {
             }
             if super::super::dot_bf16::available() {
                 let mut hw = init.clone();
-                super::super::dot_bf16::gemm(m, n, k, a, b, &mut hw, accumulate);
+                super::super::dot_bf16::gemm(m, n, k, a, (b, None), &mut hw, accumulate);
                 let d = bits(&hw).iter().zip(bits(&want)).position(|(x, y)| *x != y);
                 assert!(
                     d.is_none(),

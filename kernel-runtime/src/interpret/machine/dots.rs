@@ -1,32 +1,127 @@
 //! `dot` in a grid step: a `dot` whose accumulator is its ref's contents runs in place in the ref's
-//! buffer (see [`super::Plan`]'s `acc_in_place`).
+//! buffer (see [`super::Plan`]'s `acc_in_place`); a `select` that only makes a `dot`'s right factor
+//! runs inside it where it can (the plan's `select_rhs`).
 
 use super::{Machine, Value};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::interpret::dot::{dot, dot_into};
+use crate::interpret::dot::{dot, dot_into, KeepRows};
+use crate::interpret::elementwise::{self, Sink};
 use crate::interpret::plan::Plan;
 use crate::interpret::tensor::{internal, recycle, Buf, Tensor};
-use crate::ir::{Op, OpKind, ValueId};
+use crate::ir::{Op, OpKind, Region, ValueId};
+use half::bf16;
+
+/// The rows a `dot` keeps of its right factor, from a `select`'s condition (see [`KeepRows`]).
+pub(super) struct Kept {
+    cond: Tensor,
+    stride: usize,
+}
+
+impl Kept {
+    fn rows(&self) -> Result<KeepRows<'_>> {
+        Ok(KeepRows {
+            data: self.cond.data::<bool>()?,
+            off: self.cond.offset,
+            stride: self.stride,
+        })
+    }
+}
 
 impl Machine<'_> {
     /// A `dot` op, as written.
     pub(super) fn dot(&mut self, op: &Op, tl: bool, tr: bool) -> Result<Tensor> {
+        self.dot_keeping(op, (tl, tr), None)
+    }
+
+    /// A `dot` op whose right factor's rows `keep` drops (see [`KeepRows`]), if given.
+    fn dot_keeping(
+        &mut self,
+        op: &Op,
+        (tl, tr): (bool, bool),
+        keep: Option<&Kept>,
+    ) -> Result<Tensor> {
         let acc = match op.operands.get(2) {
             Some(v) => Some(self.tensor(*v)?),
             None => None,
         };
         let out = self.func.ty(op.results[0]).dtype();
         let (l, r) = (self.tensor(op.operands[0])?, self.tensor(op.operands[1])?);
-        dot(l, r, acc, tl, tr, out)
+        let keep = keep.map(Kept::rows).transpose()?;
+        dot(l, r, keep, acc, tl, tr, out)
+    }
+
+    /// Op `op` as written, or, with `keep`, the `dot` it is, keeping those rows of its right factor.
+    pub(super) fn dot_op(
+        &mut self,
+        op: &Op,
+        sub: &[Plan],
+        keep: Option<Kept>,
+    ) -> Result<Vec<Value>> {
+        match (&op.kind, keep) {
+            (
+                OpKind::Dot {
+                    transpose_lhs,
+                    transpose_rhs,
+                },
+                Some(keep),
+            ) => Ok(vec![Value::T(self.dot_keeping(
+                op,
+                (*transpose_lhs, *transpose_rhs),
+                Some(&keep),
+            )?)]),
+            (_, None) => self.op(op, sub),
+            _ => Err(internal("kept rows at an op that is not a dot")),
+        }
+    }
+
+    /// The `select` that op `i` (a `dot`) takes as its right factor, if the plan runs one there
+    /// (`select_rhs`): where its condition is the same along each row of the factor as the `dot`
+    /// multiplies it and its other choice is +0 (every element), its chosen operand stands for its
+    /// result and the rows to keep come back — the `dot` reads those rows in place and zeros for the
+    /// others, the select's own values —; else its result, computed as written.
+    pub(super) fn select_rhs(&mut self, r: &Region, plan: &Plan, i: usize) -> Result<Option<Kept>> {
+        let Some(j) = plan.select_rhs[i] else {
+            return Ok(None);
+        };
+        let (sel, op) = (&r.ops[j], &r.ops[i]);
+        let ([c, x, y], [res]) = (&sel.operands[..], &sel.results[..]) else {
+            return Err(internal("select operands"));
+        };
+        let tr = matches!(
+            op.kind,
+            OpKind::Dot {
+                transpose_rhs: true,
+                ..
+            }
+        );
+        let (c, x, y) = (self.tensor(*c)?, self.tensor(*x)?, self.tensor(*y)?);
+        let value = match rows_of(c, x, y, tr) {
+            Some(stride) => {
+                let kept = Kept {
+                    cond: c.clone(),
+                    stride,
+                };
+                self.env[res.0 as usize] = Some(Value::T(x.clone()));
+                return Ok(Some(kept));
+            }
+            None => elementwise::select(c, x, y, &Sink::fresh())?,
+        };
+        self.env[res.0 as usize] = Some(Value::T(value));
+        Ok(None)
     }
 
     /// A `dot` whose accumulator operand dies here (see [`Plan`]'s `acc_owned`): when the accumulator
     /// is a row-major buffer of the result's dtype that nothing else holds (a fresh `acc * alpha`),
     /// the product accumulates into that buffer instead of a copy of it; else a plain `dot`.
-    pub(super) fn dot_owned_acc(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+    pub(super) fn dot_owned_acc(
+        &mut self,
+        op: &Op,
+        sub: &[Plan],
+        keep: Option<Kept>,
+    ) -> Result<Vec<Value>> {
         let Some((transposes, av)) = dot_with_acc(op) else {
-            return self.op(op, sub);
+            return self.dot_op(op, sub, keep);
         };
         let out = self.func.ty(op.results[0]).dtype();
         let acc = match self.env.get_mut(av.0 as usize) {
@@ -34,11 +129,14 @@ impl Machine<'_> {
                 Some(Value::T(t)) => t,
                 _ => return Err(internal("dot accumulator")),
             },
-            _ => return self.op(op, sub),
+            _ => return self.dot_op(op, sub, keep),
         };
-        Ok(vec![Value::T(
-            self.dot_consuming(op, transposes, out, acc)?,
-        )])
+        Ok(vec![Value::T(self.dot_consuming(
+            op,
+            transposes,
+            (out, acc),
+            keep.as_ref(),
+        )?)])
     }
 
     /// A `dot` accumulating in place into the buffer of ref `rf` (see [`Plan`]): when the accumulator
@@ -50,9 +148,10 @@ impl Machine<'_> {
         op: &Op,
         rf: ValueId,
         sub: &[Plan],
+        keep: Option<Kept>,
     ) -> Result<Vec<Value>> {
         let Some((transposes, av)) = dot_with_acc(op) else {
-            return self.op(op, sub);
+            return self.dot_op(op, sub, keep);
         };
         let out = self.func.ty(op.results[0]).dtype();
         let r = self.ref_index(rf)?;
@@ -66,7 +165,7 @@ impl Machine<'_> {
             _ => false,
         };
         if !same || !matches!(out, DType::F32 | DType::I32) {
-            return self.op(op, sub);
+            return self.dot_op(op, sub, keep);
         }
         // The accumulator value has no other use (see `acc_in_place_ref`); drop it so the ref holds
         // the only reference to the buffer.
@@ -75,9 +174,12 @@ impl Machine<'_> {
             .content
             .take()
             .ok_or_else(|| internal("acc contents"))?;
-        Ok(vec![Value::T(
-            self.dot_consuming(op, transposes, out, content)?,
-        )])
+        Ok(vec![Value::T(self.dot_consuming(
+            op,
+            transposes,
+            (out, content),
+            keep.as_ref(),
+        )?)])
     }
 
     /// `dot` op `op` with the accumulator `acc`, which is ours to consume: a row-major buffer of the
@@ -87,8 +189,8 @@ impl Machine<'_> {
         &mut self,
         op: &Op,
         (tl, tr): (bool, bool),
-        out: DType,
-        acc: Tensor,
+        (out, acc): (DType, Tensor),
+        keep: Option<&Kept>,
     ) -> Result<Tensor> {
         let owned = if acc.dtype == out
             && acc.is_contiguous()
@@ -103,10 +205,11 @@ impl Machine<'_> {
             Err(acc)
         };
         let (l, r) = (self.tensor(op.operands[0])?, self.tensor(op.operands[1])?);
+        let keep = keep.map(Kept::rows).transpose()?;
         Ok(match owned {
-            Ok((shape, data)) => dot_into(l, r, &shape, data, tl, tr)?,
+            Ok((shape, data)) => dot_into(l, (r, keep), &shape, data, tl, tr)?,
             Err(acc) => {
-                let t = dot(l, r, Some(&acc), tl, tr, out)?;
+                let t = dot(l, r, keep, Some(&acc), tl, tr, out)?;
                 recycle(acc);
                 t
             }
@@ -126,4 +229,27 @@ fn dot_with_acc(op: &Op) -> Option<((bool, bool), ValueId)> {
         ) => Some(((*transpose_lhs, *transpose_rhs), *acc)),
         _ => None,
     }
+}
+
+/// The stride of the rows a `select(c, x, y)` keeps of a `dot`'s right factor `x` (`k × n` as the dot
+/// multiplies it, `tr`: stored transposed), where `c` is the same along each of those rows (stride 0
+/// or size 1 along the other dimension) and `y` is +0 everywhere (a broadcast of +0.0 in bf16 or f32);
+/// else None.
+fn rows_of(c: &Tensor, x: &Tensor, y: &Tensor, tr: bool) -> Option<usize> {
+    if x.shape.len() != 2 || c.shape != x.shape || y.shape != x.shape || c.dtype != DType::Bool {
+        return None;
+    }
+    let (k_dim, n_dim) = if tr { (1, 0) } else { (0, 1) };
+    if c.strides[n_dim] != 0 && c.shape[n_dim] != 1 {
+        return None;
+    }
+    if y.dtype != x.dtype || y.strides.iter().any(|s| *s != 0) {
+        return None;
+    }
+    let zero = match y.dtype {
+        DType::BF16 => y.data::<bf16>().ok()?.get(y.offset)?.to_bits() == 0,
+        DType::F32 => y.data::<f32>().ok()?.get(y.offset)?.to_bits() == 0,
+        _ => false,
+    };
+    zero.then_some(c.strides[k_dim])
 }

@@ -6,6 +6,13 @@ use super::walk::{self, kept_sizes};
 use super::*;
 
 impl<'k> Machine<'k> {
+    /// A bf16 cast of a packed word's half, its `shl`/`and` and `bitcast` skipped (the plan's
+    /// `word_half`).
+    pub(super) fn word_half(&self, w: ValueId, half: WordHalf) -> Result<Vec<Value>> {
+        let t = elementwise::word_half_to_bf16(self.tensor(w)?, half)?;
+        Ok(vec![Value::T(t)])
+    }
+
     /// A load whose words are used only by word-half casts (the plan's `load_halves`): each cast's
     /// bf16 result, read straight from the ref's 16-bit rows where the load reads through a view
     /// that assembles each word from two of them (or, for a `dot` factor, those rows themselves when

@@ -18,7 +18,12 @@ impl Plan {
         let pad = "  ".repeat(depth);
         for (i, op) in r.ops.iter().enumerate() {
             let at = format!("{pad}op {i} ({})", crate::ir::op_label(&op.kind));
-            if self.skip[i] {
+            if let Some(d) = self.select_rhs.iter().position(|j| *j == Some(i)) {
+                let _ = writeln!(
+                    out,
+                    "{at}: runs inside the dot op {d} (rows it drops read as zero)"
+                );
+            } else if self.skip[i] {
                 let _ = writeln!(out, "{at}: folded into a fused chain");
             }
             if let Some((w, half)) = self.word_half[i] {
@@ -132,6 +137,7 @@ impl Plan {
             .count();
         c.sunk += self.sink_to.iter().flatten().count();
         c.in_place_dots += self.acc_in_place.iter().flatten().count();
+        c.selects_in_dots += self.select_rhs.iter().flatten().count();
         c.split_loops += self.split.iter().flatten().count();
         for subs in &self.sub {
             for s in subs {
@@ -163,6 +169,9 @@ pub struct PlanCounts {
     /// Of those casts, the ones whose results reach only `dot` factors: read as the ref's 16-bit rows
     /// in place when they lie evenly spaced (no copy).
     pub halves_in_place: usize,
+    /// `select`s that only make a `dot`'s right factor, run inside the `dot`: its rows read in place
+    /// where the condition holds along a whole row and the other choice is +0 (`dot::KeepRows`).
+    pub selects_in_dots: usize,
 }
 
 fn link_label(l: &Link) -> String {

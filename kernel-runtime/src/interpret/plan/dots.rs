@@ -1,5 +1,5 @@
 //! The dot pass: a `dot` that accumulates in place into its ref's buffer, or into the buffer of an
-//! accumulator that dies at it.
+//! accumulator that dies at it; a `select` that only makes a `dot`'s right factor, run inside it.
 
 use super::deep_uses;
 use crate::dtype::DType;
@@ -68,4 +68,35 @@ pub(super) fn acc_in_place_ref(
         }
     }
     Some(rf)
+}
+
+/// `dot`s whose right factor is the result of a `select` in this region that nothing else uses and no
+/// other pass has taken: the select's index, per dot. The select is skipped and runs at the dot
+/// (`exec_at`, so its operands live until then): where its condition is the same along each row of
+/// the factor and its other choice is +0, the `dot` reads the chosen rows in place and zeros for the
+/// others (`interpret::dot::KeepRows`); else the select runs there as written.
+pub(super) fn select_rhs(
+    r: &Region,
+    all_uses: &HashMap<ValueId, usize>,
+    (skip, taken): (&mut [bool], &[bool]),
+    exec_at: &mut [usize],
+) -> Vec<Option<usize>> {
+    let mut out = vec![None; r.ops.len()];
+    for (i, op) in r.ops.iter().enumerate() {
+        let (OpKind::Dot { .. }, Some(rhs)) = (&op.kind, op.operands.get(1)) else {
+            continue;
+        };
+        if all_uses.get(rhs) != Some(&1) {
+            continue;
+        }
+        let Some(j) = r.ops[..i].iter().position(|o| o.results == [*rhs]) else {
+            continue;
+        };
+        if matches!(r.ops[j].kind, OpKind::Select) && !skip[j] && !taken[j] && exec_at[j] == j {
+            skip[j] = true;
+            exec_at[j] = i;
+            out[i] = Some(j);
+        }
+    }
+    out
 }

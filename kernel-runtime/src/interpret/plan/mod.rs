@@ -49,6 +49,9 @@ pub(crate) struct Plan {
     /// stored whole into that same ref with no use of the ref in between: the ref (may accumulate in
     /// place into the ref's buffer).
     pub(crate) acc_in_place: Vec<Option<ValueId>>,
+    /// `dot`s whose right factor is a `select` used only by them (`dots::select_rhs`): the select's
+    /// index; it runs at the dot (skipped where it stands), inside the product where it can.
+    pub(crate) select_rhs: Vec<Option<usize>>,
     /// `dot`s whose accumulator operand dies at them (and is not one of their factors): its buffer,
     /// when nothing else holds it, may become the result instead of being copied.
     pub(crate) acc_owned: Vec<bool>,
@@ -106,7 +109,7 @@ struct Context<'a> {
 fn plan_region(f: &Func, r: &Region, cx: &Context<'_>) -> Plan {
     let (all_uses, fuse) = (cx.all_uses, cx.fuse);
     let sink_to = sinks(f, r, all_uses, fuse);
-    let (skip, chain, exec_at, word_half, load_halves) = if fuse {
+    let (skip, chain, exec_at, word_half, load_halves, select_rhs) = if fuse {
         let (mut skip, mut chain, mut exec_at) = find_chains(f, r, all_uses);
         defer_widening_casts(f, r, all_uses, &mut skip, &mut chain, &mut exec_at);
         let halves = word_halves(f, r, all_uses, (&mut skip, &chain, &sink_to), &mut exec_at);
@@ -117,12 +120,18 @@ fn plan_region(f: &Func, r: &Region, cx: &Context<'_>) -> Plan {
             (&mut skip, &chain, &sink_to),
             &mut exec_at,
         );
-        (skip, chain, exec_at, halves, loads)
+        // Ops another pass runs differently: a select among them stays where it is.
+        let taken: Vec<bool> = (0..r.ops.len())
+            .map(|i| chain[i].is_some() || sink_to[i].is_some() || halves[i].is_some())
+            .collect();
+        let selects = dots::select_rhs(r, all_uses, (&mut skip, &taken), &mut exec_at);
+        (skip, chain, exec_at, halves, loads, selects)
     } else {
         (
             vec![false; r.ops.len()],
             r.ops.iter().map(|_| None).collect(),
             (0..r.ops.len()).collect(),
+            vec![None; r.ops.len()],
             vec![None; r.ops.len()],
             vec![None; r.ops.len()],
         )
@@ -201,6 +210,7 @@ fn plan_region(f: &Func, r: &Region, cx: &Context<'_>) -> Plan {
         word_half,
         load_halves,
         acc_in_place,
+        select_rhs,
         acc_owned,
         bitcast_owned,
         split,
