@@ -25,8 +25,15 @@ pub(in crate::interpret::machine) fn read_halves(
         if plain_width::<T>() != Some(16) {
             return Ok(None);
         }
-        let full = |lshift| Bits { rshift: 0, width: 16, lshift };
-        if segs.iter().any(|s| s.bits != full(0) && s.bits != full(16)) {
+        // Every half only a `dot` factor (a KV chunk's keys and values): all of them in place, the
+        // segments walked once.
+        if halves.iter().all(|c| c.only_dot_factor) {
+            let wanted: Vec<WordHalf> = halves.iter().map(|c| c.half).collect();
+            if let Some(views) = halves_in_place(base, segs, kept, &wanted) {
+                return Ok(Some(views));
+            }
+        }
+        if segs.iter().any(|s| s.bits != half_bits(WordHalf::Low) && s.bits != half_bits(WordHalf::High)) {
             return Ok(None);
         }
         let src: &[u16] = raw_bits::<T, u16>(base.data::<T>()?);
@@ -34,8 +41,8 @@ pub(in crate::interpret::machine) fn read_halves(
             .iter()
             .map(|c| {
                 if c.only_dot_factor {
-                    if let Some(t) = half_in_place(base, src.len(), segs, kept, c.half) {
-                        return Ok(t);
+                    if let Some(mut t) = halves_in_place(base, segs, kept, &[c.half]) {
+                        return Ok(t.remove(0));
                     }
                 }
                 let mut out = crate::interpret::tensor::take_vec::<bf16>(n);
@@ -48,66 +55,95 @@ pub(in crate::interpret::machine) fn read_halves(
     })
 }
 
-/// Half `half` of the window as a view of `base`'s own buffer (`len` elements), no copy: when `base`
-/// is an interpreter-owned bf16 buffer (writes into it unshare it first, `Buf::make_mut`, so the view
-/// keeps what it read) and the segments carrying the half place whole rows of `kept` (its last
-/// dimension) at evenly spaced, increasing offsets. It differs from the cast's copy only in signaling
-/// NaNs, which the cast quiets: the plan offers it only for what reaches nothing but `dot` factors
-/// (`select`s pass a NaN on as it is), which quiet them alike.
-fn half_in_place(
-    base: &Tensor,
-    len: usize,
-    segs: &[Segment],
-    kept: &[usize],
-    half: WordHalf,
-) -> Option<Tensor> {
-    if base.dtype != DType::BF16 || !matches!(base.buf, Buf::Host(_)) {
-        return None;
-    }
-    let cols = *kept.last()?;
-    let rows = kept.iter().product::<usize>().checked_div(cols)?;
-    let bits = Bits {
+/// The bits of a segment that carries one whole 16-bit element into half `half` of a word.
+fn half_bits(half: WordHalf) -> Bits {
+    Bits {
         rshift: 0,
         width: 16,
         lshift: half.shift(),
-    };
-    // The rows in order (segments of whole rows, in the order of the elements they place), each
-    // `step` past the one before; one pass, nothing allocated.
-    let (mut row, mut first, mut step) = (0, 0, cols);
-    for s in segs.iter().filter(|s| s.bits == bits && s.len > 0) {
-        if (s.stride != 1 && s.len > 1) || s.at != row * cols || s.len % cols != 0 {
+    }
+}
+
+/// Halves `wanted` of the window, each a view of `base`'s own buffer, no copy: when `base` is an
+/// interpreter-owned bf16 buffer (writes into it unshare it first, `Buf::make_mut`, so a view keeps
+/// what it read), every segment carries one whole element into one half, and the segments carrying
+/// each wanted half place whole rows of `kept` (its last dimension) at evenly spaced, increasing
+/// offsets. One pass over the segments, nothing allocated but the views. A view differs from the
+/// cast's copy only in signaling NaNs, which the cast quiets: the plan offers it only for what reaches
+/// nothing but `dot` factors (`select`s pass a NaN on as it is), which quiet them alike.
+fn halves_in_place(
+    base: &Tensor,
+    segs: &[Segment],
+    kept: &[usize],
+    wanted: &[WordHalf],
+) -> Option<Vec<Tensor>> {
+    if base.dtype != DType::BF16 || !matches!(base.buf, Buf::Host(_)) || wanted.len() > 2 {
+        return None;
+    }
+    let len = base.buf.len();
+    let cols = *kept.last()?;
+    let rows = kept.iter().product::<usize>().checked_div(cols)?;
+    // Per half (Low, High): whether it is wanted; rows placed so far, the first row's offset, the
+    // step between rows.
+    let want = [WordHalf::Low, WordHalf::High].map(|h| wanted.contains(&h));
+    let mut state = [(0usize, 0usize, cols); 2];
+    for s in segs {
+        let h = match s.bits {
+            b if b == half_bits(WordHalf::Low) => 0,
+            b if b == half_bits(WordHalf::High) => 1,
+            _ => return None,
+        };
+        if s.len == 0 || !want[h] {
+            continue;
+        }
+        let (row, first, step) = &mut state[h];
+        if (s.stride != 1 && s.len > 1) || s.at != *row * cols || s.len % cols != 0 {
             return None;
         }
-        if s.off + s.len > len || row + s.len / cols > rows {
+        if s.off + s.len > len || *row + s.len / cols > rows {
             return None;
         }
         for t in 0..s.len / cols {
             let at = s.off + t * cols;
-            match row {
-                0 => first = at,
-                1 => step = at.checked_sub(first)?,
-                _ if at != first + row * step => return None,
+            match *row {
+                0 => *first = at,
+                1 => *step = at.checked_sub(*first)?,
+                _ if at != *first + *row * *step => return None,
                 _ => {}
             }
-            row += 1;
+            *row += 1;
         }
     }
-    if row != rows {
-        return None;
-    }
-    // Rows `step` apart, laid out row-major over the leading dimensions; elements adjacent.
-    let mut strides: Dims = row_major_strides(&kept[..kept.len() - 1])
+    wanted
         .iter()
-        .map(|s| s * step)
-        .collect();
-    strides.push(1);
-    Some(Tensor {
-        dtype: DType::BF16,
-        shape: Dims::from_slice(kept),
-        strides,
-        offset: first,
-        buf: base.buf.clone(),
-    })
+        .map(|w| {
+            let (row, first, step) = state[half_index(*w)];
+            if row != rows {
+                return None;
+            }
+            // Rows `step` apart, laid out row-major over the leading dimensions; elements adjacent.
+            let mut strides: Dims = row_major_strides(&kept[..kept.len() - 1])
+                .iter()
+                .map(|s| s * step)
+                .collect();
+            strides.push(1);
+            Some(Tensor {
+                dtype: DType::BF16,
+                shape: Dims::from_slice(kept),
+                strides,
+                offset: first,
+                buf: base.buf.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Where a half's layout is kept in [`halves_in_place`]'s state.
+fn half_index(half: WordHalf) -> usize {
+    match half {
+        WordHalf::Low => 0,
+        WordHalf::High => 1,
+    }
 }
 
 crate::interpret::simd::multiversion! {
