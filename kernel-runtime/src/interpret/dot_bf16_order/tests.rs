@@ -207,6 +207,10 @@ fn every_path_gives_vdpbf16ps_bits() {
         (4, 64, 128),
         (2, 40, 66),
         (5, 32, 33),
+        // 1–3 rows against whole 16 × 16 blocks of a transposed B.
+        (1, 16, 32),
+        (2, 32, 64),
+        (3, 48, 96),
     ] {
         let av: Vec<bf16> = (0..m * k).map(|_| element(&mut state)).collect();
         let bv: Vec<bf16> = (0..k * n).map(|_| element(&mut state)).collect();
@@ -223,6 +227,8 @@ fn every_path_gives_vdpbf16ps_bits() {
         let layouts = [
             (view(&av, k, 1), view(&bv, n, 1)),
             (view(&at, 1, m), view(&bt, 1, k)),
+            // `q kᵀ`: A row-major, B column-major.
+            (view(&av, k, 1), view(&bt, 1, k)),
         ];
         for ((a, b), accumulate) in layouts.into_iter().flat_map(|l| [(l, false), (l, true)]) {
             let mut want = init.clone();
