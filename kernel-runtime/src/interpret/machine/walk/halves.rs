@@ -12,7 +12,7 @@ use half::bf16;
 /// `… (w & 0xFFFF0000)` for the high), each of shape `kept` (`n` elements): each half copied from the
 /// elements that fill it, then rounded as the cast rounds — or, for a cast whose result is only a
 /// `dot` factor (through `select`s at most), a view of `base`'s bf16 rows in place
-/// ([`half_in_place`]). None unless `base` holds plain 16-bit elements and every segment carries one
+/// ([`halves_in_place`]). None unless `base` holds plain 16-bit elements and every segment carries one
 /// whole element into one half (anything else: the caller assembles the words).
 pub(in crate::interpret::machine) fn read_halves(
     base: &Tensor,
