@@ -226,36 +226,27 @@ fn pack_b_panel(
         }
         return;
     }
+    // Row-major: row r's `len` elements of the panel (a dropped row: zeros).
+    let b_row = |r: usize, len: usize| match kept(r) {
+        true => &b.data[b.off + r * b.rs + j0..][..len],
+        false => &ZERO_ROW[..len],
+    };
     for p in 0..kp {
         let row32 = &mut out[p * NR..(p + 1) * NR];
         // SAFETY: a u32 slice seen as twice as many u16 (same memory, stricter alignment kept).
         let row: &mut [u16] =
             unsafe { std::slice::from_raw_parts_mut(row32.as_mut_ptr().cast::<u16>(), 2 * NR) };
         if b.cs == 1 && nc == NR && 2 * p + 1 < k {
-            // Row-major, a whole panel: interleave the two 32-element row slices in registers (a
-            // dropped row: zeros).
-            let row_at = |r: usize| {
-                if kept(r) {
-                    &b.data[b.off + r * b.rs + j0..][..NR]
-                } else {
-                    &ZERO_ROW[..]
-                }
-            };
-            let (r0, r1) = (row_at(2 * p), row_at(2 * p + 1));
+            // Row-major, a whole panel: interleave the two 32-element row slices in registers.
+            let (r0, r1) = (b_row(2 * p, NR), b_row(2 * p + 1, NR));
             // SAFETY: `available()` (avx512bw); r0, r1 hold 32 bf16 each, `row` 64 u16.
             unsafe { interleave_32(r0.as_ptr().cast(), r1.as_ptr().cast(), row.as_mut_ptr()) };
             continue;
         }
         if b.cs == 1 {
             // Row-major, a partial panel or the odd last row: interleave two row slices.
-            let r0 = match kept(2 * p) {
-                true => &b.data[b.off + 2 * p * b.rs + j0..][..nc],
-                false => &ZERO_ROW[..nc],
-            };
-            let r1 = (2 * p + 1 < k).then(|| match kept(2 * p + 1) {
-                true => &b.data[b.off + (2 * p + 1) * b.rs + j0..][..nc],
-                false => &ZERO_ROW[..nc],
-            });
+            let r0 = b_row(2 * p, nc);
+            let r1 = (2 * p + 1 < k).then(|| b_row(2 * p + 1, nc));
             for jj in 0..NR {
                 row[2 * jj] = if jj < nc { r0[jj].to_bits() } else { 0 };
                 row[2 * jj + 1] = match r1 {

@@ -10,7 +10,6 @@ use crate::interpret::elementwise::{self, Sink};
 use crate::interpret::plan::Plan;
 use crate::interpret::tensor::{internal, recycle, Buf, Tensor};
 use crate::ir::{Op, OpKind, Region, ValueId};
-use half::bf16;
 
 /// The rows a `dot` keeps of its right factor, from a `select`'s condition (see [`KeepRows`]).
 pub(super) struct Kept {
@@ -96,17 +95,15 @@ impl Machine<'_> {
             }
         );
         let (c, x, y) = (self.tensor(*c)?, self.tensor(*x)?, self.tensor(*y)?);
-        let value = match rows_of(c, x, y, tr) {
-            Some(stride) => {
-                let kept = Kept {
-                    cond: c.clone(),
-                    stride,
-                };
-                self.env[res.0 as usize] = Some(Value::T(x.clone()));
-                return Ok(Some(kept));
-            }
-            None => elementwise::select(c, x, y, &Sink::fresh())?,
-        };
+        if let Some(stride) = rows_of(c, x, y, tr) {
+            let kept = Kept {
+                cond: c.clone(),
+                stride,
+            };
+            self.env[res.0 as usize] = Some(Value::T(x.clone()));
+            return Ok(Some(kept));
+        }
+        let value = elementwise::select(c, x, y, &Sink::fresh())?;
         self.env[res.0 as usize] = Some(Value::T(value));
         Ok(None)
     }
@@ -246,10 +243,6 @@ fn rows_of(c: &Tensor, x: &Tensor, y: &Tensor, tr: bool) -> Option<usize> {
     if y.dtype != x.dtype || y.strides.iter().any(|s| *s != 0) {
         return None;
     }
-    let zero = match y.dtype {
-        DType::BF16 => y.data::<bf16>().ok()?.get(y.offset)?.to_bits() == 0,
-        DType::F32 => y.data::<f32>().ok()?.get(y.offset)?.to_bits() == 0,
-        _ => false,
-    };
+    let zero = matches!(y.dtype, DType::BF16 | DType::F32) && y.literal().ok()?.bits == 0;
     zero.then_some(c.strides[k_dim])
 }

@@ -11,9 +11,9 @@ use half::bf16;
 /// `halves` the word-half casts make of them (`cast<bf16>(bitcast<f32>(w << 16))` for the low half,
 /// `… (w & 0xFFFF0000)` for the high), each of shape `kept` (`n` elements): each half copied from the
 /// elements that fill it, then rounded as the cast rounds — or, for a cast whose result is only a
-/// `dot` factor (through `select`s at most), a view of `base`'s bf16 rows in place
-/// ([`halves_in_place`]). None unless `base` holds plain 16-bit elements and every segment carries one
-/// whole element into one half (anything else: the caller assembles the words).
+/// `dot` factor (through `select`s at most), a view of `base`'s bf16 rows in place where its rows lie
+/// evenly spaced ([`half_layouts`]). None unless `base` holds plain 16-bit elements and every segment
+/// carries one whole element into one half (anything else: the caller assembles the words).
 pub(in crate::interpret::machine) fn read_halves(
     base: &Tensor,
     segs: &[Segment],
@@ -25,30 +25,27 @@ pub(in crate::interpret::machine) fn read_halves(
         if plain_width::<T>() != Some(16) {
             return Ok(None);
         }
-        // Every half only a `dot` factor (a KV chunk's keys and values): all of them in place, the
-        // segments walked once.
-        if halves.iter().all(|c| c.only_dot_factor) {
-            let wanted: Vec<WordHalf> = halves.iter().map(|c| c.half).collect();
-            if let Some(views) = halves_in_place(base, segs, kept, &wanted) {
-                return Ok(Some(views));
-            }
+        // A view keeps what it read only in an interpreter-owned buffer (writes into it unshare it
+        // first, `Buf::make_mut`).
+        let viewable = base.dtype == DType::BF16 && matches!(base.buf, Buf::Host(_));
+        let mut want = [false; 2];
+        for c in halves.iter().filter(|c| c.only_dot_factor && viewable) {
+            want[half_index(c.half)] = true;
         }
-        if segs.iter().any(|s| s.bits != half_bits(WordHalf::Low) && s.bits != half_bits(WordHalf::High)) {
+        let Some(layouts) = half_layouts(base.buf.len(), segs, kept, want) else {
             return Ok(None);
-        }
+        };
         let src: &[u16] = raw_bits::<T, u16>(base.data::<T>()?);
         halves
             .iter()
-            .map(|c| {
-                if c.only_dot_factor {
-                    if let Some(mut t) = halves_in_place(base, segs, kept, &[c.half]) {
-                        return Ok(t.remove(0));
-                    }
+            .map(|c| match layouts[half_index(c.half)] {
+                Some(rows) if c.only_dot_factor && viewable => Ok(view_rows(base, kept, rows)),
+                _ => {
+                    let mut out = crate::interpret::tensor::take_vec::<bf16>(n);
+                    out.resize(n, bf16::from_bits(0));
+                    copy_half(src, segs, c.half, &mut out)?;
+                    Ok(Tensor::from_data(kept, HostData::BF16(out)))
                 }
-                let mut out = crate::interpret::tensor::take_vec::<bf16>(n);
-                out.resize(n, bf16::from_bits(0));
-                copy_half(src, segs, c.half, &mut out)?;
-                Ok(Tensor::from_data(kept, HostData::BF16(out)))
             })
             .collect::<Result<Vec<_>>>()
             .map(Some)
@@ -64,81 +61,90 @@ fn half_bits(half: WordHalf) -> Bits {
     }
 }
 
-/// Halves `wanted` of the window, each a view of `base`'s own buffer, no copy: when `base` is an
-/// interpreter-owned bf16 buffer (writes into it unshare it first, `Buf::make_mut`, so a view keeps
-/// what it read), every segment carries one whole element into one half, and the segments carrying
-/// each wanted half place whole rows of `kept` (its last dimension) at evenly spaced, increasing
-/// offsets. One pass over the segments, nothing allocated but the views. A view differs from the
-/// cast's copy only in signaling NaNs, which the cast quiets: the plan offers it only for what reaches
-/// nothing but `dot` factors (`select`s pass a NaN on as it is), which quiet them alike.
-fn halves_in_place(
-    base: &Tensor,
+/// Where a half's rows lie in the base buffer: the first row's offset and the step between rows.
+#[derive(Clone, Copy)]
+struct RowLayout {
+    first: usize,
+    step: usize,
+}
+
+/// One pass over the segments: None unless every one carries one whole element into one half of a
+/// word; else, per half (Low, High) that is `want`ed, where its rows lie when the segments carrying it
+/// place whole rows of `kept` (its last dimension) at evenly spaced, increasing offsets inside a
+/// buffer of `len` elements (None for a half that is not wanted or whose rows lie otherwise).
+fn half_layouts(
+    len: usize,
     segs: &[Segment],
     kept: &[usize],
-    wanted: &[WordHalf],
-) -> Option<Vec<Tensor>> {
-    if base.dtype != DType::BF16 || !matches!(base.buf, Buf::Host(_)) || wanted.len() > 2 {
-        return None;
-    }
-    let len = base.buf.len();
-    let cols = *kept.last()?;
-    let rows = kept.iter().product::<usize>().checked_div(cols)?;
-    // Per half (Low, High): whether it is wanted; rows placed so far, the first row's offset, the
-    // step between rows.
-    let want = [WordHalf::Low, WordHalf::High].map(|h| wanted.contains(&h));
-    let mut state = [(0usize, 0usize, cols); 2];
+    want: [bool; 2],
+) -> Option<[Option<RowLayout>; 2]> {
+    let cols = kept.last().copied().unwrap_or(0);
+    let rows = kept.iter().product::<usize>().checked_div(cols);
+    // Per half: whether its rows still fit a layout, rows placed so far, the layout so far.
+    let mut fits = want.map(|w| w && rows.is_some());
+    let mut state = [(
+        0usize,
+        RowLayout {
+            first: 0,
+            step: cols,
+        },
+    ); 2];
     for s in segs {
         let h = match s.bits {
             b if b == half_bits(WordHalf::Low) => 0,
             b if b == half_bits(WordHalf::High) => 1,
             _ => return None,
         };
-        if s.len == 0 || !want[h] {
+        if s.len == 0 || !fits[h] {
             continue;
         }
-        let (row, first, step) = &mut state[h];
-        if (s.stride != 1 && s.len > 1) || s.at != *row * cols || s.len % cols != 0 {
-            return None;
-        }
-        if s.off + s.len > len || *row + s.len / cols > rows {
-            return None;
-        }
-        for t in 0..s.len / cols {
-            let at = s.off + t * cols;
-            match *row {
-                0 => *first = at,
-                1 => *step = at.checked_sub(*first)?,
-                _ if at != *first + *row * *step => return None,
-                _ => {}
-            }
-            *row += 1;
-        }
+        let (row, layout) = &mut state[h];
+        fits[h] = (s.stride == 1 || s.len == 1)
+            && s.at == *row * cols
+            && s.len % cols == 0
+            && s.off + s.len <= len
+            && *row + s.len / cols <= rows.unwrap_or(0)
+            && (0..s.len / cols).all(|t| {
+                let at = s.off + t * cols;
+                let ok = match *row {
+                    0 => {
+                        layout.first = at;
+                        true
+                    }
+                    1 => at
+                        .checked_sub(layout.first)
+                        .map(|d| layout.step = d)
+                        .is_some(),
+                    _ => at == layout.first + *row * layout.step,
+                };
+                *row += 1;
+                ok
+            });
     }
-    wanted
-        .iter()
-        .map(|w| {
-            let (row, first, step) = state[half_index(*w)];
-            if row != rows {
-                return None;
-            }
-            // Rows `step` apart, laid out row-major over the leading dimensions; elements adjacent.
-            let mut strides: Dims = row_major_strides(&kept[..kept.len() - 1])
-                .iter()
-                .map(|s| s * step)
-                .collect();
-            strides.push(1);
-            Some(Tensor {
-                dtype: DType::BF16,
-                shape: Dims::from_slice(kept),
-                strides,
-                offset: first,
-                buf: base.buf.clone(),
-            })
-        })
-        .collect()
+    let done = |h: usize| fits[h] && Some(state[h].0) == rows;
+    Some([0, 1].map(|h| done(h).then_some(state[h].1)))
 }
 
-/// Where a half's layout is kept in [`halves_in_place`]'s state.
+/// A view of `base`'s own buffer (no copy) with rows of `kept` (its last dimension) where `rows`
+/// says, laid out row-major over the leading dimensions, elements adjacent. A view differs from the
+/// word-half cast's copy only in signaling NaNs, which the cast quiets: the plan offers it only for
+/// what reaches nothing but `dot` factors (`select`s pass a NaN on as it is), which quiet them alike.
+fn view_rows(base: &Tensor, kept: &[usize], rows: RowLayout) -> Tensor {
+    let mut strides: Dims = row_major_strides(&kept[..kept.len() - 1])
+        .iter()
+        .map(|s| s * rows.step)
+        .collect();
+    strides.push(1);
+    Tensor {
+        dtype: DType::BF16,
+        shape: Dims::from_slice(kept),
+        strides,
+        offset: rows.first,
+        buf: base.buf.clone(),
+    }
+}
+
+/// Where a half's layout is kept in [`half_layouts`]' answer.
 fn half_index(half: WordHalf) -> usize {
     match half {
         WordHalf::Low => 0,
@@ -172,4 +178,109 @@ fn copy_half[](src: &[u16], segs: &[Segment], half: WordHalf, out: &mut [bf16]) 
     }
     Ok(())
 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interpret::plan::{HalfCast, WordHalf};
+
+    const ROWS: usize = 4;
+    const COLS: usize = 8;
+
+    /// One segment a row: row `r` of half `half` from buffer offset `off`.
+    fn row_seg(half: WordHalf, r: usize, off: usize) -> Segment {
+        Segment {
+            at: r * COLS,
+            len: COLS,
+            off,
+            stride: 1,
+            bits: half_bits(half),
+        }
+    }
+
+    fn cast(half: WordHalf, only_dot_factor: bool) -> HalfCast {
+        HalfCast {
+            op: 0,
+            half,
+            only_dot_factor,
+        }
+    }
+
+    /// Each half's rows where `offs` puts them (ordinary numbers, so a view and the cast's copy agree
+    /// bit for bit): the answer is each half's rows, and a view of the base's buffer exactly for a
+    /// half that reaches only `dot` factors and whose rows lie evenly spaced.
+    #[test]
+    fn each_half_is_a_view_exactly_when_its_rows_lie_evenly_spaced() {
+        let n = 256;
+        let data: Vec<bf16> = (0..n).map(|i| bf16::from_f32(i as f32 - 100.0)).collect();
+        let base = Tensor::from_data(&[n][..], HostData::BF16(data.clone()));
+        let even = |first: usize, step: usize| -> Vec<usize> {
+            (0..ROWS).map(|r| first + r * step).collect()
+        };
+        let uneven = vec![0, 40, 64, 96];
+        // (low rows, high rows, low only a dot factor, high only a dot factor)
+        let cases = [
+            (even(0, 32), even(16, 32), true, true),
+            (even(8, 8), uneven.clone(), true, true),
+            (uneven.clone(), even(100, 48), true, true),
+            (uneven.clone(), uneven.clone(), true, true),
+            (even(0, 32), even(16, 32), false, true),
+            (even(0, 32), even(16, 32), true, false),
+            (even(200, 0), even(64, 16), true, true),
+        ];
+        for (lo, hi, lo_dot, hi_dot) in cases {
+            // The segments interleaved as a word window walks them: row by row, low half then high.
+            let segs: Vec<Segment> = (0..ROWS)
+                .flat_map(|r| {
+                    [
+                        row_seg(WordHalf::Low, r, lo[r]),
+                        row_seg(WordHalf::High, r, hi[r]),
+                    ]
+                })
+                .collect();
+            let halves = [cast(WordHalf::Low, lo_dot), cast(WordHalf::High, hi_dot)];
+            let got = read_halves(&base, &segs, &[ROWS, COLS], ROWS * COLS, &halves)
+                .unwrap()
+                .expect("whole elements into halves");
+            for ((t, rows), dot) in got.iter().zip([&lo, &hi]).zip([lo_dot, hi_dot]) {
+                let want: Vec<u16> = rows
+                    .iter()
+                    .flat_map(|&o| data[o..o + COLS].iter().map(|x| x.to_bits()))
+                    .collect();
+                let bits: Vec<u16> = t
+                    .to_vec::<bf16>()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect();
+                assert_eq!(bits, want, "{rows:?}");
+                let evenly =
+                    rows.windows(3).all(|w| w[1] - w[0] == w[2] - w[1]) && rows[1] >= rows[0];
+                assert_eq!(
+                    Buf::same(&t.buf, &base.buf),
+                    dot && evenly,
+                    "{rows:?} dot {dot}"
+                );
+            }
+        }
+    }
+
+    /// A segment carrying anything but one whole element into one half: not halves at all (the
+    /// caller assembles the words), whichever half it carries.
+    #[test]
+    fn a_segment_of_other_bits_is_not_read_as_halves() {
+        let base = Tensor::from_data(&[64][..], HostData::BF16(vec![bf16::ONE; 64]));
+        let mut segs: Vec<Segment> = (0..ROWS)
+            .map(|r| row_seg(WordHalf::Low, r, r * COLS))
+            .collect();
+        segs[2].bits = Bits {
+            rshift: 8,
+            width: 8,
+            lshift: 0,
+        };
+        let halves = [cast(WordHalf::Low, true), cast(WordHalf::High, true)];
+        let got = read_halves(&base, &segs, &[ROWS, COLS], ROWS * COLS, &halves).unwrap();
+        assert!(got.is_none());
+    }
 }
