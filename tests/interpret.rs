@@ -1553,3 +1553,131 @@ fn values_computed_once_for_a_broadcast_axis_are_used_every_way() {
     }
     assert_fused_is_plain(&call, &inputs);
 }
+
+/// Edge pairs for the integer ops: overflow, division by zero and by −1, negative remainders,
+/// shifts at and past the bit width and by negative amounts.
+const EDGE_PAIRS: [(i32, i32); 8] = [
+    (i32::MIN, -1),
+    (i32::MAX, 2),
+    (-7, 0),
+    (-7, 2),
+    (7, -3),
+    (-8, 32),
+    (5, -1),
+    (40000, 40000),
+];
+
+/// The fourteen integer ops the test checks on rank-0 values (comparisons cast to 1 or 0).
+#[kernel_fn]
+fn scalar_int_ops(a: Scalar<i32>, b: Scalar<i32>) -> [Scalar<i32>; 14] {
+    [
+        a + b,
+        a - b,
+        a * b,
+        a / b,
+        a % b,
+        a.min(b),
+        a.max(b),
+        a << b,
+        a >> b,
+        a & b,
+        a | b,
+        a ^ b,
+        (a < b).cast::<i32>(),
+        (a == b).cast::<i32>(),
+    ]
+}
+
+/// The same ops on arrays.
+#[kernel_fn]
+fn array_int_ops(a: Array<i32>, b: Array<i32>) -> [Array<i32>; 14] {
+    [
+        a + b,
+        a - b,
+        a * b,
+        a / b,
+        a % b,
+        minimum(a, b),
+        maximum(a, b),
+        a << b,
+        a >> b,
+        a & b,
+        a | b,
+        a ^ b,
+        (a < b).cast::<i32>(),
+        (a == b).cast::<i32>(),
+    ]
+}
+
+/// Row `k` of `o`, lanes `0..8`: op `k` on each pair, computed once on rank-0 values (the
+/// prefetched table: the plan's `scalar` ops) and once on whole arrays (`x`, `y` hold the same
+/// pairs in every row): `o` the scalars' rows, `v` the arrays'.
+#[tpu_kernel]
+fn scalar_edges_kernel(
+    t: Ref<i32, Smem>,
+    x: Ref<i32>,
+    y: Ref<i32>,
+    o: RefMut<i32>,
+    v: RefMut<i32>,
+) {
+    let rows = iota::<i32>([16, 128], 0);
+    let lanes = iota::<i32>([16, 128], 1);
+    let mut out = full([16, 128], -1i32);
+    for p in unroll(0..8usize) {
+        let results = scalar_int_ops(t.at(2 * p).load(), t.at(2 * p + 1).load());
+        for k in unroll(0..14usize) {
+            out = select((rows == k as i32) & (lanes == p as i32), results[k], out);
+        }
+    }
+    o.store(out);
+    let results = array_int_ops(x.load(), y.load());
+    let mut vout = full([16, 128], -1i32);
+    for k in unroll(0..14usize) {
+        vout = select((rows == k as i32) & (lanes < 8), results[k], vout);
+    }
+    v.store(vout);
+}
+
+#[test]
+fn scalar_ops_give_the_bits_of_the_same_ops_on_arrays() {
+    let (x, y) = (whole([16, 128], I32), whole([16, 128], I32));
+    let (o, v) = (whole([16, 128], I32), whole([16, 128], I32));
+    let call = pallas_call(scalar_edges_kernel)
+        .grid([1])
+        .scalar_prefetch(at([16], I32))
+        .input(x.0, x.1)
+        .input(y.0, y.1)
+        .output(o.0, o.1)
+        .output(v.0, v.1)
+        .build()
+        .expect("build");
+    let table: Vec<i32> = EDGE_PAIRS.iter().flat_map(|&(a, b)| [a, b]).collect();
+    let lane = |pick: fn((i32, i32)) -> i32| -> Vec<i32> {
+        (0..16 * 128)
+            .map(|i| EDGE_PAIRS.get(i % 128).map_or(1, |&p| pick(p)))
+            .collect()
+    };
+    let inputs = [
+        HostArray::from_vec([16], table).unwrap(),
+        HostArray::from_vec([16, 128], lane(|p| p.0)).unwrap(),
+        HostArray::from_vec([16, 128], lane(|p| p.1)).unwrap(),
+    ];
+    let out = call.interpret(&inputs).expect("runs");
+    let (s, a) = (
+        out[0].as_slice::<i32>().unwrap(),
+        out[1].as_slice::<i32>().unwrap(),
+    );
+    for k in 0..14 {
+        assert_eq!(s[k * 128..k * 128 + 8], a[k * 128..k * 128 + 8], "op {k}");
+    }
+    // XLA's integer semantics at the edges, so the comparison above is not of two wrong answers.
+    assert_eq!(
+        (s[0], s[3 * 128], s[3 * 128 + 2], s[4 * 128 + 4]),
+        (i32::MAX, i32::MIN, -1, 1)
+    );
+    assert_eq!((s[7 * 128 + 5], s[8 * 128 + 5]), (0, -1));
+    // The plan's scalar path against the general dispatch (every fast path off).
+    assert_fused_is_plain(&call, &inputs);
+    let (on, off) = counts_on_off(&call);
+    assert!(on.scalar_ops >= 8 * 14 && off.scalar_ops == 0, "{on:?}");
+}

@@ -3,7 +3,7 @@
 //! plan's liveness), so partial stores into a ref rarely have to copy it.
 
 use super::elementwise::{self, with_dtype, RawDest, Sink};
-use super::fused;
+
 use super::plan::{Chain, HalfCast, Plan, WordHalf};
 use super::reduce::reduce;
 use super::tensor::{for_each_row, internal, recycle, row_major_strides, Buf, Dims, Tensor};
@@ -17,6 +17,8 @@ mod dots;
 mod halves;
 mod refs;
 mod remote;
+mod scalars;
+mod sinks;
 mod split;
 mod values;
 mod views;
@@ -32,8 +34,10 @@ pub(crate) enum Value {
     /// An elementwise result already written into its ref's output block (see [`Plan`]); its only
     /// use is the full store into that ref.
     Sunk,
-    /// A window of a ref, as a DMA endpoint or one semaphore of an array.
-    View(RefView),
+    /// A window of a ref, as a DMA endpoint or one semaphore of an array. (Boxed: a `Value` is then
+    /// no larger than a `Tensor`, 128 bytes, which every op's result is moved as without a `memcpy`
+    /// call.)
+    View(Box<RefView>),
 }
 
 /// A kernel ref during a grid step: its block contents, or nothing yet (reads see the fill value).
@@ -241,10 +245,13 @@ impl<'k> Machine<'k> {
                         .ok_or_else(|| internal("a cast without a result").at(op.loc))?;
                     self.env[id.0 as usize] = Some(Value::T(t));
                 }
-                self.free(&plan.dead_after[i]);
-                if self.dma.seeded() && !self.dma.idle() {
-                    self.dma_tick().map_err(|e| e.at(op.loc))?;
-                }
+                self.after_op(plan, i, op)?;
+                continue;
+            }
+            if plan.scalar[i] {
+                let (id, t) = self.scalar_op(op).map_err(|e| e.at(op.loc))?;
+                self.env[id.0 as usize] = Some(Value::T(t));
+                self.after_op(plan, i, op)?;
                 continue;
             }
             // A select made for this dot's right factor alone runs here (`dots.rs`).
@@ -273,13 +280,19 @@ impl<'k> Machine<'k> {
             for (id, v) in op.results.iter().zip(results) {
                 self.env[id.0 as usize] = Some(v);
             }
-            self.free(&plan.dead_after[i]);
-            // Copies land between ops only in a seeded run; otherwise at their waits.
-            if self.dma.seeded() && !self.dma.idle() {
-                self.dma_tick().map_err(|e| e.at(op.loc))?;
-            }
+            self.after_op(plan, i, op)?;
         }
         Ok(Vec::new())
+    }
+
+    /// After op `i` of a region: the values dead after it freed; copies land between ops only in a
+    /// seeded run (otherwise at their waits).
+    fn after_op(&mut self, plan: &Plan, i: usize, op: &Op) -> Result<()> {
+        self.free(&plan.dead_after[i]);
+        if self.dma.seeded() && !self.dma.idle() {
+            self.dma_tick().map_err(|e| e.at(op.loc))?;
+        }
+        Ok(())
     }
 
     /// The contents of ref `r` as a tensor (reading back a written-through output block).
@@ -306,58 +319,6 @@ impl<'k> Machine<'k> {
             }
             self.env[v.0 as usize] = None;
         }
-    }
-
-    /// Run a fused chain ending at `op`, into the output block of `sink` when possible.
-    fn chain(&mut self, op: &Op, ch: &Chain, sink: Option<ValueId>) -> Result<Vec<Value>> {
-        let dest = match sink.map(|r| self.ref_index(r)) {
-            Some(Ok(ri)) if !self.refs[ri].written_through => {
-                self.dests.get(ri).and_then(|d| d.clone())
-            }
-            _ => None,
-        };
-        let out = self.func.ty(op.results[0]).dtype();
-        let first = self.tensor(ch.first)?;
-        let exts = ch
-            .exts
-            .iter()
-            .map(|v| self.tensor(*v))
-            .collect::<Result<Vec<_>>>()?;
-        let (epi, store) = match &ch.reduce {
-            Some((e, _, store)) => (Some(e), *store),
-            None => (None, true),
-        };
-        let (value, reduced) =
-            fused::run_chain(first, &ch.links, &exts, out, dest.as_ref(), epi, store)?;
-        if let (Some((_, res, _)), Some(t)) = (&ch.reduce, reduced) {
-            self.env[res.0 as usize] = Some(Value::T(t));
-        }
-        // Without a value (sunk into the output block, or needed only by the folded reduction) the
-        // result is a placeholder its single remaining use (a store) or none reads.
-        Ok(vec![value.map_or(Value::Sunk, Value::T)])
-    }
-
-    /// An elementwise op whose result is only stored whole into ref `r`: write it straight into the
-    /// output block when that block lives in the output array.
-    fn sunk_op(&mut self, op: &Op, r: ValueId) -> Result<Vec<Value>> {
-        // Not while the block already lives in the array: a load between this op and the store must
-        // still see the previous contents.
-        let dest = match self.ref_index(r) {
-            Ok(ri) if !self.refs[ri].written_through => self.dests.get(ri).and_then(|d| d.clone()),
-            _ => None,
-        };
-        let Some(dest) = dest else {
-            return self.op(op, &[]);
-        };
-        // SAFETY: `dests` only holds blocks of the output arrays that this chunk owns exclusively
-        // (see `grid::Runner::enter`), and nothing reads them while the op runs.
-        let sink = unsafe { Sink::offer(&dest) };
-        let t = self.op_to(op, &[], &sink).and_then(single_tensor)?;
-        Ok(vec![if sink.filled() {
-            Value::Sunk
-        } else {
-            Value::T(t)
-        }])
     }
 
     fn op(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {

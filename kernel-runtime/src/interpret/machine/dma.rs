@@ -37,7 +37,7 @@ impl<'k> Machine<'k> {
     pub(super) fn view_of(&self, id: ValueId) -> Result<RefView> {
         match self.env.get(id.0 as usize) {
             Some(Some(Value::Ref(r))) => Ok(RefView::whole(*r, &self.refs[*r].shape)),
-            Some(Some(Value::View(v))) => Ok(v.clone()),
+            Some(Some(Value::View(v))) => Ok(RefView::clone(v)),
             _ => Err(internal("expected a ref or a view")),
         }
     }
@@ -126,7 +126,7 @@ impl<'k> Machine<'k> {
                 None => self.view_window(&base, &window.0, (&window.1, &w.squeezed)),
             },
         };
-        Ok(vec![Value::View(v)])
+        Ok(vec![Value::View(Box::new(v))])
     }
 
     /// The single semaphore an operand denotes.

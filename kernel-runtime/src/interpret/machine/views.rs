@@ -254,7 +254,7 @@ impl<'k> Machine<'k> {
             OpKind::RefBitcast => ViewStep::Bitcast(ty.dtype()),
             _ => ViewStep::Reshape(ty.shape().into()),
         });
-        Ok(vec![Value::View(RefView::through(r, p))])
+        Ok(vec![Value::View(Box::new(RefView::through(r, p)))])
     }
 
     /// A window (already bounds-checked against the view's shape) of view `base` as a view.

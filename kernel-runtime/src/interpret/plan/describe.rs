@@ -139,6 +139,7 @@ impl Plan {
         c.in_place_dots += self.acc_in_place.iter().flatten().count();
         c.selects_in_dots += self.select_rhs.iter().flatten().count();
         c.split_loops += self.split.iter().flatten().count();
+        c.scalar_ops += self.scalar.iter().filter(|s| **s).count();
         for subs in &self.sub {
             for s in subs {
                 s.count(c);
@@ -172,6 +173,8 @@ pub struct PlanCounts {
     /// `select`s that only make a `dot`'s right factor, run inside the `dot`: its rows read in place
     /// where the condition holds along a whole row and the other choice is +0 (`dot::KeepRows`).
     pub selects_in_dots: usize,
+    /// Constants, binary ops and comparisons of rank 0 run straight from the region loop.
+    pub scalar_ops: usize,
 }
 
 fn link_label(l: &Link) -> String {

@@ -60,6 +60,9 @@ pub(crate) struct Plan {
     pub(crate) bitcast_owned: Vec<bool>,
     /// `for` loops whose iterations are independent (see [`split`]): they may run on several threads.
     pub(crate) split: Vec<Option<SplitLoop>>,
+    /// Constants, binary ops and comparisons of rank 0 (index arithmetic, loop bounds, page numbers):
+    /// run straight from the region loop (`machine/scalars.rs`), not through the general dispatch.
+    pub(crate) scalar: Vec<bool>,
     pub(crate) sub: Vec<Vec<Plan>>,
 }
 
@@ -202,6 +205,19 @@ fn plan_region(f: &Func, r: &Region, cx: &Context<'_>) -> Plan {
         .iter()
         .map(|op| fuse.then(|| split::split_loop(op, cx.bases)).flatten())
         .collect();
+    let scalar = r
+        .ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| {
+            let rank0 = matches!(op.results[..], [v] if f.ty(v).shape().is_empty());
+            let kind = matches!(
+                op.kind,
+                OpKind::Const(_) | OpKind::Binary(_) | OpKind::Compare(_)
+            );
+            fuse && rank0 && kind && !skip[i] && chain[i].is_none() && sink_to[i].is_none()
+        })
+        .collect();
     Plan {
         dead_after,
         sink_to,
@@ -214,6 +230,7 @@ fn plan_region(f: &Func, r: &Region, cx: &Context<'_>) -> Plan {
         acc_owned,
         bitcast_owned,
         split,
+        scalar,
         sub,
     }
 }
