@@ -44,7 +44,16 @@ impl<'k> Machine<'k> {
 
     /// `RefView`: a window of a ref (or of a window), bounds-checked.
     pub(super) fn ref_view(&self, op: &Op, w: &Window) -> Result<Vec<Value>> {
-        let base = self.view_of(op.operands[0])?;
+        // The base as it stands (a view is not cloned: only a plain window's narrowing copies it).
+        let whole;
+        let base: &RefView = match self.env.get(op.operands[0].0 as usize) {
+            Some(Some(Value::View(v))) => v,
+            Some(Some(Value::Ref(r))) => {
+                whole = RefView::whole(*r, &self.refs[*r].shape);
+                &whole
+            }
+            _ => return Err(internal("expected a ref or a view")),
+        };
         // The base's own (unsqueezed) dimensions, in order; a bitcast or reshape view's are its shape's.
         let view_shape = base.via.as_ref().map(|p| p.result().0);
         let dims: ViewDims = match &view_shape {
@@ -123,7 +132,7 @@ impl<'k> Machine<'k> {
                     squeezed,
                     via: None,
                 },
-                None => self.view_window(&base, &window.0, (&window.1, &w.squeezed)),
+                None => self.view_window(base, &window.0, (&window.1, &w.squeezed)),
             },
         };
         Ok(vec![Value::View(Box::new(v))])
