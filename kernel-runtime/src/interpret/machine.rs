@@ -119,7 +119,7 @@ thread_local! {
 }
 
 /// A value table of `n` empty entries, in the allocation of the last machine this thread dropped:
-/// a split loop makes a machine per thread per run (572 entries of 168 bytes for ragged paged
+/// a split loop makes a machine per thread per run (572 entries of 128 bytes for ragged paged
 /// attention, once per sequence), and in a process whose heap XLA has fragmented, a fresh
 /// allocation that size searches malloc's bins (measured: `_int_malloc` 1.3% → 6.6% of the JAX op's
 /// samples once tpu-inference's reference had been compiled in the process).

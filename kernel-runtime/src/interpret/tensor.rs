@@ -405,7 +405,8 @@ pub(crate) fn recycle(t: Tensor) {
 
 /// [`recycle`] of a tensor left in its place (a dead value's slot), its buffer replaced by an empty
 /// one: the tensor itself is not moved (moving a dead value out of its slot and into [`recycle`]
-/// cost two `memcpy` calls of its 144–168 bytes, 3% of a decode launch's samples).
+/// cost two `memcpy` calls of its 144–168 bytes, 3% of a decode launch's samples, when a `Value`
+/// was that large).
 pub(crate) fn recycle_in(t: &mut Tensor) {
     recycle_buf(std::mem::replace(&mut t.buf, Buf::One(One::new(0i32))));
 }
