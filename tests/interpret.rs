@@ -1567,46 +1567,51 @@ const EDGE_PAIRS: [(i32, i32); 8] = [
     (40000, 40000),
 ];
 
-/// The fourteen integer ops the test checks on rank-0 values (comparisons cast to 1 or 0).
+/// The twelve arithmetic ops the test checks, on `a` and `b` (rank 0 or arrays alike; `min` and
+/// `max` as each spells them).
+macro_rules! arithmetic_ops {
+    ($a:ident, $b:ident, $min:expr, $max:expr) => {
+        vec![
+            $a + $b,
+            $a - $b,
+            $a * $b,
+            $a / $b,
+            $a % $b,
+            $min,
+            $max,
+            $a << $b,
+            $a >> $b,
+            $a & $b,
+            $a | $b,
+            $a ^ $b,
+        ]
+    };
+}
+
+/// The fourteen integer ops the test checks on rank-0 values: the arithmetic, then two comparisons
+/// cast to 1 or 0.
+fn scalar_int_ops(a: Scalar<i32>, b: Scalar<i32>) -> Vec<Scalar<i32>> {
+    let mut ops = arithmetic_ops!(a, b, a.min(b), a.max(b));
+    ops.extend(scalar_flags(a, b));
+    ops
+}
+
+/// `a < b` and `a == b` as 1 or 0 (in a kernel function, which traces `<` and `==`).
 #[kernel_fn]
-fn scalar_int_ops(a: Scalar<i32>, b: Scalar<i32>) -> [Scalar<i32>; 14] {
-    [
-        a + b,
-        a - b,
-        a * b,
-        a / b,
-        a % b,
-        a.min(b),
-        a.max(b),
-        a << b,
-        a >> b,
-        a & b,
-        a | b,
-        a ^ b,
-        (a < b).cast::<i32>(),
-        (a == b).cast::<i32>(),
-    ]
+fn scalar_flags(a: Scalar<i32>, b: Scalar<i32>) -> [Scalar<i32>; 2] {
+    [(a < b).cast::<i32>(), (a == b).cast::<i32>()]
 }
 
 /// The same ops on arrays.
+fn array_int_ops(a: Array<i32>, b: Array<i32>) -> Vec<Array<i32>> {
+    let mut ops = arithmetic_ops!(a, b, minimum(a, b), maximum(a, b));
+    ops.extend(array_flags(a, b));
+    ops
+}
+
 #[kernel_fn]
-fn array_int_ops(a: Array<i32>, b: Array<i32>) -> [Array<i32>; 14] {
-    [
-        a + b,
-        a - b,
-        a * b,
-        a / b,
-        a % b,
-        minimum(a, b),
-        maximum(a, b),
-        a << b,
-        a >> b,
-        a & b,
-        a | b,
-        a ^ b,
-        (a < b).cast::<i32>(),
-        (a == b).cast::<i32>(),
-    ]
+fn array_flags(a: Array<i32>, b: Array<i32>) -> [Array<i32>; 2] {
+    [(a < b).cast::<i32>(), (a == b).cast::<i32>()]
 }
 
 /// Row `k` of `o`, lanes `0..8`: op `k` on each pair, computed once on rank-0 values (the
