@@ -3,7 +3,6 @@
 //! plan's liveness), so partial stores into a ref rarely have to copy it.
 
 use super::elementwise::{self, with_dtype, RawDest, Sink};
-
 use super::plan::{Chain, HalfCast, Plan, WordHalf};
 use super::reduce::reduce;
 use super::tensor::{for_each_row, internal, recycle, row_major_strides, Buf, Dims, Tensor};
