@@ -35,9 +35,15 @@ impl Refs for [RefState] {
 impl<'k> Machine<'k> {
     /// The view an operand denotes: a whole ref or a window of one.
     pub(super) fn view_of(&self, id: ValueId) -> Result<RefView> {
+        Ok(self.view_ref(id)?.into_owned())
+    }
+
+    /// The view an operand denotes, borrowed where it is stored (a whole ref's is built).
+    fn view_ref(&self, id: ValueId) -> Result<std::borrow::Cow<'_, RefView>> {
+        use std::borrow::Cow;
         match self.env.get(id.0 as usize) {
-            Some(Some(Value::Ref(r))) => Ok(RefView::whole(*r, &self.refs[*r].shape)),
-            Some(Some(Value::View(v))) => Ok(RefView::clone(v)),
+            Some(Some(Value::Ref(r))) => Ok(Cow::Owned(RefView::whole(*r, &self.refs[*r].shape))),
+            Some(Some(Value::View(v))) => Ok(Cow::Borrowed(v)),
             _ => Err(internal("expected a ref or a view")),
         }
     }
@@ -45,15 +51,8 @@ impl<'k> Machine<'k> {
     /// `RefView`: a window of a ref (or of a window), bounds-checked.
     pub(super) fn ref_view(&self, op: &Op, w: &Window) -> Result<Vec<Value>> {
         // The base as it stands (a view is not cloned: only a plain window's narrowing copies it).
-        let whole;
-        let base: &RefView = match self.env.get(op.operands[0].0 as usize) {
-            Some(Some(Value::View(v))) => v,
-            Some(Some(Value::Ref(r))) => {
-                whole = RefView::whole(*r, &self.refs[*r].shape);
-                &whole
-            }
-            _ => return Err(internal("expected a ref or a view")),
-        };
+        let base = self.view_ref(op.operands[0])?;
+        let base: &RefView = &base;
         // The base's own (unsqueezed) dimensions, in order; a bitcast or reshape view's are its shape's.
         let view_shape = base.via.as_ref().map(|p| p.result().0);
         let dims: ViewDims = match &view_shape {
@@ -140,7 +139,7 @@ impl<'k> Machine<'k> {
 
     /// The single semaphore an operand denotes.
     pub(super) fn semaphore(&self, id: ValueId) -> Result<(usize, usize)> {
-        let v = self.view_of(id)?;
+        let v = self.view_ref(id)?;
         Ok(sem_of(&v, &self.refs[v.r].shape))
     }
 

@@ -16,7 +16,7 @@ use half::bf16;
 /// carries one whole element into one half (anything else: the caller assembles the words).
 pub(in crate::interpret::machine) fn read_halves(
     base: &Tensor,
-    segs: &[Segment],
+    segs: &Segments,
     kept: &[usize],
     n: usize,
     halves: &[HalfCast],
@@ -32,7 +32,7 @@ pub(in crate::interpret::machine) fn read_halves(
         for c in halves.iter().filter(|c| c.only_dot_factor && viewable) {
             want[half_index(c.half)] = true;
         }
-        let Some(layouts) = half_layouts(base.buf.len(), segs, kept, want) else {
+        let Some(layouts) = segs.half_layouts(base.buf.len(), kept, want) else {
             return Ok(None);
         };
         let src: &[u16] = raw_bits::<T, u16>(base.data::<T>()?);
@@ -62,10 +62,44 @@ fn half_bits(half: WordHalf) -> Bits {
 }
 
 /// Where a half's rows lie in the base buffer: the first row's offset and the step between rows.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct RowLayout {
     first: usize,
     step: usize,
+}
+
+/// [`half_layouts`]' answer for one `(len, kept, want)`, kept with the segments it read.
+pub(super) struct HalvesMemo {
+    len: usize,
+    kept: Dims,
+    want: [bool; 2],
+    layouts: Option<[Option<RowLayout>; 2]>,
+}
+
+impl Segments {
+    /// [`half_layouts`] of these segments, remembered for the last `(len, kept, want)` asked (the
+    /// segments never change: the same question gets the same answer).
+    fn half_layouts(
+        &self,
+        len: usize,
+        kept: &[usize],
+        want: [bool; 2],
+    ) -> Option<[Option<RowLayout>; 2]> {
+        let mut memo = self.halves.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = memo.as_ref() {
+            if m.len == len && m.want == want && m.kept[..] == *kept {
+                return m.layouts;
+            }
+        }
+        let layouts = half_layouts(len, self, kept, want);
+        *memo = Some(HalvesMemo {
+            len,
+            kept: Dims::from_slice(kept),
+            want,
+            layouts,
+        });
+        layouts
+    }
 }
 
 /// One pass over the segments: None unless every one carries one whole element into one half of a
@@ -80,49 +114,67 @@ fn half_layouts(
 ) -> Option<[Option<RowLayout>; 2]> {
     let cols = kept.last().copied().unwrap_or(0);
     let rows = kept.iter().product::<usize>().checked_div(cols);
-    // Per half: whether its rows still fit a layout, rows placed so far, the layout so far.
+    // Per half: whether its rows still fit a layout, and the rows placed so far.
     let mut fits = want.map(|w| w && rows.is_some());
-    let mut state = [(
-        0usize,
-        RowLayout {
+    let mut placed = [Placed {
+        rows: 0,
+        layout: RowLayout {
             first: 0,
             step: cols,
         },
-    ); 2];
+    }; 2];
     for s in segs {
         let h = match s.bits {
             b if b == half_bits(WordHalf::Low) => 0,
             b if b == half_bits(WordHalf::High) => 1,
             _ => return None,
         };
-        if s.len == 0 || !fits[h] {
-            continue;
+        if s.len > 0 && fits[h] {
+            fits[h] = placed[h].place(s, cols, len, rows.unwrap_or(0));
         }
-        let (row, layout) = &mut state[h];
-        fits[h] = (s.stride == 1 || s.len == 1)
-            && s.at == *row * cols
-            && s.len % cols == 0
-            && s.off + s.len <= len
-            && *row + s.len / cols <= rows.unwrap_or(0)
-            && (0..s.len / cols).all(|t| {
-                let at = s.off + t * cols;
-                let ok = match *row {
-                    0 => {
-                        layout.first = at;
-                        true
-                    }
-                    1 => at
-                        .checked_sub(layout.first)
-                        .map(|d| layout.step = d)
-                        .is_some(),
-                    _ => at == layout.first + *row * layout.step,
-                };
-                *row += 1;
-                ok
-            });
     }
-    let done = |h: usize| fits[h] && Some(state[h].0) == rows;
-    Some([0, 1].map(|h| done(h).then_some(state[h].1)))
+    let done = |h: usize| fits[h] && Some(placed[h].rows) == rows;
+    Some([0, 1].map(|h| done(h).then_some(placed[h].layout)))
+}
+
+/// One half's rows as [`half_layouts`] places them: how many so far, and their layout.
+#[derive(Clone, Copy)]
+struct Placed {
+    rows: usize,
+    layout: RowLayout,
+}
+
+impl Placed {
+    /// Places segment `s`'s rows of `cols` (nonzero) elements after those placed so far: false
+    /// unless they are whole adjacent rows next in order, within `len` elements and `rows` rows,
+    /// and every row lies one step after the last.
+    fn place(&mut self, s: &Segment, cols: usize, len: usize, rows: usize) -> bool {
+        let whole_rows = (s.stride == 1 || s.len == 1)
+            && s.at == self.rows * cols
+            && s.len.is_multiple_of(cols)
+            && s.off + s.len <= len
+            && self.rows + s.len / cols <= rows;
+        if !whole_rows {
+            return false;
+        }
+        for t in 0..s.len / cols {
+            let at = s.off + t * cols;
+            match self.rows {
+                0 => self.layout.first = at,
+                1 => match at.checked_sub(self.layout.first) {
+                    Some(step) => self.layout.step = step,
+                    None => return false,
+                },
+                r => {
+                    if at != self.layout.first + r * self.layout.step {
+                        return false;
+                    }
+                }
+            }
+            self.rows += 1;
+        }
+        true
+    }
 }
 
 /// A view of `base`'s own buffer (no copy) with rows of `kept` (its last dimension) where `rows`
@@ -240,7 +292,7 @@ mod tests {
                 })
                 .collect();
             let halves = [cast(WordHalf::Low, lo_dot), cast(WordHalf::High, hi_dot)];
-            let got = read_halves(&base, &segs, &[ROWS, COLS], ROWS * COLS, &halves)
+            let got = read_halves(&base, &segs.into(), &[ROWS, COLS], ROWS * COLS, &halves)
                 .unwrap()
                 .expect("whole elements into halves");
             for ((t, rows), dot) in got.iter().zip([&lo, &hi]).zip([lo_dot, hi_dot]) {
@@ -280,7 +332,45 @@ mod tests {
             lshift: 0,
         };
         let halves = [cast(WordHalf::Low, true), cast(WordHalf::High, true)];
-        let got = read_halves(&base, &segs, &[ROWS, COLS], ROWS * COLS, &halves).unwrap();
+        let got = read_halves(&base, &segs.into(), &[ROWS, COLS], ROWS * COLS, &halves).unwrap();
         assert!(got.is_none());
+    }
+
+    /// A window's segments remember their last layouts: every question, asked in any order and
+    /// again, gets the answer a fresh pass gives (a stale answer for another buffer length, shape or
+    /// wanted half would fail here).
+    #[test]
+    fn remembered_layouts_answer_as_a_fresh_pass_does() {
+        let segs: Vec<Segment> = (0..ROWS)
+            .flat_map(|r| {
+                [
+                    row_seg(WordHalf::Low, r, 32 * r),
+                    row_seg(WordHalf::High, r, 32 * r + 16),
+                ]
+            })
+            .collect();
+        let kept = [ROWS, COLS];
+        let questions = [
+            (128, &kept[..], [true, true]),
+            (128, &kept[..], [true, true]),
+            (128, &kept[..], [false, true]),
+            (100, &kept[..], [false, true]),
+            (100, &[2, 16][..], [true, false]),
+            (128, &kept[..], [true, true]),
+        ];
+        let remembered = Segments::from(segs.clone());
+        for (len, kept, want) in questions {
+            let fresh = half_layouts(len, &segs, kept, want);
+            assert_eq!(
+                remembered.half_layouts(len, kept, want),
+                fresh,
+                "{len} {kept:?} {want:?}"
+            );
+        }
+        // The questions differ in their answers (else the test could not see a stale one).
+        assert_ne!(
+            half_layouts(128, &segs, &kept, [true, true]),
+            half_layouts(100, &segs, &kept, [false, true])
+        );
     }
 }
