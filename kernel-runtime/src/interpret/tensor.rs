@@ -207,7 +207,21 @@ impl Tensor {
     }
     /// The first element as a literal (scalars, conditions, loop bounds).
     pub fn literal(&self) -> Result<Literal> {
-        let o = self.offset;
+        self.literal_at_offset(self.offset)
+    }
+    /// The element at `index` (one per dimension; checked against the shape).
+    pub fn literal_at(&self, index: &[usize]) -> Result<Literal> {
+        if index.len() != self.shape.len() || index.iter().zip(&self.shape).any(|(i, n)| i >= n) {
+            return Err(internal("element index outside the tensor"));
+        }
+        let at = index
+            .iter()
+            .zip(&self.strides)
+            .map(|(i, s)| i * s)
+            .sum::<usize>();
+        self.literal_at_offset(self.offset + at)
+    }
+    fn literal_at_offset(&self, o: usize) -> Result<Literal> {
         let b = &self.buf;
         let bits = super::elementwise::with_dtype!(self.dtype, T => {
             b.slice::<T>().and_then(|v| v.get(o)).map(|x| x.literal().bits)

@@ -30,8 +30,8 @@
 
 pub(crate) use super::dma_faults::*;
 use crate::error::{kerr, Result, SourceLoc};
+use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
-use std::collections::HashMap;
 
 /// Per-dimension sizes or starts, inline up to rank 6 (views are made per DMA; a paged KV buffer
 /// has rank 5).
@@ -225,6 +225,9 @@ impl InFlight {
 pub(crate) struct DmaModel {
     /// Copies started and not known complete, oldest first.
     inflight: Vec<InFlight>,
+    /// Per ref: how many of `inflight` have their destination, and their source, on this device
+    /// in it (an access to a ref no copy touches needs no check).
+    ends: Vec<[u32; 2]>,
     /// Semaphore values: a DMA semaphore's are the bytes of the copies started on it less the bytes
     /// waited for (what landed and what is still to land); a regular one's, signals less waits.
     sems: HashMap<Sem, i64>,
@@ -232,6 +235,19 @@ pub(crate) struct DmaModel {
     credit: HashMap<Sem, i64>,
     /// xorshift state for seeded completion points (None: copies complete at their waits).
     rng: Option<u64>,
+}
+
+/// Count copy `f`'s ends on this device into (`add`) or out of `ends` (per ref: destinations,
+/// sources).
+fn count_ends(ends: &mut Vec<[u32; 2]>, f: &InFlight, add: bool) {
+    for (k, v) in [f.local_dst(), f.local_src()].into_iter().enumerate() {
+        let Some(v) = v else { continue };
+        if ends.len() <= v.r {
+            ends.resize(v.r + 1, [0; 2]);
+        }
+        let n = &mut ends[v.r][k];
+        *n = if add { *n + 1 } else { n.saturating_sub(1) };
+    }
 }
 
 impl DmaModel {
@@ -269,6 +285,10 @@ impl DmaModel {
         v: &RefView,
         write: bool,
     ) -> Result<()> {
+        let [into, from] = self.ends.get(v.r).copied().unwrap_or_default();
+        if into == 0 && (from == 0 || !write) {
+            return Ok(());
+        }
         for f in &self.inflight {
             let from = match f.peer {
                 Some(p) if !p.outgoing => format!(" from device {}", p.device),
@@ -332,7 +352,7 @@ impl DmaModel {
         // at its wait.
         let countdown = if peer.is_none() { self.next() } else { None };
         *self.sems.entry(sem).or_insert(0) += bytes;
-        self.inflight.push(InFlight {
+        let f = InFlight {
             src,
             dst,
             sem,
@@ -341,7 +361,9 @@ impl DmaModel {
             countdown,
             moved: peer.is_some_and(|p| p.outgoing),
             peer,
-        });
+        };
+        count_ends(&mut self.ends, &f, true);
+        self.inflight.push(f);
         Ok(())
     }
 
@@ -374,11 +396,12 @@ impl DmaModel {
         // Moved out, not cloned, into one allocation (a KV block's wait ends a copy per page; in a
         // process whose heap XLA has fragmented, each `malloc` past the thread cache searches bins).
         let mut done = Vec::with_capacity(n);
-        done.extend(
-            self.inflight
-                .extract_if(.., |f| f.sem == sem)
-                .filter(|f| !f.moved),
-        );
+        for f in self.inflight.extract_if(.., |f| f.sem == sem) {
+            count_ends(&mut self.ends, &f, false);
+            if !f.moved {
+                done.push(f);
+            }
+        }
         Ok(done)
     }
 
@@ -511,3 +534,7 @@ impl DmaModel {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "dma_tests.rs"]
+mod tests;

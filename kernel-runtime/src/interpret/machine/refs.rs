@@ -93,6 +93,10 @@ impl<'k> Machine<'k> {
             self.check_dma_access(&reach(r, &starts, w), false)?;
         }
         let st = &self.refs[r];
+        // One element (an SMEM table's entry): read where it lies.
+        if let (Some(t), true) = (&st.content, w.squeezed.iter().all(|&q| q)) {
+            return Ok(Tensor::splat(t.literal_at(&starts)?, &[]));
+        }
         let full = w.is_full(&st.shape);
         let content = self.contents(r)?;
         let window = if full {
