@@ -18,7 +18,10 @@
 //! (`q kᵀ`: each column's pairs adjacent) is packed 16 columns × 16 pairs at a time through a
 //! register transpose. Neither changes a sum: each lane still adds its pairs in order. (On the
 //! decode batch of `cargo bench --bench interpret`, `perf record`: the dots' share of the samples
-//! 11.7% → 9.0%.)
+//! 11.7% → 9.0%.) The packing runs with the CPU features its register transposes and interleaves
+//! need, so they inline with their rows in registers, and reads a whole panel's rows after one bounds
+//! check (a decode step's 4×128 · 128×512 `q kᵀ` over a KV buffer's strided rows: 14.5 → 7.6 µs; its
+//! 4×512 · 512×128 `p v`: 8.0 → 7.5 µs).
 
 use super::dot::{edge_tile_load, edge_tile_store, KeepRows};
 use half::bf16;
@@ -75,7 +78,8 @@ pub(crate) fn gemm(
     let mut tile = [0f32; MR * NR];
     for j0 in (0..n).step_by(NR) {
         let nc = NR.min(n - j0);
-        pack_b_panel(k, kp, j0, nc, (b, keep), &mut pb);
+        // SAFETY: `available()` (the caller's contract) includes avx512f and avx512bw.
+        unsafe { pack_b_panel(k, kp, j0, nc, (b, keep), &mut pb) };
         for i0 in (0..m).step_by(MR) {
             let mr = MR.min(m - i0);
             let a_at = if i0 < packed_from {
@@ -169,7 +173,11 @@ fn pair(lo: bf16, hi: bf16) -> u32 {
 
 /// Columns j0..j0+nc of B: per pair index, 32 × `[b(2p, j), b(2p+1, j)]` (one u32 each, low half
 /// first); columns past nc, the pad row past an odd k and the rows `keep` drops are zero.
-fn pack_b_panel(
+///
+/// # Safety
+/// avx512f + avx512bw available (its register transposes and interleaves inline here).
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn pack_b_panel(
     k: usize,
     kp: usize,
     j0: usize,
@@ -190,15 +198,18 @@ fn pack_b_panel(
         };
         // (Only whole panels: a partial one's missing columns have no slices.)
         if simd_pairs > 0 {
+            // The panel's 32 columns' first k elements, checked once (the last column's end).
+            let panel = &b.data[b.off + j0 * b.cs..][..(NR - 1) * b.cs + k];
             for half in 0..NR / 16 {
-                let cols: [&[bf16]; 16] =
-                    std::array::from_fn(|r| &b.data[b.off + (j0 + half * 16 + r) * b.cs..][..k]);
                 for p0 in (0..simd_pairs).step_by(16) {
-                    let from = cols.map(|col| col[2 * p0..2 * p0 + 32].as_ptr().cast::<u32>());
                     let to = &mut out[p0 * NR + half * 16..(p0 + 15) * NR + half * 16 + 16];
-                    // SAFETY: `available()` (avx512f); each `from` reaches 16 u32 (32 bf16 of its
-                    // column, checked by the slices), `to` 16 rows of 16 u32 at stride NR (checked).
-                    unsafe { transpose_16x16(from, to.as_mut_ptr(), NR) };
+                    // SAFETY: `available()` (avx512f); column `half·16 + r` of the panel, from
+                    // element 2·p0, reaches 32 bf16 (2·p0 + 32 ≤ k, inside `panel`); `to` holds 16
+                    // rows of 16 u32 at stride NR (checked by the slice).
+                    unsafe {
+                        let from = panel.as_ptr().add(half * 16 * b.cs + 2 * p0);
+                        transpose_16x16(from, b.cs, to.as_mut_ptr(), NR)
+                    };
                 }
             }
         }
@@ -231,7 +242,25 @@ fn pack_b_panel(
         true => &b.data[b.off + r * b.rs + j0..][..len],
         false => &ZERO_ROW[..len],
     };
-    for p in 0..kp {
+    let mut first = 0;
+    if b.cs == 1 && nc == NR && keep.is_none() && k >= 2 {
+        // Row-major, whole panel, every row kept: each pair of rows interleaved in registers, the
+        // panel's rows checked once (the last whole pair's second row).
+        let pairs = k / 2;
+        let last = b.off + (2 * pairs - 1) * b.rs + j0 + NR;
+        assert!(last <= b.data.len() && out.len() >= pairs * NR);
+        let (src, dst) = (b.data.as_ptr(), out.as_mut_ptr().cast::<u16>());
+        for p in 0..pairs {
+            // SAFETY: `available()` (avx512bw); rows 2p and 2p + 1 from column j0 hold 32 bf16
+            // each (up to `last`, checked), and pair row p of `out` 64 u16 (checked).
+            unsafe {
+                let r0 = src.add(b.off + 2 * p * b.rs + j0);
+                interleave_32(r0.cast(), r0.add(b.rs).cast(), dst.add(p * 2 * NR));
+            }
+        }
+        first = pairs;
+    }
+    for p in first..kp {
         let row32 = &mut out[p * NR..(p + 1) * NR];
         // SAFETY: a u32 slice seen as twice as many u16 (same memory, stricter alignment kept).
         let row: &mut [u16] =
@@ -289,40 +318,54 @@ const fn butterfly(d: usize, hi: bool) -> [i32; 16] {
     t
 }
 
-/// `out[i · stride + r] = rows[r][i]` for a 16 × 16 block of u32: the off-diagonal blocks swapped at
-/// distances 8, 4, 2 and 1 (one `vpermt2d` per row and step).
+/// `out[i · stride + r] = row r[i]` for a 16 × 16 block of u32, row r the 32 bf16 (16 pairs) at
+/// `rows + r · row_stride`: the off-diagonal blocks swapped at distances 8, 4, 2 and 1 (one
+/// `vpermt2d` per row and step).
 ///
 /// # Safety
-/// avx512f available; every `rows[r]` readable for 16 u32, `out` writable for 16 rows of 16 u32 at
+/// avx512f available; every row readable for 32 bf16, `out` writable for 16 rows of 16 u32 at
 /// row stride `stride`.
 #[target_feature(enable = "avx512f")]
-unsafe fn transpose_16x16(rows: [*const u32; 16], out: *mut u32, stride: usize) {
-    const STEPS: [(usize, [i32; 16], [i32; 16]); 4] = [
-        (8, butterfly(8, false), butterfly(8, true)),
-        (4, butterfly(4, false), butterfly(4, true)),
-        (2, butterfly(2, false), butterfly(2, true)),
-        (1, butterfly(1, false), butterfly(1, true)),
-    ];
+#[inline]
+unsafe fn transpose_16x16(rows: *const bf16, row_stride: usize, out: *mut u32, stride: usize) {
     // SAFETY: the caller's contract; unaligned loads and stores.
     unsafe {
-        // (A loop, not `map`: a closure would not inherit the target feature.)
         let mut r = [_mm512_setzero_si512(); 16];
-        for (v, p) in r.iter_mut().zip(rows) {
-            *v = _mm512_loadu_si512(p.cast());
+        for (i, v) in r.iter_mut().enumerate() {
+            *v = _mm512_loadu_si512(rows.add(i * row_stride).cast());
         }
-        for (d, lo, hi) in STEPS {
-            let (lo, hi) = (
-                _mm512_loadu_si512(lo.as_ptr().cast()),
-                _mm512_loadu_si512(hi.as_ptr().cast()),
-            );
-            for i in (0..16).filter(|i| i & d == 0) {
-                let (a, b) = (r[i], r[i + d]);
-                r[i] = _mm512_permutex2var_epi32(a, lo, b);
-                r[i + d] = _mm512_permutex2var_epi32(a, hi, b);
-            }
-        }
+        butterfly_step::<8>(&mut r);
+        butterfly_step::<4>(&mut r);
+        butterfly_step::<2>(&mut r);
+        butterfly_step::<1>(&mut r);
         for (i, v) in r.iter().enumerate() {
             _mm512_storeu_si512(out.add(i * stride).cast(), *v);
+        }
+    }
+}
+
+/// The step of [`transpose_16x16`] at distance `D`: a constant, so that the loop unrolls and the 16
+/// rows stay in registers (with the distance a loop variable they were kept on the stack, each
+/// `vpermt2d` reading and writing memory: 40% of a decode step's `q kᵀ` in `perf`).
+///
+/// # Safety
+/// avx512f available.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn butterfly_step<const D: usize>(r: &mut [__m512i; 16]) {
+    let (lo, hi) = (const { butterfly(D, false) }, const { butterfly(D, true) });
+    // SAFETY: 16 i32 each, unaligned loads.
+    let (lo, hi) = unsafe {
+        (
+            _mm512_loadu_si512(lo.as_ptr().cast()),
+            _mm512_loadu_si512(hi.as_ptr().cast()),
+        )
+    };
+    for i in 0..16 {
+        if i & D == 0 {
+            let (a, b) = (r[i], r[i + D]);
+            r[i] = _mm512_permutex2var_epi32(a, lo, b);
+            r[i + D] = _mm512_permutex2var_epi32(a, hi, b);
         }
     }
 }
@@ -332,6 +375,7 @@ unsafe fn transpose_16x16(rows: [*const u32; 16], out: *mut u32, stride: usize) 
 /// # Safety
 /// avx512f + avx512bw available; `r0`, `r1` readable for 32 u16, `out` writable for 64.
 #[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
 unsafe fn interleave_32(r0: *const u16, r1: *const u16, out: *mut u16) {
     // Indices into the concatenation r0 ++ r1 (0..32 from r0, 32..64 from r1).
     const LO: [u16; 32] = {
