@@ -21,13 +21,13 @@ impl<'k> Machine<'k> {
     /// View `v`'s path and the starts of window `w` of a load (`write` false) or store of it:
     /// bounds-checked against the view, raced against the copies in flight over the box of the ref
     /// it reaches.
-    pub(super) fn view_access_start(
+    pub(super) fn view_access_start<'v>(
         &self,
         op: &Op,
         w: &Window,
-        v: &RefView,
+        v: &'v RefView,
         write: bool,
-    ) -> Result<(ViewPath, Vec<usize>)> {
+    ) -> Result<(std::borrow::Cow<'v, ViewPath>, Vec<usize>)> {
         let p = self.path_of_view(v);
         let (shape, _) = p.result();
         let dyn_first = if write { 2 } else { 1 };

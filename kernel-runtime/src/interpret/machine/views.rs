@@ -224,9 +224,9 @@ pub(super) fn forward_for_free(base: &Tensor, p: &ViewPath) -> Result<Option<Ten
 
 impl<'k> Machine<'k> {
     /// The path of view `v`: its own, or one from its ref through its window.
-    pub(super) fn path_of_view(&self, v: &RefView) -> ViewPath {
+    pub(super) fn path_of_view<'v>(&self, v: &'v RefView) -> std::borrow::Cow<'v, ViewPath> {
         if let Some(p) = &v.via {
-            return (**p).clone();
+            return std::borrow::Cow::Borrowed(p);
         }
         let st = &self.refs[v.r];
         let mut p = ViewPath::new(&st.shape, st.dtype);
@@ -237,13 +237,13 @@ impl<'k> Machine<'k> {
                 squeezed: v.squeezed.clone(),
             });
         }
-        p
+        std::borrow::Cow::Owned(p)
     }
 
     /// The path of a view operand (a ref, a window or a view).
     fn path_of(&self, id: ValueId) -> Result<(usize, ViewPath)> {
         let v = self.view_of(id)?;
-        Ok((v.r, self.path_of_view(&v)))
+        Ok((v.r, self.path_of_view(&v).into_owned()))
     }
 
     /// `RefBitcast` / `RefReshape`: the operand's path with one more step.
@@ -264,7 +264,7 @@ impl<'k> Machine<'k> {
         starts: &[usize],
         (sizes, squeezed): (&[usize], &[bool]),
     ) -> RefView {
-        let mut p = self.path_of_view(base);
+        let mut p = self.path_of_view(base).into_owned();
         p.steps.push(ViewStep::Window {
             starts: starts.into(),
             sizes: sizes.into(),
@@ -314,7 +314,7 @@ impl<'k> Machine<'k> {
             None
         };
         let (p, starts) = self.view_access_start(op, w, v, true)?;
-        let through = RefView::through(v.r, p);
+        let through = RefView::through(v.r, p.into_owned());
         self.write_through_view(
             &through,
             (&starts, &w.sizes, &w.squeezed),
