@@ -1686,3 +1686,46 @@ fn scalar_ops_give_the_bits_of_the_same_ops_on_arrays() {
     let (on, off) = counts_on_off(&call);
     assert!(on.scalar_ops >= 8 * 14 && off.scalar_ops == 0, "{on:?}");
 }
+
+/// Four iterations: a reshape of slot `i % 2` of `x` (its base changes every iteration) and a
+/// bitcast-then-static-window-then-reshape of `x` (the same base every iteration), added.
+#[tpu_kernel]
+fn view_memo_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    for i in 0..4 {
+        let slot = x.at(i % 2).reshape([2, 8, 128]);
+        let same = x.bitcast::<u32>().at(1).reshape([2, 8, 128]);
+        let a = slot.load().reshape([16, 128]);
+        let b = same.load().reshape([16, 128]).bitcast::<f32>();
+        o.at(i).store(a + b);
+    }
+}
+
+/// A view op whose view depends on its base alone is made once per base (`Machine::memo_view`):
+/// each iteration still reads its own slot through the reshape whose base changes, and the view
+/// over the unchanging base the same elements every time — `o[i] = x[i % 2] + x[1]`, bit for bit,
+/// fused or not.
+#[test]
+fn views_remembered_across_iterations_follow_their_base() {
+    let [x, o] = [whole([2, 16, 128], F32), whole([4, 16, 128], F32)];
+    let call = pallas_call(view_memo_kernel)
+        .grid([1])
+        .input(x.0, x.1)
+        .output(o.0, o.1)
+        .build()
+        .expect("build");
+    let data: Vec<f32> = (0..2 * 2048).map(|i| i as f32 * 0.25 - 300.0).collect();
+    let inputs = [HostArray::from_vec([2, 16, 128], data.clone()).unwrap()];
+    assert_fused_is_plain(&call, &inputs);
+    let out = call.interpret(&inputs).expect("runs");
+    let got = out[0].as_slice::<f32>().expect("f32");
+    for i in 0..4 {
+        for e in 0..2048 {
+            let want = data[(i % 2) * 2048 + e] + data[2048 + e];
+            assert_eq!(
+                got[i * 2048 + e].to_bits(),
+                want.to_bits(),
+                "iteration {i}, element {e}"
+            );
+        }
+    }
+}

@@ -88,6 +88,9 @@ pub(crate) struct Machine<'k> {
     /// The segments of recently read or written view windows (shared with the machines a split loop
     /// forks).
     segments: std::sync::Arc<walk::SegmentCache>,
+    /// Per view op that depends on its base alone (by its result): the base it last ran on and the
+    /// view it made ([`Self::memo_view`]).
+    view_memo: rustc_hash::FxHashMap<u32, (RefView, Box<RefView>)>,
     /// Threads a split loop may run on (`split.rs`); 1 where the grid is already split across them.
     loop_threads: usize,
 }
@@ -155,6 +158,7 @@ impl<'k> Machine<'k> {
             link,
             received: std::collections::HashMap::new(),
             segments: Default::default(),
+            view_memo: Default::default(),
             barrier,
             loop_threads: 1,
         }

@@ -39,7 +39,7 @@ impl<'k> Machine<'k> {
     }
 
     /// The view an operand denotes, borrowed where it is stored (a whole ref's is built).
-    fn view_ref(&self, id: ValueId) -> Result<std::borrow::Cow<'_, RefView>> {
+    pub(super) fn view_ref(&self, id: ValueId) -> Result<std::borrow::Cow<'_, RefView>> {
         use std::borrow::Cow;
         match self.env.get(id.0 as usize) {
             Some(Some(Value::Ref(r))) => Ok(Cow::Owned(RefView::whole(*r, &self.refs[*r].shape))),
@@ -48,11 +48,19 @@ impl<'k> Machine<'k> {
         }
     }
 
-    /// `RefView`: a window of a ref (or of a window), bounds-checked.
-    pub(super) fn ref_view(&self, op: &Op, w: &Window) -> Result<Vec<Value>> {
+    /// `RefView`: a window of a ref (or of a window), bounds-checked. A window whose starts and
+    /// sizes are all static depends on its base alone ([`Self::memo_view`]).
+    pub(super) fn ref_view(&mut self, op: &Op, w: &Window) -> Result<Vec<Value>> {
+        if op.operands.len() == 1 {
+            return self.memo_view(op, |m, base| m.window_view(op, w, base));
+        }
         // The base as it stands (a view is not cloned: only a plain window's narrowing copies it).
         let base = self.view_ref(op.operands[0])?;
-        let base: &RefView = &base;
+        Ok(vec![Value::View(Box::new(self.window_view(op, w, &base)?))])
+    }
+
+    /// Window `w` of view `base` (its run-time starts and sizes `op`'s operands after the first).
+    fn window_view(&self, op: &Op, w: &Window, base: &RefView) -> Result<RefView> {
         // The base's own (unsqueezed) dimensions, in order; a bitcast or reshape view's are its shape's.
         let view_shape = base.via.as_ref().map(|p| p.result().0);
         let dims: ViewDims = match &view_shape {
@@ -134,7 +142,7 @@ impl<'k> Machine<'k> {
                 None => self.view_window(base, &window.0, (&window.1, &w.squeezed)),
             },
         };
-        Ok(vec![Value::View(Box::new(v))])
+        Ok(v)
     }
 
     /// The single semaphore an operand denotes.

@@ -45,6 +45,7 @@ impl<'k> Fork<'k> {
             received: std::collections::HashMap::new(),
             barrier: self.barrier,
             segments: self.segments.clone(),
+            view_memo: Default::default(),
             loop_threads: 1,
         }
     }

@@ -240,21 +240,37 @@ impl<'k> Machine<'k> {
         std::borrow::Cow::Owned(p)
     }
 
-    /// The path of a view operand (a ref, a window or a view).
-    fn path_of(&self, id: ValueId) -> Result<(usize, ViewPath)> {
-        let v = self.view_of(id)?;
-        Ok((v.r, self.path_of_view(&v).into_owned()))
+    /// `RefBitcast` / `RefReshape`: the operand's path with one more step.
+    pub(super) fn ref_transform(&mut self, op: &Op) -> Result<Vec<Value>> {
+        self.memo_view(op, |m, base| {
+            let mut p = m.path_of_view(base).into_owned();
+            let ty = m.func.ty(op.results[0]);
+            p.steps.push(match op.kind {
+                OpKind::RefBitcast => ViewStep::Bitcast(ty.dtype()),
+                _ => ViewStep::Reshape(ty.shape().into()),
+            });
+            Ok(RefView::through(base.r, p))
+        })
     }
 
-    /// `RefBitcast` / `RefReshape`: the operand's path with one more step.
-    pub(super) fn ref_transform(&self, op: &Op) -> Result<Vec<Value>> {
-        let (r, mut p) = self.path_of(op.operands[0])?;
-        let ty = self.func.ty(op.results[0]);
-        p.steps.push(match op.kind {
-            OpKind::RefBitcast => ViewStep::Bitcast(ty.dtype()),
-            _ => ViewStep::Reshape(ty.shape().into()),
-        });
-        Ok(vec![Value::View(Box::new(RefView::through(r, p)))])
+    /// A view op whose view depends on its base view alone (a bitcast, a reshape, a window of static
+    /// starts and sizes): when it runs on the base it ran on last (a loop's view of a ref, each
+    /// iteration), the view it made then; else `make`'s, kept.
+    pub(super) fn memo_view(
+        &mut self,
+        op: &Op,
+        make: impl FnOnce(&Self, &RefView) -> Result<RefView>,
+    ) -> Result<Vec<Value>> {
+        let (key, base) = (op.results[0].0, self.view_ref(op.operands[0])?);
+        if let Some((seen, made)) = self.view_memo.get(&key) {
+            if *seen == *base {
+                return Ok(vec![Value::View(made.clone())]);
+            }
+        }
+        let made = Box::new(make(self, &base)?);
+        let base = base.into_owned();
+        self.view_memo.insert(key, (base, made.clone()));
+        Ok(vec![Value::View(made)])
     }
 
     /// A window (already bounds-checked against the view's shape) of view `base` as a view.
