@@ -285,8 +285,8 @@ impl DmaModel {
         v: &RefView,
         write: bool,
     ) -> Result<()> {
-        let [into, from] = self.ends.get(v.r).copied().unwrap_or_default();
-        if into == 0 && (from == 0 || !write) {
+        let [copies_into, copies_from] = self.ends.get(v.r).copied().unwrap_or_default();
+        if copies_into == 0 && (copies_from == 0 || !write) {
             return Ok(());
         }
         for f in &self.inflight {
