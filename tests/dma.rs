@@ -2,6 +2,7 @@
 //! completion timing, and each race or deadlock the hardware would hit as an error at its Rust line.
 
 use tpu_kernel::prelude::*;
+use tpu_kernel::runtime::interpret::background_landings;
 use tpu_kernel::{ErrorKind, KernelError};
 
 #[path = "common/kernels.rs"]
@@ -223,6 +224,77 @@ fn one_waits_copies_land_as_they_would_in_order() {
     }
 }
 
+/// Three rounds of a gather into a buffer the kernel wrote first, each round's slab order its own,
+/// with index arithmetic between the starts: from the second round on the buffer is the machine's
+/// own, so each copy lands in the background from its start (`machine/landing.rs`).
+#[tpu_kernel]
+fn regather_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sem: DmaSem) {
+    buf.store(zeros());
+    for round in 0..3 {
+        for i in 0..16 {
+            let from = (i * 5 + round * 3) % 16;
+            async_copy(x_hbm.at((from, .., ..)), buf.at((i, .., ..)), sem).start();
+        }
+        async_copy(buf, buf, sem).wait();
+        o.at(round).store(buf.load());
+    }
+}
+
+/// Copies landing in the background give the bits of landing them at their waits, in order, and
+/// of every seeded timing — and they do land in the background where the interpreter runs loops
+/// across threads (32 copies: the second and third rounds).
+#[test]
+fn copies_landing_in_the_background_give_the_bits_of_their_waits() {
+    let call = pallas_call(regather_kernel)
+        .input_any(f32s([16, 8, 128]))
+        .output(
+            f32s([3, 16, 8, 128]),
+            BlockSpec::new([3, 16, 8, 128], |[]| (0, 0, 0, 0)),
+        )
+        .scratch(Vmem::new([16, 8, 128], F32))
+        .scratch(DmaSem::one())
+        .build()
+        .expect("build");
+    let x = HostArray::from_vec(
+        [16, 8, 128],
+        (0..16 * 8 * 128)
+            .map(|i| i as f32 * 0.5 - 100.0)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let xs = x.as_slice::<f32>().unwrap();
+    let slab = 8 * 128;
+    let want: Vec<u32> = (0..3)
+        .flat_map(|round| (0..16).map(move |i| (i * 5 + round * 3) % 16))
+        .flat_map(|from| &xs[from * slab..][..slab])
+        .map(|v| v.to_bits())
+        .collect();
+    for parallel in [true, false] {
+        for seed in [None, Some(3), Some(11)] {
+            let opts = InterpretOptions {
+                parallel,
+                ..seeded(seed)
+            };
+            let before = background_landings();
+            let out = call
+                .interpret_with(std::slice::from_ref(&x), &opts)
+                .expect("interpret");
+            assert_eq!(
+                f32_bits(&out[0]),
+                want,
+                "parallel {parallel}, seed {seed:?}"
+            );
+            if parallel && seed.is_none() {
+                assert_eq!(
+                    background_landings() - before,
+                    32,
+                    "copies landed in the background"
+                );
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------- races
 
 #[tpu_kernel]
@@ -255,6 +327,43 @@ fn reading_a_dma_destination_before_its_wait_is_a_race_under_every_timing() {
             e.unwrap_err(),
             ErrorKind::Race,
             "early_read",
+            &["reads scratch 0", "in flight", "have taken every byte"],
+        );
+    }
+}
+
+/// The early read again, of a buffer the kernel has written (in part, by a first copy): the
+/// buffer is the machine's own, the second copy lands in the background from its start, and the
+/// read is still the race.
+#[tpu_kernel]
+fn early_read_landing_kernel(x_hbm: Ref<f32, Any>, o: RefMut<f32>, buf: RefMut<f32>, sem: DmaSem) {
+    buf.store(zeros());
+    let half = async_copy(x_hbm.at((0..4, ..)), buf.at((0..4, ..)), sem);
+    half.start();
+    half.wait();
+    let c = async_copy(x_hbm, buf, sem);
+    c.start();
+    o.store(buf.load()); // E:early_read_landing
+    c.wait();
+}
+
+#[test]
+fn reading_a_destination_landing_in_the_background_is_the_same_race() {
+    let call = one_step(early_read_landing_kernel).expect("build");
+    for seed in std::iter::once(None).chain((0..8).map(Some)) {
+        let before = background_landings();
+        let e = call.interpret_with(&[ramp([8, 128])], &seeded(seed));
+        if seed.is_none() {
+            assert_eq!(
+                background_landings() - before,
+                1,
+                "the second copy landed in the background"
+            );
+        }
+        expect_err(
+            e.unwrap_err(),
+            ErrorKind::Race,
+            "early_read_landing",
             &["reads scratch 0", "in flight", "have taken every byte"],
         );
     }

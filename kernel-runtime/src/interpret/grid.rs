@@ -428,7 +428,9 @@ fn execute(
         first.into_inner().unwrap_or_else(|p| p.into_inner())
     } else {
         // The grid runs on this thread alone: its split loops may use the launch's threads.
-        let mut m = runner.machine(if opts.parallel { threads } else { 1 });
+        let mut m = runner
+            .machine(if opts.parallel { threads } else { 1 })
+            .with_background_landing(opts.parallel && rayon::current_num_threads() > 1);
         (0..n_chunks.max(1)).find_map(|c| {
             runner
                 .chunk(&mut m, &par_axes, &chunk_key(&sizes, c))

@@ -14,6 +14,7 @@ use crate::semantics::host::{HostData, HostElement};
 mod dma;
 mod dots;
 mod halves;
+mod landing;
 mod refs;
 mod remote;
 mod scalars;
@@ -23,6 +24,7 @@ mod values;
 mod views;
 mod walk;
 pub(crate) use dma::{DmaModel, Peer, RefView, Sem};
+pub(crate) use landing::background_landings;
 use refs::read_dest;
 pub(crate) use refs::{write_view, write_view_raw};
 
@@ -93,6 +95,8 @@ pub(crate) struct Machine<'k> {
     view_memo: rustc_hash::FxHashMap<u32, (RefView, Box<RefView>)>,
     /// Threads a split loop may run on (`split.rs`); 1 where the grid is already split across them.
     loop_threads: usize,
+    /// Copies landing in the background (`landing.rs`).
+    landing: landing::Background,
 }
 
 /// A `for` loop's `(lo, hi, step)`, body, body plan and induction variable type ([`Machine::loop_parts`]).
@@ -103,6 +107,9 @@ type LoopParts<'o> = ((i64, i64, i64), &'o Region, &'o Plan, DType);
 /// spare (`value_table`).
 impl Drop for Machine<'_> {
     fn drop(&mut self) {
+        // Nothing may still write into the buffers given back below (an error was reported already
+        // or the run is being abandoned).
+        let _ = self.settle_landing();
         for r in &mut self.refs {
             if let Some(t) = r.content.take() {
                 recycle(t);
@@ -161,6 +168,7 @@ impl<'k> Machine<'k> {
             view_memo: Default::default(),
             barrier,
             loop_threads: 1,
+            landing: Default::default(),
         }
     }
 
@@ -175,6 +183,13 @@ impl<'k> Machine<'k> {
         self
     }
 
+    /// Let copies into this machine's scratch buffers land in the background
+    /// (`machine/landing.rs`).
+    pub fn with_background_landing(mut self, on: bool) -> Self {
+        self.landing.enabled = on;
+        self
+    }
+
     /// Run the kernel body once with these grid indices.
     pub fn step(&mut self, plan: &Plan, grid_point: &[i64]) -> Result<()> {
         let mut args = Vec::with_capacity(grid_point.len() + self.refs.len());
@@ -185,7 +200,12 @@ impl<'k> Machine<'k> {
             )));
         }
         args.extend((0..self.refs.len()).map(Value::Ref));
-        self.region(&self.func.body, plan, args)?;
+        // Copies landing in the background land before anything reads the step's refs, also after
+        // an error.
+        let ran = self.region(&self.func.body, plan, args);
+        let landed = self.settle_landing();
+        ran?;
+        landed?;
         if !self.dma.idle() {
             self.dma_step_end()?;
         }
@@ -234,6 +254,9 @@ impl<'k> Machine<'k> {
             }
             if plan.skip[i] {
                 continue; // folded into a fused chain that runs at a later op
+            }
+            if self.landing.pending() && !self.inert_while_landing(op, plan, i) {
+                self.settle_landing().map_err(|e| e.at(op.loc))?;
             }
             if self.link.as_ref().is_some_and(|l| l.has_mail()) {
                 self.receive().map_err(|e| e.at(op.loc))?;

@@ -131,6 +131,14 @@ pub fn plan_text(kernel: &Kernel, options: &InterpretOptions) -> Result<String> 
     grid::describe(kernel, options).map(|(text, _)| text)
 }
 
+/// How many DMA copies the interpreter has landed in the background on the calling thread so far:
+/// copies into a scratch buffer whose data moves on a helper thread from the copy's start, while
+/// the kernel's index arithmetic and further starts run (for tests that the path is taken).
+#[doc(hidden)]
+pub fn background_landings() -> usize {
+    machine::background_landings()
+}
+
 /// What [`plan_text`] shows, counted (for tests that a fast path fires).
 pub fn plan_counts(kernel: &Kernel, options: &InterpretOptions) -> Result<PlanCounts> {
     grid::describe(kernel, options).map(|(_, counts)| counts)

@@ -367,6 +367,14 @@ impl DmaModel {
         Ok(())
     }
 
+    /// The copy started last moves its data now, ahead of its wait (the engine lands it before
+    /// anything could see it); it stays outstanding until its wait, as a seeded run's early copies do.
+    pub fn moved_early(&mut self) {
+        if let Some(f) = self.inflight.last_mut() {
+            f.moved = true;
+        }
+    }
+
     /// A wait for `bytes` on DMA semaphore `sem` (a descriptor's size). When the waits on `sem` have
     /// now taken every byte of its outstanding copies, those copies are known complete: the ones whose
     /// data has not moved yet are returned, oldest first, for the engine to copy before anything else

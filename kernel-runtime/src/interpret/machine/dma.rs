@@ -161,8 +161,14 @@ impl<'k> Machine<'k> {
     pub(super) fn dma_start(&mut self, op: &Op) -> Result<()> {
         let (src, dst) = (self.view_of(op.operands[0])?, self.view_of(op.operands[1])?);
         let sem = self.semaphore(op.operands[2])?;
+        let background = self.background_task(&src, &dst)?;
+        let r = dst.r;
         self.dma
-            .start(&self.refs[..], (src, dst), sem, None, op.loc)
+            .start(&self.refs[..], (src, dst), sem, None, op.loc)?;
+        if let Some(task) = background {
+            self.land_in_background(task, r);
+        }
+        Ok(())
     }
 
     /// `DmaWait`: the descriptor's bytes taken from its semaphore; the copies this shows complete

@@ -47,6 +47,7 @@ impl<'k> Fork<'k> {
             segments: self.segments.clone(),
             view_memo: Default::default(),
             loop_threads: 1,
+            landing: Default::default(),
         }
     }
 }
