@@ -45,9 +45,11 @@ pub(crate) enum Value {
 #[derive(Clone, Debug)]
 pub(crate) struct RefState {
     pub dtype: DType,
-    pub shape: Vec<usize>,
+    /// (Inline, and the label shared: a split loop clones every ref's state for each of its
+    /// machines, once per run of the loop.)
+    pub shape: crate::semantics::dma::Dims,
     pub content: Option<Tensor>,
-    pub label: String,
+    pub label: std::sync::Arc<str>,
     /// The current output block holds this ref's contents in the output array itself.
     pub written_through: bool,
     /// A pipelined block (replaced or written back between grid steps), not a whole array or scratch.
@@ -116,14 +118,17 @@ impl Drop for Machine<'_> {
             }
         }
         let mut env = std::mem::take(&mut self.env);
-        env.clear();
+        // Emptied in place, its length kept: the next machine of this size takes it as it is.
+        for v in env.iter_mut().filter(|v| v.is_some()) {
+            *v = None;
+        }
         // (Not during the thread's own teardown, when its locals are gone.)
         let _ = SPARE_ENV.try_with(|spare| spare.set(env));
     }
 }
 
 thread_local! {
-    /// The value table of the last machine this thread dropped, emptied.
+    /// The value table of the last machine this thread dropped, every entry emptied.
     static SPARE_ENV: std::cell::Cell<Vec<Option<Value>>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
@@ -134,8 +139,12 @@ thread_local! {
 /// samples once tpu-inference's reference had been compiled in the process).
 pub(super) fn value_table(n: usize) -> Vec<Option<Value>> {
     let mut env = SPARE_ENV.try_with(|spare| spare.take()).unwrap_or_default();
-    env.clear();
-    env.resize(n, None);
+    // The spare is empty entry by entry (`Drop`); only its length may need to change.
+    debug_assert!(env.iter().all(Option::is_none));
+    if env.len() != n {
+        env.clear();
+        env.resize(n, None);
+    }
     env
 }
 
@@ -147,7 +156,7 @@ impl<'k> Machine<'k> {
         if link.is_some() {
             refs.push(RefState {
                 dtype: DType::I32,
-                shape: Vec::new(),
+                shape: Default::default(),
                 content: None,
                 label: "the barrier semaphore".into(),
                 written_through: false,

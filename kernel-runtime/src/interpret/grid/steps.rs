@@ -89,9 +89,9 @@ impl<'a> Runner<'a> {
             .iter()
             .map(|o| RefState {
                 dtype: o.dtype,
-                shape: o.ref_shape(),
+                shape: o.ref_shape().into(),
                 content: None,
-                label: o.label(),
+                label: o.label().into(),
                 written_through: false,
                 blocked: o.block.is_some(),
             })

@@ -345,9 +345,9 @@ impl<'k> Machine<'k> {
             let t = self.func.ty(*a);
             self.refs.push(RefState {
                 dtype: t.dtype(),
-                shape: t.shape().to_vec(),
+                shape: t.shape().into(),
                 content: None,
-                label: format!("scoped buffer {k}"),
+                label: format!("scoped buffer {k}").into(),
                 written_through: false,
                 blocked: false,
             });
