@@ -19,30 +19,79 @@ use crate::interpret::workers::{Hot, Platform};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// One copy's data move: the source's elements into `len` elements of `dtype` at `ptr`, from
-/// offset `off` along `strides`.
+/// Per-dimension sizes, strides or offsets of one copy, inline up to rank 6.
+type Layout = smallvec::SmallVec<[usize; 6]>;
+
+/// One copy's data move: elements of `dtype` from the source buffer at `src` into the destination
+/// buffer at `dst`, `shape` of them, each side from its first element along its strides (in
+/// elements; both checked in bounds when the task was made).
 pub(super) struct Task {
-    data: Tensor,
-    ptr: *mut u8,
-    len: usize,
-    off: usize,
-    strides: Vec<usize>,
+    dtype: DType,
+    shape: Layout,
+    src: (*const u8, usize, Layout),
+    dst: (*mut u8, usize, Layout),
+    /// The source's buffer when the interpreter owns it (kept alive until the task ends).
+    _keep: Option<Arc<crate::semantics::host::HostData>>,
 }
 
-// SAFETY: `ptr` addresses a machine's uniquely held buffer, which stays allocated and untouched by
+// SAFETY: `dst` addresses a machine's uniquely held buffer, which stays allocated and untouched by
 // anything else until the copies into it are settled (module docs); copies in flight together have
 // disjoint destinations (overlapping ones are a race the DMA model rejects at the start), so no two
-// tasks write one element. The source tensor is read only.
+// tasks write one element. The source is only read: a buffer `_keep` holds, a lent array or a
+// caller's array, each alive for the run, that nothing writes while the copy is outstanding (a
+// write to a source in flight is a race the model reports before it happens).
 unsafe impl Send for Task {}
 
 impl Task {
-    fn run(&self) -> Result<()> {
-        with_dtype!(self.data.dtype, T => {
-            // SAFETY: see `Send` above: the buffer holds `len` elements of `T` (its ref's dtype,
-            // checked against the source's at the start) and only this task writes these elements.
-            unsafe { write_view_raw::<T>(self.ptr.cast::<T>(), self.len, self.off, &self.strides, &self.data, None) }
+    fn run(&self) {
+        with_dtype!(self.dtype, T => {
+            let (src, dst) = (self.src.0.cast::<T>(), self.dst.0.cast::<T>());
+            for_each_row(
+                &self.shape,
+                [&self.dst.2, &self.src.2],
+                [self.dst.1, self.src.1],
+                |[od, os], n, [sd, ss]| {
+                    // SAFETY: every element the rows reach is in bounds on both sides (checked when
+                    // the task was made); see `Send` above for who else touches them.
+                    unsafe {
+                        if sd == 1 && ss == 1 {
+                            std::ptr::copy_nonoverlapping(src.add(os), dst.add(od), n);
+                        } else {
+                            for i in 0..n {
+                                dst.add(od + i * sd).write(src.add(os + i * ss).read());
+                            }
+                        }
+                    }
+                },
+            );
         })
     }
+}
+
+/// Where window `(starts, sizes, squeezed)` of a tensor of `strides` from `offset` lies: its first
+/// element and, per kept dimension, its size and stride — if all of it is below `len`.
+fn place(
+    (offset, strides): (usize, &[usize]),
+    (starts, sizes, squeezed): (&[usize], &[usize], &[bool]),
+    len: usize,
+) -> Option<(usize, Layout, Layout)> {
+    let (mut first, mut last) = (offset, offset);
+    let (mut shape, mut steps) = (Layout::new(), Layout::new());
+    let rank = strides.len();
+    if starts.len() != rank || sizes.len() != rank || squeezed.len() != rank {
+        return None;
+    }
+    for (((&start, &size), &squeezed), &stride) in
+        starts.iter().zip(sizes).zip(squeezed).zip(strides)
+    {
+        first += start * stride;
+        last += (start + size.checked_sub(1)?) * stride;
+        if !squeezed {
+            shape.push(size);
+            steps.push(stride);
+        }
+    }
+    (last < len).then_some((first, shape, steps))
 }
 
 #[derive(Default)]
@@ -79,7 +128,7 @@ impl Lander {
 
     fn finish(&self, t: Task) {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.run()))
-            .unwrap_or_else(|_| Err(internal("a copy panicked in the interpreter")));
+            .map_err(|_| internal("a copy panicked in the interpreter"));
         // The source view goes before the task is counted done.
         drop(t);
         let mut s = self.lock();
@@ -165,39 +214,64 @@ impl<'k> Machine<'k> {
         {
             return Ok(None);
         }
-        let data = self.read_window(src)?;
-        let st = &mut self.refs[dst.r];
-        let (dtype, shape) = (st.dtype, &st.shape);
-        if !refs::fits_window(&data, dtype, &dst.sizes, &dst.squeezed) {
+        // The source where it lies: the ref's contents (a ref never written reads its fill value,
+        // and an output block written through lies in its array: both land at the wait).
+        let Some(from) = &self.refs[src.r].content else {
+            return Ok(None);
+        };
+        let dtype = from.dtype;
+        let (src_ptr, src_len, keep) = with_dtype!(dtype, T => match (&from.buf, from.buf.slice::<T>()) {
+            (Buf::One(_), _) | (_, None) => return Ok(None),
+            (Buf::Host(h), Some(v)) => (v.as_ptr().cast::<u8>(), v.len(), Some(Arc::clone(h))),
+            (_, Some(v)) => (v.as_ptr().cast::<u8>(), v.len(), None),
+        });
+        let Some((src_off, shape, src_steps)) = place(
+            (from.offset, &from.strides),
+            (&src.starts, &src.sizes, &src.squeezed),
+            src_len,
+        ) else {
+            return Ok(None);
+        };
+        // The destination: the ref's own buffer, contiguous (no two elements in one place) and
+        // held by nothing else.
+        let Some(to) = &mut self.refs[dst.r].content else {
+            return Ok(None);
+        };
+        if to.dtype != dtype || !to.is_contiguous() {
             return Ok(None);
         }
-        // The destination's own buffer, contiguous from 0 and held by nothing else.
-        let Some(Tensor {
+        let Tensor {
             buf: Buf::Host(host),
-            offset: 0,
+            offset,
+            strides,
             ..
-        }) = &mut st.content
+        } = to
         else {
             return Ok(None);
         };
         let Some(host) = Arc::get_mut(host) else {
             return Ok(None);
         };
-        let (ptr, len) = with_dtype!(dtype, T => match T::vec_mut(host) {
-            Some(v) if v.len() == shape.iter().product::<usize>() => (v.as_mut_ptr().cast::<u8>(), v.len()),
-            _ => return Ok(None),
+        let (dst_ptr, dst_len) = with_dtype!(dtype, T => match T::vec_mut(host) {
+            Some(v) => (v.as_mut_ptr().cast::<u8>(), v.len()),
+            None => return Ok(None),
         });
-        if !st.content.as_ref().is_some_and(|t| t.is_contiguous()) {
+        let Some((dst_off, dst_shape, dst_steps)) = place(
+            (*offset, strides),
+            (&dst.starts, &dst.sizes, &dst.squeezed),
+            dst_len,
+        ) else {
+            return Ok(None);
+        };
+        if dst_shape != shape {
             return Ok(None);
         }
-        let ones = vec![1; shape.len()];
-        let (off, strides) = refs::window_layout(shape, (&dst.starts, &dst.squeezed, &ones));
         Ok(Some(Task {
-            data,
-            ptr,
-            len,
-            off,
-            strides,
+            dtype,
+            shape,
+            src: (src_ptr, src_off, src_steps),
+            dst: (dst_ptr, dst_off, dst_steps),
+            _keep: keep,
         }))
     }
 
