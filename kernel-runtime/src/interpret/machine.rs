@@ -15,6 +15,7 @@ mod dma;
 mod dots;
 mod halves;
 mod landing;
+mod loops;
 mod refs;
 mod remote;
 mod scalars;
@@ -243,10 +244,20 @@ impl<'k> Machine<'k> {
         Ok(self.func.ty(*id).shape().to_vec())
     }
 
-    fn region(&mut self, r: &Region, plan: &Plan, args: Vec<Value>) -> Result<Vec<Value>> {
+    pub(super) fn region(
+        &mut self,
+        r: &Region,
+        plan: &Plan,
+        args: Vec<Value>,
+    ) -> Result<Vec<Value>> {
         for (a, v) in r.args.iter().zip(args) {
             self.env[a.0 as usize] = Some(v);
         }
+        self.region_ops(r, plan)
+    }
+
+    /// The ops of region `r`, its arguments bound; what its terminator yields.
+    pub(super) fn region_ops(&mut self, r: &Region, plan: &Plan) -> Result<Vec<Value>> {
         for (i, op) in r.ops.iter().enumerate() {
             if matches!(op.kind, OpKind::Yield | OpKind::Condition | OpKind::Return) {
                 let vals = op
@@ -286,6 +297,15 @@ impl<'k> Machine<'k> {
             if plan.scalar[i] {
                 let (id, t) = self.scalar_op(op).map_err(|e| e.at(op.loc))?;
                 self.env[id.0 as usize] = Some(Value::T(t));
+                self.after_op(plan, i, op)?;
+                continue;
+            }
+            if matches!(
+                op.kind,
+                OpKind::RefView(_) | OpKind::RefBitcast | OpKind::RefReshape
+            ) {
+                let (id, v) = self.view_op(op).map_err(|e| e.at(op.loc))?;
+                self.env[id.0 as usize] = Some(v);
                 self.after_op(plan, i, op)?;
                 continue;
             }
@@ -447,8 +467,8 @@ impl<'k> Machine<'k> {
             // Profiler markers: nothing to compute.
             OpKind::TraceStart(_) | OpKind::TraceStop => Ok(vec![]),
             OpKind::Scoped => self.scoped(op, sub),
-            OpKind::RefView(w) => self.ref_view(op, w),
-            OpKind::RefBitcast | OpKind::RefReshape => self.ref_transform(op),
+            OpKind::RefView(w) => self.ref_view(op, w).map(|v| vec![v]),
+            OpKind::RefBitcast | OpKind::RefReshape => self.ref_transform(op).map(|v| vec![v]),
             OpKind::Bitcast => one(views::bitcast_rows(
                 self.tensor(op.operands[0])?,
                 self.func.ty(op.results[0]).dtype(),
@@ -497,90 +517,6 @@ impl<'k> Machine<'k> {
                 *dim,
                 *kind == ArgKind::Max,
             )?),
-        }
-    }
-
-    /// A `for` loop's bounds and (positive) step, its body with the body's plan, and the induction
-    /// variable's type.
-    fn loop_parts<'o>(&self, op: &'o Op, sub: &'o [Plan]) -> Result<LoopParts<'o>> {
-        let bound = |i: usize| -> Result<i64> {
-            let v = op.operands.get(i).ok_or_else(|| internal("for bounds"))?;
-            self.tensor(*v)?.scalar_i64()
-        };
-        let (lo, hi, step) = (bound(0)?, bound(1)?, bound(2)?);
-        if step <= 0 {
-            return Err(kerr!(
-                OutOfBounds,
-                "a `for` loop step must be positive, got {step}"
-            ));
-        }
-        let (Some(body), Some(plan)) = (op.regions.first(), sub.first()) else {
-            return Err(internal("for without a body"));
-        };
-        let iv_dtype = body
-            .args
-            .first()
-            .map(|a| self.func.ty(*a).dtype())
-            .unwrap_or(DType::I32);
-        Ok(((lo, hi, step), body, plan, iv_dtype))
-    }
-
-    fn for_loop(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
-        let ((lo, hi, step), body, plan, iv_dtype) = self.loop_parts(op, sub)?;
-        let mut carried: Vec<Value> = op.operands[3..]
-            .iter()
-            .map(|v| {
-                self.env[v.0 as usize]
-                    .clone()
-                    .ok_or_else(|| internal("for init"))
-            })
-            .collect::<Result<_>>()?;
-        let mut iv = lo;
-        while iv < hi {
-            let mut args = Vec::with_capacity(carried.len() + 1);
-            args.push(Value::T(Tensor::splat(
-                Literal::from_i64(iv_dtype, iv),
-                &[],
-            )));
-            args.append(&mut carried);
-            carried = self.region(body, plan, args)?;
-            iv += step;
-        }
-        Ok(carried)
-    }
-
-    fn while_loop(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
-        let (Some(before), Some(after), Some(pb), Some(pa)) = (
-            op.regions.first(),
-            op.regions.get(1),
-            sub.first(),
-            sub.get(1),
-        ) else {
-            return Err(internal("while without its regions"));
-        };
-        let mut carried: Vec<Value> = op
-            .operands
-            .iter()
-            .map(|v| {
-                self.env[v.0 as usize]
-                    .clone()
-                    .ok_or_else(|| internal("while init"))
-            })
-            .collect::<Result<_>>()?;
-        loop {
-            let mut out = self.region(before, pb, carried)?;
-            if out.is_empty() {
-                return Err(internal("while condition without a value"));
-            }
-            let rest = out.split_off(1);
-            let go = match &out[0] {
-                Value::T(t) => t.scalar_bool()?,
-                _ => return Err(internal("while condition is not a value")),
-            };
-            if !go {
-                return Ok(rest);
-            }
-            carried = self.region(after, pa, rest)?;
         }
     }
 }

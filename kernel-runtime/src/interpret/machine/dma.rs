@@ -50,13 +50,26 @@ impl<'k> Machine<'k> {
 
     /// `RefView`: a window of a ref (or of a window), bounds-checked. A window whose starts and
     /// sizes are all static depends on its base alone ([`Self::memo_view`]).
-    pub(super) fn ref_view(&mut self, op: &Op, w: &Window) -> Result<Vec<Value>> {
+    pub(super) fn ref_view(&mut self, op: &Op, w: &Window) -> Result<Value> {
         if op.operands.len() == 1 {
             return self.memo_view(op, |m, base| m.window_view(op, w, base));
         }
         // The base as it stands (a view is not cloned: only a plain window's narrowing copies it).
         let base = self.view_ref(op.operands[0])?;
-        Ok(vec![Value::View(Box::new(self.window_view(op, w, &base)?))])
+        Ok(Value::View(Box::new(self.window_view(op, w, &base)?)))
+    }
+
+    /// A view op's one result (`RefView`, `RefBitcast`, `RefReshape`), made straight from the
+    /// region loop (without the general dispatch's list of results).
+    pub(super) fn view_op(&mut self, op: &Op) -> Result<(ValueId, Value)> {
+        let [res] = op.results[..] else {
+            return Err(internal("a view op without one result"));
+        };
+        let v = match &op.kind {
+            OpKind::RefView(w) => self.ref_view(op, w)?,
+            _ => self.ref_transform(op)?,
+        };
+        Ok((res, v))
     }
 
     /// Window `w` of view `base` (its run-time starts and sizes `op`'s operands after the first).

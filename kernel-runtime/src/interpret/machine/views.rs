@@ -241,7 +241,7 @@ impl<'k> Machine<'k> {
     }
 
     /// `RefBitcast` / `RefReshape`: the operand's path with one more step.
-    pub(super) fn ref_transform(&mut self, op: &Op) -> Result<Vec<Value>> {
+    pub(super) fn ref_transform(&mut self, op: &Op) -> Result<Value> {
         self.memo_view(op, |m, base| {
             let mut p = m.path_of_view(base).into_owned();
             let ty = m.func.ty(op.results[0]);
@@ -260,17 +260,17 @@ impl<'k> Machine<'k> {
         &mut self,
         op: &Op,
         make: impl FnOnce(&Self, &RefView) -> Result<RefView>,
-    ) -> Result<Vec<Value>> {
+    ) -> Result<Value> {
         let (key, base) = (op.results[0].0, self.view_ref(op.operands[0])?);
         if let Some((seen, made)) = self.view_memo.get(&key) {
             if *seen == *base {
-                return Ok(vec![Value::View(made.clone())]);
+                return Ok(Value::View(made.clone()));
             }
         }
         let made = Box::new(make(self, &base)?);
         let base = base.into_owned();
         self.view_memo.insert(key, (base, made.clone()));
-        Ok(vec![Value::View(made)])
+        Ok(Value::View(made))
     }
 
     /// A window (already bounds-checked against the view's shape) of view `base` as a view.
