@@ -166,6 +166,40 @@ fn a_copy_within_one_buffer_copies_what_the_source_held() {
     }
 }
 
+/// The gathers' source: 16 slabs of 8 × 128 distinct values.
+fn slabs() -> HostArray {
+    HostArray::from_vec(
+        [16, 8, 128],
+        (0..16 * 8 * 128)
+            .map(|i| i as f32 * 0.5 - 100.0)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap()
+}
+
+/// The bits of `x`'s slabs in `order`, one after another (what a gather of them holds).
+fn slab_bits(x: &HostArray, order: impl IntoIterator<Item = usize>) -> Vec<u32> {
+    let (xs, slab) = (x.as_slice::<f32>().unwrap(), 8 * 128);
+    order
+        .into_iter()
+        .flat_map(|from| &xs[from * slab..][..slab])
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+/// The bits a gather kernel's `call` leaves in its output from `x`, run `parallel` or not, with
+/// copies landing at seeded points or at their waits.
+fn gathered(call: &PallasCall, x: &HostArray, parallel: bool, seed: Option<u64>) -> Vec<u32> {
+    let opts = InterpretOptions {
+        parallel,
+        ..seeded(seed)
+    };
+    let out = call
+        .interpret_with(std::slice::from_ref(x), &opts)
+        .expect("interpret");
+    f32_bits(&out[0])
+}
+
 /// A gather: 16 copies, each one 8-row slab of `x` into its own slot of `buf` (slab `5 i mod 16`
 /// into slot `i`, the slot's index squeezed), all counted on one semaphore and retired by one wait
 /// for the whole buffer (64 KiB): a paged kernel's wait for a KV block's pages.
@@ -193,33 +227,12 @@ fn one_waits_copies_land_as_they_would_in_order() {
         .scratch(DmaSem::one())
         .build()
         .expect("build");
-    let x = HostArray::from_vec(
-        [16, 8, 128],
-        (0..16 * 8 * 128)
-            .map(|i| i as f32 * 0.5 - 100.0)
-            .collect::<Vec<_>>(),
-    )
-    .unwrap();
-    let xs = x.as_slice::<f32>().unwrap();
-    let slab = 8 * 128;
-    let want: Vec<u32> = (0..16)
-        .flat_map(|i| &xs[(i * 5 % 16) * slab..][..slab])
-        .map(|v| v.to_bits())
-        .collect();
+    let x = slabs();
+    let want = slab_bits(&x, (0..16).map(|i| i * 5 % 16));
     for parallel in [true, false] {
         for seed in [None, Some(3)] {
-            let opts = InterpretOptions {
-                parallel,
-                ..seeded(seed)
-            };
-            let out = call
-                .interpret_with(std::slice::from_ref(&x), &opts)
-                .expect("interpret");
-            assert_eq!(
-                f32_bits(&out[0]),
-                want,
-                "parallel {parallel}, seed {seed:?}"
-            );
+            let got = gathered(&call, &x, parallel, seed);
+            assert_eq!(got, want, "parallel {parallel}, seed {seed:?}");
         }
     }
 }
@@ -255,35 +268,14 @@ fn copies_landing_in_the_background_give_the_bits_of_their_waits() {
         .scratch(DmaSem::one())
         .build()
         .expect("build");
-    let x = HostArray::from_vec(
-        [16, 8, 128],
-        (0..16 * 8 * 128)
-            .map(|i| i as f32 * 0.5 - 100.0)
-            .collect::<Vec<_>>(),
-    )
-    .unwrap();
-    let xs = x.as_slice::<f32>().unwrap();
-    let slab = 8 * 128;
-    let want: Vec<u32> = (0..3)
-        .flat_map(|round| (0..16).map(move |i| (i * 5 + round * 3) % 16))
-        .flat_map(|from| &xs[from * slab..][..slab])
-        .map(|v| v.to_bits())
-        .collect();
+    let x = slabs();
+    let order = (0..3).flat_map(|round| (0..16).map(move |i| (i * 5 + round * 3) % 16));
+    let want = slab_bits(&x, order);
     for parallel in [true, false] {
         for seed in [None, Some(3), Some(11)] {
-            let opts = InterpretOptions {
-                parallel,
-                ..seeded(seed)
-            };
             let before = background_landings();
-            let out = call
-                .interpret_with(std::slice::from_ref(&x), &opts)
-                .expect("interpret");
-            assert_eq!(
-                f32_bits(&out[0]),
-                want,
-                "parallel {parallel}, seed {seed:?}"
-            );
+            let got = gathered(&call, &x, parallel, seed);
+            assert_eq!(got, want, "parallel {parallel}, seed {seed:?}");
             if parallel && seed.is_none() {
                 assert_eq!(
                     background_landings() - before,

@@ -260,15 +260,7 @@ impl<'k> Machine<'k> {
     pub(super) fn region_ops(&mut self, r: &Region, plan: &Plan) -> Result<Vec<Value>> {
         for (i, op) in r.ops.iter().enumerate() {
             if matches!(op.kind, OpKind::Yield | OpKind::Condition | OpKind::Return) {
-                let vals = op
-                    .operands
-                    .iter()
-                    .map(|v| {
-                        self.env[v.0 as usize]
-                            .clone()
-                            .ok_or_else(|| internal("undefined terminator operand"))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let vals = self.values(&op.operands, "terminator operand")?;
                 self.free(&plan.dead_after[i]);
                 return Ok(vals);
             }

@@ -5,6 +5,17 @@
 use super::*;
 
 impl<'k> Machine<'k> {
+    /// The values `ids` denote (`what`: the error's name for them when one is undefined).
+    pub(super) fn values(&self, ids: &[ValueId], what: &str) -> Result<Vec<Value>> {
+        ids.iter()
+            .map(|v| {
+                self.env[v.0 as usize]
+                    .clone()
+                    .ok_or_else(|| internal(&format!("undefined {what}")))
+            })
+            .collect()
+    }
+
     /// A `for` loop's bounds and (positive) step, its body with the body's plan, and the induction
     /// variable's type.
     pub(super) fn loop_parts<'o>(&self, op: &'o Op, sub: &'o [Plan]) -> Result<LoopParts<'o>> {
@@ -32,14 +43,7 @@ impl<'k> Machine<'k> {
 
     pub(super) fn for_loop(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
         let ((lo, hi, step), body, plan, iv_dtype) = self.loop_parts(op, sub)?;
-        let mut carried: Vec<Value> = op.operands[3..]
-            .iter()
-            .map(|v| {
-                self.env[v.0 as usize]
-                    .clone()
-                    .ok_or_else(|| internal("for init"))
-            })
-            .collect::<Result<_>>()?;
+        let mut carried = self.values(&op.operands[3..], "for init")?;
         let mut iv = lo;
         while iv < hi {
             // The induction variable and the carried values bound in place (no list per iteration).
@@ -63,15 +67,7 @@ impl<'k> Machine<'k> {
         ) else {
             return Err(internal("while without its regions"));
         };
-        let mut carried: Vec<Value> = op
-            .operands
-            .iter()
-            .map(|v| {
-                self.env[v.0 as usize]
-                    .clone()
-                    .ok_or_else(|| internal("while init"))
-            })
-            .collect::<Result<_>>()?;
+        let mut carried = self.values(&op.operands, "while init")?;
         loop {
             let mut out = self.region(before, pb, carried)?;
             if out.is_empty() {
