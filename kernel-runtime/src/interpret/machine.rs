@@ -26,6 +26,7 @@ mod views;
 mod walk;
 pub(crate) use dma::{DmaModel, Peer, RefView, Sem};
 pub(crate) use landing::background_landings;
+use refs::copy_row;
 use refs::read_dest;
 pub(crate) use refs::{write_view, write_view_raw};
 
@@ -459,8 +460,9 @@ impl<'k> Machine<'k> {
             // Profiler markers: nothing to compute.
             OpKind::TraceStart(_) | OpKind::TraceStop => Ok(vec![]),
             OpKind::Scoped => self.scoped(op, sub),
-            OpKind::RefView(w) => self.ref_view(op, w).map(|v| vec![v]),
-            OpKind::RefBitcast | OpKind::RefReshape => self.ref_transform(op).map(|v| vec![v]),
+            OpKind::RefView(_) | OpKind::RefBitcast | OpKind::RefReshape => {
+                self.view_op(op).map(|(_, v)| vec![v])
+            }
             OpKind::Bitcast => one(views::bitcast_rows(
                 self.tensor(op.operands[0])?,
                 self.func.ty(op.results[0]).dtype(),

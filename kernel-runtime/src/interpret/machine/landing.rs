@@ -22,13 +22,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// Per-dimension sizes, strides or offsets of one copy, inline up to rank 6.
 type Layout = smallvec::SmallVec<[usize; 6]>;
 
-/// One copy's data move: elements of `dtype` from the source buffer at `src` into the destination
-/// buffer at `dst`, `shape` of them, each side from its first element along its strides (in
-/// elements; both checked in bounds when the task was made).
+/// One copy's data move: elements of `dtype` from the source buffer (`src`: its address and
+/// length) into the destination buffer at `dst`, `shape` of them, each side from its first element
+/// along its strides (in elements; the destination's checked in bounds when the task was made).
 pub(super) struct Task {
     dtype: DType,
     shape: Layout,
-    src: (*const u8, usize, Layout),
+    src: ((*const u8, usize), usize, Layout),
     dst: (*mut u8, usize, Layout),
     /// The source's buffer when the interpreter owns it (kept alive until the task ends).
     _keep: Option<Arc<crate::semantics::host::HostData>>,
@@ -45,23 +45,18 @@ unsafe impl Send for Task {}
 impl Task {
     fn run(&self) {
         with_dtype!(self.dtype, T => {
-            let (src, dst) = (self.src.0.cast::<T>(), self.dst.0.cast::<T>());
+            let ((ptr, len), dst) = (self.src.0, self.dst.0.cast::<T>());
+            // SAFETY: `len` initialized elements of `T` (the source buffer's), alive and unwritten
+            // while the copy is outstanding (see `Send` above).
+            let src = unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), len) };
             for_each_row(
                 &self.shape,
                 [&self.dst.2, &self.src.2],
                 [self.dst.1, self.src.1],
                 |[od, os], n, [sd, ss]| {
-                    // SAFETY: every element the rows reach is in bounds on both sides (checked when
-                    // the task was made); see `Send` above for who else touches them.
-                    unsafe {
-                        if sd == 1 && ss == 1 {
-                            std::ptr::copy_nonoverlapping(src.add(os), dst.add(od), n);
-                        } else {
-                            for i in 0..n {
-                                dst.add(od + i * sd).write(src.add(os + i * ss).read());
-                            }
-                        }
-                    }
+                    // SAFETY: every element the rows reach in the destination is in bounds
+                    // (checked when the task was made); see `Send` above for who else touches them.
+                    unsafe { copy_row(dst, src, [od, os], n, [sd, ss]) }
                 },
             );
         })
@@ -269,7 +264,7 @@ impl<'k> Machine<'k> {
         Ok(Some(Task {
             dtype,
             shape,
-            src: (src_ptr, src_off, src_steps),
+            src: ((src_ptr, src_len), src_off, src_steps),
             dst: (dst_ptr, dst_off, dst_steps),
             _keep: keep,
         }))

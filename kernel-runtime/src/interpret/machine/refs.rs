@@ -328,6 +328,41 @@ pub(crate) fn write_view<T: HostElement>(
     unsafe { write_view_raw(dst.as_mut_ptr(), dst.len(), off, strides, src, mask) }
 }
 
+/// One row of a copy: `n` elements of `src` from `os`, `ssrc` apart, written into `dst` from `od`,
+/// `sdst` apart (a contiguous row with one `memcpy`, a broadcast one as a fill).
+///
+/// # Safety
+/// `dst` must be valid for writes at `od + i * sdst` for every `i < n`, not overlap `src`, and no
+/// other thread may touch those elements while this runs. (`src` is indexed with bounds checks.)
+#[inline(always)]
+pub(super) unsafe fn copy_row<T: Copy>(
+    dst: *mut T,
+    src: &[T],
+    [od, os]: [usize; 2],
+    n: usize,
+    [sdst, ssrc]: [usize; 2],
+) {
+    match (sdst, ssrc) {
+        // SAFETY: the caller's contract for `dst`.
+        (1, 1) => unsafe {
+            std::ptr::copy_nonoverlapping(src[os..os + n].as_ptr(), dst.add(od), n)
+        },
+        (1, 0) => {
+            let v = src[os];
+            for i in 0..n {
+                // SAFETY: the caller's contract for `dst`.
+                unsafe { dst.add(od + i).write(v) }
+            }
+        }
+        (a, b) => {
+            for i in 0..n {
+                // SAFETY: the caller's contract for `dst`.
+                unsafe { dst.add(od + i * a).write(src[os + i * b]) }
+            }
+        }
+    }
+}
+
 /// Like [`write_view`] into a raw buffer of `len` elements.
 ///
 /// # Safety
@@ -357,29 +392,9 @@ pub(crate) unsafe fn write_view_raw<T: HostElement>(
                     err = Some(internal("write out of the destination"));
                     return;
                 }
-                match (sdst, ssrc) {
-                    // SAFETY: rows checked in bounds above; src and dst never alias (src is a different buffer
-                    // or an earlier copy, see `Machine::store`).
-                    (1, 1) => {
-                        // SAFETY: as above.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(sd[os..os + n].as_ptr(), dst.add(od), n)
-                        }
-                    }
-                    (1, 0) => {
-                        let v = sd[os];
-                        for i in 0..n {
-                            // SAFETY: `od + i < len` (the row was checked in bounds above).
-                            unsafe { dst.add(od + i).write(v) }
-                        }
-                    }
-                    (a, b) => {
-                        for i in 0..n {
-                            // SAFETY: `od + i * a < len` (the row was checked in bounds above).
-                            unsafe { dst.add(od + i * a).write(sd[os + i * b]) }
-                        }
-                    }
-                }
+                // SAFETY: the row is in bounds (checked above); src and dst never alias (src is a
+                // different buffer or an earlier copy, see `Machine::store`).
+                unsafe { copy_row(dst, sd, [od, os], n, [sdst, ssrc]) }
             },
         ),
         Some(m) => {
