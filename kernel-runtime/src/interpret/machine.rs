@@ -43,6 +43,10 @@ pub(crate) enum Value {
     View(Box<RefView>),
 }
 
+/// An op's results, a region's yielded values: almost always one (or none), held inline — the
+/// region loop runs thousands of ops a call, and a list on the heap per op showed in its profile.
+pub(super) type Values = smallvec::SmallVec<[Value; 1]>;
+
 /// A kernel ref during a grid step: its block contents, or nothing yet (reads see the fill value).
 #[derive(Clone, Debug)]
 pub(crate) struct RefState {
@@ -249,8 +253,8 @@ impl<'k> Machine<'k> {
         &mut self,
         r: &Region,
         plan: &Plan,
-        args: Vec<Value>,
-    ) -> Result<Vec<Value>> {
+        args: impl IntoIterator<Item = Value>,
+    ) -> Result<Values> {
         for (a, v) in r.args.iter().zip(args) {
             self.env[a.0 as usize] = Some(v);
         }
@@ -258,7 +262,7 @@ impl<'k> Machine<'k> {
     }
 
     /// The ops of region `r`, its arguments bound; what its terminator yields.
-    pub(super) fn region_ops(&mut self, r: &Region, plan: &Plan) -> Result<Vec<Value>> {
+    pub(super) fn region_ops(&mut self, r: &Region, plan: &Plan) -> Result<Values> {
         for (i, op) in r.ops.iter().enumerate() {
             if matches!(op.kind, OpKind::Yield | OpKind::Condition | OpKind::Return) {
                 let vals = self.values(&op.operands, "terminator operand")?;
@@ -330,7 +334,7 @@ impl<'k> Machine<'k> {
             }
             self.after_op(plan, i, op)?;
         }
-        Ok(Vec::new())
+        Ok(Values::new())
     }
 
     /// After op `i` of a region: the values dead after it freed; copies land between ops only in a
@@ -369,13 +373,13 @@ impl<'k> Machine<'k> {
         }
     }
 
-    fn op(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+    fn op(&mut self, op: &Op, sub: &[Plan]) -> Result<Values> {
         self.op_to(op, sub, &Sink::fresh())
     }
 
     /// Run `op`; an elementwise op writes its result through `sink`.
-    fn op_to(&mut self, op: &Op, sub: &[Plan], sink: &Sink<'_>) -> Result<Vec<Value>> {
-        let one = |t: Tensor| Ok(vec![Value::T(t)]);
+    fn op_to(&mut self, op: &Op, sub: &[Plan], sink: &Sink<'_>) -> Result<Values> {
+        let one = |t: Tensor| Ok(smallvec::smallvec![Value::T(t)]);
         match &op.kind {
             OpKind::Const(l) => one(Tensor::splat(*l, &self.result_shape(op)?)),
             OpKind::Unary(u) => one(elementwise::unary(*u, self.tensor(op.operands[0])?, sink)?),
@@ -455,20 +459,20 @@ impl<'k> Machine<'k> {
             OpKind::Load(w) => one(self.load(op, w)?),
             OpKind::Store { window, masked } => {
                 self.store(op, window, *masked)?;
-                Ok(vec![])
+                Ok(Values::new())
             }
             // Profiler markers: nothing to compute.
-            OpKind::TraceStart(_) | OpKind::TraceStop => Ok(vec![]),
+            OpKind::TraceStart(_) | OpKind::TraceStop => Ok(Values::new()),
             OpKind::Scoped => self.scoped(op, sub),
             OpKind::RefView(_) | OpKind::RefBitcast | OpKind::RefReshape => {
-                self.view_op(op).map(|(_, v)| vec![v])
+                self.view_op(op).map(|(_, v)| smallvec::smallvec![v])
             }
             OpKind::Bitcast => one(views::bitcast_rows(
                 self.tensor(op.operands[0])?,
                 self.func.ty(op.results[0]).dtype(),
             )?),
-            OpKind::DmaStart => self.dma_start(op).map(|_| vec![]),
-            OpKind::DmaWait => self.dma_wait(op).map(|_| vec![]),
+            OpKind::DmaStart => self.dma_start(op).map(|_| Values::new()),
+            OpKind::DmaWait => self.dma_wait(op).map(|_| Values::new()),
             OpKind::SemSignal | OpKind::SemWait | OpKind::SemRead => self.semaphore_op(op),
             OpKind::AxisIndex { .. }
             | OpKind::RemoteDmaStart
@@ -481,12 +485,12 @@ impl<'k> Machine<'k> {
                 let i = if c { 0 } else { 1 };
                 match (op.regions.get(i), sub.get(i)) {
                     (Some(r), Some(p)) => self.region(r, p, vec![]),
-                    _ => Ok(vec![]),
+                    _ => Ok(Values::new()),
                 }
             }
             OpKind::For => self.for_loop(op, sub),
             OpKind::While => self.while_loop(op, sub),
-            OpKind::Yield | OpKind::Condition | OpKind::Return => Ok(vec![]),
+            OpKind::Yield | OpKind::Condition | OpKind::Return => Ok(Values::new()),
             OpKind::Slice { offsets, sizes } => {
                 let t = self.tensor(op.operands[0])?;
                 if offsets.len() != t.shape.len() || sizes.len() != t.shape.len() {
@@ -515,7 +519,7 @@ impl<'k> Machine<'k> {
     }
 }
 
-fn single_tensor(mut v: Vec<Value>) -> Result<Tensor> {
+fn single_tensor(mut v: Values) -> Result<Tensor> {
     match v.pop() {
         Some(Value::T(t)) if v.is_empty() => Ok(t),
         _ => Err(internal("elementwise op without a single tensor result")),

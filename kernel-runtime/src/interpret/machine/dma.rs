@@ -313,12 +313,12 @@ impl<'k> Machine<'k> {
     }
 
     /// `SemSignal`, `SemWait`, `SemRead`.
-    pub(super) fn semaphore_op(&mut self, op: &Op) -> Result<Vec<Value>> {
+    pub(super) fn semaphore_op(&mut self, op: &Op) -> Result<Values> {
         let sem = self.semaphore(op.operands[0])?;
         match op.kind {
             OpKind::SemRead => {
                 let v = Literal::from_i64(DType::I32, self.dma.value(sem));
-                return Ok(vec![Value::T(Tensor::splat(v, &[]))]);
+                return Ok(smallvec::smallvec![Value::T(Tensor::splat(v, &[]))]);
             }
             OpKind::SemSignal => {
                 let n = self.tensor(op.operands[1])?.scalar_i64()?;
@@ -331,7 +331,7 @@ impl<'k> Machine<'k> {
                 }
             }
         }
-        Ok(vec![])
+        Ok(Values::new())
     }
 
     /// At the end of a grid step: no copy may still use a pipelined block (it is replaced or written
@@ -348,7 +348,7 @@ impl<'k> Machine<'k> {
 
     /// `Scoped` (`run_scoped`): fresh refs for the scope's allocations, the body, then the refs are
     /// freed — a copy or a semaphore count still using them is an error, as at kernel end.
-    pub(super) fn scoped(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+    pub(super) fn scoped(&mut self, op: &Op, sub: &[Plan]) -> Result<Values> {
         let (Some(body), Some(plan)) = (op.regions.first(), sub.first()) else {
             return Err(internal("a scope without a body"));
         };
@@ -376,7 +376,7 @@ impl<'k> Machine<'k> {
             }
         }
         self.dests.truncate(first);
-        end.map(|_| vec![])
+        end.map(|_| Values::new())
     }
 
     /// The contents of a window (squeezed dimensions dropped).

@@ -2,7 +2,7 @@
 //! buffer (see [`super::Plan`]'s `acc_in_place`); a `select` that only makes a `dot`'s right factor
 //! runs inside it where it can (the plan's `select_rhs`).
 
-use super::{Machine, Value};
+use super::{Machine, Value, Values};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::interpret::dot::{dot, dot_into, KeepRows};
@@ -51,12 +51,7 @@ impl Machine<'_> {
     }
 
     /// Op `op` as written, or, with `keep`, the `dot` it is, keeping those rows of its right factor.
-    pub(super) fn dot_op(
-        &mut self,
-        op: &Op,
-        sub: &[Plan],
-        keep: Option<Kept>,
-    ) -> Result<Vec<Value>> {
+    pub(super) fn dot_op(&mut self, op: &Op, sub: &[Plan], keep: Option<Kept>) -> Result<Values> {
         match (&op.kind, keep) {
             (
                 OpKind::Dot {
@@ -64,7 +59,7 @@ impl Machine<'_> {
                     transpose_rhs,
                 },
                 Some(keep),
-            ) => Ok(vec![Value::T(self.dot_keeping(
+            ) => Ok(smallvec::smallvec![Value::T(self.dot_keeping(
                 op,
                 (*transpose_lhs, *transpose_rhs),
                 Some(&keep),
@@ -116,7 +111,7 @@ impl Machine<'_> {
         op: &Op,
         sub: &[Plan],
         keep: Option<Kept>,
-    ) -> Result<Vec<Value>> {
+    ) -> Result<Values> {
         let Some((transposes, av)) = dot_with_acc(op) else {
             return self.dot_op(op, sub, keep);
         };
@@ -128,7 +123,7 @@ impl Machine<'_> {
             },
             _ => return self.dot_op(op, sub, keep),
         };
-        Ok(vec![Value::T(self.dot_consuming(
+        Ok(smallvec::smallvec![Value::T(self.dot_consuming(
             op,
             transposes,
             (out, acc),
@@ -146,7 +141,7 @@ impl Machine<'_> {
         rf: ValueId,
         sub: &[Plan],
         keep: Option<Kept>,
-    ) -> Result<Vec<Value>> {
+    ) -> Result<Values> {
         let Some((transposes, av)) = dot_with_acc(op) else {
             return self.dot_op(op, sub, keep);
         };
@@ -171,7 +166,7 @@ impl Machine<'_> {
             .content
             .take()
             .ok_or_else(|| internal("acc contents"))?;
-        Ok(vec![Value::T(self.dot_consuming(
+        Ok(smallvec::smallvec![Value::T(self.dot_consuming(
             op,
             transposes,
             (out, content),

@@ -8,9 +8,9 @@ use super::*;
 impl<'k> Machine<'k> {
     /// A bf16 cast of a packed word's half, its `shl`/`and` and `bitcast` skipped (the plan's
     /// `word_half`).
-    pub(super) fn word_half(&self, w: ValueId, half: WordHalf) -> Result<Vec<Value>> {
+    pub(super) fn word_half(&self, w: ValueId, half: WordHalf) -> Result<Values> {
         let t = elementwise::word_half_to_bf16(self.tensor(w)?, half)?;
-        Ok(vec![Value::T(t)])
+        Ok(smallvec::smallvec![Value::T(t)])
     }
 
     /// A load whose words are used only by word-half casts (the plan's `load_halves`): each cast's

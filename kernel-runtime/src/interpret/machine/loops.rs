@@ -6,7 +6,7 @@ use super::*;
 
 impl<'k> Machine<'k> {
     /// The values `ids` denote (`what`: the error's name for them when one is undefined).
-    pub(super) fn values(&self, ids: &[ValueId], what: &str) -> Result<Vec<Value>> {
+    pub(super) fn values(&self, ids: &[ValueId], what: &str) -> Result<Values> {
         ids.iter()
             .map(|v| {
                 self.env[v.0 as usize]
@@ -41,7 +41,7 @@ impl<'k> Machine<'k> {
         Ok(((lo, hi, step), body, plan, iv_dtype))
     }
 
-    pub(super) fn for_loop(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+    pub(super) fn for_loop(&mut self, op: &Op, sub: &[Plan]) -> Result<Values> {
         let ((lo, hi, step), body, plan, iv_dtype) = self.loop_parts(op, sub)?;
         let mut carried = self.values(&op.operands[3..], "for init")?;
         let mut iv = lo;
@@ -58,7 +58,7 @@ impl<'k> Machine<'k> {
         Ok(carried)
     }
 
-    pub(super) fn while_loop(&mut self, op: &Op, sub: &[Plan]) -> Result<Vec<Value>> {
+    pub(super) fn while_loop(&mut self, op: &Op, sub: &[Plan]) -> Result<Values> {
         let (Some(before), Some(after), Some(pb), Some(pa)) = (
             op.regions.first(),
             op.regions.get(1),
@@ -73,7 +73,7 @@ impl<'k> Machine<'k> {
             if out.is_empty() {
                 return Err(internal("while condition without a value"));
             }
-            let rest = out.split_off(1);
+            let rest: Values = out.drain(1..).collect();
             let go = match &out[0] {
                 Value::T(t) => t.scalar_bool()?,
                 _ => return Err(internal("while condition is not a value")),

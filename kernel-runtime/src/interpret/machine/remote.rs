@@ -20,21 +20,21 @@ impl Machine<'_> {
     }
 
     /// `AxisIndex`, `RemoteDmaStart`, `RemoteDmaWait`, `SemSignalRemote`, `BarrierSemaphore`.
-    pub(super) fn remote_op(&mut self, op: &Op) -> Result<Vec<Value>> {
+    pub(super) fn remote_op(&mut self, op: &Op) -> Result<Values> {
         let link = self.link(op)?;
         match op.kind {
             OpKind::AxisIndex { stride, size } => {
                 let i = (link.me / stride.max(1) as usize) % size.max(1) as usize;
                 let l = Literal::from_i64(DType::I32, i as i64);
-                Ok(vec![Value::T(Tensor::splat(l, &[]))])
+                Ok(smallvec::smallvec![Value::T(Tensor::splat(l, &[]))])
             }
-            OpKind::BarrierSemaphore => Ok(vec![Value::Ref(self.barrier)]),
+            OpKind::BarrierSemaphore => Ok(smallvec::smallvec![Value::Ref(self.barrier)]),
             OpKind::SemSignalRemote => {
                 let sem = self.semaphore(op.operands[0])?;
                 let n = self.tensor(op.operands[1])?.scalar_i64()?;
                 let to = self.device(&link, op.operands[2])?;
                 link.send(to, Mail::Signal { sem, n }, "a semaphore signal")
-                    .map(|_| vec![])
+                    .map(|_| Values::new())
             }
             OpKind::RemoteDmaStart => {
                 let (src, dst) = (self.view_of(op.operands[0])?, self.view_of(op.operands[1])?);
@@ -60,14 +60,14 @@ impl Machine<'_> {
                     sem: recv,
                     loc: op.loc,
                 }));
-                link.send(to, mail, "a copy").map(|_| vec![])
+                link.send(to, mail, "a copy").map(|_| Values::new())
             }
             OpKind::RemoteDmaWait { recv } => {
                 let dst = self.view_of(op.operands[1])?;
                 let sem = self.semaphore(op.operands[if recv { 3 } else { 2 }])?;
                 self.device(&link, op.operands[4])?;
                 let bytes = window_bytes(&self.refs[..], &dst);
-                self.take_bytes(sem, bytes, op).map(|_| vec![])
+                self.take_bytes(sem, bytes, op).map(|_| Values::new())
             }
             _ => Err(internal("not an op across devices")),
         }

@@ -6,12 +6,7 @@ use crate::interpret::fused;
 
 impl<'k> Machine<'k> {
     /// Run a fused chain ending at `op`, into the output block of `sink` when possible.
-    pub(super) fn chain(
-        &mut self,
-        op: &Op,
-        ch: &Chain,
-        sink: Option<ValueId>,
-    ) -> Result<Vec<Value>> {
+    pub(super) fn chain(&mut self, op: &Op, ch: &Chain, sink: Option<ValueId>) -> Result<Values> {
         let dest = match sink.map(|r| self.ref_index(r)) {
             Some(Ok(ri)) if !self.refs[ri].written_through => {
                 self.dests.get(ri).and_then(|d| d.clone())
@@ -36,12 +31,12 @@ impl<'k> Machine<'k> {
         }
         // Without a value (sunk into the output block, or needed only by the folded reduction) the
         // result is a placeholder its single remaining use (a store) or none reads.
-        Ok(vec![value.map_or(Value::Sunk, Value::T)])
+        Ok(smallvec::smallvec![value.map_or(Value::Sunk, Value::T)])
     }
 
     /// An elementwise op whose result is only stored whole into ref `r`: write it straight into the
     /// output block when that block lives in the output array.
-    pub(super) fn sunk_op(&mut self, op: &Op, r: ValueId) -> Result<Vec<Value>> {
+    pub(super) fn sunk_op(&mut self, op: &Op, r: ValueId) -> Result<Values> {
         // Not while the block already lives in the array: a load between this op and the store must
         // still see the previous contents.
         let dest = match self.ref_index(r) {
@@ -55,7 +50,7 @@ impl<'k> Machine<'k> {
         // (see `grid::Runner::enter`), and nothing reads them while the op runs.
         let sink = unsafe { Sink::offer(&dest) };
         let t = self.op_to(op, &[], &sink).and_then(single_tensor)?;
-        Ok(vec![if sink.filled() {
+        Ok(smallvec::smallvec![if sink.filled() {
             Value::Sunk
         } else {
             Value::T(t)

@@ -55,12 +55,7 @@ impl<'k> Fork<'k> {
 impl<'k> Machine<'k> {
     /// Run `op`, a split `for` loop, its iterations across up to `loop_threads` threads (one after
     /// another where the module docs say so).
-    pub(super) fn split_for(
-        &mut self,
-        op: &Op,
-        sub: &[Plan],
-        split: &SplitLoop,
-    ) -> Result<Vec<Value>> {
+    pub(super) fn split_for(&mut self, op: &Op, sub: &[Plan], split: &SplitLoop) -> Result<Values> {
         let ((lo, hi, step), body, plan, iv_dtype) = self.loop_parts(op, sub)?;
         let trips = if hi > lo {
             (hi as i128 - lo as i128 + step as i128 - 1) / step as i128
@@ -145,7 +140,7 @@ impl<'k> Machine<'k> {
         }
         match first.into_inner().unwrap_or_else(|p| p.into_inner()) {
             Some((_, e)) => Err(e),
-            None => Ok(Vec::new()),
+            None => Ok(Values::new()),
         }
     }
 }

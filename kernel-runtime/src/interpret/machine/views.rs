@@ -292,7 +292,7 @@ impl<'k> Machine<'k> {
     /// A value `Bitcast` whose operand dies here (see [`Plan`](super::super::plan::Plan)'s
     /// `bitcast_owned`): the operand is taken from the environment and its buffer reused when
     /// nothing else holds it ([`bitcast_consumed`]).
-    pub(super) fn bitcast_consuming(&mut self, op: &Op) -> Result<Vec<Value>> {
+    pub(super) fn bitcast_consuming(&mut self, op: &Op) -> Result<Values> {
         let to = self.func.ty(op.results[0]).dtype();
         let t = match self.env.get_mut(op.operands[0].0 as usize) {
             Some(slot @ Some(Value::T(_))) => match slot.take() {
@@ -301,7 +301,7 @@ impl<'k> Machine<'k> {
             },
             _ => return Err(internal("bitcast operand")),
         };
-        Ok(vec![Value::T(bitcast_consumed(t, to)?)])
+        Ok(smallvec::smallvec![Value::T(bitcast_consumed(t, to)?)])
     }
 
     /// A load of window `w` of view `v`: bounds-checked against the view, raced against the copies
