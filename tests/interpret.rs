@@ -1700,7 +1700,68 @@ fn view_memo_kernel(x: Ref<f32>, o: RefMut<f32>) {
     }
 }
 
-/// A view op whose view depends on its base alone is made once per base (`Machine::memo_view`):
+/// Six iterations: row `i % 3` of `x` seen through a bitcast (a run-time window of a composed view)
+/// and a reshape, stored to `o[i]`.
+#[tpu_kernel]
+fn view_memo_rows_kernel(x: Ref<f32>, o: RefMut<f32>) {
+    let s = x.shape();
+    for i in 0..6 {
+        let row = x.bitcast::<u32>().at(i % 3).reshape([2, s[1] / 2, s[2]]);
+        o.at(i)
+            .store(row.load().reshape([s[1], s[2]]).bitcast::<f32>());
+    }
+}
+
+fn view_memo_rows_call(rows: usize) -> (PallasCall, Vec<HostArray>, Vec<f32>) {
+    let [x, o] = [whole([3, rows, 128], F32), whole([6, rows, 128], F32)];
+    let call = pallas_call(view_memo_rows_kernel)
+        .grid([1])
+        .input(x.0, x.1)
+        .output(o.0, o.1)
+        .build()
+        .expect("build");
+    let data: Vec<f32> = (0..3 * rows * 128).map(|i| i as f32 * 0.5 - 7.0).collect();
+    let inputs = vec![HostArray::from_vec([3, rows, 128], data.clone()).unwrap()];
+    (call, inputs, data)
+}
+
+/// The views a loop takes of a few bases are composed once per base and operand values, on the
+/// thread that runs them (`machine/view_memo.rs`): the bitcast once, the window of row `i % 3` and
+/// its reshape once per row — 7 views for 6 iterations, where making each every time is 13 — and
+/// each iteration still reads its own row, bit for bit. Two kernels of one source at two shapes, run
+/// in turn on one thread, each read their own.
+#[test]
+fn views_of_a_few_bases_are_composed_once_each() {
+    use tpu_kernel::runtime::interpret::views_made;
+    let runs = [view_memo_rows_call(16), view_memo_rows_call(8)];
+    for round in 0..2 {
+        for (call, inputs, data) in &runs {
+            // On this thread alone (the loop's iterations would otherwise be split across threads).
+            let opts = InterpretOptions {
+                parallel: false,
+                ..InterpretOptions::default()
+            };
+            let before = views_made();
+            let out = call.interpret_with(inputs, &opts).expect("runs");
+            let made = views_made() - before;
+            assert_eq!(made, 1 + 3 + 3, "round {round}");
+            let got = out[0].as_slice::<f32>().expect("f32");
+            let per = data.len() / 3;
+            for i in 0..6 {
+                let want = &data[(i % 3) * per..(i % 3 + 1) * per];
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got[i * per..(i + 1) * per]),
+                    bits(want),
+                    "iteration {i}"
+                );
+            }
+        }
+    }
+    assert_fused_is_plain(&runs[0].0, &runs[0].1);
+}
+
+/// A view op whose view depends on its base alone is kept per base (`Machine::memo_view`):
 /// each iteration still reads its own slot through the reshape whose base changes, and the view
 /// over the unchanging base the same elements every time — `o[i] = x[i % 2] + x[1]`, bit for bit,
 /// fused or not.

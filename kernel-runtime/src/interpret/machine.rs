@@ -22,6 +22,7 @@ mod scalars;
 mod sinks;
 mod split;
 mod values;
+mod view_memo;
 mod views;
 mod walk;
 pub(crate) use dma::{DmaModel, Peer, RefView, Sem};
@@ -29,6 +30,7 @@ pub(crate) use landing::background_landings;
 use refs::copy_row;
 use refs::read_dest;
 pub(crate) use refs::{write_view, write_view_raw};
+pub(crate) use view_memo::views_made;
 
 #[derive(Clone, Debug)]
 pub(crate) enum Value {
@@ -98,9 +100,8 @@ pub(crate) struct Machine<'k> {
     /// The segments of recently read or written view windows (shared with the machines a split loop
     /// forks).
     segments: std::sync::Arc<walk::SegmentCache>,
-    /// Per view op that depends on its base alone (by its result): the base it last ran on and the
-    /// view it made ([`Self::memo_view`]).
-    view_memo: rustc_hash::FxHashMap<u32, (RefView, Box<RefView>)>,
+    /// The epoch of the views this thread keeps for this machine (`view_memo.rs`).
+    epoch: u64,
     /// Threads a split loop may run on (`split.rs`); 1 where the grid is already split across them.
     loop_threads: usize,
     /// Copies landing in the background (`landing.rs`).
@@ -180,7 +181,7 @@ impl<'k> Machine<'k> {
             link,
             received: std::collections::HashMap::new(),
             segments: Default::default(),
-            view_memo: Default::default(),
+            epoch: view_memo::new_epoch(),
             barrier,
             loop_threads: 1,
             landing: Default::default(),

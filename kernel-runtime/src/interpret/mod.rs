@@ -139,6 +139,14 @@ pub fn background_landings() -> usize {
     machine::background_landings()
 }
 
+/// How many views of a bitcast or reshape (or static windows) the interpreter has composed on the
+/// calling thread so far rather than taken from the views it keeps per view op (for tests that
+/// those are used).
+#[doc(hidden)]
+pub fn views_made() -> usize {
+    machine::views_made()
+}
+
 /// What [`plan_text`] shows, counted (for tests that a fast path fires).
 pub fn plan_counts(kernel: &Kernel, options: &InterpretOptions) -> Result<PlanCounts> {
     grid::describe(kernel, options).map(|(_, counts)| counts)

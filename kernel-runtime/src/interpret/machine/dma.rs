@@ -48,15 +48,22 @@ impl<'k> Machine<'k> {
         }
     }
 
-    /// `RefView`: a window of a ref (or of a window), bounds-checked. A window whose starts and
-    /// sizes are all static depends on its base alone ([`Self::memo_view`]).
+    /// `RefView`: a window of a ref (or of a window), bounds-checked. A window with static starts
+    /// and sizes, or one composed through a bitcast or reshape path, is kept per thread with its
+    /// base and run-time operands ([`Self::memo_view`]).
     pub(super) fn ref_view(&mut self, op: &Op, w: &Window) -> Result<Value> {
-        if op.operands.len() == 1 {
-            return self.memo_view(op, |m, base| m.window_view(op, w, base));
-        }
         // The base as it stands (a view is not cloned: only a plain window's narrowing copies it).
         let base = self.view_ref(op.operands[0])?;
-        Ok(Value::View(Box::new(self.window_view(op, w, &base)?)))
+        if op.operands.len() > 1 && !view_memo::composes(&base) {
+            // A plain window of a plain window (or of one reshape): narrowed in place, no lookup.
+            return Ok(Value::View(Box::new(self.window_view(op, w, &base)?)));
+        }
+        let args = op.operands[1..]
+            .iter()
+            .map(|v| self.tensor(*v)?.scalar_i64())
+            .collect::<Result<smallvec::SmallVec<[i64; 4]>>>()?;
+        let made = self.memo_view(op, (&base, &args), || self.window_view(op, w, &base))?;
+        Ok(Value::View(made))
     }
 
     /// A view op's one result (`RefView`, `RefBitcast`, `RefReshape`), made straight from the

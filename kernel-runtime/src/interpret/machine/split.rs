@@ -26,6 +26,7 @@ struct Fork<'k> {
     values: usize,
     segments: std::sync::Arc<walk::SegmentCache>,
     dma: DmaModel,
+    epoch: u64,
 }
 
 impl<'k> Fork<'k> {
@@ -45,7 +46,7 @@ impl<'k> Fork<'k> {
             received: std::collections::HashMap::new(),
             barrier: self.barrier,
             segments: self.segments.clone(),
-            view_memo: Default::default(),
+            epoch: self.epoch,
             loop_threads: 1,
             landing: Default::default(),
         }
@@ -110,6 +111,7 @@ impl<'k> Machine<'k> {
             values: self.env.len(),
             segments: self.segments.clone(),
             dma: self.dma.clone(),
+            epoch: self.epoch,
         };
         let first = Mutex::new(None::<(usize, crate::error::KernelError)>);
         let ok = workers::run(

@@ -242,34 +242,16 @@ impl<'k> Machine<'k> {
 
     /// `RefBitcast` / `RefReshape`: the operand's path with one more step.
     pub(super) fn ref_transform(&mut self, op: &Op) -> Result<Value> {
-        self.memo_view(op, |m, base| {
-            let mut p = m.path_of_view(base).into_owned();
-            let ty = m.func.ty(op.results[0]);
+        let base = self.view_ref(op.operands[0])?;
+        let made = self.memo_view(op, (&base, &[]), || {
+            let mut p = self.path_of_view(&base).into_owned();
+            let ty = self.func.ty(op.results[0]);
             p.steps.push(match op.kind {
                 OpKind::RefBitcast => ViewStep::Bitcast(ty.dtype()),
                 _ => ViewStep::Reshape(ty.shape().into()),
             });
             Ok(RefView::through(base.r, p))
-        })
-    }
-
-    /// A view op whose view depends on its base view alone (a bitcast, a reshape, a window of static
-    /// starts and sizes): when it runs on the base it ran on last (a loop's view of a ref, each
-    /// iteration), the view it made then; else `make`'s, kept.
-    pub(super) fn memo_view(
-        &mut self,
-        op: &Op,
-        make: impl FnOnce(&Self, &RefView) -> Result<RefView>,
-    ) -> Result<Value> {
-        let (key, base) = (op.results[0].0, self.view_ref(op.operands[0])?);
-        if let Some((seen, made)) = self.view_memo.get(&key) {
-            if *seen == *base {
-                return Ok(Value::View(made.clone()));
-            }
-        }
-        let made = Box::new(make(self, &base)?);
-        let base = base.into_owned();
-        self.view_memo.insert(key, (base, made.clone()));
+        })?;
         Ok(Value::View(made))
     }
 
