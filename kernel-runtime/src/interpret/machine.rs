@@ -50,7 +50,7 @@ pub(crate) enum Value {
 pub(super) type Values = smallvec::SmallVec<[Value; 1]>;
 
 /// A kernel ref during a grid step: its block contents, or nothing yet (reads see the fill value).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct RefState {
     pub dtype: DType,
     /// (Inline, and the label shared: a split loop clones every ref's state for each of its
@@ -62,6 +62,21 @@ pub(crate) struct RefState {
     pub written_through: bool,
     /// A pipelined block (replaced or written back between grid steps), not a whole array or scratch.
     pub blocked: bool,
+}
+
+/// (The shape copied, not collected element by element as smallvec's `clone` does: a split loop
+/// clones every ref's state for each of its machines.)
+impl Clone for RefState {
+    fn clone(&self) -> RefState {
+        RefState {
+            dtype: self.dtype,
+            shape: crate::semantics::dma::Dims::from_slice(&self.shape),
+            content: self.content.clone(),
+            label: self.label.clone(),
+            written_through: self.written_through,
+            blocked: self.blocked,
+        }
+    }
 }
 
 /// What uninitialized memory reads as: zeros, or with poisoning NaN / a bit pattern.

@@ -14,7 +14,7 @@ pub(crate) type Dims = smallvec::SmallVec<[usize; 4]>;
 mod buf;
 pub(crate) use buf::{Buf, Foreign, One, Shared};
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Tensor {
     pub dtype: DType,
     pub shape: Dims,
@@ -22,6 +22,20 @@ pub(crate) struct Tensor {
     pub strides: Dims,
     pub offset: usize,
     pub buf: Buf,
+}
+
+/// A view of the same buffer, its shape and strides copied (smallvec's own `clone` collects them
+/// element by element; a tensor is cloned for every value a loop or a split loop's machines take).
+impl Clone for Tensor {
+    fn clone(&self) -> Tensor {
+        Tensor {
+            dtype: self.dtype,
+            shape: Dims::from_slice(&self.shape),
+            strides: Dims::from_slice(&self.strides),
+            offset: self.offset,
+            buf: self.buf.clone(),
+        }
+    }
 }
 
 pub(crate) fn row_major_strides(shape: &[usize]) -> Dims {

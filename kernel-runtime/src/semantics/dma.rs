@@ -41,7 +41,7 @@ pub(crate) type Flags = SmallVec<[bool; 6]>;
 
 /// A window of ref `r` in the ref's own coordinates (squeezed dimensions have size 1) — or, with
 /// `via`, a view of `r` through bitcasts and reshapes whose reach is that window.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub(crate) struct RefView {
     pub r: usize,
     pub starts: Dims,
@@ -50,6 +50,20 @@ pub(crate) struct RefView {
     /// The steps from `r`'s whole contents to what the program sees (a bitcast or reshape view; its
     /// windows are steps too), when the view is not the window itself.
     pub via: Option<std::sync::Arc<super::views::ViewPath>>,
+}
+
+/// The same view, its starts, sizes and flags copied (smallvec's own `clone` collects them element by
+/// element; views are cloned per DMA and per view op).
+impl Clone for RefView {
+    fn clone(&self) -> RefView {
+        RefView {
+            r: self.r,
+            starts: Dims::from_slice(&self.starts),
+            sizes: Dims::from_slice(&self.sizes),
+            squeezed: Flags::from_slice(&self.squeezed),
+            via: self.via.clone(),
+        }
+    }
 }
 
 impl RefView {
