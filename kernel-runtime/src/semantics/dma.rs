@@ -95,13 +95,25 @@ impl RefView {
     pub fn value_shape(&self) -> Dims {
         match &self.via {
             Some(p) => p.result().0,
-            None => self
-                .sizes
-                .iter()
-                .zip(&self.squeezed)
-                .filter(|(_, q)| !**q)
-                .map(|(n, _)| *n)
-                .collect(),
+            None => self.kept_sizes().collect(),
+        }
+    }
+
+    /// A plain window's sizes, squeezed dimensions left out.
+    fn kept_sizes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.sizes
+            .iter()
+            .zip(&self.squeezed)
+            .filter(|(_, q)| !**q)
+            .map(|(n, _)| *n)
+    }
+
+    /// Whether `o`'s value has this view's shape (two plain windows compared in place: a paged
+    /// kernel starts a copy per page).
+    pub fn same_value_shape(&self, o: &RefView) -> bool {
+        match (&self.via, &o.via) {
+            (None, None) => self.kept_sizes().eq(o.kept_sizes()),
+            _ => self.value_shape() == o.value_shape(),
         }
     }
 
@@ -291,6 +303,14 @@ impl DmaModel {
         self.rng.is_some()
     }
 
+    /// Whether a read (`write`: a write) of ref `r` could race a copy in flight: one into it (or,
+    /// for a write, from it) is outstanding. Where not, [`Self::check_access`] finds nothing, so a
+    /// caller may skip building the window it checks.
+    pub fn touches(&self, r: usize, write: bool) -> bool {
+        let [copies_into, copies_from] = self.ends.get(r).copied().unwrap_or_default();
+        copies_into > 0 || (write && copies_from > 0)
+    }
+
     /// An error if `v` is read while a copy into it is in flight (`write`: or written while a copy
     /// from or into it is).
     pub fn check_access(
@@ -299,8 +319,7 @@ impl DmaModel {
         v: &RefView,
         write: bool,
     ) -> Result<()> {
-        let [copies_into, copies_from] = self.ends.get(v.r).copied().unwrap_or_default();
-        if copies_into == 0 && (copies_from == 0 || !write) {
+        if !self.touches(v.r, write) {
             return Ok(());
         }
         for f in &self.inflight {
@@ -351,9 +370,8 @@ impl DmaModel {
         peer: Option<Peer>,
         loc: SourceLoc,
     ) -> Result<()> {
-        let (a, b) = (src.value_shape(), dst.value_shape());
-        if a != b {
-            return Err(copy_shapes_differ(&a, &b));
+        if !src.same_value_shape(&dst) {
+            return Err(copy_shapes_differ(&src.value_shape(), &dst.value_shape()));
         }
         if peer.is_none_or(|p| p.outgoing) {
             self.check_access(refs, &src, false)?;

@@ -56,13 +56,15 @@ impl<'k> Machine<'k> {
         let base = self.view_ref(op.operands[0])?;
         if op.operands.len() > 1 && !view_memo::composes(&base) {
             // A plain window of a plain window (or of one reshape): narrowed in place, no lookup.
-            return Ok(Value::View(Box::new(self.window_view(op, w, &base)?)));
+            return Ok(Value::View(Box::new(self.window_view(op, w, base)?)));
         }
         let args = op.operands[1..]
             .iter()
             .map(|v| self.tensor(*v)?.scalar_i64())
             .collect::<Result<smallvec::SmallVec<[i64; 4]>>>()?;
-        let made = self.memo_view(op, (&base, &args), || self.window_view(op, w, &base))?;
+        let made = self.memo_view(op, (&base, &args), || {
+            self.window_view(op, w, std::borrow::Cow::Borrowed(&base))
+        })?;
         Ok(Value::View(made))
     }
 
@@ -79,8 +81,14 @@ impl<'k> Machine<'k> {
         Ok((res, v))
     }
 
-    /// Window `w` of view `base` (its run-time starts and sizes `op`'s operands after the first).
-    fn window_view(&self, op: &Op, w: &Window, base: &RefView) -> Result<RefView> {
+    /// Window `w` of view `base` (its run-time starts and sizes `op`'s operands after the first);
+    /// a plain window of a base built for it (a whole ref's) narrows that base, not a copy.
+    fn window_view(
+        &self,
+        op: &Op,
+        w: &Window,
+        base: std::borrow::Cow<'_, RefView>,
+    ) -> Result<RefView> {
         // The base's own (unsqueezed) dimensions, in order; a bitcast or reshape view's are its shape's.
         let view_shape = base.via.as_ref().map(|p| p.result().0);
         let dims: ViewDims = match &view_shape {
@@ -96,27 +104,32 @@ impl<'k> Machine<'k> {
         if dims.len() != w.starts.len() {
             return Err(internal("view rank differs from its base"));
         }
-        let mut dynamic = op.operands[1..].iter();
-        let mut starts: smallvec::SmallVec<[i64; 6]> =
-            smallvec::SmallVec::with_capacity(dims.len());
-        for s in &w.starts {
-            starts.push(match s {
-                Start::Static(s) => *s as i64,
+        // The run-time starts come first among the operands, then the run-time sizes.
+        let dynamic_starts = w
+            .starts
+            .iter()
+            .filter(|s| matches!(s, Start::Dynamic))
+            .count();
+        let rest = op.operands.get(1..).unwrap_or_default();
+        let (mut dyn_starts, mut dyn_sizes) = (
+            rest.iter().take(dynamic_starts),
+            rest.iter().skip(dynamic_starts),
+        );
+        let mut window = (ViewDims::new(), ViewDims::new());
+        for (i, &d) in dims.iter().enumerate() {
+            let start = match w.starts[i] {
+                Start::Static(s) => s as i64,
                 Start::Dynamic => {
-                    let id = dynamic
+                    let id = dyn_starts
                         .next()
                         .ok_or_else(|| internal("missing view start"))?;
                     self.tensor(*id)?.scalar_i64()?
                 }
-            });
-        }
-        let mut window = (ViewDims::new(), ViewDims::new());
-        for (i, &d) in dims.iter().enumerate() {
-            let start = starts[i];
+            };
             // A run-time size (the next size operand) is checked here, as the start is.
             let size = match w.dynamic_sizes.get(i) {
                 Some(true) => {
-                    let id = dynamic
+                    let id = dyn_sizes
                         .next()
                         .ok_or_else(|| internal("missing view size"))?;
                     self.tensor(*id)?.scalar_i64()?
@@ -141,9 +154,9 @@ impl<'k> Machine<'k> {
             // A window of a plain window: the base's window narrowed. (A view's base is never
             // cloned: its path is replaced below.)
             None => {
-                let mut v = base.clone();
+                let mut v = base.into_owned();
                 for (i, &d) in dims.iter().enumerate() {
-                    v.starts[d] = base.starts[d] + window.0[i];
+                    v.starts[d] += window.0[i];
                     v.sizes[d] = window.1[i];
                     v.squeezed[d] = w.squeezed[i];
                 }
@@ -159,7 +172,7 @@ impl<'k> Machine<'k> {
                     squeezed,
                     via: None,
                 },
-                None => self.view_window(base, &window.0, (&window.1, &w.squeezed)),
+                None => self.view_window(&base, &window.0, (&window.1, &w.squeezed)),
             },
         };
         Ok(v)

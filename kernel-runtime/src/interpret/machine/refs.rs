@@ -6,15 +6,12 @@ use super::*;
 use crate::semantics::refs::{access_out_of_bounds, Access};
 use crate::semantics::views::ViewPath;
 
+/// A window's starts (or extents), inline up to rank 6: every load and store reads them.
+type Starts = crate::semantics::dma::Dims;
+
 impl<'k> Machine<'k> {
     /// Window starts with dynamic ones read from the op's operands, bounds-checked against the ref.
-    pub(super) fn starts(
-        &self,
-        op: &Op,
-        w: &Window,
-        dyn_first: usize,
-        r: usize,
-    ) -> Result<Vec<usize>> {
+    pub(super) fn starts(&self, op: &Op, w: &Window, dyn_first: usize, r: usize) -> Result<Starts> {
         self.starts_in(op, w, dyn_first, (&self.refs[r].shape, &self.refs[r].label))
     }
 
@@ -27,13 +24,13 @@ impl<'k> Machine<'k> {
         w: &Window,
         v: &'v RefView,
         write: bool,
-    ) -> Result<(std::borrow::Cow<'v, ViewPath>, Vec<usize>)> {
+    ) -> Result<(std::borrow::Cow<'v, ViewPath>, Starts)> {
         let p = self.path_of_view(v);
         let (shape, _) = p.result();
         let dyn_first = if write { 2 } else { 1 };
         let starts = self.starts_in(op, w, dyn_first, (&shape, &self.refs[v.r].label))?;
-        if !self.dma.idle() {
-            let extents: Vec<usize> = (0..w.sizes.len()).map(|d| w.extent(d)).collect();
+        if self.dma.touches(v.r, write) {
+            let extents: Starts = (0..w.sizes.len()).map(|d| w.extent(d)).collect();
             let reach = self.view_window(v, &starts, (&extents, &w.squeezed));
             self.check_dma_access(&reach, write)?;
         }
@@ -47,7 +44,7 @@ impl<'k> Machine<'k> {
         w: &Window,
         dyn_first: usize,
         (shape, label): (&[usize], &str),
-    ) -> Result<Vec<usize>> {
+    ) -> Result<Starts> {
         if w.starts.len() != shape.len()
             || w.sizes.len() != shape.len()
             || w.squeezed.len() != shape.len()
@@ -56,7 +53,7 @@ impl<'k> Machine<'k> {
             return Err(internal("window rank differs from the ref rank"));
         }
         let mut next = dyn_first;
-        let mut out = Vec::with_capacity(shape.len());
+        let mut out = Starts::with_capacity(shape.len());
         for (d, s) in w.starts.iter().enumerate() {
             let start = match s {
                 Start::Static(s) => *s as i64,
@@ -89,7 +86,7 @@ impl<'k> Machine<'k> {
         }
         let r = self.ref_index(op.operands[0])?;
         let starts = self.starts(op, w, 1, r)?;
-        if !self.dma.idle() {
+        if self.dma.touches(r, false) {
             self.check_dma_access(&reach(r, &starts, w), false)?;
         }
         let st = &self.refs[r];
@@ -136,7 +133,7 @@ impl<'k> Machine<'k> {
             None
         };
         let starts = self.starts(op, w, 2, r)?;
-        if !self.dma.idle() {
+        if self.dma.touches(r, true) {
             self.check_dma_access(&reach(r, &starts, w), true)?;
         }
         let window = (&starts[..], &w.sizes[..], &w.squeezed[..]);
