@@ -417,7 +417,7 @@ impl<'k> Machine<'k> {
             let rank = p.result().0.len();
             let (starts, sizes) = (vec![0; rank], p.result().0);
             return self.write_through_view(
-                v,
+                (v.r, p),
                 (&starts, &sizes, &vec![false; rank]),
                 &vec![1; rank],
                 data,

@@ -312,9 +312,8 @@ impl<'k> Machine<'k> {
             None
         };
         let (p, starts) = self.view_access_start(op, w, v, true)?;
-        let through = RefView::through(v.r, p.into_owned());
         self.write_through_view(
-            &through,
+            (v.r, &p),
             (&starts, &w.sizes, &w.squeezed),
             &w.strides,
             value,
@@ -362,31 +361,28 @@ impl<'k> Machine<'k> {
         Ok(Tensor::from_data(kept, data))
     }
 
-    /// Write `value` into the window (`starts`, `sizes` `steps` apart, `squeezed` dropped) of view `v`,
-    /// where `mask`: element run by element run into the ref's contents ([`walk`](super::walk)).
+    /// Write `value` into the window (`starts`, `sizes` `steps` apart, `squeezed` dropped) of view
+    /// `p` of ref `r`, where `mask`: element run by element run into the ref's contents
+    /// ([`walk`](super::walk)). (The path alone: the box of the ref it reaches is not needed.)
     pub(super) fn write_through_view(
         &mut self,
-        v: &RefView,
+        (r, p): (usize, &ViewPath),
         window: (&[usize], &[usize], &[bool]),
         steps: &[usize],
         value: Tensor,
         mask: Option<Tensor>,
     ) -> Result<()> {
-        let p = v
-            .via
-            .clone()
-            .ok_or_else(|| internal("a write through a plain window"))?;
         // The contents are written as `owned_contents` gives them: row-major from offset 0.
-        let strides = row_major_strides(&self.refs[v.r].shape);
+        let strides = row_major_strides(&self.refs[r].shape);
         let dtype = p.result().1;
         let n: usize = kept_sizes(window.1, window.2).iter().product();
         if value.dtype != dtype || value.numel() != n {
             return Err(internal("stored value does not match the view's window"));
         }
-        let segs = self.segments.window(&p, (&strides, 0), window, steps)?;
-        let mut base = self.owned_contents(v.r)?;
+        let segs = self.segments.window(p, (&strides, 0), window, steps)?;
+        let mut base = self.owned_contents(r)?;
         let written = write_value(&mut base, &segs, &value, mask.as_ref());
-        self.refs[v.r].content = Some(base);
+        self.refs[r].content = Some(base);
         written
     }
 }
