@@ -1340,6 +1340,110 @@ fn selects_folded_into_dots_give_the_unfused_bits() {
     }
 }
 
+/// Scores a `select` reads only in some columns (the plan's `live_columns`), as attention masks the
+/// keys past a sequence's length: `q kᵀ` scaled; through a soft cap with a causal factor (`and`, `<=`,
+/// the iota second in its `add`); `q k` with f32 keys; and a product read twice (not eligible).
+#[tpu_kernel]
+#[allow(clippy::too_many_arguments)]
+fn live_columns_kernel(
+    t: Ref<i32, Smem>,
+    q: Ref<bf16>,
+    k: Ref<bf16>,
+    kt: Ref<f32>,
+    o0: RefMut<f32>,
+    o1: RefMut<f32>,
+    o2: RefMut<f32>,
+    o3: RefMut<f32>,
+) {
+    let (first, end) = (t.at(0).load(), t.at(1).load());
+    let (q, k) = (q.load(), k.load());
+    let pos = iota::<i32>([8, 256], 1) + first;
+    let mask = full([8, 256], -1.0e30f32);
+    o0.store(select(pos < end, dot_nt(q, k) * 0.125f32, mask));
+    let rows = iota::<i32>([8, 256], 0) + first;
+    let pos_after = first + iota::<i32>([8, 256], 1);
+    let keep = (pos_after <= end) & (pos_after <= rows + 100);
+    o1.store(select(
+        keep,
+        (dot_nt(q, k) / 30.0f32).tanh() * 30.0f32,
+        mask,
+    ));
+    o2.store(select(pos < end, dot(q.cast::<f32>(), kt.load()), mask));
+    let s = dot_nt(q, k);
+    o3.store(select(pos < end, s, mask) + s);
+}
+
+/// A `dot` whose result only a `select` reads, in the columns its condition picks it, computes only
+/// up to the last of them (`PlanCounts::live_column_dots`): the unfused ops' bits at lengths none,
+/// some, all and wrapping past `i32::MAX`, with NaNs and infinities in the keys of the columns left
+/// out (and, once, in the ones kept).
+#[test]
+fn dots_read_in_some_columns_give_the_unfused_bits() {
+    let call = pallas_call(live_columns_kernel)
+        .grid([1])
+        .scalar_prefetch(at([2], I32))
+        .input(whole([8, 128], BF16).0, whole([8, 128], BF16).1)
+        .input(whole([256, 128], BF16).0, whole([256, 128], BF16).1)
+        .input(whole([128, 256], F32).0, whole([128, 256], F32).1)
+        .output(whole([8, 256], F32).0, whole([8, 256], F32).1)
+        .output(whole([8, 256], F32).0, whole([8, 256], F32).1)
+        .output(whole([8, 256], F32).0, whole([8, 256], F32).1)
+        .output(whole([8, 256], F32).0, whole([8, 256], F32).1)
+        .build()
+        .expect("build");
+    let (on, off) = counts_on_off(&call);
+    assert_eq!((on.live_column_dots, off.live_column_dots), (3, 0));
+    let small = |n: usize, seed: u32| -> Vec<f32> {
+        words_with(n, |_| 0x3F80)
+            .into_iter()
+            .map(|w| ((w ^ seed) % 64) as f32 / 32.0 - 1.0)
+            .collect()
+    };
+    let q: Vec<bf16> = small(8 * 128, 3)
+        .iter()
+        .map(|x| bf16::from_f32(*x))
+        .collect();
+    // Keys from column `from` on (rows of `k`, columns of `kt`) hold specials now and then.
+    let keys = |from: usize| {
+        let special = |j: usize, i: usize| j >= from && i.is_multiple_of(5);
+        let k: Vec<bf16> = small(256 * 128, 5)
+            .iter()
+            .enumerate()
+            .map(|(i, x)| match special(i / 128, i) {
+                true => bf16::from_bits(SPECIAL_HALVES[i / 5 % 12]),
+                false => bf16::from_f32(*x),
+            })
+            .collect();
+        let kt: Vec<f32> = small(128 * 256, 7)
+            .iter()
+            .enumerate()
+            .map(|(i, x)| match special(i % 256, i) {
+                true => f32::from_bits(u32::from(SPECIAL_HALVES[i / 5 % 12]) << 16),
+                false => *x,
+            })
+            .collect();
+        (k, kt)
+    };
+    for (first, end, specials_from) in [
+        (0, 100, 100),
+        (37, 100, 63),
+        (0, 0, 0),
+        (-5, 300, 256),
+        (-5, 300, 200),
+        (i32::MAX - 10, i32::MIN + 5, 16),
+        (10, 5, 0),
+    ] {
+        let (k, kt) = keys(specials_from);
+        let inputs = [
+            HostArray::from_vec([2], vec![first, end]).unwrap(),
+            HostArray::from_vec([8, 128], q.clone()).unwrap(),
+            HostArray::from_vec([256, 128], k).unwrap(),
+            HostArray::from_vec([128, 256], kt).unwrap(),
+        ];
+        assert_fused_is_plain(&call, &inputs);
+    }
+}
+
 /// Words stored through a 32-bit view of a bf16 block `[tokens, rows, 2, D]` (how the ragged paged
 /// attention example stores a head's output rows): each word's low half is element 0 of its pair.
 #[tpu_kernel]

@@ -60,6 +60,9 @@ fn the_examples_fast_paths_fire() {
     assert_eq!(rpa.halves_in_place, rpa.word_halves, "{rpa:?}");
     // ... and the values' mask (`select(v_pos < kv_end, v, 0)`) runs inside `p v`: one per case body.
     assert_eq!(rpa.selects_in_dots, rpa.load_halves, "{rpa:?}");
+    // ... and `q kᵀ` computes only the keys before the kv length (`select(k_pos < kv_end, s, mask)`
+    // reads no others): one per case body.
+    assert_eq!(rpa.live_column_dots, rpa.load_halves, "{rpa:?}");
 
     // The production kernels: each accumulator (f32 for the bf16 dots, i32 for i8 x i8) is updated in
     // place, and the output-stationary grids run in parallel chunks — grouped_matmul's too, whose

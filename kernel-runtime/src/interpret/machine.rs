@@ -336,6 +336,9 @@ impl<'k> Machine<'k> {
                     (None, None, _) if plan.acc_owned[i] => {
                         self.dot_owned_acc(op, &plan.sub[i], keep)
                     }
+                    (None, None, _) if plan.live_columns[i].is_some() => {
+                        self.dot_live_columns(op, plan.live_columns[i], keep)
+                    }
                     (None, None, _) if keep.is_some() => self.dot_op(op, &plan.sub[i], keep),
                     (None, None, _) if plan.bitcast_owned[i] => self.bitcast_consuming(op),
                     (None, None, _) => self.op(op, &plan.sub[i]),

@@ -1,14 +1,16 @@
 //! `dot` in a grid step: a `dot` whose accumulator is its ref's contents runs in place in the ref's
 //! buffer (see [`super::Plan`]'s `acc_in_place`); a `select` that only makes a `dot`'s right factor
-//! runs inside it where it can (the plan's `select_rhs`).
+//! runs inside it where it can (the plan's `select_rhs`); a `dot` a `select` reads only in some
+//! columns computes those (the plan's `live_columns`).
 
 use super::{Machine, Value, Values};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::interpret::dot::{dot, dot_into, KeepRows};
 use crate::interpret::elementwise::{self, Sink};
-use crate::interpret::plan::Plan;
+use crate::interpret::plan::{LiveColumns, Plan};
 use crate::interpret::tensor::{internal, recycle, Buf, Tensor};
+use crate::ir::BinaryOp;
 use crate::ir::{Op, OpKind, Region, ValueId};
 
 /// The rows a `dot` keeps of its right factor, from a `select`'s condition (see [`KeepRows`]).
@@ -67,6 +69,74 @@ impl Machine<'_> {
             (_, None) => self.op(op, sub),
             _ => Err(internal("kept rows at an op that is not a dot")),
         }
+    }
+
+    /// A `dot` whose result a `select` reads only in some columns (the plan's `live_columns`): the
+    /// product of the columns up to the last one read, zeros after it (which the select never
+    /// picks). Which columns are read is the select's condition, run here on one row of columns with
+    /// the elementwise ops' own definitions; when its operands are not at hand, the whole product.
+    pub(super) fn dot_live_columns(
+        &mut self,
+        op: &Op,
+        live: Option<LiveColumns>,
+        keep: Option<Kept>,
+    ) -> Result<Values> {
+        let (
+            Some(live),
+            OpKind::Dot {
+                transpose_lhs: tl,
+                transpose_rhs: tr,
+            },
+        ) = (live, &op.kind)
+        else {
+            return self.dot_op(op, &[], keep);
+        };
+        let shape = self.func.ty(op.results[0]).shape();
+        let [m, n] = shape[..] else {
+            return Err(internal("a live-column dot's result is not a matrix"));
+        };
+        let Some(end) = self.last_live_column(live, n)? else {
+            return self.dot_op(op, &[], keep);
+        };
+        let out = self.func.ty(op.results[0]).dtype();
+        if end == n || out != DType::F32 {
+            return self.dot_op(op, &[], keep);
+        }
+        let (l, r) = (self.tensor(op.operands[0])?, self.tensor(op.operands[1])?);
+        // The right factor's first `end` columns as the product multiplies it (its rows if transposed).
+        let (starts, mut sizes) = ([0, 0], [r.shape[0], r.shape[1]]);
+        sizes[usize::from(!*tr)] = end;
+        let r = r.window(&starts, &sizes, &[false, false]);
+        let keep = keep.as_ref().map(Kept::rows).transpose()?;
+        let part = dot(l, &r, keep, None, *tl, *tr, out)?;
+        let mut c = crate::interpret::tensor::take_vec::<f32>(m * n);
+        c.resize(m * n, 0.0);
+        if end > 0 {
+            let part = part.to_vec::<f32>()?;
+            for (row, from) in c.chunks_mut(n).zip(part.chunks(end)) {
+                row[..end].copy_from_slice(from);
+            }
+        }
+        Ok(smallvec::smallvec![Value::T(Tensor::from_vec([m, n], c))])
+    }
+
+    /// One past the last column `live`'s comparison holds in, of `n` (None when its operands are
+    /// not at hand).
+    fn last_live_column(&self, live: LiveColumns, n: usize) -> Result<Option<usize>> {
+        let at_hand = |v: ValueId| matches!(self.env.get(v.0 as usize), Some(Some(Value::T(_))));
+        if !at_hand(live.x) || !at_hand(live.y) {
+            return Ok(None);
+        }
+        let (x, y) = (self.tensor(live.x)?, self.tensor(live.y)?);
+        let columns = Tensor::from_vec([n], (0..n as i32).collect::<Vec<i32>>());
+        let (xs, ys) = (x.broadcast_to(&[n])?, y.broadcast_to(&[n])?);
+        let sum = match live.iota_first {
+            true => elementwise::binary(BinaryOp::Add, &columns, &xs, &Sink::fresh())?,
+            false => elementwise::binary(BinaryOp::Add, &xs, &columns, &Sink::fresh())?,
+        };
+        let holds = elementwise::compare(live.cmp, &sum, &ys, &Sink::fresh())?;
+        let holds = holds.to_vec::<bool>()?;
+        Ok(Some(holds.iter().rposition(|h| *h).map_or(0, |j| j + 1)))
     }
 
     /// The `select` that op `i` (a `dot`) takes as its right factor, if the plan runs one there

@@ -26,6 +26,13 @@ impl Plan {
             } else if self.skip[i] {
                 let _ = writeln!(out, "{at}: folded into a fused chain");
             }
+            if let Some(live) = &self.live_columns[i] {
+                let _ = writeln!(
+                    out,
+                    "{at}: computes only the columns the select op {} reads (iota + %{} {:?} %{})",
+                    live.select, live.x.0, live.cmp, live.y.0
+                );
+            }
             if let Some((w, half)) = self.word_half[i] {
                 let _ = writeln!(
                     out,
@@ -138,6 +145,7 @@ impl Plan {
         c.sunk += self.sink_to.iter().flatten().count();
         c.in_place_dots += self.acc_in_place.iter().flatten().count();
         c.selects_in_dots += self.select_rhs.iter().flatten().count();
+        c.live_column_dots += self.live_columns.iter().flatten().count();
         c.split_loops += self.split.iter().flatten().count();
         c.scalar_ops += self.scalar.iter().filter(|s| **s).count();
         for subs in &self.sub {
@@ -173,6 +181,8 @@ pub struct PlanCounts {
     /// `select`s that only make a `dot`'s right factor, run inside the `dot`: its rows read in place
     /// where the condition holds along a whole row and the other choice is +0 (`dot::KeepRows`).
     pub selects_in_dots: usize,
+    /// `dot`s computed only in the columns a `select` reads of them (`plan::LiveColumns`).
+    pub live_column_dots: usize,
     /// Constants, binary ops and comparisons of rank 0 run straight from the region loop.
     pub scalar_ops: usize,
 }

@@ -23,6 +23,7 @@ mod split;
 use super::fused::{Epilogue, Link};
 use crate::ir::{Func, Op, OpKind, Region, ValueId};
 pub use describe::PlanCounts;
+pub(crate) use dots::LiveColumns;
 use dots::{acc_dies_at, acc_in_place_ref};
 use fusion::{defer_widening_casts, find_chains, word_halves};
 pub(crate) use fusion::{HalfCast, WordHalf};
@@ -52,6 +53,9 @@ pub(crate) struct Plan {
     /// `dot`s whose right factor is a `select` used only by them (`dots::select_rhs`): the select's
     /// index; it runs at the dot (skipped where it stands), inside the product where it can.
     pub(crate) select_rhs: Vec<Option<usize>>,
+    /// `dot`s whose result only a `select` reads, in the columns its condition picks it
+    /// (`dots::live_columns`): how to tell them; the others are not computed.
+    pub(crate) live_columns: Vec<Option<LiveColumns>>,
     /// `dot`s whose accumulator operand dies at them (and is not one of their factors): its buffer,
     /// when nothing else holds it, may become the result instead of being copied.
     pub(crate) acc_owned: Vec<bool>,
@@ -174,6 +178,10 @@ fn plan_region(f: &Func, r: &Region, cx: &Context<'_>) -> Plan {
             acc_in_place_ref(f, r, i, op, all_uses)
         })
         .collect::<Vec<_>>();
+    let live_columns = match fuse {
+        true => dots::live_columns(f, r, all_uses),
+        false => vec![None; r.ops.len()],
+    };
     let acc_owned = r
         .ops
         .iter()
@@ -227,6 +235,7 @@ fn plan_region(f: &Func, r: &Region, cx: &Context<'_>) -> Plan {
         load_halves,
         acc_in_place,
         select_rhs,
+        live_columns,
         acc_owned,
         bitcast_owned,
         split,
