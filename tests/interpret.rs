@@ -1019,6 +1019,15 @@ const SPECIAL_HALVES: [u16; 12] = [
     0x7F81, 0xFF81, 0x7FC0, 0xFFFF, 0x7FBF, 0x7F80, 0xFF80, 0x0001, 0x807F, 0x0000, 0x8000, 0x3F80,
 ];
 
+/// `n` small multiples of 1/32 in [-1, 1) (exact in bf16), from [`words_with`]'s stream varied by
+/// `seed`.
+fn small_values(n: usize, seed: u32) -> Vec<f32> {
+    words_with(n, |_| 0x3F80)
+        .into_iter()
+        .map(|w| ((w ^ seed) % 64) as f32 / 32.0 - 1.0)
+        .collect()
+}
+
 /// `n` pseudo-random words (xorshift32), every third replaced by `special(i)`.
 fn words_with(n: usize, special: impl Fn(usize) -> u32) -> Vec<u32> {
     let mut state = 0x2545_f491u32;
@@ -1283,12 +1292,7 @@ fn selects_folded_into_dots_give_the_unfused_bits() {
     let call = call.build().expect("build");
     let (on, off) = counts_on_off(&call);
     assert_eq!((on.selects_in_dots, off.selects_in_dots), (6, 0));
-    let small = |n: usize, seed: u32| -> Vec<f32> {
-        words_with(n, |_| 0x3F80)
-            .into_iter()
-            .map(|w| ((w ^ seed) % 64) as f32 / 32.0 - 1.0)
-            .collect()
-    };
+    let small = small_values;
     // `special(i, row)`: whether element i (in row `row` of the dot's right factor) is a special.
     let inputs = |special: &dyn Fn(usize, usize) -> bool| {
         let pick = |i: usize, x: f32| {
@@ -1393,12 +1397,7 @@ fn dots_read_in_some_columns_give_the_unfused_bits() {
         .expect("build");
     let (on, off) = counts_on_off(&call);
     assert_eq!((on.live_column_dots, off.live_column_dots), (3, 0));
-    let small = |n: usize, seed: u32| -> Vec<f32> {
-        words_with(n, |_| 0x3F80)
-            .into_iter()
-            .map(|w| ((w ^ seed) % 64) as f32 / 32.0 - 1.0)
-            .collect()
-    };
+    let small = small_values;
     let q: Vec<bf16> = small(8 * 128, 3)
         .iter()
         .map(|x| bf16::from_f32(*x))
