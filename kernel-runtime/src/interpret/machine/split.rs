@@ -17,11 +17,15 @@ use crate::interpret::workers;
 use std::sync::Mutex;
 
 /// What each iteration's machine is made from.
-struct Fork<'k> {
+struct Fork<'k, 'a> {
     func: &'k Func,
     poison: bool,
     free: Vec<(usize, Value)>,
-    refs: Vec<RefState>,
+    /// The running machine's refs, cloned into each iteration's machine with `lent`'s contents
+    /// in place of theirs (one clone per machine: a clone of every ref's state costs a reference
+    /// count per buffer and label, the helper's clone on the split loop's critical path).
+    refs: &'a [RefState],
+    lent: Vec<(usize, Tensor)>,
     barrier: usize,
     values: usize,
     segments: std::sync::Arc<walk::SegmentCache>,
@@ -29,17 +33,21 @@ struct Fork<'k> {
     epoch: u64,
 }
 
-impl<'k> Fork<'k> {
+impl<'k> Fork<'k, '_> {
     fn machine(&self) -> Machine<'k> {
         let mut env = value_table(self.values);
         for (v, value) in &self.free {
             env[*v] = Some(value.clone());
         }
+        let mut refs = self.refs.to_vec();
+        for (r, shared) in &self.lent {
+            refs[*r].content = Some(shared.clone());
+        }
         Machine {
             func: self.func,
             poison: self.poison,
             env,
-            refs: self.refs.clone(),
+            refs,
             dests: vec![None; self.refs.len()],
             dma: self.dma.clone(),
             link: None,
@@ -91,10 +99,6 @@ impl<'k> Machine<'k> {
             self.refs[r].content = Some(t);
             lent.push((r, shared));
         }
-        let mut refs = self.refs.clone();
-        for (r, shared) in lent {
-            refs[r].content = Some(shared);
-        }
         let fork = Fork {
             func: self.func,
             poison: self.poison,
@@ -106,7 +110,8 @@ impl<'k> Machine<'k> {
                     self.env.get(i)?.clone().map(|value| (i, value))
                 })
                 .collect(),
-            refs,
+            refs: &self.refs,
+            lent,
             barrier: self.barrier,
             values: self.env.len(),
             segments: self.segments.clone(),
