@@ -23,13 +23,14 @@ struct Fork<'k, 'a> {
     free: Vec<(usize, Value)>,
     /// The running machine's refs, cloned into each iteration's machine with `lent`'s contents
     /// in place of theirs (one clone per machine: a clone of every ref's state costs a reference
-    /// count per buffer and label, the helper's clone on the split loop's critical path).
+    /// count per buffer and label, the helper's clone on the split loop's critical path; the DMA
+    /// model, below, likewise).
     refs: &'a [RefState],
     lent: Vec<(usize, Tensor)>,
     barrier: usize,
     values: usize,
     segments: std::sync::Arc<walk::SegmentCache>,
-    dma: DmaModel,
+    dma: &'a DmaModel,
     epoch: u64,
 }
 
@@ -115,7 +116,7 @@ impl<'k> Machine<'k> {
             barrier: self.barrier,
             values: self.env.len(),
             segments: self.segments.clone(),
-            dma: self.dma.clone(),
+            dma: &self.dma,
             epoch: self.epoch,
         };
         let first = Mutex::new(None::<(usize, crate::error::KernelError)>);
