@@ -95,13 +95,14 @@ impl Machine<'_> {
         let [m, n] = shape[..] else {
             return Err(internal("a live-column dot's result is not a matrix"));
         };
-        let Some(end) = self.last_live_column(live, n)? else {
-            return self.dot_op(op, &[], keep);
-        };
         let out = self.func.ty(op.results[0]).dtype();
-        if end == n || out != DType::F32 {
-            return self.dot_op(op, &[], keep);
+        if out != DType::F32 {
+            return Err(internal("a live-column dot's result is not f32"));
         }
+        let end = match self.last_live_column(live, n)? {
+            Some(end) if end < n => end,
+            _ => return self.dot_op(op, &[], keep),
+        };
         let (l, r) = (self.tensor(op.operands[0])?, self.tensor(op.operands[1])?);
         // The right factor's first `end` columns as the product multiplies it (its rows if transposed).
         let (starts, mut sizes) = ([0, 0], [r.shape[0], r.shape[1]]);

@@ -119,7 +119,7 @@ pub(crate) struct LiveColumns {
     pub select: usize,
 }
 
-/// [`LiveColumns`] per op, for float `dot`s without an accumulator whose result is read only as
+/// [`LiveColumns`] per op, for `dot`s to f32 without an accumulator whose result is read only as
 /// described there.
 pub(super) fn live_columns(
     f: &Func,
@@ -135,7 +135,8 @@ pub(super) fn live_columns(
             continue;
         };
         let shape = f.ty(*res).shape();
-        if shape.len() != 2 || !f.ty(*res).dtype().is_float() {
+        // (f32: the result of every float product the interpreter computes.)
+        if shape.len() != 2 || f.ty(*res).dtype() != DType::F32 {
             continue;
         }
         // Follow the single uses to the select.
